@@ -1,0 +1,334 @@
+/* cpu.c: the CPU backend: CBLAS for every matrix product, OpenMP over rows for
+ * the elementwise and row ops, FlashAttention-style tiled causal attention
+ * (in cpu_attention.c).
+ *
+ * BF16 emulation (be->bf16 = 1): the forward ops round what they store as
+ * activations to BF16: embedding, rmsnorm, rope, attention and swiglu outputs.
+ * gemm never rounds (the layer code calls round_bf16 on gemm outputs where the
+ * GPU path stores BF16). rstd and lse stay FP32; backward ops never round.
+ *
+ * The ops receive no backend pointer, so two file-static values are set by
+ * backend_cpu_init: `cpu_bf16` (the rounding flag) and `cpu_be` (the backend
+ * whose arena counts the per-call KD_MEM_SCRATCH blocks of rmsnorm, rope and
+ * attention). One CPU backend per process is therefore the contract. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "../util.h"
+#include "backend.h"
+
+#include <cblas.h>
+#undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
+
+/* Provided by cpu_attention.c: fills the attention ops of the table. */
+void backend_cpu_attention_init(struct kd_backend *be);
+
+static struct kd_backend *cpu_be; /* backend owning the scratch allocations */
+static int cpu_bf16;              /* round stored activations to BF16 */
+
+static void *scratch_alloc(size_t bytes) { return cpu_be->alloc(cpu_be, KD_MEM_SCRATCH, bytes); }
+static void scratch_free(void *p) { cpu_be->free(cpu_be, p); }
+
+/* Round n floats to BF16 when the backend emulates BF16 storage. */
+static inline void store_round(float *restrict x, size_t n) {
+  if (!cpu_bf16) return;
+  for (size_t i = 0; i < n; i++) x[i] = kd_round_bf16(x[i]);
+}
+
+/* This thread's contiguous share [*c0, *c1) of C columns (inside a parallel region). */
+static void thread_columns(int C, int *c0, int *c1) {
+  int nt = omp_get_num_threads(), it = omp_get_thread_num();
+  int per = (C + nt - 1) / nt;
+  per = (per + 15) / 16 * 16; /* whole cache lines per thread */
+  *c0 = it * per < C ? it * per : C;
+  *c1 = *c0 + per < C ? *c0 + per : C;
+}
+
+/* --- memory -------------------------------------------------------------------------- */
+
+static void *cpu_alloc(struct kd_backend *be, enum kd_mem cat, size_t bytes) {
+  return arena_alloc(&be->arena, cat, bytes);
+}
+
+static void cpu_free(struct kd_backend *be, void *p) { arena_free(&be->arena, p); }
+
+static void cpu_zero(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
+
+static void cpu_copy(float *dst, const float *src, size_t n) {
+  memcpy(dst, src, n * sizeof(float));
+}
+
+/* --- dense algebra ------------------------------------------------------------------------ */
+
+static void cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
+              transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void cpu_add(float *restrict y, const float *restrict x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void cpu_scale(float *restrict x, float a, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+
+static void cpu_round_bf16(float *restrict x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] = kd_round_bf16(x[i]);
+}
+
+static double cpu_sumsq(const float *restrict x, size_t n) {
+  double s = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : s)
+  for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+  return s;
+}
+
+static int cpu_all_finite(const float *restrict x, size_t n) {
+  const uint32_t *restrict u = (const uint32_t *)(const void *)x;
+  uint32_t bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : bad)
+  for (size_t i = 0; i < n; i++) bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
+  return !bad;
+}
+
+/* --- embedding ------------------------------------------------------------------------- */
+
+static void cpu_embedding_forward(float *out, const int *tokens, const float *wte, size_t N,
+                                  int C, int vocab_lo, int vocab_n) {
+#pragma omp parallel for schedule(static)
+  for (size_t n = 0; n < N; n++) {
+    float *o = out + n * C;
+    int v = tokens[n] - vocab_lo;
+    if (v >= 0 && v < vocab_n) {
+      memcpy(o, wte + (size_t)v * C, (size_t)C * sizeof(float));
+      store_round(o, (size_t)C);
+    } else {
+      memset(o, 0, (size_t)C * sizeof(float));
+    }
+  }
+}
+
+/* Race-free: every thread owns a block of columns of dwte and walks all tokens. */
+static void cpu_embedding_backward(float *dwte, const float *dout, const int *tokens, size_t N,
+                                   int C, int vocab_lo, int vocab_n) {
+#pragma omp parallel
+  {
+    int c0, c1;
+    thread_columns(C, &c0, &c1);
+    for (size_t n = 0; n < N; n++) {
+      int v = tokens[n] - vocab_lo;
+      if (v < 0 || v >= vocab_n) continue;
+      float *restrict d = dwte + (size_t)v * C;
+      const float *restrict g = dout + n * C;
+#pragma omp simd
+      for (int c = c0; c < c1; c++) d[c] += g[c];
+    }
+  }
+}
+
+/* --- rmsnorm ----------------------------------------------------------------------------- */
+
+static void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+                                size_t N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (size_t n = 0; n < N; n++) {
+    const float *restrict x = inp + n * C;
+    float *restrict o = out + n * C;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; c++) ss += x[c] * x[c];
+    float r = 1.0f / sqrtf(ss / (float)C + eps);
+    rstd[n] = r;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+    store_round(o, (size_t)C);
+  }
+}
+
+/* dinp = r*w*dout - x * r^3/C * sum(dout*w*x); dw += sum_rows dout*x*r.
+ * dw is reduced from per-thread partial sums (scratch) to stay single-pass. */
+static void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, const float *rstd, size_t N, int C) {
+  int nt = omp_get_max_threads();
+  float *part = scratch_alloc((size_t)nt * C * sizeof(float));
+#pragma omp parallel
+  {
+    float *restrict pw = part + (size_t)omp_get_thread_num() * C;
+#pragma omp for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+      const float *restrict x = inp + n * C, *restrict g = dout + n * C;
+      float *restrict dx = dinp + n * C;
+      float r = rstd[n], dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int c = 0; c < C; c++) dot += g[c] * w[c] * x[c];
+      float k = dot * r * r * r / (float)C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) {
+        dx[c] += r * w[c] * g[c] - k * x[c];
+        pw[c] += g[c] * x[c] * r;
+      }
+    }
+#pragma omp for schedule(static)
+    for (int c = 0; c < C; c++) {
+      float s = 0.0f;
+      for (int t = 0; t < nt; t++) s += part[(size_t)t * C + c];
+      dw[c] += s;
+    }
+  }
+  scratch_free(part);
+}
+
+/* --- bias ------------------------------------------------------------------------------------ */
+
+static void cpu_bias_forward(float *x, const float *bias, size_t N, int C, int ld) {
+#pragma omp parallel for schedule(static)
+  for (size_t n = 0; n < N; n++) {
+    float *restrict r = x + n * ld;
+#pragma omp simd
+    for (int c = 0; c < C; c++) r[c] += bias[c];
+  }
+}
+
+static void cpu_bias_backward(float *dbias, const float *dout, size_t N, int C, int ld) {
+#pragma omp parallel
+  {
+    int c0, c1;
+    thread_columns(C, &c0, &c1);
+    for (size_t n = 0; n < N; n++) {
+      const float *restrict g = dout + n * ld;
+#pragma omp simd
+      for (int c = c0; c < c1; c++) dbias[c] += g[c];
+    }
+  }
+}
+
+/* --- rotary embedding ----------------------------------------------------------------------- */
+
+/* cos/sin table (T, hd/2) from scratch: angle t * theta^(-2i/hd), computed in double. */
+static float *rope_table(int T, int hd, float theta) {
+  int half = hd / 2;
+  float *tab = scratch_alloc((size_t)2 * T * half * sizeof(float));
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++) {
+    for (int i = 0; i < half; i++) {
+      double a = (double)t * pow((double)theta, -2.0 * i / (double)hd);
+      tab[((size_t)t * half + i) * 2] = (float)cos(a);
+      tab[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
+    }
+  }
+  return tab;
+}
+
+/* Rotate pairs (i, i+hd/2) of every head by +angle (dir = 1) or -angle (dir = -1). */
+static void rope_apply(float *x, size_t N, int T, int nh, int hd, int ld, float theta,
+                       float dir, int round) {
+  KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
+  int half = hd / 2;
+  float *tab = rope_table(T, hd, theta);
+#pragma omp parallel for schedule(static)
+  for (size_t n = 0; n < N; n++) {
+    const float *restrict cs = tab + (size_t)(n % (size_t)T) * half * 2;
+    for (int h = 0; h < nh; h++) {
+      float *restrict x1 = x + n * ld + (size_t)h * hd, *restrict x2 = x1 + half;
+#pragma omp simd
+      for (int i = 0; i < half; i++) {
+        float c = cs[2 * i], s = dir * cs[2 * i + 1], a = x1[i], b = x2[i];
+        x1[i] = a * c - b * s;
+        x2[i] = b * c + a * s;
+      }
+      if (round) store_round(x1, (size_t)hd);
+    }
+  }
+  scratch_free(tab);
+}
+
+static void cpu_rope_forward(float *x, size_t N, int T, int nh, int hd, int ld, float theta) {
+  rope_apply(x, N, T, nh, hd, ld, theta, 1.0f, 1);
+}
+
+static void cpu_rope_backward(float *dx, size_t N, int T, int nh, int hd, int ld, float theta) {
+  rope_apply(dx, N, T, nh, hd, ld, theta, -1.0f, 0);
+}
+
+/* --- swiglu ---------------------------------------------------------------------------------- */
+
+static void cpu_swiglu_forward(float *out, const float *gu, size_t N, int I) {
+#pragma omp parallel for schedule(static)
+  for (size_t n = 0; n < N; n++) {
+    const float *restrict g = gu + n * 2 * I, *restrict u = g + I;
+    float *restrict o = out + n * I;
+#pragma omp simd
+    for (int i = 0; i < I; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    store_round(o, (size_t)I);
+  }
+}
+
+static void cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, size_t N, int I) {
+#pragma omp parallel for schedule(static)
+  for (size_t n = 0; n < N; n++) {
+    const float *restrict g = gu + n * 2 * I, *restrict u = g + I, *restrict d = dout + n * I;
+    float *restrict dg = dgu + n * 2 * I, *restrict du = dg + I;
+#pragma omp simd
+    for (int i = 0; i < I; i++) {
+      float sg = 1.0f / (1.0f + expf(-g[i])), silu = g[i] * sg;
+      dg[i] += d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
+      du[i] += d[i] * silu;
+    }
+  }
+}
+
+/* --- optimizer --------------------------------------------------------------------------------- */
+
+static void cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
+                      float beta1, float beta2, float eps, float wd, float bc1, float bc2,
+                      float grad_scale) {
+  float *restrict p = param, *restrict pm = m, *restrict pv = v;
+  const float *restrict g = grad;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * grad_scale;
+    float mi = beta1 * pm[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * pv[i] + (1.0f - beta2) * gi * gi;
+    pm[i] = mi;
+    pv[i] = vi;
+    p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+  }
+}
+
+void backend_cpu_init(struct kd_backend *be, int bf16) {
+  memset(be, 0, sizeof *be);
+  be->name = "cpu";
+  be->bf16 = bf16 ? 1 : 0;
+  cpu_be = be;
+  cpu_bf16 = be->bf16;
+  be->alloc = cpu_alloc;
+  be->free = cpu_free;
+  be->zero = cpu_zero;
+  be->copy = cpu_copy;
+  be->gemm = cpu_gemm;
+  be->add = cpu_add;
+  be->scale = cpu_scale;
+  be->round_bf16 = cpu_round_bf16;
+  be->sumsq = cpu_sumsq;
+  be->all_finite = cpu_all_finite;
+  be->embedding_forward = cpu_embedding_forward;
+  be->embedding_backward = cpu_embedding_backward;
+  be->rmsnorm_forward = cpu_rmsnorm_forward;
+  be->rmsnorm_backward = cpu_rmsnorm_backward;
+  be->bias_forward = cpu_bias_forward;
+  be->bias_backward = cpu_bias_backward;
+  be->rope_forward = cpu_rope_forward;
+  be->rope_backward = cpu_rope_backward;
+  be->swiglu_forward = cpu_swiglu_forward;
+  be->swiglu_backward = cpu_swiglu_backward;
+  be->adamw = cpu_adamw;
+  backend_cpu_attention_init(be);
+  backend_cpu_loss_init(be);
+}

@@ -1,0 +1,201 @@
+/* cpu_attention.c: causal grouped-query attention for the CPU backend,
+ * FlashAttention style: query tiles of ATT_TILE rows, scores only against the
+ * keys a tile can see, every product a GEMM, log-sum-exp kept instead of the
+ * probabilities. No T x T matrix is ever allocated: the per-call scratch is
+ * ATT_TILE x T floats (two in backward) per thread, counted as KD_MEM_SCRATCH.
+ *
+ * Parallel schedule: forward runs (b, q head, tile) jobs (they write disjoint
+ * output rows); backward runs (b, kv head) jobs, the q heads of a group in
+ * sequence inside, so the dK/dV accumulation has no race. Inside a parallel
+ * region OpenBLAS is held to one thread so the two thread pools do not fight.
+ *
+ * As cpu.c, this file keeps the backend (for scratch) and the bf16 flag in
+ * file-static values set by backend_cpu_attention_init. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "../util.h"
+#include "backend.h"
+
+#include <cblas.h>
+#undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
+
+/* Called by backend_cpu_init: fills the attention ops of the table. */
+void backend_cpu_attention_init(struct kd_backend *be);
+
+#define ATT_TILE 64 /* query rows per tile */
+
+static struct kd_backend *att_be;
+static int att_bf16;
+
+/* Hold OpenBLAS to one thread (returns the previous count) while OpenMP threads call it. */
+static int blas_serial_begin(void) {
+#ifdef OPENBLAS_VERSION
+  int n = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  return n;
+#else
+  return 0;
+#endif
+}
+
+static void blas_serial_end(int n) {
+#ifdef OPENBLAS_VERSION
+  openblas_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
+/* Row-major C = alpha * op(A) * op(B) + beta * C (the arguments of backend gemm). */
+static void att_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
+              transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* Shapes shared by forward and backward. */
+struct att_shape {
+  int B, T, nh, nkv, hd;
+  int ld;      /* qkv row stride (nh + 2*nkv) * hd */
+  int ldo;     /* out row stride nh * hd */
+  int group;   /* q heads per kv head */
+  int ntile;   /* query tiles per sequence */
+  float scale; /* 1/sqrt(hd) */
+};
+
+static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd) {
+  KD_CHECK(nkv > 0 && nh % nkv == 0, "attention: %d q heads not a multiple of %d kv heads", nh,
+           nkv);
+  struct att_shape s = {B, T, nh, nkv, hd, (nh + 2 * nkv) * hd, nh * hd, nh / nkv,
+                        (T + ATT_TILE - 1) / ATT_TILE, 1.0f / sqrtf((float)hd)};
+  return s;
+}
+
+/* One forward tile: rows t0 .. t0+m-1 of q head h in sequence b; S is ATT_TILE x T scratch. */
+static void att_forward_tile(float *out, float *lse, const float *qkv, const struct att_shape *s,
+                             int b, int h, int t0, float *S) {
+  int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE, nk = t0 + m;
+  const float *q = qkv + ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
+  const float *k = qkv + (size_t)b * s->T * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
+  const float *v = k + (size_t)s->nkv * s->hd;
+  float *l = lse + ((size_t)b * s->nh + h) * s->T + t0;
+  att_gemm(0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, S, nk);
+  for (int i = 0; i < m; i++) {
+    float *restrict row = S + (size_t)i * nk;
+    int nv = t0 + i + 1; /* causal: keys 0 .. t0+i */
+    float mx = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < nv; j++) mx = row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < nv; j++) {
+      row[j] = expf(row[j] - mx);
+      sum += row[j];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j < nv; j++) row[j] *= inv;
+    for (int j = nv; j < nk; j++) row[j] = 0.0f;
+    l[i] = mx + logf(sum);
+  }
+  float *o = out + ((size_t)b * s->T + t0) * s->ldo + (size_t)h * s->hd;
+  att_gemm(0, 0, m, s->hd, nk, 1.0f, S, nk, v, s->ld, 0.0f, o, s->ldo);
+  if (att_bf16)
+    for (int i = 0; i < m; i++)
+      for (int d = 0; d < s->hd; d++)
+        o[(size_t)i * s->ldo + d] = kd_round_bf16(o[(size_t)i * s->ldo + d]);
+}
+
+static void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int nh,
+                                  int nkv, int hd) {
+  struct att_shape s = att_shape_make(B, T, nh, nkv, hd);
+  long njob = (long)B * nh * s.ntile;
+  int nt = omp_get_max_threads();
+  if (njob < nt) nt = (int)njob;
+  if (nt < 1) return;
+  float *scr = att_be->alloc(att_be, KD_MEM_SCRATCH, (size_t)nt * ATT_TILE * T * sizeof(float));
+  int blas_n = nt > 1 ? blas_serial_begin() : 0;
+#pragma omp parallel num_threads(nt)
+  {
+    float *S = scr + (size_t)omp_get_thread_num() * ATT_TILE * T;
+    /* largest (latest) tiles first within each head for load balance */
+#pragma omp for schedule(dynamic)
+    for (long job = 0; job < njob; job++) {
+      int tile = s.ntile - 1 - (int)(job % s.ntile);
+      long bh = job / s.ntile;
+      att_forward_tile(out, lse, qkv, &s, (int)(bh / nh), (int)(bh % nh), tile * ATT_TILE, S);
+    }
+  }
+  if (nt > 1) blas_serial_end(blas_n);
+  att_be->free(att_be, scr);
+}
+
+/* One backward tile of q head h in sequence b; P and dP are ATT_TILE x T scratch. */
+static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, const struct att_shape *s, int b, int h, int t0,
+                              float *P, float *dP) {
+  int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE, nk = t0 + m;
+  size_t qoff = ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
+  size_t koff = (size_t)b * s->T * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
+  size_t voff = koff + (size_t)s->nkv * s->hd;
+  size_t ooff = ((size_t)b * s->T + t0) * s->ldo + (size_t)h * s->hd;
+  const float *q = qkv + qoff, *k = qkv + koff, *v = qkv + voff;
+  const float *o = out + ooff, *dO = dout + ooff;
+  const float *l = lse + ((size_t)b * s->nh + h) * s->T + t0;
+  float Dv[ATT_TILE];
+  att_gemm(0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, P, nk);
+  att_gemm(0, 1, m, nk, s->hd, 1.0f, dO, s->ldo, v, s->ld, 0.0f, dP, nk);
+  for (int i = 0; i < m; i++) {
+    const float *restrict oi = o + (size_t)i * s->ldo, *restrict gi = dO + (size_t)i * s->ldo;
+    float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+    for (int d = 0; d < s->hd; d++) D += oi[d] * gi[d];
+    Dv[i] = D;
+  }
+  for (int i = 0; i < m; i++) {
+    float *restrict p = P + (size_t)i * nk, *restrict dp = dP + (size_t)i * nk;
+    int nv = t0 + i + 1;
+    float li = l[i], D = Dv[i], sc = s->scale;
+#pragma omp simd
+    for (int j = 0; j < nv; j++) {
+      p[j] = expf(p[j] - li);
+      dp[j] = p[j] * (dp[j] - D) * sc;
+    }
+    for (int j = nv; j < nk; j++) p[j] = dp[j] = 0.0f;
+  }
+  att_gemm(0, 0, m, s->hd, nk, 1.0f, dP, nk, k, s->ld, 1.0f, dqkv + qoff, s->ld);
+  att_gemm(1, 0, nk, s->hd, m, 1.0f, dP, nk, q, s->ld, 1.0f, dqkv + koff, s->ld);
+  att_gemm(1, 0, nk, s->hd, m, 1.0f, P, nk, dO, s->ldo, 1.0f, dqkv + voff, s->ld);
+}
+
+static void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int nh,
+                                   int nkv, int hd) {
+  struct att_shape s = att_shape_make(B, T, nh, nkv, hd);
+  int njob = B * nkv, nt = omp_get_max_threads();
+  if (njob < nt) nt = njob;
+  if (nt < 1 || T < 1) return;
+  size_t per = (size_t)2 * ATT_TILE * T;
+  float *scr = att_be->alloc(att_be, KD_MEM_SCRATCH, (size_t)nt * per * sizeof(float));
+  int blas_n = nt > 1 ? blas_serial_begin() : 0;
+#pragma omp parallel num_threads(nt)
+  {
+    float *P = scr + (size_t)omp_get_thread_num() * per, *dP = P + (size_t)ATT_TILE * T;
+#pragma omp for schedule(dynamic)
+    for (int job = 0; job < njob; job++) {
+      int b = job / nkv, kh = job % nkv;
+      for (int h = kh * s.group; h < (kh + 1) * s.group; h++)
+        for (int tile = 0; tile < s.ntile; tile++)
+          att_backward_tile(dqkv, dout, qkv, out, lse, &s, b, h, tile * ATT_TILE, P, dP);
+    }
+  }
+  if (nt > 1) blas_serial_end(blas_n);
+  att_be->free(att_be, scr);
+}
+
+void backend_cpu_attention_init(struct kd_backend *be) {
+  att_be = be;
+  att_bf16 = be->bf16;
+  be->attention_forward = cpu_attention_forward;
+  be->attention_backward = cpu_attention_backward;
+}

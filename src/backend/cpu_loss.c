@@ -1,0 +1,143 @@
+/* cpu_loss.c: the loss-chunk row ops of the CPU backend (OpenMP over rows).
+ *
+ * Every log-probability is formed as z * inv_t - lse with lse = max + log(sum)
+ * from the (global) stats, so no exponential ever sees an unshifted logit.
+ * Exponentials are taken in float; every sum over the vocabulary is kept in
+ * double. Kind codes follow enum loss_kind: 0 fkl, 1 rkl, 2 jsd. */
+#include <math.h>
+#include <stddef.h>
+
+#include "backend.h"
+
+/* Columns per block of the one-pass stats (a block stays in L1). */
+#define STATS_BLOCK 256
+
+/* log(exp(a) + exp(b)) without overflow; one operand may be -inf (beta 0 or 1). */
+static inline float logaddexp(float a, float b) {
+  float m = a > b ? a : b;
+  float d = a > b ? b - a : a - b;
+  return m + log1pf(expf(d));
+}
+
+/* log-sum-exp of one row from its (max, sum) stats pair. */
+static inline float stats_lse(const float *ms, size_t r) {
+  return ms[2 * r] + logf(ms[2 * r + 1]);
+}
+
+/* ms (n, 2) := (max, sum exp(z*inv_t - max)) per row of z (n, V); one pass over
+ * the row in blocks: the block max, then the block's exponentials, rescaling the
+ * running sum when the max grows. */
+static void cpu_softmax_stats(float *ms, const float *z, size_t n, int V, float inv_t) {
+#pragma omp parallel for schedule(static)
+  for (size_t r = 0; r < n; r++) {
+    const float *zr = z + r * (size_t)V;
+    float m = -INFINITY;
+    double s = 0.0;
+    for (int j0 = 0; j0 < V; j0 += STATS_BLOCK) {
+      int j1 = j0 + STATS_BLOCK < V ? j0 + STATS_BLOCK : V;
+      float bm = -INFINITY;
+      for (int j = j0; j < j1; j++)
+        bm = fmaxf(bm, zr[j] * inv_t);
+      if (bm > m) {
+        s *= exp((double)m - (double)bm); /* 0 while m is still -inf */
+        m = bm;
+      }
+      double bs = 0.0;
+      for (int j = j0; j < j1; j++)
+        bs += expf(zr[j] * inv_t - m);
+      s += bs;
+    }
+    ms[2 * r] = m;
+    ms[2 * r + 1] = (float)s;
+  }
+}
+
+/* part (n, 3) := this slice's [KD divergence, sum_j p_s_j g_j, CE of the label]. */
+static void cpu_loss_partials(double *part, const float *zs, const float *zt, const float *ss,
+                              const float *st, const float *s1, const int *labels, size_t n, int V,
+                              int vocab_lo, int kind, float inv_t, float beta) {
+  const float lb = logf(beta), l1b = logf(1.0f - beta);
+#pragma omp parallel for schedule(static)
+  for (size_t r = 0; r < n; r++) {
+    const float *a = zs + r * (size_t)V;
+    double kd = 0.0, sg = 0.0;
+    if (zt) {
+      const float *b = zt + r * (size_t)V;
+      const float lse_s = stats_lse(ss, r), lse_t = stats_lse(st, r);
+      if (kind == 0) {
+        for (int j = 0; j < V; j++) {
+          float lps = a[j] * inv_t - lse_s, lpt = b[j] * inv_t - lse_t;
+          kd += (double)(expf(lpt) * (lpt - lps));
+        }
+      } else if (kind == 1) {
+        for (int j = 0; j < V; j++) {
+          float lps = a[j] * inv_t - lse_s, lpt = b[j] * inv_t - lse_t;
+          kd += (double)(expf(lps) * (lps - lpt));
+        }
+      } else {
+        double kt = 0.0;
+        for (int j = 0; j < V; j++) {
+          float lps = a[j] * inv_t - lse_s, lpt = b[j] * inv_t - lse_t;
+          float lm = logaddexp(lb + lpt, l1b + lps);
+          kt += (double)(expf(lpt) * (lpt - lm));
+          sg += (double)(expf(lps) * (lps - lm));
+        }
+        sg *= 1.0 - (double)beta;
+        kd = (double)beta * kt + sg;
+      }
+    }
+    int lab = labels[r] - vocab_lo;
+    double ce = 0.0;
+    if (lab >= 0 && lab < V) ce = (double)stats_lse(s1, r) - (double)a[lab];
+    part[3 * r] = kd;
+    part[3 * r + 1] = sg;
+    part[3 * r + 2] = ce;
+  }
+}
+
+/* zs (n, V) := wkd * dKD/dzs + wce * (softmax(zs) - onehot(label)), in place. */
+static void cpu_loss_grad(float *zs, const float *zt, const float *ss, const float *st,
+                          const float *s1, const double *part, const int *labels, size_t n, int V,
+                          int vocab_lo, int kind, float inv_t, float beta, float wkd, float wce) {
+  const float lb = logf(beta), l1b = logf(1.0f - beta), omb = 1.0f - beta;
+#pragma omp parallel for schedule(static)
+  for (size_t r = 0; r < n; r++) {
+    float *a = zs + r * (size_t)V;
+    const float lse1 = stats_lse(s1, r);
+    if (!zt) {
+      for (int j = 0; j < V; j++)
+        a[j] = wce * expf(a[j] - lse1);
+    } else {
+      const float *b = zt + r * (size_t)V;
+      const float lse_s = stats_lse(ss, r), lse_t = stats_lse(st, r);
+      const float wk = wkd * inv_t;
+      if (kind == 0) {
+        for (int j = 0; j < V; j++) {
+          float ps = expf(a[j] * inv_t - lse_s), pt = expf(b[j] * inv_t - lse_t);
+          a[j] = wk * (ps - pt) + wce * expf(a[j] - lse1);
+        }
+      } else if (kind == 1) {
+        const float kl = (float)part[3 * r];
+        for (int j = 0; j < V; j++) {
+          float lps = a[j] * inv_t - lse_s, lpt = b[j] * inv_t - lse_t;
+          a[j] = wk * expf(lps) * ((lps - lpt) - kl) + wce * expf(a[j] - lse1);
+        }
+      } else {
+        const float sg = (float)part[3 * r + 1];
+        for (int j = 0; j < V; j++) {
+          float lps = a[j] * inv_t - lse_s, lpt = b[j] * inv_t - lse_t;
+          float g = omb * (lps - logaddexp(lb + lpt, l1b + lps));
+          a[j] = wk * expf(lps) * (g - sg) + wce * expf(a[j] - lse1);
+        }
+      }
+    }
+    int lab = labels[r] - vocab_lo;
+    if (lab >= 0 && lab < V) a[lab] -= wce;
+  }
+}
+
+void backend_cpu_loss_init(struct kd_backend *be) {
+  be->softmax_stats = cpu_softmax_stats;
+  be->loss_partials = cpu_loss_partials;
+  be->loss_grad = cpu_loss_grad;
+}

@@ -1,0 +1,103 @@
+/* config.h: the typed run configuration, read from a Fortran namelist file
+ * (INTERFACE.md) by rank 0 and broadcast; model cards from mod/. */
+#ifndef KD_CONFIG_H
+#define KD_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define KD_PATH_MAX 512
+#define KD_WORD_MAX 32
+
+/* A model card (&model group of mod/NAME.nml); keys are Hugging Face config.json keys. */
+struct kd_card {
+  char name[KD_PATH_MAX]; /* as given in the input (card = '...') */
+  char path[KD_PATH_MAX]; /* the file it was read from */
+  char arch[KD_WORD_MAX]; /* 'qwen2' | 'llama' */
+  int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
+  int num_attention_heads, num_key_value_heads, max_position_embeddings;
+  double rope_theta, rms_norm_eps;
+  int tie_word_embeddings, attention_bias; /* logicals */
+};
+
+struct kd_config {
+  char source[KD_PATH_MAX]; /* the input file */
+
+  /* &run */
+  char run_mode[KD_WORD_MAX];   /* 'distill' | 'train' | 'eval' */
+  int64_t run_steps;            /* last step number (counts steps before a resume) */
+  int64_t run_seed;
+  char run_device[KD_WORD_MAX]; /* 'auto' | 'cpu' | 'cuda' */
+  char run_out_dir[KD_PATH_MAX];
+  /* &teacher */
+  char teacher_card[KD_PATH_MAX];
+  char teacher_init[KD_PATH_MAX]; /* HDF5 weights file */
+  /* &student */
+  char student_card[KD_PATH_MAX];
+  char student_init[KD_PATH_MAX]; /* 'random' or an HDF5 weights file */
+  /* &parallel */
+  int par_tp, par_pp, par_dp; /* dp = 0: world / (tp * pp) */
+  int par_micro_batch, par_global_batch, par_zero;
+  /* &data */
+  char data_train[KD_PATH_MAX], data_valid[KD_PATH_MAX];
+  char data_format[KD_WORD_MAX]; /* 'bytes' | 'u16' | 'u32' | 'h5' */
+  int data_seq_len, data_valid_every, data_valid_batches;
+  /* &loss */
+  char loss_kind[KD_WORD_MAX]; /* 'fkl' | 'rkl' | 'jsd' */
+  double loss_temperature, loss_alpha, loss_beta;
+  int loss_t2_scale;
+  int64_t loss_chunk_tokens; /* 0: from the memory budget */
+  /* &optim */
+  double optim_lr, optim_min_lr;
+  int64_t optim_warmup;
+  char optim_decay[KD_WORD_MAX]; /* 'cosine' | 'linear' | 'constant' */
+  double optim_weight_decay, optim_beta1, optim_beta2, optim_eps, optim_clip;
+  /* &precision */
+  char prec_compute[KD_WORD_MAX]; /* 'bf16' | 'fp32' */
+  double prec_loss_scale;         /* 1 none, 0 dynamic, else fixed */
+  int prec_max_skipped;
+  /* &memory */
+  char mem_recompute[KD_WORD_MAX]; /* 'none' | 'full' | 'selective' */
+  int mem_recompute_every, mem_offload, mem_tiled_mlp;
+  int64_t mem_budget_mb;
+  /* &checkpoint */
+  char ckpt_dir[KD_PATH_MAX];
+  int ckpt_every, ckpt_keep;
+  char ckpt_resume[KD_PATH_MAX]; /* 'auto' | 'none' | a path */
+  int ckpt_on_signal;
+  /* &log */
+  int log_every;
+  char log_metrics[KD_PATH_MAX]; /* '' = run%out_dir/metrics.csv */
+  char log_level[KD_WORD_MAX];
+
+  /* resolved model cards (teacher only in mode 'distill') */
+  struct kd_card teacher, student;
+};
+
+/* Fill `cfg` with every default. */
+void config_defaults(struct kd_config *cfg);
+
+/* Read `path`, apply the command-line overrides (`group%key=value` words), resolve
+ * and validate everything, including the model cards. Returns 0 on success; on bad
+ * input writes one message (file, line, group, key, what was expected, "did you
+ * mean") into `err` and returns KD_EXIT_INPUT. Not collective. */
+int config_load(struct kd_config *cfg, const char *path, int noverrides, char **overrides,
+                char *err, size_t errlen);
+
+/* Read a model card file or name (searched in mod/ directories, see doc/) into `card`.
+ * `relative_to` is the input file whose directory is also searched. 0 or KD_EXIT_INPUT. */
+int config_load_card(struct kd_card *card, const char *name, const char *relative_to, char *err,
+                     size_t errlen);
+
+/* Print the complete effective configuration as a namelist that config_load reads
+ * back to the identical configuration (and gfortran accepts). */
+void config_print(FILE *f, const struct kd_config *cfg);
+
+/* Print a model card as a &model namelist. */
+void card_print(FILE *f, const struct kd_card *card);
+
+/* Rank 0 loads, everyone receives: collective over MPI_COMM_WORLD. On bad input
+ * rank 0 prints the message and every rank exits with KD_EXIT_INPUT. */
+void config_load_bcast(struct kd_config *cfg, const char *path, int noverrides, char **overrides);
+
+#endif

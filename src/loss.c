@@ -1,0 +1,155 @@
+/* loss.c: chunked fused distillation / cross-entropy loss (orchestration only:
+ * the elementwise math lives in the backend's loss-chunk ops).
+ *
+ * Per chunk of n rows: student logits zs = hs ws^T (and teacher zt = ht wt^T)
+ * in two KD_MEM_LOSS buffers; per-row softmax stats; with tensor parallelism one
+ * all-reduce of the (max, sum) pairs (user-defined op) and one all-reduce (SUM)
+ * of the per-row partial sums; then the gradient is written over zs and pushed
+ * into dhs and dws by two gemms. The full (N x V) logits never exist. */
+#include "loss.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "util.h"
+
+/* Partial sums per row (see loss_partials): KD, sum p_s g (jsd), CE. */
+#define PART_W 3
+
+/* --- the (max, sum of exponentials) reduction ------------------------------------- */
+
+static MPI_Datatype stats_type = MPI_DATATYPE_NULL; /* a (max, sum) float pair */
+static MPI_Op stats_op = MPI_OP_NULL;
+
+/* inout := combine(in, inout) on float pairs (m, s): rescale both sums to the
+ * larger max. A pair with s == 0 (empty slice) is the identity. */
+static void stats_combine(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const float *a = in;
+  float *b = inout;
+  for (int i = 0; i < *len; i++) {
+    float m1 = a[2 * i], s1 = a[2 * i + 1], m2 = b[2 * i], s2 = b[2 * i + 1];
+    if (s1 == 0.0f) continue;
+    if (s2 == 0.0f) {
+      b[2 * i] = m1;
+      b[2 * i + 1] = s1;
+      continue;
+    }
+    float m = m1 > m2 ? m1 : m2;
+    b[2 * i] = m;
+    b[2 * i + 1] = (float)((double)s1 * exp((double)m1 - m) + (double)s2 * exp((double)m2 - m));
+  }
+}
+
+/* Attribute-delete callback on MPI_COMM_SELF: runs inside MPI_Finalize. */
+static int stats_op_free(MPI_Comm comm, int key, void *val, void *extra) {
+  (void)comm, (void)key, (void)val, (void)extra;
+  MPI_Op_free(&stats_op);
+  MPI_Type_free(&stats_type);
+  return MPI_SUCCESS;
+}
+
+/* Create the pair type and the reduction once; freed at MPI_Finalize. */
+static void stats_op_init(void) {
+  if (stats_op != MPI_OP_NULL) return;
+  int key;
+  MPI_Type_contiguous(2, MPI_FLOAT, &stats_type);
+  MPI_Type_commit(&stats_type);
+  MPI_Op_create(stats_combine, 1, &stats_op);
+  MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, stats_op_free, &key, NULL);
+  MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
+  MPI_Comm_free_keyval(&key);
+}
+
+/* --- public ------------------------------------------------------------------------- */
+
+int loss_kind_parse(const char *s) {
+  if (!s) return -1;
+  if (!strcmp(s, "fkl")) return LOSS_FKL;
+  if (!strcmp(s, "rkl")) return LOSS_RKL;
+  if (!strcmp(s, "jsd")) return LOSS_JSD;
+  return -1;
+}
+
+/* Bytes of loss buffers per chunk row: logits, three stats pairs, the partials. */
+static size_t loss_row_bytes(int V, int distill) {
+  return (size_t)V * sizeof(float) * (distill ? 2 : 1) + 3 * 2 * sizeof(float) +
+         PART_W * sizeof(double);
+}
+
+size_t loss_chunk_from_budget(size_t budget_bytes, int V, int distill) {
+  size_t n = budget_bytes / loss_row_bytes(V, distill);
+  return n > 0 ? n : 1;
+}
+
+void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
+                  float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
+                  const float *wt, const int *labels, size_t N, int Cs, int Ct, int V, int vocab_lo,
+                  size_t chunk, float grad_scale, MPI_Comm tp_comm) {
+  const int distill = spec->distill;
+  const float tau = distill ? spec->temperature : 1.0f, inv_t = 1.0f / tau;
+  /* stats blocks: student at tau, teacher at tau, student at 1 (CE) */
+  const int need_s1 = !distill || tau != 1.0f;
+  const int nstats = (distill ? 2 : 0) + need_s1;
+  const float t2 = distill && spec->t2_scale ? tau * tau : 1.0f;
+  const float wkd = distill ? grad_scale * spec->alpha * t2 : 0.0f;
+  const float wce = distill ? grad_scale * (1.0f - spec->alpha) : grad_scale;
+  KD_CHECK(chunk > 0, "loss_chunked: chunk must be at least 1 row");
+  if (chunk > N) chunk = N > 0 ? N : 1;
+  KD_CHECK(chunk * (size_t)nstats <= INT_MAX / PART_W, "loss_chunked: chunk %zu too large", chunk);
+  int tp = 1;
+  MPI_Comm_size(tp_comm, &tp);
+  if (tp > 1) stats_op_init();
+
+  float *zs = be->alloc(be, KD_MEM_LOSS, chunk * (size_t)V * sizeof(float));
+  float *zt = distill ? be->alloc(be, KD_MEM_LOSS, chunk * (size_t)V * sizeof(float)) : NULL;
+  float *stats = be->alloc(be, KD_MEM_LOSS, chunk * (size_t)nstats * 2 * sizeof(float));
+  double *part = be->alloc(be, KD_MEM_LOSS, chunk * PART_W * sizeof(double));
+  double kd_sum = 0.0, ce_sum = 0.0;
+
+  for (size_t r0 = 0; r0 < N; r0 += chunk) {
+    const size_t n = N - r0 < chunk ? N - r0 : chunk;
+    const int ni = (int)n;
+    const float *hs_c = hs + r0 * (size_t)Cs;
+    const int *lab_c = labels + r0;
+    /* stats blocks of this chunk, contiguous so one all-reduce covers them */
+    float *ss = distill ? stats : NULL, *st = distill ? stats + 2 * n : NULL;
+    float *s1 = need_s1 ? stats + 2 * n * (size_t)(nstats - 1) : ss; /* tau 1: shared */
+
+    be->gemm(0, 1, ni, V, Cs, 1.0f, hs_c, Cs, ws, Cs, 0.0f, zs, V);
+    if (distill) be->gemm(0, 1, ni, V, Ct, 1.0f, ht + r0 * (size_t)Ct, Ct, wt, Ct, 0.0f, zt, V);
+    if (be->bf16) {
+      be->round_bf16(zs, n * (size_t)V);
+      if (distill) be->round_bf16(zt, n * (size_t)V);
+    }
+
+    if (distill) {
+      be->softmax_stats(ss, zs, n, V, inv_t);
+      be->softmax_stats(st, zt, n, V, inv_t);
+    }
+    if (need_s1) be->softmax_stats(s1, zs, n, V, 1.0f);
+    if (tp > 1) MPI_Allreduce(MPI_IN_PLACE, stats, nstats * ni, stats_type, stats_op, tp_comm);
+
+    be->loss_partials(part, zs, zt, ss, st, s1, lab_c, n, V, vocab_lo, spec->kind, inv_t,
+                      spec->beta);
+    if (tp > 1) MPI_Allreduce(MPI_IN_PLACE, part, PART_W * ni, MPI_DOUBLE, MPI_SUM, tp_comm);
+    for (size_t r = 0; r < n; r++) {
+      kd_sum += part[PART_W * r];
+      ce_sum += part[PART_W * r + 2];
+    }
+
+    if (!dhs) continue; /* forward only */
+    be->loss_grad(zs, zt, ss, st, s1, part, lab_c, n, V, vocab_lo, spec->kind, inv_t, spec->beta,
+                  wkd, wce);
+    be->gemm(0, 0, ni, Cs, V, 1.0f, zs, V, ws, Cs, 1.0f, dhs + r0 * (size_t)Cs, Cs);
+    if (dws) be->gemm(1, 0, V, Cs, ni, 1.0f, zs, V, hs_c, Cs, 1.0f, dws, Cs);
+  }
+
+  sums->kd = distill ? kd_sum * t2 : 0.0;
+  sums->ce = ce_sum;
+  be->free(be, part);
+  be->free(be, stats);
+  if (zt) be->free(be, zt);
+  be->free(be, zs);
+}

@@ -1,0 +1,53 @@
+/* loss.h: chunked fused distillation / cross-entropy loss. Logits exist for one
+ * chunk of tokens at a time; the gradient is written over the student logits in
+ * place and then pushed into the hidden state and the LM-head weight. The
+ * vocabulary may be split over a tensor-parallel communicator. */
+#ifndef KD_LOSS_H
+#define KD_LOSS_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+enum loss_kind { LOSS_FKL = 0, LOSS_RKL, LOSS_JSD };
+
+struct loss_spec {
+  int distill;       /* 1: alpha * KD + (1 - alpha) * CE; 0: CE only (mode 'train'/'eval') */
+  enum loss_kind kind;
+  float temperature; /* softmax temperature of the KD term (CE always uses 1) */
+  float alpha;       /* weight of the KD term */
+  float beta;        /* JSD mixture weight: M = beta * P_teacher + (1 - beta) * P_student */
+  int t2_scale;      /* multiply the KD term by temperature^2 */
+};
+
+/* Sums over the token rows of one call (not normalised): kd is the KD term per
+ * token as it enters the objective (times T^2 when t2_scale), ce the hard-label
+ * cross entropy. Identical on every rank of tp_comm. */
+struct loss_sums {
+  double kd, ce;
+};
+
+/* Parse 'fkl' | 'rkl' | 'jsd'; returns -1 when unknown. */
+int loss_kind_parse(const char *s);
+
+/* Forward (and backward when dhs != NULL) of the loss over N token rows, in
+ * chunks of `chunk` rows.
+ *   hs: (N, Cs) student final hidden (after the final norm); ws: (V, Cs) student
+ *   LM head rows of this rank's vocabulary slice [vocab_lo, vocab_lo + V);
+ *   ht: (N, Ct), wt: (V, Ct) teacher (ignored unless spec->distill);
+ *   labels: (N) global token ids.
+ * Gradient of  grad_scale * sum_rows (alpha * kd_row + (1 - alpha) * ce_row)
+ * (or grad_scale * sum ce_row without distillation) is ACCUMULATED into
+ * dhs (N, Cs) and dws (V, Cs). Collective over tp_comm (MPI_COMM_SELF for one rank):
+ * the per-row (max, sum-of-exponentials) pairs are combined by one all-reduce per
+ * chunk with a user-defined reduction. Uses arena category KD_MEM_LOSS. */
+void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
+                  float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
+                  const float *wt, const int *labels, size_t N, int Cs, int Ct, int V,
+                  int vocab_lo, size_t chunk, float grad_scale, MPI_Comm tp_comm);
+
+/* Largest chunk (rows) whose loss buffers fit in `budget_bytes` (at least 1). */
+size_t loss_chunk_from_budget(size_t budget_bytes, int V, int distill);
+
+#endif

@@ -1,0 +1,443 @@
+/* train.c: one run of kdtrain. Every rank executes the same sequence of
+ * collectives: the step loop below is the schedule. Data-parallel ranks each take
+ * their contiguous share of every global batch; gradients and loss sums are summed
+ * over MPI_COMM_WORLD (tensor and pipeline parallel layouts are refused for now). */
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data.h"
+#include "layers.h"
+#include "loss.h"
+#include "model.h"
+#include "optim.h"
+#include "util.h"
+#include "weights.h"
+
+struct run {
+  const struct kd_config *cfg;
+  struct kd_backend be;
+  int rank, nranks, distill;
+  struct kd_model student, teacher;
+  struct kd_acts sacts, tacts;
+  struct kd_data train, valid;
+  int have_valid;
+  struct loss_spec spec;
+  size_t chunk;
+  int *inputs, *labels; /* one micro-batch */
+  FILE *metrics;
+  double gemm_peak;     /* measured FLOP/s of this rank's GEMM */
+  double step_flops;    /* model FLOPs of one step over all ranks */
+};
+
+/* Create a directory and its parents (like mkdir -p). */
+static int mkdir_p(const char *path) {
+  char buf[KD_PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+/* Sustained FLOP/s of a transformer-shaped GEMM on this backend (the MFU denominator). */
+static double measure_gemm_peak(struct kd_backend *be) {
+  const int M = 512, N = 1024, K = 1024;
+  float *A = be->alloc(be, KD_MEM_SCRATCH, (size_t)M * K * sizeof(float));
+  float *B = be->alloc(be, KD_MEM_SCRATCH, (size_t)K * N * sizeof(float));
+  float *Cm = be->alloc(be, KD_MEM_SCRATCH, (size_t)M * N * sizeof(float));
+  for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)(i % 7) * 0.1f;
+  for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (float)(i % 5) * 0.1f;
+  be->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, Cm, N); /* warm-up */
+  double best = 0;
+  for (int r = 0; r < 3; r++) {
+    double t0 = kd_now();
+    be->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, Cm, N);
+    double dt = kd_now() - t0;
+    double f = 2.0 * M * N * K / dt;
+    if (f > best) best = f;
+  }
+  be->free(be, A);
+  be->free(be, B);
+  be->free(be, Cm);
+  arena_reset_peaks(&be->arena);
+  return best;
+}
+
+/* Matmul FLOPs of a forward pass over `tokens` tokens of sequences of length T. */
+static double forward_flops(const struct kd_card *c, double tokens, int T) {
+  double p = (double)model_count_params(c);
+  p -= (double)c->vocab_size * c->hidden_size * (c->tie_word_embeddings ? 0 : 1); /* lookup */
+  const double attn = 2.0 * c->num_hidden_layers * (double)T * c->hidden_size; /* causal QK,PV */
+  return 2.0 * p * tokens + attn * tokens;
+}
+
+static void fail_input(int status, const char *err) {
+  if (status) kd_fail(status, "%s", err);
+}
+
+/* Bytes left for the loss chunk: the budget minus what is already allocated. */
+static size_t loss_budget(const struct run *r) {
+  size_t budget = (size_t)r->cfg->mem_budget_mb << 20;
+  if (budget == 0) budget = (size_t)1 << 30; /* CPU: 1 GiB for loss chunks by default */
+  size_t used = r->be.arena.live_total;
+  return budget > used ? budget - used : 0;
+}
+
+static void run_setup(struct run *r, const struct kd_config *cfg) {
+  char err[1024];
+  memset(r, 0, sizeof *r);
+  r->cfg = cfg;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &r->nranks);
+  if (strcmp(cfg->run_device, "cuda") == 0)
+    kd_fail(KD_EXIT_INPUT, "run%%device='cuda': this kdtrain was built without the CUDA "
+                           "backend; use run%%device='cpu' or 'auto'");
+  backend_cpu_init(&r->be, strcmp(cfg->prec_compute, "bf16") == 0);
+  r->distill = strcmp(cfg->run_mode, "distill") == 0;
+
+  /* student */
+  model_build(&r->student, &r->be, &cfg->student, 0);
+  if (strcmp(cfg->student_init, "random") == 0) {
+    model_init_random(&r->student, (uint64_t)cfg->run_seed);
+  } else {
+    fail_input(weights_load(cfg->student_init, &r->student, r->student.master, MPI_COMM_WORLD,
+                            err, sizeof err),
+               err);
+  }
+  model_sync_working(&r->student, &r->be);
+  /* teacher: frozen, compute precision only */
+  if (r->distill) {
+    model_build(&r->teacher, &r->be, &cfg->teacher, 1);
+    fail_input(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
+                            sizeof err),
+               err);
+    if (r->be.bf16) r->be.round_bf16(r->teacher.w, r->teacher.numel);
+    if (r->teacher.card.vocab_size != r->student.card.vocab_size)
+      kd_fail(KD_EXIT_INPUT, "teacher vocab_size %d differs from student vocab_size %d",
+              r->teacher.card.vocab_size, r->student.card.vocab_size);
+  }
+
+  /* data */
+  const int T = cfg->data_seq_len;
+  int st = 0;
+  if (strcmp(cfg->run_mode, "eval") != 0 || !cfg->data_valid[0])
+    st = data_open(&r->train, cfg->data_train, cfg->data_format, T, cfg->student.vocab_size,
+                   (uint64_t)cfg->run_seed, err, sizeof err);
+  fail_input(st, err);
+  if (cfg->data_valid[0]) {
+    fail_input(data_open(&r->valid, cfg->data_valid, cfg->data_format, T,
+                         cfg->student.vocab_size, (uint64_t)cfg->run_seed, err, sizeof err),
+               err);
+    r->have_valid = 1;
+  }
+
+  /* activations and loss */
+  const int mb = cfg->par_micro_batch;
+  acts_build(&r->sacts, &r->be, &r->student, mb, T);
+  if (r->distill) acts_build(&r->tacts, &r->be, &r->teacher, mb, T);
+  r->inputs = kd_malloc((size_t)mb * T * sizeof(int));
+  r->labels = kd_malloc((size_t)mb * T * sizeof(int));
+  r->spec.distill = r->distill;
+  r->spec.kind = (enum loss_kind)loss_kind_parse(cfg->loss_kind);
+  r->spec.temperature = (float)cfg->loss_temperature;
+  r->spec.alpha = (float)cfg->loss_alpha;
+  r->spec.beta = (float)cfg->loss_beta;
+  r->spec.t2_scale = cfg->loss_t2_scale;
+  const size_t N = (size_t)mb * T;
+  r->chunk = cfg->loss_chunk_tokens > 0
+                 ? (size_t)cfg->loss_chunk_tokens
+                 : loss_chunk_from_budget(loss_budget(r), cfg->student.vocab_size, r->distill);
+  if (r->chunk > N) r->chunk = N;
+
+  r->gemm_peak = measure_gemm_peak(&r->be);
+  const double gtokens = (double)cfg->par_global_batch * T;
+  r->step_flops = 3.0 * forward_flops(&cfg->student, gtokens, T);
+  if (r->distill) r->step_flops += forward_flops(&cfg->teacher, gtokens, T);
+}
+
+static void run_teardown(struct run *r) {
+  if (r->metrics) fclose(r->metrics);
+  free(r->inputs);
+  free(r->labels);
+  acts_free(&r->sacts, &r->be);
+  if (r->distill) {
+    acts_free(&r->tacts, &r->be);
+    model_free(&r->teacher, &r->be);
+  }
+  model_free(&r->student, &r->be);
+  data_close(&r->train);
+  if (r->have_valid) data_close(&r->valid);
+}
+
+/* Forward (and backward when `grad_scale` > 0) of one micro-batch in r->inputs;
+ * adds the loss sums into `sums`. */
+static void micro_batch(struct run *r, struct loss_sums *sums, float grad_scale, int distill) {
+  struct kd_backend *be = &r->be;
+  struct kd_model *s = &r->student;
+  const size_t N = (size_t)r->sacts.B * r->sacts.T;
+  const int backward = grad_scale > 0;
+  struct loss_spec spec = r->spec;
+  spec.distill = distill;
+  if (distill) model_forward(be, &r->teacher, &r->tacts, r->inputs);
+  model_forward(be, s, &r->sacts, r->inputs);
+  struct loss_sums mbs = {0, 0};
+  if (backward) be->zero(r->sacts.dhn, N * (size_t)s->card.hidden_size);
+  loss_chunked(be, &spec, &mbs, backward ? r->sacts.dhn : NULL, backward ? s->pg.head : NULL,
+               r->sacts.hn, s->pw.head, distill ? r->tacts.hn : NULL,
+               distill ? r->teacher.pw.head : NULL, r->labels, N, s->card.hidden_size,
+               distill ? r->teacher.card.hidden_size : 0, s->card.vocab_size, 0, r->chunk,
+               grad_scale, MPI_COMM_SELF);
+  if (backward) model_backward(be, s, &r->sacts);
+  sums->kd += mbs.kd;
+  sums->ce += mbs.ce;
+}
+
+/* Hard-label cross entropy of the student on the validation set (collective). */
+static double validate(struct run *r) {
+  const struct kd_config *cfg = r->cfg;
+  struct loss_sums sums = {0, 0};
+  const int mb = cfg->par_micro_batch, nb = cfg->data_valid_batches;
+  for (int b = r->rank; b < nb; b += r->nranks) {
+    data_batch_sequential(&r->valid, (int64_t)b * mb, mb, r->inputs, r->labels);
+    micro_batch(r, &sums, 0.0f, 0);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &sums.ce, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return sums.ce / ((double)nb * mb * cfg->data_seq_len);
+}
+
+/* One metrics row (rank 0); NAN fields are written empty. */
+static void metrics_row(struct run *r, int64_t step, const double *v, int nv) {
+  if (!r->metrics) return;
+  fprintf(r->metrics, "%lld", (long long)step);
+  for (int i = 0; i < nv; i++) {
+    if (isnan(v[i])) fputs(",", r->metrics);
+    else fprintf(r->metrics, ",%.9g", v[i]);
+  }
+  fputc('\n', r->metrics);
+  fflush(r->metrics);
+}
+
+static size_t mem_peak_all(struct run *r) {
+  unsigned long long p = r->be.arena.peak_total, m = 0;
+  MPI_Allreduce(&p, &m, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  return (size_t)m;
+}
+
+static void open_metrics(struct run *r) {
+  const struct kd_config *cfg = r->cfg;
+  if (r->rank != 0) return;
+  char path[KD_PATH_MAX + 32];
+  if (cfg->log_metrics[0]) snprintf(path, sizeof path, "%s", cfg->log_metrics);
+  else snprintf(path, sizeof path, "%s/metrics.csv", cfg->run_out_dir);
+  r->metrics = fopen(path, "w");
+  if (!r->metrics) kd_fail(KD_EXIT_IO, "cannot write metrics file %s: %s", path, strerror(errno));
+  fputs("step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,"
+        "val_loss\n",
+        r->metrics);
+}
+
+static void log_validation(struct run *r, int64_t step) {
+  if (!r->have_valid) return;
+  double vl = validate(r);
+  kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
+  double v[11];
+  for (int i = 0; i < 11; i++) v[i] = NAN;
+  v[10] = vl;
+  metrics_row(r, step, v, 11);
+}
+
+/* Apply AdamW to every parameter (weight decay only where the table says so). */
+static void optimizer_step(struct run *r, double lr, float grad_mult, int64_t t) {
+  const struct kd_config *cfg = r->cfg;
+  struct kd_model *s = &r->student;
+  const float b1 = (float)cfg->optim_beta1, b2 = (float)cfg->optim_beta2;
+  const float bc1 = (float)(1.0 - pow(cfg->optim_beta1, (double)t));
+  const float bc2 = (float)(1.0 - pow(cfg->optim_beta2, (double)t));
+  for (int k = 0; k < s->nparams; k++) {
+    const struct kd_param *p = &s->params[k];
+    const float wd = p->decay ? (float)cfg->optim_weight_decay : 0.0f;
+    r->be.adamw(s->master + p->offset, s->m + p->offset, s->v + p->offset, s->grad + p->offset,
+                p->numel, (float)lr, b1, b2, (float)cfg->optim_eps, wd, bc1, bc2, grad_mult);
+  }
+  model_sync_working(s, &r->be);
+}
+
+static void format_eta(char *buf, size_t n, double sec) {
+  if (sec < 0 || !isfinite(sec)) sec = 0;
+  long s = (long)(sec + 0.5);
+  if (s >= 3600) snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+}
+
+static int train_loop(struct run *r) {
+  const struct kd_config *cfg = r->cfg;
+  struct kd_backend *be = &r->be;
+  struct kd_model *s = &r->student;
+  const int T = cfg->data_seq_len, mb = cfg->par_micro_batch, gb = cfg->par_global_batch;
+  const int share = gb / r->nranks, nmicro = share / mb;
+  const double gtokens = (double)gb * T;
+  struct kd_scaler scaler;
+  scaler_init(&scaler, cfg->prec_loss_scale);
+  int64_t consumed = 0, updates = 0;
+  const int64_t first = 1;
+  const double t_start = kd_now();
+  int status = KD_EXIT_OK;
+
+  for (int64_t step = first; step <= cfg->run_steps; step++) {
+    const double t0 = kd_now();
+    const double lr = optim_lr(cfg, step);
+    const float scale = (float)scaler.scale;
+    be->zero(s->grad, s->numel);
+    struct loss_sums sums = {0, 0};
+    for (int m = 0; m < nmicro; m++) {
+      const int64_t g0 = consumed + (int64_t)r->rank * share + (int64_t)m * mb;
+      data_batch(&r->train, g0, mb, r->inputs, r->labels);
+      micro_batch(r, &sums, scale / (float)gtokens, r->distill);
+    }
+    /* data-parallel sum of gradients and loss sums */
+    if (r->nranks > 1) {
+      MPI_Allreduce(MPI_IN_PLACE, s->grad, (int)s->numel, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    }
+    const double loss_kd = sums.kd / gtokens, loss_ce = sums.ce / gtokens;
+    const double loss = r->distill ? cfg->loss_alpha * loss_kd + (1 - cfg->loss_alpha) * loss_ce
+                                   : loss_ce;
+    const double gnorm = sqrt(be->sumsq(s->grad, s->numel)) / scale;
+    const int finite = isfinite(gnorm) && isfinite(loss);
+    if (scaler_update(&scaler, finite)) {
+      const double clip = optim_clip_coef(gnorm, cfg->optim_clip);
+      optimizer_step(r, lr, (float)(clip / scale), ++updates);
+    }
+    consumed += gb;
+    const double dt = kd_now() - t0;
+    const double tok_s = gtokens / dt;
+    const double mfu = r->step_flops / dt / (r->gemm_peak * r->nranks);
+    const int last = step == cfg->run_steps;
+    if (step % cfg->log_every == 0 || last || step == first) {
+      const size_t peak = mem_peak_all(r);
+      char eta[32];
+      format_eta(eta, sizeof eta, (kd_now() - t_start) / (double)(step - first + 1) *
+                                      (double)(cfg->run_steps - step));
+      kd_info("step %lld/%lld | loss %.4f (kd %.4f ce %.4f) | lr %.3e | gnorm %.3f%s | "
+              "%.0f tok/s | mfu %.1f%% | peak %.1f MiB | eta %s\n",
+              (long long)step, (long long)cfg->run_steps, loss, loss_kd, loss_ce, lr, gnorm,
+              finite ? "" : " (skipped)", tok_s, 100 * mfu, (double)peak / 1048576.0, eta);
+      double v[11] = {loss, loss_kd, loss_ce, lr, gnorm, (double)scaler.skipped,
+                      (double)consumed * T, tok_s, mfu, (double)peak, NAN};
+      metrics_row(r, step, v, 11);
+    }
+    if (scaler.skipped > cfg->prec_max_skipped) {
+      kd_info("kdtrain: %lld non-finite steps skipped, more than precision%%max_skipped = %d: "
+              "training diverged\n",
+              (long long)scaler.skipped, cfg->prec_max_skipped);
+      status = KD_EXIT_DIVERGED;
+      break;
+    }
+    if (cfg->data_valid_every > 0 && step % cfg->data_valid_every == 0 && !last)
+      log_validation(r, step);
+  }
+  if (status == KD_EXIT_OK) log_validation(r, cfg->run_steps);
+  return status;
+}
+
+static int save_final(struct run *r) {
+  char path[KD_PATH_MAX + 32], err[1024];
+  snprintf(path, sizeof path, "%s/final.h5", r->cfg->run_out_dir);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  config_print(f, r->cfg);
+  fclose(f);
+  int st = weights_save(path, &r->student, r->student.master, text, r->rank == 0,
+                        MPI_COMM_WORLD, err, sizeof err);
+  free(text);
+  if (st) kd_fail(st, "%s", err);
+  kd_info("kdtrain: wrote %s\n", path);
+  return st;
+}
+
+int train_run(const struct kd_config *cfg) {
+  struct run r;
+  if (kd_rank() == 0 && mkdir_p(cfg->run_out_dir) != 0)
+    kd_fail(KD_EXIT_IO, "cannot create run%%out_dir '%s': %s", cfg->run_out_dir, strerror(errno));
+  MPI_Barrier(MPI_COMM_WORLD);
+  run_setup(&r, cfg);
+  const int T = cfg->data_seq_len;
+  kd_info("kdtrain: mode %s | %d rank(s), data parallel | student %s (%.2fM params)%s%s%s | "
+          "seq_len %d, global batch %d x %d tokens, micro-batch %d | loss chunk %zu tokens | "
+          "%s | GEMM peak %.1f GFLOP/s/rank\n",
+          cfg->run_mode, r.nranks, cfg->student_card,
+          (double)model_count_params(&cfg->student) / 1e6, r.distill ? " | teacher " : "",
+          r.distill ? cfg->teacher_card : "", r.distill ? "" : "", T, cfg->par_global_batch, T,
+          cfg->par_micro_batch, r.chunk, cfg->prec_compute, r.gemm_peak / 1e9);
+  int status = KD_EXIT_OK;
+  if (strcmp(cfg->run_mode, "eval") == 0) {
+    open_metrics(&r);
+    log_validation(&r, 0);
+  } else {
+    open_metrics(&r);
+    status = train_loop(&r);
+    if (status == KD_EXIT_OK) save_final(&r);
+  }
+  run_teardown(&r);
+  return status;
+}
+
+/* Activation bytes of acts_build for one model (mirrors layers.c allocation). */
+static size_t plan_acts(const struct kd_card *c, int B, int T, int frozen) {
+  const size_t N = (size_t)B * T, C = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+  const size_t hd = C / (size_t)c->num_attention_heads;
+  const size_t Q = hd * (size_t)c->num_attention_heads, KV = hd * (size_t)c->num_key_value_heads;
+  const size_t H = (size_t)c->num_attention_heads;
+  const size_t layer = N * (4 * C + 2 + (Q + 2 * KV) + Q + H + 3 * I);
+  const size_t sets = frozen ? 1 : (size_t)c->num_hidden_layers;
+  size_t f = sets * layer + N * (C * (frozen ? 3 : 2) + 1);
+  if (!frozen) f += N * (3 * C + (Q + 2 * KV) + Q + 3 * I);
+  return f * sizeof(float) + N * sizeof(int);
+}
+
+int train_dry_run(const struct kd_config *cfg) {
+  int nranks;
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  const int distill = strcmp(cfg->run_mode, "distill") == 0;
+  const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
+  const int T = cfg->data_seq_len, mb = cfg->par_micro_batch;
+  const size_t ps = (size_t)model_count_params(&cfg->student);
+  const size_t pt = distill ? (size_t)model_count_params(&cfg->teacher) : 0;
+  const size_t w = ps * 4 * (bf16 ? 2 : 1) + pt * 4, g = ps * 4, o = ps * 8;
+  size_t a = plan_acts(&cfg->student, mb, T, 0);
+  if (distill) a += plan_acts(&cfg->teacher, mb, T, 1);
+  const size_t N = (size_t)mb * T;
+  size_t chunk = cfg->loss_chunk_tokens > 0 ? (size_t)cfg->loss_chunk_tokens : N;
+  if (chunk > N) chunk = N;
+  const size_t l = chunk * (size_t)cfg->student.vocab_size * 4 * (distill ? 2 : 1);
+  kd_info("kdtrain --dry-run: %d rank(s), layout tp=1 pp=1 dp=%d, zero=%d\n", nranks, nranks,
+          cfg->par_zero);
+  kd_info("  student %s: %zu parameters%s%s\n", cfg->student_card, ps,
+          distill ? "; teacher " : "", distill ? cfg->teacher_card : "");
+  if (distill) kd_info("  teacher parameters: %zu\n", pt);
+  kd_info("  per-rank memory plan (bytes):\n");
+  const char *names[] = {"weights", "gradients", "optimizer", "activations", "loss chunk",
+                         "communication"};
+  size_t vals[] = {w, g, o, a, l, nranks > 1 ? g : 0};
+  size_t total = 0;
+  for (int i = 0; i < 6; i++) {
+    kd_info("    %-14s %14zu  (%.1f MiB)\n", names[i], vals[i], (double)vals[i] / 1048576.0);
+    total += vals[i];
+  }
+  kd_info("    %-14s %14zu  (%.1f MiB)\n", "total", total, (double)total / 1048576.0);
+  if (cfg->loss_chunk_tokens == 0)
+    kd_info("  (loss chunk shown at its largest, %zu tokens; the run sizes it from the budget)\n",
+            chunk);
+  return KD_EXIT_OK;
+}

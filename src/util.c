@@ -1,0 +1,89 @@
+/* util.c: error checkers, console helpers, RNG, timing. */
+#include "util.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+int kd_rank(void) {
+  int init = 0, fin = 0, r = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "[%d] %s:%d: ", kd_rank(), file, line);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  fflush(stderr);
+  int init = 0, fin = 0, size = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) {
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    MPI_Finalize();
+  }
+  exit(status);
+}
+
+void kd_info(const char *fmt, ...) {
+  if (kd_rank() != 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+}
+
+void kd_warn(const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "[%d] ", kd_rank());
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fflush(stderr);
+}
+
+void *kd_malloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) kd_fail(KD_EXIT_IO, "out of host memory allocating %zu bytes", bytes);
+  return p;
+}
+
+void *kd_calloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) kd_fail(KD_EXIT_IO, "out of host memory allocating %zu x %zu bytes", n, size);
+  return p;
+}
+
+double kd_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t kd_splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double kd_uniform(uint64_t *state) {
+  return (double)(kd_splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double kd_normal(uint64_t *state) {
+  double u1 = kd_uniform(state), u2 = kd_uniform(state);
+  if (u1 < 1e-300) u1 = 1e-300;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}

@@ -1,0 +1,58 @@
+/* util.h: exit codes, error checkers, rank-aware console output, small helpers. */
+#ifndef KD_UTIL_H
+#define KD_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit status contract (INTERFACE.md). */
+enum kd_exit {
+  KD_EXIT_OK = 0,
+  KD_EXIT_INPUT = 2,    /* bad configuration, command line, card, data or checkpoint */
+  KD_EXIT_IO = 3,       /* I/O failure */
+  KD_EXIT_DIVERGED = 4, /* non-finite steps beyond precision%max_skipped */
+  KD_EXIT_SIGNAL = 5    /* stopped by a signal after writing a checkpoint */
+};
+
+/* Rank of this process in MPI_COMM_WORLD (0 before MPI_Init). */
+int kd_rank(void);
+
+/* Print "[rank] file:line: message" to stderr and end every rank with `status`
+ * (MPI_Abort when MPI is running with more than one rank, exit otherwise). */
+void kd_fail_at(const char *file, int line, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
+#define kd_fail(status, ...) kd_fail_at(__FILE__, __LINE__, (status), __VA_ARGS__)
+
+/* Check a condition that only a bug or a broken system can violate. */
+#define KD_CHECK(cond, ...)                                                    \
+  do {                                                                         \
+    if (!(cond)) kd_fail_at(__FILE__, __LINE__, KD_EXIT_IO, __VA_ARGS__);      \
+  } while (0)
+
+/* printf on rank 0 only (console output of the run). */
+void kd_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* printf to stderr with a "[rank]" prefix, on any rank. */
+void kd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* malloc/calloc that fail loudly; host memory outside the arena (tables, strings). */
+void *kd_malloc(size_t bytes);
+void *kd_calloc(size_t n, size_t size);
+
+/* Wall clock in seconds. */
+double kd_now(void);
+
+/* Counter-based RNG: splitmix64 step and a uniform/normal generator on it. */
+uint64_t kd_splitmix64(uint64_t *state);
+double kd_uniform(uint64_t *state);       /* in [0, 1) */
+double kd_normal(uint64_t *state);        /* standard normal, Box-Muller */
+
+/* Round a float to the nearest bfloat16 (round-to-nearest-even), returned as float. */
+static inline float kd_round_bf16(float x) {
+  union { float f; uint32_t u; } v = {x};
+  if ((v.u & 0x7f800000u) == 0x7f800000u) return x; /* inf/nan unchanged */
+  uint32_t lsb = (v.u >> 16) & 1u;
+  v.u = (v.u + 0x7fffu + lsb) & 0xffff0000u;
+  return v.f;
+}
+
+#endif

@@ -1,0 +1,686 @@
+/* weights.c: the HDF5 weights file (doc/format.md). Every rank writes or reads its
+ * hyperslab of each tensor with collective MPI-IO transfers; every failure ends in a
+ * message naming the file, and every rank of the communicator returns the same status. */
+#include "weights.h"
+
+#include <hdf5.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+static size_t piece_bytes = (size_t)1 << 30;
+
+void weights_set_piece_bytes(size_t bytes) {
+  piece_bytes = bytes > 0 ? bytes : 1;
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (errlen > 0) vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* Every rank returns the worst status, with the message of the lowest rank that has it. */
+static int agree(int st, char *err, size_t errlen, MPI_Comm comm) {
+  int worst = 0, rank = 0, from = 0;
+  MPI_Allreduce(&st, &worst, 1, MPI_INT, MPI_MAX, comm);
+  if (worst == 0) return 0;
+  MPI_Comm_rank(comm, &rank);
+  int mine = st == worst ? rank : INT_MAX;
+  MPI_Allreduce(&mine, &from, 1, MPI_INT, MPI_MIN, comm);
+  if (errlen > 0 && errlen <= INT_MAX) {
+    err[errlen - 1] = '\0';
+    MPI_Bcast(err, (int)errlen, MPI_CHAR, from, comm);
+  }
+  return worst;
+}
+
+/* --- checksum ------------------------------------------------------------------------ */
+
+static inline uint64_t mix64(uint64_t i, uint32_t bits) {
+  uint64_t z = (i * 0x9E3779B97F4A7C15ull) ^ (uint64_t)bits;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t row0,
+                          int64_t col0, int64_t gcols) {
+  uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    uint64_t base = (uint64_t)((row0 + r) * gcols + col0), s = 0;
+    const float *xr = x + (size_t)r * (size_t)cols;
+    for (int64_t c = 0; c < cols; c++) {
+      uint32_t bits;
+      memcpy(&bits, &xr[c], sizeof bits);
+      s += mix64(base + (uint64_t)c, bits);
+    }
+    sum += s;
+  }
+  return sum;
+}
+
+/* --- the model card as /config attributes ---------------------------------------------- */
+
+enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL };
+struct card_key {
+  const char *name;
+  enum key_kind kind;
+  size_t off, size;
+  int compare; /* 1: a loaded file must match the model's card */
+  int required;
+};
+#define CARD_KEY(f, kind, cmp, req)                                                            \
+  { #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req }
+static const struct card_key card_keys[] = {
+    CARD_KEY(name, KEY_STR, 0, 0),
+    CARD_KEY(arch, KEY_STR, 0, 1),
+    CARD_KEY(vocab_size, KEY_INT, 1, 1),
+    CARD_KEY(hidden_size, KEY_INT, 1, 1),
+    CARD_KEY(intermediate_size, KEY_INT, 1, 1),
+    CARD_KEY(num_hidden_layers, KEY_INT, 1, 1),
+    CARD_KEY(num_attention_heads, KEY_INT, 1, 1),
+    CARD_KEY(num_key_value_heads, KEY_INT, 1, 1),
+    CARD_KEY(max_position_embeddings, KEY_INT, 0, 1),
+    CARD_KEY(rope_theta, KEY_REAL, 0, 1),
+    CARD_KEY(rms_norm_eps, KEY_REAL, 0, 1),
+    CARD_KEY(tie_word_embeddings, KEY_BOOL, 1, 1),
+    CARD_KEY(attention_bias, KEY_BOOL, 1, 1),
+};
+#define NCARD_KEYS (sizeof card_keys / sizeof card_keys[0])
+
+static herr_t attr_put(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v) {
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(loc, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t rc = a < 0 ? -1 : H5Awrite(a, mtype, v);
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(space);
+  return rc;
+}
+
+/* A fixed-length, NUL-terminated string attribute. */
+static herr_t attr_put_string(hid_t loc, const char *name, const char *value) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, strlen(value) + 1);
+  H5Tset_strpad(t, H5T_STR_NULLTERM);
+  herr_t rc = attr_put(loc, name, t, t, value);
+  H5Tclose(t);
+  return rc;
+}
+
+/* Read string attribute `name` (fixed or variable length): 0, 1 when absent, -1 not a string. */
+static int attr_get_string(hid_t loc, const char *name, char *out, size_t outlen) {
+  if (H5Aexists(loc, name) <= 0) return 1;
+  hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+  hid_t t = a < 0 ? -1 : H5Aget_type(a);
+  int rc = -1;
+  if (t >= 0 && H5Tget_class(t) == H5T_STRING) {
+    if (H5Tis_variable_str(t) > 0) {
+      char *s = NULL;
+      if (H5Aread(a, t, &s) >= 0 && s) {
+        snprintf(out, outlen, "%s", s);
+        rc = 0;
+      }
+      if (s) H5free_memory(s);
+    } else {
+      size_t n = H5Tget_size(t);
+      char *s = kd_calloc(n + 1, 1);
+      if (H5Aread(a, t, s) >= 0) {
+        snprintf(out, outlen, "%s", s);
+        rc = 0;
+      }
+      free(s);
+    }
+  }
+  if (t >= 0) H5Tclose(t);
+  if (a >= 0) H5Aclose(a);
+  return rc;
+}
+
+/* Read a numeric attribute converted to `mtype`: 0, 1 when absent, -1 unreadable. */
+static int attr_get(hid_t loc, const char *name, hid_t mtype, void *v) {
+  if (H5Aexists(loc, name) <= 0) return 1;
+  hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+  int rc = a >= 0 && H5Aread(a, mtype, v) >= 0 ? 0 : -1;
+  if (a >= 0) H5Aclose(a);
+  return rc;
+}
+
+/* Write the card keys, the card text and the namelist into group `cfg` (collective). */
+static int config_write(hid_t cfg, const struct kd_card *card, const char *namelist, int rank) {
+  herr_t rc = 0;
+  for (size_t k = 0; k < NCARD_KEYS; k++) {
+    const struct card_key *ck = &card_keys[k];
+    const char *field = (const char *)card + ck->off;
+    if (ck->kind == KEY_STR) {
+      rc |= attr_put_string(cfg, ck->name, field);
+    } else if (ck->kind == KEY_INT) {
+      int64_t v = *(const int *)field;
+      rc |= attr_put(cfg, ck->name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+    } else if (ck->kind == KEY_REAL) {
+      rc |= attr_put(cfg, ck->name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, field);
+    } else {
+      int8_t v = (int8_t)(*(const int *)field != 0);
+      rc |= attr_put(cfg, ck->name, H5T_STD_I8LE, H5T_NATIVE_INT8, &v);
+    }
+  }
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return -1;
+  card_print(f, card);
+  fclose(f);
+  rc |= attr_put_string(cfg, "card", text);
+  free(text);
+  if (namelist) { /* a dataset: the text may outgrow an attribute's 64 KiB */
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(namelist) + 1);
+    H5Tset_strpad(t, H5T_STR_NULLTERM);
+    hid_t fs = H5Screate(H5S_SCALAR), ms = H5Screate(H5S_SCALAR);
+    hid_t d = H5Dcreate2(cfg, "namelist", t, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (rank != 0) {
+      H5Sselect_none(fs);
+      H5Sselect_none(ms);
+    }
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    rc |= d < 0 ? -1 : H5Dwrite(d, t, ms, fs, dxpl, namelist);
+    H5Pclose(dxpl);
+    if (d >= 0) H5Dclose(d);
+    H5Sclose(fs);
+    H5Sclose(ms);
+    H5Tclose(t);
+  }
+  return rc < 0 ? -1 : 0;
+}
+
+/* Read the card keys of group `cfg` into `card`: 0 or KD_EXIT_INPUT. */
+static int config_read(hid_t cfg, const char *path, struct kd_card *card, char *err,
+                       size_t errlen) {
+  for (size_t k = 0; k < NCARD_KEYS; k++) {
+    const struct card_key *ck = &card_keys[k];
+    char *field = (char *)card + ck->off;
+    int rc;
+    if (ck->kind == KEY_STR) {
+      rc = attr_get_string(cfg, ck->name, field, ck->size);
+    } else if (ck->kind == KEY_REAL) {
+      rc = attr_get(cfg, ck->name, H5T_NATIVE_DOUBLE, field);
+    } else {
+      int64_t v = 0;
+      rc = attr_get(cfg, ck->name, H5T_NATIVE_INT64, &v);
+      if (rc == 0 && (v < INT_MIN || v > INT_MAX)) rc = -1;
+      if (rc == 0) *(int *)field = ck->kind == KEY_BOOL ? v != 0 : (int)v;
+    }
+    if (rc == 1 && !ck->required) continue;
+    if (rc != 0) {
+      seterr(err, errlen, "%s: /config attribute '%s' is %s", path, ck->name,
+             rc == 1 ? "missing" : "unreadable or out of range");
+      return KD_EXIT_INPUT;
+    }
+  }
+  return 0;
+}
+
+/* Refuse a file whose card differs from the model's in any key that shapes the model. */
+static int config_compare(const struct kd_card *file, const struct kd_card *model,
+                          const char *path, char *err, size_t errlen) {
+  for (size_t k = 0; k < NCARD_KEYS; k++) {
+    const struct card_key *ck = &card_keys[k];
+    if (!ck->compare) continue;
+    int a = *(const int *)((const char *)file + ck->off);
+    int b = *(const int *)((const char *)model + ck->off);
+    if (a != b) {
+      seterr(err, errlen,
+             "%s was written for a different model: %s = %d in the file but %d in the model "
+             "card %s; use the card the file was written with",
+             path, ck->name, a, b, model->path[0] ? model->path : model->name);
+      return KD_EXIT_INPUT;
+    }
+  }
+  return 0;
+}
+
+/* --- opening and checking a file ---------------------------------------------------------- */
+
+/* Serial pre-check: the file exists and is HDF5. */
+static int file_precheck(const char *path, char *err, size_t errlen) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    seterr(err, errlen, "%s: no such weights file", path);
+    return KD_EXIT_INPUT;
+  }
+#if H5_VERSION_GE(1, 12, 0)
+  htri_t is = H5Fis_accessible(path, H5P_DEFAULT);
+#else
+  htri_t is = H5Fis_hdf5(path);
+#endif
+  if (is <= 0) {
+    seterr(err, errlen, "%s is not an HDF5 file (expected a kdtrain weights file)", path);
+    return KD_EXIT_INPUT;
+  }
+  return 0;
+}
+
+/* Open `path` read-only with `fapl` and check the format attribute and version. */
+static int file_open(const char *path, hid_t fapl, hid_t *file, char *err, size_t errlen) {
+  *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  if (*file < 0) {
+    seterr(err, errlen,
+           "%s cannot be opened as HDF5: the file is damaged or truncated (an interrupted "
+           "write?)",
+           path);
+    return KD_EXIT_INPUT;
+  }
+  char fmt[64] = "", ver[64] = "";
+  if (attr_get_string(*file, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, WEIGHTS_FORMAT)) {
+    seterr(err, errlen, "%s is not a kdtrain weights file (no format attribute '%s')", path,
+           WEIGHTS_FORMAT);
+    return KD_EXIT_INPUT;
+  }
+  int major = -1, minor = -1;
+  if (attr_get_string(*file, "format_version", ver, sizeof ver) != 0 ||
+      sscanf(ver, "%d.%d", &major, &minor) != 2 || major < 0 || minor < 0) {
+    seterr(err, errlen, "%s: missing or malformed format_version attribute '%s'", path, ver);
+    return KD_EXIT_INPUT;
+  }
+  if (major > WEIGHTS_VERSION_MAJOR) {
+    seterr(err, errlen,
+           "%s has format_version %s but this kdtrain reads format %d.x (writes %d.%d): use a "
+           "newer kdtrain",
+           path, ver, WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MINOR);
+    return KD_EXIT_INPUT;
+  }
+  return 0;
+}
+
+/* --- slices -------------------------------------------------------------------------------- */
+
+/* This rank's part of a tensor as a (rows, cols) block at (row0, col0) of the global
+ * (R, gcols) matrix; a 1-D tensor is a column (n, 1). */
+struct block {
+  int64_t rows, cols, row0, col0, gcols;
+};
+
+static struct block param_block(const struct kd_param *p) {
+  int64_t R = p->shape[0], C = p->ndim == 2 ? p->shape[1] : 1;
+  struct block b = {R, C, 0, 0, C};
+  if (p->split_dim == 0) {
+    b.rows = p->split_len;
+    b.row0 = p->split_off;
+  } else if (p->split_dim == 1) {
+    b.cols = p->split_len;
+    b.col0 = p->split_off;
+  }
+  return b;
+}
+
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+  return h;
+}
+
+static int cmp_i64pair(const void *a, const void *b) {
+  const int64_t *x = a, *y = b;
+  return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Decide own[p]: whether this rank's slice of entry p is the one that gets written and
+ * counted in the checksum (the lowest rank holding each distinct slice of a split tensor;
+ * the one rank with rep_owner = 1 for a replicated tensor). Checks that every rank has
+ * the same table and that the distinct slices tile each split dimension exactly. */
+static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_Comm comm,
+                       char *err, size_t errlen) {
+  enum { NF = 7 };
+  int rank, size, np = mdl->nparams, npmin, npmax;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  MPI_Allreduce(&np, &npmin, 1, MPI_INT, MPI_MIN, comm);
+  MPI_Allreduce(&np, &npmax, 1, MPI_INT, MPI_MAX, comm);
+  if (npmin != npmax) {
+    seterr(err, errlen, "weights: ranks disagree on the parameter count (%d vs %d)", npmin,
+           npmax);
+    return KD_EXIT_IO;
+  }
+  int64_t *mine = kd_calloc((size_t)np * NF + 1, sizeof *mine);
+  int64_t *all = kd_calloc((size_t)np * NF * (size_t)size + 1, sizeof *all);
+  int64_t *iv = kd_calloc(2 * (size_t)size, sizeof *iv);
+  for (int p = 0; p < np; p++) {
+    const struct kd_param *q = &mdl->params[p];
+    int64_t f[NF] = {(int64_t)(name_hash(q->name) >> 1), q->split_dim, q->shape[0],
+                     q->ndim == 2 ? q->shape[1] : -1, q->split_off, q->split_len, rep_owner};
+    memcpy(&mine[(size_t)p * NF], f, sizeof f);
+  }
+  MPI_Allgather(mine, np * NF, MPI_INT64_T, all, np * NF, MPI_INT64_T, comm);
+  int st = 0;
+  for (int p = 0; p < np && !st; p++) {
+    const struct kd_param *q = &mdl->params[p];
+    int nown = 0;
+    own[p] = 0;
+    for (int r = 0; r < size && !st; r++) {
+      const int64_t *f = &all[((size_t)r * np + p) * NF];
+      if (memcmp(f, &all[(size_t)p * NF], 4 * sizeof *f) != 0) {
+        seterr(err, errlen, "weights: rank %d's parameter table differs from rank 0's at %s", r,
+               q->name);
+        st = KD_EXIT_IO;
+      }
+      int first = 1; /* no lower rank holds the same slice */
+      for (int s = 0; s < r && q->split_dim >= 0; s++) {
+        const int64_t *g = &all[((size_t)s * np + p) * NF];
+        if (g[4] == f[4] && g[5] == f[5]) first = 0;
+      }
+      int owner = q->split_dim < 0 ? f[6] != 0 : first;
+      if (owner) {
+        iv[2 * nown] = q->split_dim < 0 ? 0 : f[4];
+        iv[2 * nown + 1] = q->split_dim < 0 ? q->shape[0] : f[5];
+        nown++;
+      }
+      if (r == rank) own[p] = owner;
+    }
+    if (st) break;
+    int64_t extent = q->split_dim <= 0 ? q->shape[0] : q->shape[1], at = 0;
+    qsort(iv, (size_t)nown, 2 * sizeof *iv, cmp_i64pair);
+    for (int k = 0; k < nown && at >= 0; k++) at = iv[2 * k] == at ? at + iv[2 * k + 1] : -1;
+    if (at != extent || (q->split_dim < 0 && nown != 1)) {
+      seterr(err, errlen,
+             "weights: the ranks' slices of %s do not cover it exactly once (%d owner(s); one "
+             "rank must pass write_replicated = 1)",
+             q->name, nown);
+      st = KD_EXIT_IO;
+    }
+  }
+  free(mine);
+  free(all);
+  free(iv);
+  return st;
+}
+
+/* Write (or read) this rank's block of `dset` from (into) x, in collective transfers of at
+ * most piece_bytes; a rank with active = 0 takes part with empty selections. */
+static int transfer(hid_t dset, const struct block *b, float *x, int active,
+                    int writing, MPI_Comm comm) {
+  int64_t rows = active ? b->rows : 0, cols = b->cols > 0 ? b->cols : 1;
+  int64_t per = (int64_t)(piece_bytes / ((size_t)cols * sizeof(float)));
+  if (per < 1) per = 1;
+  int64_t mine = (rows + per - 1) / per, npieces = 0;
+  MPI_Allreduce(&mine, &npieces, 1, MPI_INT64_T, MPI_MAX, comm);
+  hsize_t nmem = (hsize_t)(rows * b->cols > 0 ? rows * b->cols : 1);
+  hid_t fs = H5Dget_space(dset), ms = H5Screate_simple(1, &nmem, NULL);
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  int ok = fs >= 0 && ms >= 0;
+  float dummy = 0.0f;
+  for (int64_t k = 0; k < npieces; k++) {
+    int64_t lo = k * per, hi = lo + per < rows ? lo + per : rows;
+    if (lo < hi && b->cols > 0) {
+      hsize_t start[2] = {(hsize_t)(b->row0 + lo), (hsize_t)b->col0};
+      hsize_t count[2] = {(hsize_t)(hi - lo), (hsize_t)b->cols};
+      hsize_t mstart = (hsize_t)(lo * b->cols), mcount = (hsize_t)((hi - lo) * b->cols);
+      ok &= H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0;
+      ok &= H5Sselect_hyperslab(ms, H5S_SELECT_SET, &mstart, NULL, &mcount, NULL) >= 0;
+    } else {
+      H5Sselect_none(fs);
+      H5Sselect_none(ms);
+    }
+    float *p = x ? x : &dummy;
+    herr_t rc = writing ? H5Dwrite(dset, H5T_NATIVE_FLOAT, ms, fs, dxpl, p)
+                        : H5Dread(dset, H5T_NATIVE_FLOAT, ms, fs, dxpl, p);
+    ok &= rc >= 0;
+  }
+  H5Pclose(dxpl);
+  if (ms >= 0) H5Sclose(ms);
+  if (fs >= 0) H5Sclose(fs);
+  return ok ? 0 : -1;
+}
+
+static void dims_text(char *out, size_t n, int ndim, const int64_t *d) {
+  if (ndim == 1) snprintf(out, n, "(%" PRId64 ")", d[0]);
+  else snprintf(out, n, "(%" PRId64 ", %" PRId64 ")", d[0], d[1]);
+}
+
+/* --- save ---------------------------------------------------------------------------------- */
+
+/* Create /params/<name>, its checksum attribute, and write the owners' slices. */
+static int save_param(hid_t group, const struct kd_param *p, const float *buf, int own,
+                      const char *path, MPI_Comm comm, char *err, size_t errlen) {
+  struct block b = param_block(p);
+  const float *x = buf + p->offset;
+  if ((size_t)(b.rows * b.cols) != p->numel) {
+    seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64,
+           p->name, p->numel, b.rows, b.cols);
+    return KD_EXIT_IO;
+  }
+  uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
+  MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
+  hsize_t dims[2] = {(hsize_t)p->shape[0], (hsize_t)(p->ndim == 2 ? p->shape[1] : 1)};
+  hid_t space = H5Screate_simple(p->ndim, dims, NULL);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+  hid_t d = H5Dcreate2(group, p->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  int ok = d >= 0 &&
+           attr_put(d, "checksum_idxmix64", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum) >= 0 &&
+           transfer(d, &b, (float *)x, own, 1, comm) == 0;
+  if (d >= 0 && H5Dclose(d) < 0) ok = 0;
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  if (!ok) {
+    seterr(err, errlen, "%s: writing /params/%s failed (disk full or no permission?)", path,
+           p->name);
+    return KD_EXIT_IO;
+  }
+  return 0;
+}
+
+int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
+                 const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
+                 size_t errlen) {
+  H5E_auto2_t efunc;
+  void *edata;
+  H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  if (errlen > 0) err[0] = '\0';
+  int *own = kd_calloc((size_t)mdl->nparams + 1, sizeof *own);
+  hid_t file = -1, cfg = -1, group = -1;
+  char *namelist = NULL;
+  int st = agree(plan_owners(mdl, write_replicated != 0, own, comm, err, errlen), err, errlen,
+                 comm);
+  if (st) goto out;
+
+  /* rank 0's namelist text, so that every rank writes the same metadata */
+  long nlen = rank == 0 && namelist_text ? (long)strlen(namelist_text) : -1;
+  MPI_Bcast(&nlen, 1, MPI_LONG, 0, comm);
+  if (nlen >= 0) {
+    namelist = kd_calloc((size_t)nlen + 1, 1);
+    if (rank == 0) memcpy(namelist, namelist_text, (size_t)nlen);
+    MPI_Bcast(namelist, (int)nlen + 1, MPI_CHAR, 0, comm);
+  }
+
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  H5Pset_alignment(fapl, 64 * 1024, 1024 * 1024);
+  file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (file < 0)
+    seterr(err, errlen, "%s: cannot create the weights file (does the directory exist and is "
+                        "it writable?)",
+           path);
+  if ((st = agree(file < 0 ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
+
+  char ver[32];
+  snprintf(ver, sizeof ver, "%d.%d", WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MINOR);
+  int ok = attr_put_string(file, "format", WEIGHTS_FORMAT) >= 0 &&
+           attr_put_string(file, "format_version", ver) >= 0;
+  cfg = H5Gcreate2(file, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, rank) == 0;
+  group = H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ok = ok && group >= 0;
+  if (!ok) seterr(err, errlen, "%s: writing the file's attributes and /config failed", path);
+  if ((st = agree(ok ? 0 : KD_EXIT_IO, err, errlen, comm))) goto out;
+
+  for (int p = 0; p < mdl->nparams && !st; p++)
+    st = agree(save_param(group, &mdl->params[p], buf, own[p], path, comm, err, errlen), err,
+               errlen, comm);
+
+out:
+  if (group >= 0) H5Gclose(group);
+  if (cfg >= 0) H5Gclose(cfg);
+  if (file >= 0) {
+    int bad = H5Fclose(file) < 0;
+    if (bad && !st) seterr(err, errlen, "%s: closing the weights file failed (disk full?)", path);
+    if (!st) st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm);
+  }
+  free(namelist);
+  free(own);
+  H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+  return st;
+}
+
+/* --- load ---------------------------------------------------------------------------------- */
+
+/* Check /params/<name>'s type and shape, read this rank's block, verify the checksum. */
+static int load_param(hid_t group, const struct kd_param *p, float *buf, int own,
+                      const char *path, MPI_Comm comm, char *err, size_t errlen) {
+  struct block b = param_block(p);
+  int64_t want[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
+  char wtxt[64], ftxt[64];
+  dims_text(wtxt, sizeof wtxt, p->ndim, want);
+  int st = 0;
+  hid_t d = -1;
+  if (H5Lexists(group, p->name, H5P_DEFAULT) <= 0 ||
+      (d = H5Dopen2(group, p->name, H5P_DEFAULT)) < 0) {
+    seterr(err, errlen,
+           "%s has no dataset /params/%s (expected shape %s): the file holds a different "
+           "model; check the model card",
+           path, p->name, wtxt);
+    st = KD_EXIT_INPUT;
+  }
+  if (!st) {
+    hid_t t = H5Dget_type(d), s = H5Dget_space(d);
+    hsize_t dims[2] = {0, 0};
+    int nd = H5Sget_simple_extent_ndims(s);
+    if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(s, dims, NULL);
+    int64_t got[2] = {(int64_t)dims[0], (int64_t)dims[1]};
+    dims_text(ftxt, sizeof ftxt, nd == 2 ? 2 : 1, got);
+    if (H5Tget_class(t) != H5T_FLOAT) {
+      seterr(err, errlen, "%s: /params/%s is not a floating-point dataset", path, p->name);
+      st = KD_EXIT_INPUT;
+    } else if (nd != p->ndim || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
+      seterr(err, errlen,
+             "%s: /params/%s has shape %s in the file but the model expects %s: the file was "
+             "written for a different model card",
+             path, p->name, ftxt, wtxt);
+      st = KD_EXIT_INPUT;
+    }
+    H5Tclose(t);
+    H5Sclose(s);
+  }
+  if ((st = agree(st, err, errlen, comm))) goto out;
+
+  float *x = buf + p->offset;
+  int bad = transfer(d, &b, x, 1, 0, comm) != 0;
+  if (bad) seterr(err, errlen, "%s: reading /params/%s failed", path, p->name);
+  if ((st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
+
+  uint64_t stored = 0;
+  if (attr_get(d, "checksum_idxmix64", H5T_NATIVE_UINT64, &stored) == 0) {
+    uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
+    MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
+    if (sum != stored) {
+      seterr(err, errlen,
+             "%s: /params/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
+             "): the file is corrupted",
+             path, p->name, stored, sum);
+      st = KD_EXIT_INPUT;
+    }
+  }
+out:
+  if (d >= 0) H5Dclose(d);
+  return st;
+}
+
+int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm,
+                 char *err, size_t errlen) {
+  H5E_auto2_t efunc;
+  void *edata;
+  H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  if (errlen > 0) err[0] = '\0';
+  int *own = kd_calloc((size_t)mdl->nparams + 1, sizeof *own);
+  hid_t file = -1, cfg = -1, group = -1;
+  int st = agree(rank == 0 ? file_precheck(path, err, errlen) : 0, err, errlen, comm);
+  if (st) goto out;
+
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  st = file_open(path, fapl, &file, err, errlen);
+  H5Pclose(fapl);
+  if (!st) {
+    struct kd_card fc;
+    memset(&fc, 0, sizeof fc);
+    cfg = H5Gopen2(file, "config", H5P_DEFAULT);
+    if (cfg < 0) {
+      seterr(err, errlen, "%s has no /config group (not a complete kdtrain weights file)", path);
+      st = KD_EXIT_INPUT;
+    }
+    if (!st) st = config_read(cfg, path, &fc, err, errlen);
+    if (!st) st = config_compare(&fc, &mdl->card, path, err, errlen);
+    if (!st && (group = H5Gopen2(file, "params", H5P_DEFAULT)) < 0) {
+      seterr(err, errlen, "%s has no /params group (not a complete kdtrain weights file)", path);
+      st = KD_EXIT_INPUT;
+    }
+  }
+  if ((st = agree(st, err, errlen, comm))) goto out;
+  if ((st = agree(plan_owners(mdl, rank == 0, own, comm, err, errlen), err, errlen, comm)))
+    goto out;
+  for (int p = 0; p < mdl->nparams && !st; p++)
+    st = load_param(group, &mdl->params[p], buf, own[p], path, comm, err, errlen);
+
+out:
+  if (group >= 0) H5Gclose(group);
+  if (cfg >= 0) H5Gclose(cfg);
+  if (file >= 0) H5Fclose(file);
+  free(own);
+  H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+  return st;
+}
+
+int weights_read_card(const char *path, struct kd_card *card, char *err, size_t errlen) {
+  H5E_auto2_t efunc;
+  void *edata;
+  H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  if (errlen > 0) err[0] = '\0';
+  hid_t file = -1, cfg = -1;
+  memset(card, 0, sizeof *card);
+  int st = file_precheck(path, err, errlen);
+  if (!st) st = file_open(path, H5P_DEFAULT, &file, err, errlen);
+  if (!st && (cfg = H5Gopen2(file, "config", H5P_DEFAULT)) < 0) {
+    seterr(err, errlen, "%s has no /config group (not a complete kdtrain weights file)", path);
+    st = KD_EXIT_INPUT;
+  }
+  if (!st) st = config_read(cfg, path, card, err, errlen);
+  if (!st) {
+    snprintf(card->path, sizeof card->path, "%s", path);
+    if (!card->name[0]) snprintf(card->name, sizeof card->name, "%s", path);
+  }
+  if (cfg >= 0) H5Gclose(cfg);
+  if (file >= 0) H5Fclose(file);
+  H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+  return st;
+}

@@ -1,0 +1,53 @@
+/* weights.h: the HDF5 weights file (doc/format.md): every tensor of the parameter
+ * table at its global shape under /params/<Hugging Face name>, the model card in
+ * /config, written and read collectively by hyperslab so that any tensor-parallel
+ * layout shares one file. */
+#ifndef KD_WEIGHTS_H
+#define KD_WEIGHTS_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "model.h"
+
+#define WEIGHTS_FORMAT "kdtrain"
+#define WEIGHTS_VERSION_MAJOR 1
+#define WEIGHTS_VERSION_MINOR 0
+
+/* Write `buf` (parameter-sized, indexed by each entry's offset: mdl->master or mdl->w)
+ * to a new file `path`. Collective over `comm`; every rank has the same table apart
+ * from split_off/split_len. Ranks holding identical slices of a split tensor write it
+ * once (the lowest rank); replicated tensors are written by the one rank passing
+ * write_replicated = 1. `namelist_text` (rank 0's value; may be NULL) is stored as
+ * /config/namelist. Returns 0 or KD_EXIT_IO with a message in `err`; every rank
+ * returns the same status and message. */
+int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
+                 const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
+                 size_t errlen);
+
+/* Read this rank's slice of every table entry from `path` into `buf`, after checking
+ * the format, its version, the model card and every shape, and verifying every
+ * tensor's checksum. Collective over `comm`. Returns 0, KD_EXIT_INPUT (missing,
+ * foreign, damaged or mismatching file) or KD_EXIT_IO, the same on every rank, with
+ * the message in `err`. */
+int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm,
+                 char *err, size_t errlen);
+
+/* Read the model card stored in a weights file (/config attributes) into `card`
+ * (card->path is set to `path`). Not collective. 0 or KD_EXIT_INPUT. */
+int weights_read_card(const char *path, struct kd_card *card, char *err, size_t errlen);
+
+/* The per-tensor checksum of doc/format.md over a part of a tensor: the sum, mod 2^64,
+ * of mix(i, bits(x)) over the elements; element (r, c) of the (rows, cols) block `x`
+ * has global row-major index (row0 + r) * gcols + col0 + c. Partial sums of disjoint
+ * blocks add up to the checksum of the whole tensor. */
+uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t row0,
+                          int64_t col0, int64_t gcols);
+
+/* Largest transfer per H5Dread/H5Dwrite call in bytes (default 1 GiB, below MPI-IO's
+ * 2 GiB limit); tests lower it to exercise the split transfers. */
+void weights_set_piece_bytes(size_t bytes);
+
+#endif

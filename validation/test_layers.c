@@ -1,0 +1,485 @@
+/* test_layers.c: the CPU backend's ops against independent double-precision
+ * references written here. Forward: relative L2 error < FWD_TOL. Backward:
+ * central finite differences of L = sum(R * out) (R random) taken on the
+ * double reference, relative L2 error < BWD_TOL. Plus gemm, attention tiling,
+ * rope inversion, vocabulary ranges, BF16 rounding, AdamW, arena accounting
+ * and the accumulate (+=) contract of backward ops. */
+#include <check.h>
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "util.h"
+
+#define FWD_TOL 1e-5
+#define BWD_TOL 1e-4
+#define FD_MAX 160 /* finite-difference at most this many coordinates per tensor */
+
+static struct kd_backend be;
+static uint64_t seed = 12345;
+
+static float *frand(size_t n) {
+  float *x = kd_malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) x[i] = (float)kd_normal(&seed);
+  return x;
+}
+
+static double *to_double(const float *x, size_t n) {
+  double *d = kd_malloc(n * sizeof(double));
+  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+/* Relative L2 distance ||a - ref|| / ||ref||. */
+static double relerr(const float *a, const double *ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return sqrt(num) / (sqrt(den) > 1e-30 ? sqrt(den) : 1e-30);
+}
+
+/* A double reference forward: out := f(in), ctx holds the shapes. */
+typedef void (*ref_fn)(double *out, const double *in, const void *ctx);
+
+/* Compare grad (nin floats, from the backend) against the central finite-difference
+ * gradient of sum(R * f(in)) at in, on at most FD_MAX coordinates of [lo, lo + cnt). */
+static void check_grad(const char *what, ref_fn f, const void *ctx, const double *in, size_t nin,
+                       const double *R, size_t nout, const float *grad, size_t lo, size_t cnt) {
+  double *x = kd_malloc(nin * sizeof(double)), *out = kd_malloc(nout * sizeof(double));
+  memcpy(x, in, nin * sizeof(double));
+  size_t nfd = cnt < FD_MAX ? cnt : FD_MAX;
+  double *fd = kd_malloc(nfd * sizeof(double));
+  float *g = kd_malloc(nfd * sizeof(float));
+  for (size_t k = 0; k < nfd; k++) {
+    size_t i = lo + (nfd == cnt ? k : (size_t)(kd_uniform(&seed) * (double)cnt));
+    double h = 1e-5, L[2];
+    for (int s = 0; s < 2; s++) {
+      x[i] = in[i] + (s ? -h : h);
+      f(out, x, ctx);
+      L[s] = 0;
+      for (size_t o = 0; o < nout; o++) L[s] += R[o] * out[o];
+    }
+    x[i] = in[i];
+    fd[k] = (L[0] - L[1]) / (2 * h);
+    g[k] = grad[i - lo];
+  }
+  double e = relerr(g, fd, nfd);
+  ck_assert_msg(e < BWD_TOL, "%s: backward vs finite differences rel err %g", what, e);
+  free(x), free(out), free(fd), free(g);
+}
+
+/* Assert that a second backward call doubled the gradient (accumulation). */
+static void check_doubled(const char *what, const float *g2, const float *g1, size_t n) {
+  double *ref = kd_malloc(n * sizeof(double));
+  for (size_t i = 0; i < n; i++) ref[i] = 2.0 * g1[i];
+  double e = relerr(g2, ref, n);
+  ck_assert_msg(e < 1e-6, "%s: backward does not accumulate (rel err %g)", what, e);
+  free(ref);
+}
+
+static void check_fwd(const char *what, const float *a, const double *ref, size_t n) {
+  double e = relerr(a, ref, n);
+  ck_assert_msg(e < FWD_TOL, "%s: forward rel err %g", what, e);
+}
+
+/* --- gemm and simple ops ------------------------------------------------------------- */
+
+START_TEST(test_gemm) {
+  int shapes[2][3] = {{5, 7, 3}, {33, 17, 65}};
+  for (int s = 0; s < 2; s++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
+        float *A = frand((size_t)(ta ? K : M) * lda), *B = frand((size_t)(tb ? N : K) * ldb);
+        float *C = frand((size_t)M * ldc);
+        double *ref = to_double(C, (size_t)M * ldc);
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++)
+              acc += (double)(ta ? A[k * lda + i] : A[i * lda + k]) *
+                     (tb ? B[j * ldb + k] : B[k * ldb + j]);
+            ref[i * ldc + j] = 0.7 * acc - 0.5 * ref[i * ldc + j];
+          }
+        be.gemm(ta, tb, M, N, K, 0.7f, A, lda, B, ldb, -0.5f, C, ldc);
+        check_fwd("gemm", C, ref, (size_t)M * ldc);
+        free(A), free(B), free(C), free(ref);
+      }
+}
+END_TEST
+
+START_TEST(test_vector_ops) {
+  size_t n = 1001;
+  float *x = frand(n), *y = frand(n);
+  double *ref = kd_malloc(n * sizeof(double)), ss = 0;
+  for (size_t i = 0; i < n; i++) {
+    ref[i] = (double)y[i] + x[i];
+    ss += (double)x[i] * x[i];
+  }
+  be.add(y, x, n);
+  check_fwd("add", y, ref, n);
+  for (size_t i = 0; i < n; i++) ref[i] = 3.0 * x[i];
+  be.scale(x, 3.0f, n);
+  check_fwd("scale", x, ref, n);
+  ck_assert(fabs(be.sumsq(x, n) - 9.0 * ss) < 1e-5 * 9.0 * ss);
+  ck_assert_int_eq(be.all_finite(x, n), 1);
+  x[n - 1] = INFINITY;
+  ck_assert_int_eq(be.all_finite(x, n), 0);
+  x[n - 1] = NAN;
+  ck_assert_int_eq(be.all_finite(x, n), 0);
+  be.round_bf16(y, n);
+  for (size_t i = 0; i < n; i++) ck_assert(y[i] == kd_round_bf16(y[i]));
+  free(x), free(y), free(ref);
+}
+END_TEST
+
+/* --- embedding --------------------------------------------------------------------------- */
+
+struct emb_ctx { const int *tok; size_t N; int C, lo, nv; };
+
+static void ref_embedding(double *out, const double *wte, const void *vc) {
+  const struct emb_ctx *c = vc;
+  for (size_t n = 0; n < c->N; n++)
+    for (int j = 0; j < c->C; j++) {
+      int v = c->tok[n] - c->lo;
+      out[n * c->C + j] = (v >= 0 && v < c->nv) ? wte[(size_t)v * c->C + j] : 0.0;
+    }
+}
+
+START_TEST(test_embedding) {
+  int tok[11] = {0, 3, 4, 6, 7, 3, 9, 5, 6, 2, 3};
+  struct emb_ctx c = {tok, 11, 5, 3, 4}; /* vocabulary slice 3 .. 6 */
+  size_t nw = (size_t)c.nv * c.C, no = c.N * c.C;
+  float *wte = frand(nw), *out = frand(no), *R = frand(no), *dw = calloc(nw, sizeof(float));
+  double *wd = to_double(wte, nw), *Rd = to_double(R, no), *ref = kd_malloc(no * sizeof(double));
+  ref_embedding(ref, wd, &c);
+  be.embedding_forward(out, tok, wte, c.N, c.C, c.lo, c.nv);
+  check_fwd("embedding", out, ref, no);
+  for (int j = 0; j < c.C; j++) ck_assert(out[0 * c.C + j] == 0.0f && out[4 * c.C + j] == 0.0f);
+  be.embedding_backward(dw, R, tok, c.N, c.C, c.lo, c.nv);
+  check_grad("embedding", ref_embedding, &c, wd, nw, Rd, no, dw, 0, nw);
+  float *g1 = kd_malloc(nw * sizeof(float));
+  memcpy(g1, dw, nw * sizeof(float));
+  be.embedding_backward(dw, R, tok, c.N, c.C, c.lo, c.nv);
+  check_doubled("embedding", dw, g1, nw);
+  free(wte), free(out), free(R), free(dw), free(wd), free(Rd), free(ref), free(g1);
+}
+END_TEST
+
+/* --- rmsnorm ------------------------------------------------------------------------------ */
+
+struct rms_ctx { size_t N; int C; double eps; };
+
+static void ref_rmsnorm(double *out, const double *in, const void *vc) {
+  const struct rms_ctx *c = vc;
+  const double *w = in + c->N * c->C;
+  for (size_t n = 0; n < c->N; n++) {
+    const double *x = in + n * c->C;
+    double ss = 0;
+    for (int j = 0; j < c->C; j++) ss += x[j] * x[j];
+    double r = 1.0 / sqrt(ss / c->C + c->eps);
+    for (int j = 0; j < c->C; j++) out[n * c->C + j] = x[j] * r * w[j];
+  }
+}
+
+START_TEST(test_rmsnorm) {
+  struct rms_ctx shapes[3] = {{1, 5, 1e-6}, {7, 5, 1e-5}, {6, 64, 1e-6}};
+  for (int s = 0; s < 3; s++) {
+    struct rms_ctx c = shapes[s];
+    size_t no = c.N * c.C, nin = no + c.C;
+    float *in = frand(nin), *out = frand(no), *rstd = frand(c.N), *R = frand(no);
+    float *g = calloc(nin, sizeof(float));
+    double *ind = to_double(in, nin), *Rd = to_double(R, no);
+    double *ref = kd_malloc(no * sizeof(double));
+    ref_rmsnorm(ref, ind, &c);
+    be.rmsnorm_forward(out, rstd, in, in + no, c.N, c.C, (float)c.eps);
+    check_fwd("rmsnorm", out, ref, no);
+    be.rmsnorm_backward(g, g + no, R, in, in + no, rstd, c.N, c.C);
+    check_grad("rmsnorm dinp", ref_rmsnorm, &c, ind, nin, Rd, no, g, 0, no);
+    check_grad("rmsnorm dw", ref_rmsnorm, &c, ind, nin, Rd, no, g + no, no, c.C);
+    float *g1 = kd_malloc(nin * sizeof(float));
+    memcpy(g1, g, nin * sizeof(float));
+    be.rmsnorm_backward(g, g + no, R, in, in + no, rstd, c.N, c.C);
+    check_doubled("rmsnorm", g, g1, nin);
+    ck_assert_int_eq(be.arena.live[KD_MEM_SCRATCH], 0);
+    free(in), free(out), free(rstd), free(R), free(g), free(ind), free(Rd), free(ref), free(g1);
+  }
+}
+END_TEST
+
+/* --- bias ------------------------------------------------------------------------------------- */
+
+struct bias_ctx { size_t N; int C, ld; };
+
+static void ref_bias(double *out, const double *in, const void *vc) {
+  const struct bias_ctx *c = vc;
+  const double *b = in + c->N * c->ld;
+  for (size_t n = 0; n < c->N; n++)
+    for (int j = 0; j < c->ld; j++) out[n * c->ld + j] = in[n * c->ld + j] + (j < c->C ? b[j] : 0);
+}
+
+START_TEST(test_bias) {
+  struct bias_ctx c = {7, 5, 9};
+  size_t no = c.N * c.ld, nin = no + c.C;
+  float *in = frand(nin), *R = frand(no), *db = calloc(c.C, sizeof(float));
+  double *ind = to_double(in, nin), *Rd = to_double(R, no), *ref = kd_malloc(no * sizeof(double));
+  ref_bias(ref, ind, &c);
+  be.bias_forward(in, in + no, c.N, c.C, c.ld);
+  check_fwd("bias", in, ref, no);
+  be.bias_backward(db, R, c.N, c.C, c.ld);
+  check_grad("bias", ref_bias, &c, ind, nin, Rd, no, db, no, c.C);
+  float g1[5];
+  memcpy(g1, db, sizeof g1);
+  be.bias_backward(db, R, c.N, c.C, c.ld);
+  check_doubled("bias", db, g1, 5);
+  free(in), free(R), free(db), free(ind), free(Rd), free(ref);
+}
+END_TEST
+
+/* --- rope ---------------------------------------------------------------------------------------- */
+
+struct rope_ctx { size_t N; int T, nh, hd, ld; double theta; };
+
+static void ref_rope(double *out, const double *x, const void *vc) {
+  const struct rope_ctx *c = vc;
+  int half = c->hd / 2;
+  memcpy(out, x, c->N * c->ld * sizeof(double));
+  for (size_t n = 0; n < c->N; n++)
+    for (int h = 0; h < c->nh; h++)
+      for (int i = 0; i < half; i++) {
+        double a = (double)(n % c->T) / pow(c->theta, 2.0 * i / c->hd);
+        size_t p = n * c->ld + (size_t)h * c->hd + i;
+        out[p] = x[p] * cos(a) - x[p + half] * sin(a);
+        out[p + half] = x[p + half] * cos(a) + x[p] * sin(a);
+      }
+}
+
+START_TEST(test_rope) {
+  struct rope_ctx shapes[3] = {{14, 7, 3, 2, 10, 10000}, {65, 65, 2, 8, 20, 1e6}, {2, 1, 1, 4, 4, 500}};
+  for (int s = 0; s < 3; s++) {
+    struct rope_ctx c = shapes[s];
+    size_t n = c.N * c.ld;
+    float *x = frand(n), *x0 = kd_malloc(n * sizeof(float)), *R = frand(n);
+    memcpy(x0, x, n * sizeof(float));
+    double *xd = to_double(x, n), *Rd = to_double(R, n), *ref = kd_malloc(n * sizeof(double));
+    ref_rope(ref, xd, &c);
+    be.rope_forward(x, c.N, c.T, c.nh, c.hd, c.ld, (float)c.theta);
+    check_fwd("rope", x, ref, n);
+    be.rope_backward(x, c.N, c.T, c.nh, c.hd, c.ld, (float)c.theta); /* inverse */
+    check_fwd("rope backward o forward", x, xd, n);
+    be.rope_backward(R, c.N, c.T, c.nh, c.hd, c.ld, (float)c.theta); /* dL/dx in place */
+    check_grad("rope", ref_rope, &c, xd, n, Rd, n, R, 0, n);
+    free(x), free(x0), free(R), free(xd), free(Rd), free(ref);
+  }
+}
+END_TEST
+
+/* --- attention ----------------------------------------------------------------------------------- */
+
+struct att_ctx { int B, T, nh, nkv, hd; };
+
+/* Naive causal GQA with the full softmax; out (B*T, nh*hd) then lse (B, nh, T) if lse. */
+static void ref_attention_lse(double *out, double *lse, const double *qkv, const struct att_ctx *c) {
+  int ld = (c->nh + 2 * c->nkv) * c->hd, ldo = c->nh * c->hd;
+  double *p = kd_malloc((size_t)c->T * sizeof(double));
+  for (int b = 0; b < c->B; b++)
+    for (int h = 0; h < c->nh; h++) {
+      int kh = h / (c->nh / c->nkv);
+      for (int t = 0; t < c->T; t++) {
+        const double *q = qkv + ((size_t)b * c->T + t) * ld + h * c->hd;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j <= t; j++) {
+          const double *k = qkv + ((size_t)b * c->T + j) * ld + (c->nh + kh) * c->hd;
+          double s = 0;
+          for (int d = 0; d < c->hd; d++) s += q[d] * k[d];
+          p[j] = s / sqrt((double)c->hd);
+          mx = p[j] > mx ? p[j] : mx;
+        }
+        for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+        double *o = out + ((size_t)b * c->T + t) * ldo + h * c->hd;
+        for (int d = 0; d < c->hd; d++) {
+          double acc = 0;
+          for (int j = 0; j <= t; j++)
+            acc += p[j] * qkv[((size_t)b * c->T + j) * ld + (c->nh + c->nkv + kh) * c->hd + d];
+          o[d] = acc / sum;
+        }
+        if (lse) lse[((size_t)b * c->nh + h) * c->T + t] = mx + log(sum);
+      }
+    }
+  free(p);
+}
+
+static void ref_attention(double *out, const double *qkv, const void *vc) {
+  ref_attention_lse(out, NULL, qkv, vc);
+}
+
+START_TEST(test_attention) {
+  struct att_ctx shapes[5] = {
+      {2, 7, 4, 1, 2}, {1, 65, 3, 3, 4}, {2, 1, 2, 1, 8}, {1, 130, 4, 2, 8}, {2, 9, 2, 2, 16}};
+  for (int s = 0; s < 5; s++) {
+    struct att_ctx c = shapes[s];
+    size_t rows = (size_t)c.B * c.T, nin = rows * (c.nh + 2 * c.nkv) * c.hd;
+    size_t no = rows * c.nh * c.hd, nl = (size_t)c.B * c.nh * c.T;
+    float *qkv = frand(nin), *out = frand(no), *lse = frand(nl), *R = frand(no);
+    float *g = calloc(nin, sizeof(float)), *g1 = kd_malloc(nin * sizeof(float));
+    double *qd = to_double(qkv, nin), *Rd = to_double(R, no);
+    double *ref = kd_malloc(no * sizeof(double)), *lref = kd_malloc(nl * sizeof(double));
+    ref_attention_lse(ref, lref, qd, &c);
+    arena_reset_peaks(&be.arena);
+    be.attention_forward(out, lse, qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+    check_fwd("attention", out, ref, no);
+    check_fwd("attention lse", lse, lref, nl);
+    be.attention_backward(g, R, qkv, out, lse, c.B, c.T, c.nh, c.nkv, c.hd);
+    /* scratch: never a T x T matrix, at most two 64 x T tiles per thread, all freed */
+    size_t tile_bytes = (size_t)2 * 64 * c.T * sizeof(float);
+    ck_assert_uint_le(be.arena.peak[KD_MEM_SCRATCH], (size_t)omp_get_max_threads() * tile_bytes);
+    ck_assert_uint_eq(be.arena.live[KD_MEM_SCRATCH], 0);
+    check_grad("attention", ref_attention, &c, qd, nin, Rd, no, g, 0, nin);
+    memcpy(g1, g, nin * sizeof(float));
+    be.attention_backward(g, R, qkv, out, lse, c.B, c.T, c.nh, c.nkv, c.hd);
+    check_doubled("attention", g, g1, nin);
+    free(qkv), free(out), free(lse), free(R), free(g), free(g1), free(qd), free(Rd), free(ref),
+        free(lref);
+  }
+}
+END_TEST
+
+/* --- swiglu ----------------------------------------------------------------------------------------- */
+
+struct swi_ctx { size_t N; int I; };
+
+static void ref_swiglu(double *out, const double *gu, const void *vc) {
+  const struct swi_ctx *c = vc;
+  for (size_t n = 0; n < c->N; n++)
+    for (int i = 0; i < c->I; i++) {
+      double g = gu[n * 2 * c->I + i], u = gu[n * 2 * c->I + c->I + i];
+      out[n * c->I + i] = g / (1 + exp(-g)) * u;
+    }
+}
+
+START_TEST(test_swiglu) {
+  struct swi_ctx shapes[2] = {{7, 5}, {1, 3}};
+  for (int s = 0; s < 2; s++) {
+    struct swi_ctx c = shapes[s];
+    size_t no = c.N * c.I, nin = 2 * no;
+    float *gu = frand(nin), *out = frand(no), *R = frand(no), *g = calloc(nin, sizeof(float));
+    float *g1 = kd_malloc(nin * sizeof(float));
+    double *gd = to_double(gu, nin), *Rd = to_double(R, no), *ref = kd_malloc(no * sizeof(double));
+    ref_swiglu(ref, gd, &c);
+    be.swiglu_forward(out, gu, c.N, c.I);
+    check_fwd("swiglu", out, ref, no);
+    be.swiglu_backward(g, R, gu, c.N, c.I);
+    check_grad("swiglu", ref_swiglu, &c, gd, nin, Rd, no, g, 0, nin);
+    memcpy(g1, g, nin * sizeof(float));
+    be.swiglu_backward(g, R, gu, c.N, c.I);
+    check_doubled("swiglu", g, g1, nin);
+    free(gu), free(out), free(R), free(g), free(g1), free(gd), free(Rd), free(ref);
+  }
+}
+END_TEST
+
+/* --- bf16 storage, optimizer, arena ---------------------------------------------------------------- */
+
+static void assert_bf16(const char *what, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg(x[i] == kd_round_bf16(x[i]), "%s: element %zu = %.9g not BF16", what, i,
+                  (double)x[i]);
+}
+
+START_TEST(test_bf16_outputs) {
+  struct kd_backend b16;
+  backend_cpu_init(&b16, 1);
+  ck_assert_int_eq(b16.bf16, 1);
+  int B = 2, T = 9, nh = 2, nkv = 1, hd = 4, C = nh * hd, ld = (nh + 2 * nkv) * hd;
+  size_t N = (size_t)B * T;
+  int tok[18];
+  for (int i = 0; i < 18; i++) tok[i] = i % 5;
+  float *wte = frand(5 * (size_t)C), *x = frand(N * C), *o = frand(N * ld), *w = frand(C);
+  float *rstd = frand(N), *lse = frand((size_t)B * nh * T);
+  b16.embedding_forward(o, tok, wte, N, C, 0, 5);
+  assert_bf16("embedding", o, N * C);
+  b16.rmsnorm_forward(o, rstd, x, w, N, C, 1e-6f);
+  assert_bf16("rmsnorm", o, N * C);
+  float *qkv = frand(N * ld);
+  b16.rope_forward(qkv, N, T, nh + nkv, hd, ld, 10000.0f);
+  for (size_t n = 0; n < N; n++) assert_bf16("rope", qkv + n * ld, (size_t)(nh + nkv) * hd);
+  b16.attention_forward(o, lse, qkv, B, T, nh, nkv, hd);
+  assert_bf16("attention", o, N * C);
+  int lse_exact = 1;
+  for (size_t i = 0; i < (size_t)B * nh * T; i++) lse_exact &= lse[i] == kd_round_bf16(lse[i]);
+  ck_assert_msg(!lse_exact, "lse must stay FP32");
+  b16.swiglu_forward(o, x, N, C / 2);
+  assert_bf16("swiglu", o, N * C / 2);
+  free(wte), free(x), free(o), free(w), free(rstd), free(lse), free(qkv);
+  backend_cpu_init(&be, 0); /* the file-static state follows the last init */
+}
+END_TEST
+
+START_TEST(test_adamw) {
+  float p[5] = {0.5f, -1.0f, 2.0f, 0.0f, 3.0f}, m[5] = {0.1f, 0, -0.2f, 0.3f, 0};
+  float v[5] = {0.01f, 0, 0.04f, 0.02f, 0.5f}, g[5] = {1.0f, -2.0f, 0.5f, 0.0f, 4.0f};
+  double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, bc1 = 1 - pow(b1, 3),
+         bc2 = 1 - pow(b2, 3), gs = 0.5, pr[5];
+  for (int i = 0; i < 5; i++) {
+    double gi = g[i] * gs, mi = b1 * m[i] + (1 - b1) * gi, vi = b2 * v[i] + (1 - b2) * gi * gi;
+    pr[i] = p[i] - lr * ((mi / bc1) / (sqrt(vi / bc2) + eps) + wd * p[i]);
+  }
+  be.adamw(p, m, v, g, 5, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, (float)bc1,
+           (float)bc2, (float)gs);
+  for (int i = 0; i < 5; i++) ck_assert_msg(fabs(p[i] - pr[i]) < 1e-6, "adamw %d", i);
+}
+END_TEST
+
+START_TEST(test_arena) {
+  struct kd_backend b;
+  backend_cpu_init(&b, 0);
+  float *w = b.alloc(&b, KD_MEM_WEIGHTS, 100), *a = b.alloc(&b, KD_MEM_ACTS, 50);
+  float *h = b.alloc(&b, KD_MEM_HOST, 1000);
+  ck_assert(w[0] == 0.0f && a[11] == 0.0f); /* zeroed */
+  ck_assert_uint_eq(b.arena.live_total, 150);
+  b.free(&b, w);
+  float *w2 = b.alloc(&b, KD_MEM_WEIGHTS, 30);
+  ck_assert_uint_eq(b.arena.live[KD_MEM_WEIGHTS], 30);
+  ck_assert_uint_eq(b.arena.peak[KD_MEM_WEIGHTS], 100);
+  ck_assert_uint_eq(b.arena.live[KD_MEM_HOST], 1000);
+  ck_assert_uint_eq(b.arena.live_total, 80);
+  ck_assert_uint_eq(b.arena.peak_total, 150);
+  b.free(&b, a), b.free(&b, w2), b.free(&b, h), b.free(&b, NULL);
+  ck_assert_uint_eq(b.arena.live_total, 0);
+  ck_assert_uint_eq(b.arena.live[KD_MEM_HOST], 0);
+  backend_cpu_init(&be, 0);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  backend_cpu_init(&be, 0);
+  Suite *s = suite_create("layers");
+  TCase *tc = tcase_create("cpu");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_gemm);
+  tcase_add_test(tc, test_vector_ops);
+  tcase_add_test(tc, test_embedding);
+  tcase_add_test(tc, test_rmsnorm);
+  tcase_add_test(tc, test_bias);
+  tcase_add_test(tc, test_rope);
+  tcase_add_test(tc, test_attention);
+  tcase_add_test(tc, test_swiglu);
+  tcase_add_test(tc, test_bf16_outputs);
+  tcase_add_test(tc, test_adamw);
+  tcase_add_test(tc, test_arena);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  MPI_Finalize();
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,8 @@
+#!/bin/sh
+# Check programs that must also pass on two MPI ranks (vocabulary split over
+# ranks, hyperslab I/O split over ranks).
+set -e
+for t in test_loss_tp test_weights; do
+  echo "== mpiexec -n 2 $t"
+  $MPIEXEC -n 2 "$KD_BUILDDIR/validation/$t"
+done
