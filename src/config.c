@@ -123,6 +123,7 @@ static const struct nl_key card_keys[] = {
 
 #define NKEYS(t) (sizeof(t) / sizeof((t)[0]))
 #define NL_MAXKEYS 64
+_Static_assert(NKEYS(cfg_keys) <= NL_MAXKEYS, "raise NL_MAXKEYS");
 
 /* ---- parsing state and messages ---------------------------------------------------------- */
 
@@ -176,8 +177,9 @@ static int nl_err(struct nl_ctx *c, int line, const char *group, const char *key
   return KD_EXIT_INPUT;
 }
 
-static size_t group_first(const struct nl_ctx *c, size_t i) {
-  while (i > 0 && strcmp(c->keys[i - 1].group, c->keys[i].group) == 0) i--;
+/* Index of the first key of key i's group. */
+static size_t group_first(const struct nl_key *keys, size_t i) {
+  while (i > 0 && strcmp(keys[i - 1].group, keys[i].group) == 0) i--;
   return i;
 }
 
@@ -187,8 +189,9 @@ static int key_err(struct nl_ctx *c, size_t i, long alt, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int key_err(struct nl_ctx *c, size_t i, long alt, const char *fmt, ...) {
   size_t w = i;
-  if (!c->line[i] && !c->setby[i] && alt >= 0 && (c->line[alt] || c->setby[alt])) w = alt;
-  int line = c->line[w] ? c->line[w] : c->gline[group_first(c, w)];
+  int set = c->line[i] || c->setby[i] || c->gline[group_first(c->keys, i)];
+  if (!set && alt >= 0 && (c->line[alt] || c->setby[alt])) w = (size_t)alt;
+  int line = c->line[w] ? c->line[w] : c->gline[group_first(c->keys, w)];
   va_list ap;
   va_start(ap, fmt);
   nl_verr(c, line, c->setby[w], c->keys[i].group, c->keys[i].key, fmt, ap);
@@ -215,6 +218,19 @@ static size_t edit_distance(const char *a, const char *b) {
   return row[lb];
 }
 
+/* Does every '_'-separated part of `word` occur in `cand` (num_layers, num_hidden_layers)? */
+static int parts_in(const char *word, const char *cand) {
+  char w[KD_PATH_MAX], c[KD_PATH_MAX], *save = NULL;
+  size_t i, parts = 0;
+  for (i = 0; word[i] && i + 1 < sizeof w; i++) w[i] = (char)tolower((unsigned char)word[i]);
+  w[i] = 0;
+  for (i = 0; cand[i] && i + 1 < sizeof c; i++) c[i] = (char)tolower((unsigned char)cand[i]);
+  c[i] = 0;
+  for (char *t = strtok_r(w, "_", &save); t; t = strtok_r(NULL, "_", &save), parts++)
+    if (strlen(t) < 2 || !strstr(c, t)) return 0;
+  return parts > 1;
+}
+
 /* "; did you mean 'x'?" for the closest word of the '|' list, or "" if none is close. */
 static void suggest(char *out, size_t outlen, const char *word, const char *list, const char *pre) {
   char best[KD_PATH_MAX] = "", cand[KD_PATH_MAX];
@@ -224,6 +240,7 @@ static void suggest(char *out, size_t outlen, const char *word, const char *list
     size_t l = strcspn(p, "|");
     snprintf(cand, sizeof cand, "%.*s", (int)l, p);
     size_t d = edit_distance(word, cand);
+    if (d > 2 && parts_in(word, cand)) d = 2;
     if (d < bestd && d < strlen(cand) && d < strlen(word)) bestd = d, strcpy(best, cand);
     p += l + (p[l] == '|');
   }
@@ -247,7 +264,7 @@ static void table_words(char *out, size_t outlen, const struct nl_ctx *c, const 
   size_t n = 0;
   out[0] = 0;
   for (size_t i = 0; i < c->n && n < outlen; i++) {
-    if (group ? strcmp(c->keys[i].group, group) != 0 : group_first(c, i) != i) continue;
+    if (group ? strcmp(c->keys[i].group, group) != 0 : group_first(c->keys, i) != i) continue;
     n += snprintf(out + n, outlen - n, "%s%s", n ? "|" : "", group ? c->keys[i].key
                                                                     : c->keys[i].group);
   }
@@ -435,14 +452,16 @@ static int assign(struct nl_ctx *c, size_t i, const struct nl_item *it, int line
     if (it->kind == IT_RAW && !raw_ok)
       return nl_err(c, line, k->group, k->key, "'%s' is not quoted; expected %s, e.g. '%s'", t,
                     type_words(k->type), t);
-    if (strlen(t) >= k->size)
+    size_t tl = strlen(t);
+    while (tl > 0 && t[tl - 1] == ' ') tl--; /* trailing blanks mean nothing in Fortran */
+    if (tl >= k->size)
       return nl_err(c, line, k->group, k->key, "value too long; expected at most %zu characters",
                     k->size - 1);
     if (k->choices) {
       const char *p = k->choices;
       while (*p) {
         size_t l = strcspn(p, "|");
-        if (strlen(t) == l && strncasecmp(p, t, l) == 0) {
+        if (tl == l && strncasecmp(p, t, l) == 0) {
           snprintf(field, k->size, "%.*s", (int)l, p); /* the canonical spelling */
           return 0;
         }
@@ -455,7 +474,7 @@ static int assign(struct nl_ctx *c, size_t i, const struct nl_item *it, int line
                       words, more);
       }
     }
-    snprintf(field, k->size, "%s", t);
+    snprintf(field, k->size, "%.*s", (int)tl, t);
   } else if (k->type == NL_INT) {
     char *e;
     errno = 0;
@@ -500,7 +519,7 @@ static int assign_values(struct nl_ctx *c, size_t i, struct nl_src *s, int line,
   if (count == 0) return nl_err(c, line, k->group, k->key, "no value; expected %s after '='",
                                 type_words(k->type));
   if (count > 1)
-    return nl_err(c, line, k->group, k->key, "%ld values given; expected one value (%s)", count,
+    return nl_err(c, line, k->group, k->key, "%ld values given; expected one value, %s", count,
                   type_words(k->type));
   return assign(c, i, &it, line, raw_ok);
 }
@@ -677,4 +696,341 @@ static void table_defaults(const struct nl_key *keys, size_t n, void *base) {
 
 void config_defaults(struct kd_config *cfg) {
   table_defaults(cfg_keys, NKEYS(cfg_keys), cfg);
+}
+
+/* ---- paths and model cards -------------------------------------------------------------------- */
+
+static int is_file(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Directory part of `path` ("." if none). */
+static void dir_of(char *out, size_t len, const char *path) {
+  const char *sl = path ? strrchr(path, '/') : NULL;
+  if (!sl) snprintf(out, len, ".");
+  else snprintf(out, len, "%.*s", sl == path ? 1 : (int)(sl - path), path);
+}
+
+/* Absolute form of a path taken relative to the current directory; 0 if too long. */
+static int absolute(char *out, size_t len, const char *p) {
+  char cwd[KD_PATH_MAX], tmp[2 * KD_PATH_MAX + 2];
+  if (p[0] == '/') snprintf(tmp, sizeof tmp, "%s", p);
+  else {
+    if (!getcwd(cwd, sizeof cwd)) return 0;
+    while (p[0] == '.' && p[1] == '/') p += 2;
+    if (!strcmp(p, ".") || !p[0]) snprintf(tmp, sizeof tmp, "%s", cwd);
+    else snprintf(tmp, sizeof tmp, "%s/%s", cwd, p);
+  }
+  if (strlen(tmp) >= len) return 0;
+  strcpy(out, tmp);
+  return 1;
+}
+
+#define NDIRS 24
+/* Directories searched for a card given by name, in order (doc/input.md). */
+static size_t card_dirs(char dirs[NDIRS][KD_PATH_MAX], const char *relative_to) {
+  size_t n = 0;
+  char d[KD_PATH_MAX];
+  const char *env = getenv("KDTRAIN_MOD_PATH");
+  while (env && *env && n < NDIRS - 6) {
+    size_t l = strcspn(env, ":");
+    if (l && l < KD_PATH_MAX) snprintf(dirs[n++], KD_PATH_MAX, "%.*s", (int)l, env);
+    env += l + (env[l] == ':');
+  }
+  dir_of(d, sizeof d, relative_to);
+  snprintf(dirs[n++], KD_PATH_MAX, "%s", d);
+  snprintf(dirs[n++], KD_PATH_MAX, "%.*s/../mod", KD_PATH_MAX - 8, d);
+  snprintf(dirs[n++], KD_PATH_MAX, "%.*s/mod", KD_PATH_MAX - 8, d);
+  snprintf(dirs[n++], KD_PATH_MAX, "mod");
+#ifdef KD_SRC_MODDIR
+  snprintf(dirs[n++], KD_PATH_MAX, "%s", KD_SRC_MODDIR);
+#endif
+#ifdef KD_MODDIR
+  snprintf(dirs[n++], KD_PATH_MAX, "%s", KD_MODDIR);
+#endif
+  return n;
+}
+
+/* Find the file of card `name`; 0 and its absolute path, or 1 and why in msg. */
+static int card_find(char *path, size_t plen, const char *name, const char *relative_to, char *msg,
+                     size_t mlen) {
+  char dirs[NDIRS][KD_PATH_MAX], cand[2 * KD_PATH_MAX + 8], names[4096] = "", more[300] = "";
+  size_t l = strlen(name), n = 0;
+  if (!l) return snprintf(msg, mlen, "empty card name; expected a name in mod/ or a path"), 1;
+  if (strchr(name, '/') || (l > 4 && !strcmp(name + l - 4, ".nml"))) {
+    if (is_file(name)) return absolute(path, plen, name) ? 0 : 1;
+    dir_of(cand, sizeof cand, relative_to);
+    if (name[0] != '/') {
+      snprintf(cand + strlen(cand), sizeof cand - strlen(cand), "/%s", name);
+      if (is_file(cand)) return absolute(path, plen, cand) ? 0 : 1;
+    }
+    return snprintf(msg, mlen, "model card file '%s' not found; looked in the current directory "
+                    "and in '%s'", name, cand), 1;
+  }
+  size_t nd = card_dirs(dirs, relative_to);
+  for (size_t i = 0; i < nd; i++) {
+    snprintf(cand, sizeof cand, "%s/%s.nml", dirs[i], name);
+    if (is_file(cand)) return absolute(path, plen, cand) ? 0 : 1;
+  }
+  for (size_t i = 0; i < nd; i++) { /* the cards that do exist, for "did you mean" */
+    DIR *d = opendir(dirs[i]);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      size_t el = strlen(e->d_name);
+      if (el > 4 && !strcmp(e->d_name + el - 4, ".nml") && n + el < sizeof names)
+        n += snprintf(names + n, sizeof names - n, "%s%.*s", n ? "|" : "", (int)el - 4, e->d_name);
+    }
+    if (d) closedir(d);
+  }
+  suggest(more, sizeof more, name, names, "");
+  n = snprintf(msg, mlen, "model card '%s' not found%s; looked for %s.nml in", name, more, name);
+  for (size_t i = 0; i < nd && n < mlen; i++)
+    n += snprintf(msg + n, mlen - n, "%s '%s'", i ? "," : "", dirs[i]);
+  return 1;
+}
+
+/* Parse and check the card file `path` (its messages name the card file and line). */
+static int card_read(struct kd_card *card, const char *path, const char *name, char *err,
+                     size_t errlen) {
+  struct nl_ctx c = {.keys = card_keys, .n = NKEYS(card_keys), .base = card, .file = path,
+                     .err = err, .errlen = errlen};
+  table_defaults(card_keys, NKEYS(card_keys), card);
+  if (strlen(name) >= sizeof card->name || strlen(path) >= sizeof card->path)
+    return nl_err(&c, 0, NULL, NULL, "card name or path too long");
+  strcpy(card->name, name);
+  strcpy(card->path, path);
+  int rc = parse_file(&c, path);
+  if (rc) return rc;
+  if (!c.gline[0]) return nl_err(&c, 0, NULL, NULL, "no &model group; expected a model card");
+  for (size_t i = 0; i < c.n; i++)
+    if ((card_keys[i].flags & NL_REQ) && !c.line[i])
+      return key_err(&c, i, -1, "missing; a model card must give %s (%s)", card_keys[i].key,
+                     type_words(card_keys[i].type));
+  size_t ab = (size_t)find_key(&c, "model", "attention_bias");
+  if (!c.line[ab]) card->attention_bias = strcmp(card->arch, "qwen2") == 0;
+  size_t kv = (size_t)find_key(&c, "model", "num_key_value_heads");
+  size_t hs = (size_t)find_key(&c, "model", "hidden_size");
+  if (card->num_attention_heads % card->num_key_value_heads)
+    return key_err(&c, kv, -1, "num_attention_heads = %d is not divisible by %d; expected a "
+                   "divisor of num_attention_heads", card->num_attention_heads,
+                   card->num_key_value_heads);
+  if (card->hidden_size % card->num_attention_heads)
+    return key_err(&c, hs, -1, "%d is not divisible by num_attention_heads = %d; expected a "
+                   "multiple of the head count", card->hidden_size, card->num_attention_heads);
+  if ((card->hidden_size / card->num_attention_heads) % 2)
+    return key_err(&c, hs, -1, "head dimension hidden_size / num_attention_heads = %d is odd; "
+                   "expected an even head dimension (rotary embeddings)",
+                   card->hidden_size / card->num_attention_heads);
+  return 0;
+}
+
+int config_load_card(struct kd_card *card, const char *name, const char *relative_to, char *err,
+                     size_t errlen) {
+  char path[KD_PATH_MAX];
+  err[0] = 0;
+  if (card_find(path, sizeof path, name, relative_to, err, errlen)) return KD_EXIT_INPUT;
+  return card_read(card, path, name, err, errlen);
+}
+
+/* ---- resolution and cross-checks ------------------------------------------------------------- */
+
+static size_t key_index(const struct nl_ctx *c, const char *g, const char *k) {
+  long i = find_key(c, g, k);
+  KD_CHECK(i >= 0, "no key &%s %s in the table", g, k);
+  return (size_t)i;
+}
+#define FIELD(c, i) ((char *)(c)->base + (c)->keys[i].off)
+
+/* Is w one of the words of the '|' list? */
+static int word_in(const char *list, const char *w) {
+  for (const char *p = list; *p;) {
+    size_t l = strcspn(p, "|");
+    if (strlen(w) == l && !strncmp(p, w, l)) return 1;
+    p += l + (p[l] == '|');
+  }
+  return 0;
+}
+
+/* Make every path absolute (cwd-relative) and fill the paths derived from out_dir. */
+static int resolve_paths(struct nl_ctx *c, struct kd_config *cfg) {
+  for (size_t i = 0; i < c->n; i++) {
+    const struct nl_key *k = &c->keys[i];
+    char *f = FIELD(c, i);
+    if (!(k->flags & NL_PATH) || !f[0]) continue;
+    if (k->choices && word_in(k->choices, f)) continue; /* 'random', 'auto', 'none' */
+    if (!absolute(f, k->size, f))
+      return key_err(c, i, -1, "'%s' is too long as an absolute path; expected at most %zu "
+                     "characters", f, k->size - 1);
+  }
+  if (!cfg->ckpt_dir[0] &&
+      snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "%s/checkpoints", cfg->run_out_dir) >=
+          (int)sizeof cfg->ckpt_dir)
+    return key_err(c, key_index(c, "run", "out_dir"), -1, "path too long");
+  if (!cfg->log_metrics[0] &&
+      snprintf(cfg->log_metrics, sizeof cfg->log_metrics, "%s/metrics.csv", cfg->run_out_dir) >=
+          (int)sizeof cfg->log_metrics)
+    return key_err(c, key_index(c, "run", "out_dir"), -1, "path too long");
+  return 0;
+}
+
+/* Key i names a file (or, with dir_ok, a directory) that must exist. */
+static int check_exists(struct nl_ctx *c, size_t i, const char *what, int dir_ok) {
+  struct stat st;
+  const char *p = FIELD(c, i);
+  if (stat(p, &st) != 0)
+    return key_err(c, i, -1, "%s '%s' not found (%s); expected an existing file (relative paths "
+                   "are taken from the current directory)", what, p, strerror(errno));
+  if (!dir_ok && !S_ISREG(st.st_mode))
+    return key_err(c, i, -1, "%s '%s' is not a regular file; expected a file", what, p);
+  if (access(p, R_OK) != 0)
+    return key_err(c, i, -1, "%s '%s' is not readable; expected a readable file", what, p);
+  return 0;
+}
+
+static int check_config(struct nl_ctx *c, struct kd_config *cfg) {
+  size_t mode = key_index(c, "run", "mode"), tcard = key_index(c, "teacher", "card");
+  size_t scard = key_index(c, "student", "card"), train = key_index(c, "data", "train");
+  size_t valid = key_index(c, "data", "valid"), gb = key_index(c, "parallel", "global_batch");
+  int distill = !strcmp(cfg->run_mode, "distill"), eval = !strcmp(cfg->run_mode, "eval");
+  if (distill && !cfg->teacher_card[0] && !cfg->teacher_init[0])
+    return key_err(c, tcard, (long)mode, "missing: mode 'distill' needs a teacher; expected "
+                   "&teacher card (a model card) and/or init (a weights file)");
+  if (!cfg->student_card[0])
+    return key_err(c, scard, (long)mode, "missing; expected the student model card (a name in "
+                   "mod/ or a path)");
+  if (!eval && !cfg->data_train[0])
+    return key_err(c, train, (long)mode, "missing; mode '%s' needs training data, expected a "
+                   "file path", cfg->run_mode);
+  if (eval && !cfg->data_valid[0])
+    return key_err(c, valid, (long)mode, "missing; mode 'eval' needs validation data, expected "
+                   "a file path");
+  int rc = 0;
+  if (!rc && cfg->data_train[0]) rc = check_exists(c, train, "data file", 0);
+  if (!rc && cfg->data_valid[0]) rc = check_exists(c, valid, "data file", 0);
+  if (!rc && distill && cfg->teacher_init[0])
+    rc = check_exists(c, key_index(c, "teacher", "init"), "weights file", 0);
+  if (!rc && strcmp(cfg->student_init, "random"))
+    rc = check_exists(c, key_index(c, "student", "init"), "weights file", 0);
+  if (!rc && strcmp(cfg->ckpt_resume, "auto") && strcmp(cfg->ckpt_resume, "none"))
+    rc = check_exists(c, key_index(c, "checkpoint", "resume"), "checkpoint", 1);
+  if (rc) return rc;
+  if (cfg->par_global_batch % cfg->par_micro_batch)
+    return key_err(c, gb, (long)key_index(c, "parallel", "micro_batch"), "%d is not divisible by "
+                   "micro_batch = %d; expected a multiple of micro_batch", cfg->par_global_batch,
+                   cfg->par_micro_batch);
+  if (cfg->par_dp > 0 && cfg->par_global_batch % ((int64_t)cfg->par_micro_batch * cfg->par_dp))
+    return key_err(c, gb, (long)key_index(c, "parallel", "dp"), "%d is not divisible by "
+                   "micro_batch * dp = %d * %d; expected a multiple of micro_batch * dp",
+                   cfg->par_global_batch, cfg->par_micro_batch, cfg->par_dp);
+  if (cfg->optim_min_lr > cfg->optim_lr)
+    return key_err(c, key_index(c, "optim", "min_lr"), (long)key_index(c, "optim", "lr"),
+                   "%g is larger than lr = %g; expected min_lr <= lr", cfg->optim_min_lr,
+                   cfg->optim_lr);
+  return 0;
+}
+
+/* Resolve the card named by key ki into `card` and check seq_len against it. */
+static int resolve_card(struct nl_ctx *c, struct kd_card *card, size_t ki) {
+  char path[KD_PATH_MAX], msg[3072];
+  const char *name = FIELD(c, ki), *who = c->keys[ki].group;
+  if (card_find(path, sizeof path, name, c->file, msg, sizeof msg))
+    return key_err(c, ki, -1, "%s", msg);
+  if (card_read(card, path, name, c->err, c->errlen)) {
+    size_t n = strlen(c->err);
+    if (c->line[ki]) snprintf(c->err + n, c->errlen - n, " (the %s card, named at %s:%d)", who,
+                              c->file, c->line[ki]);
+    else snprintf(c->err + n, c->errlen - n, " (the %s card, named on the command line)", who);
+    return KD_EXIT_INPUT;
+  }
+  const struct kd_config *cfg = c->base;
+  if (cfg->data_seq_len > card->max_position_embeddings)
+    return key_err(c, key_index(c, "data", "seq_len"), -1, "%d is longer than "
+                   "max_position_embeddings = %d of the %s card '%s'; expected seq_len <= %d",
+                   cfg->data_seq_len, card->max_position_embeddings, who, name,
+                   card->max_position_embeddings);
+  return 0;
+}
+
+int config_load(struct kd_config *cfg, const char *path, int noverrides, char **overrides,
+                char *err, size_t errlen) {
+  struct nl_ctx c = {.keys = cfg_keys, .n = NKEYS(cfg_keys), .base = cfg, .file = path,
+                     .err = err, .errlen = errlen};
+  err[0] = 0;
+  config_defaults(cfg);
+  if (strlen(path) >= sizeof cfg->source) return nl_err(&c, 0, NULL, NULL, "path too long");
+  strcpy(cfg->source, path);
+  int rc = parse_file(&c, path);
+  for (int i = 0; i < noverrides && !rc; i++) rc = apply_override(&c, overrides[i]);
+  c.word = NULL;
+  if (!rc) rc = resolve_paths(&c, cfg);
+  if (!rc) rc = check_config(&c, cfg);
+  if (!rc && !strcmp(cfg->run_mode, "distill") && cfg->teacher_card[0])
+    rc = resolve_card(&c, &cfg->teacher, key_index(&c, "teacher", "card"));
+  if (!rc) rc = resolve_card(&c, &cfg->student, key_index(&c, "student", "card"));
+  return rc;
+}
+
+/* ---- printing and broadcast ---------------------------------------------------------------- */
+
+/* Shortest text that reads back to exactly v, spelled as a Fortran real (1.0, 1.0e-08). */
+static void format_real(char *out, size_t len, double v) {
+  char tmp[64];
+  for (int p = 1; p <= 17; p++) {
+    snprintf(tmp, sizeof tmp, "%.*g", p, v);
+    if (strtod(tmp, NULL) == v) break;
+  }
+  char *e = strchr(tmp, 'e');
+  if (!strchr(tmp, '.')) {
+    if (e) snprintf(out, len, "%.*s.0%s", (int)(e - tmp), tmp, e);
+    else snprintf(out, len, "%s.0", tmp);
+  } else snprintf(out, len, "%s", tmp);
+}
+
+static void print_table(FILE *f, const struct nl_key *keys, size_t n, const void *base) {
+  char num[64];
+  for (size_t i = 0; i < n; i++) {
+    const char *field = (const char *)base + keys[i].off;
+    if (group_first(keys, i) == i) fprintf(f, "&%s\n", keys[i].group);
+    fprintf(f, "  %s = ", keys[i].key);
+    if (keys[i].type == NL_STR) {
+      fputc('\'', f);
+      for (const char *p = field; *p; p++) fputs(*p == '\'' ? "''" : (char[]){*p, 0}, f);
+      fputc('\'', f);
+    } else if (keys[i].type == NL_INT) {
+      if (keys[i].size == sizeof(int)) fprintf(f, "%d", *(const int *)field);
+      else fprintf(f, "%" PRId64, *(const int64_t *)field);
+    } else if (keys[i].type == NL_REAL) {
+      format_real(num, sizeof num, *(const double *)field);
+      fputs(num, f);
+    } else fputs(*(const int *)field ? ".true." : ".false.", f);
+    fputc('\n', f);
+    if (i + 1 == n || strcmp(keys[i + 1].group, keys[i].group)) fputs("/\n", f);
+  }
+}
+
+void config_print(FILE *f, const struct kd_config *cfg) {
+  fprintf(f, "! kdtrain configuration: every key, defaults filled in, paths made absolute\n");
+  print_table(f, cfg_keys, NKEYS(cfg_keys), cfg);
+}
+
+void card_print(FILE *f, const struct kd_card *card) {
+  print_table(f, card_keys, NKEYS(card_keys), card);
+}
+
+void config_load_bcast(struct kd_config *cfg, const char *path, int noverrides, char **overrides) {
+  int init = 0, fin = 0, rank = 0, rc = 0;
+  char err[4096] = "";
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  init = init && !fin;
+  if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) rc = config_load(cfg, path, noverrides, overrides, err, sizeof err);
+  if (init) MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rc) {
+    if (rank == 0) fprintf(stderr, "kdtrain: %s\n", err);
+    if (init) MPI_Finalize();
+    exit(KD_EXIT_INPUT);
+  }
+  if (init) MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
 }

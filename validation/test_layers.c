@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_math.h"
 #include "util.h"
 
 #define FWD_TOL 1e-5
@@ -23,13 +24,15 @@ static uint64_t seed = 12345;
 
 static float *frand(size_t n) {
   float *x = kd_malloc(n * sizeof(float));
-  for (size_t i = 0; i < n; i++) x[i] = (float)kd_normal(&seed);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)kd_normal(&seed);
   return x;
 }
 
 static double *to_double(const float *x, size_t n) {
   double *d = kd_malloc(n * sizeof(double));
-  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  for (size_t i = 0; i < n; i++)
+    d[i] = x[i];
   return d;
 }
 
@@ -62,7 +65,8 @@ static void check_grad(const char *what, ref_fn f, const void *ctx, const double
       x[i] = in[i] + (s ? -h : h);
       f(out, x, ctx);
       L[s] = 0;
-      for (size_t o = 0; o < nout; o++) L[s] += R[o] * out[o];
+      for (size_t o = 0; o < nout; o++)
+        L[s] += R[o] * out[o];
     }
     x[i] = in[i];
     fd[k] = (L[0] - L[1]) / (2 * h);
@@ -76,7 +80,8 @@ static void check_grad(const char *what, ref_fn f, const void *ctx, const double
 /* Assert that a second backward call doubled the gradient (accumulation). */
 static void check_doubled(const char *what, const float *g2, const float *g1, size_t n) {
   double *ref = kd_malloc(n * sizeof(double));
-  for (size_t i = 0; i < n; i++) ref[i] = 2.0 * g1[i];
+  for (size_t i = 0; i < n; i++)
+    ref[i] = 2.0 * g1[i];
   double e = relerr(g2, ref, n);
   ck_assert_msg(e < 1e-6, "%s: backward does not accumulate (rel err %g)", what, e);
   free(ref);
@@ -124,7 +129,8 @@ START_TEST(test_vector_ops) {
   }
   be.add(y, x, n);
   check_fwd("add", y, ref, n);
-  for (size_t i = 0; i < n; i++) ref[i] = 3.0 * x[i];
+  for (size_t i = 0; i < n; i++)
+    ref[i] = 3.0 * x[i];
   be.scale(x, 3.0f, n);
   check_fwd("scale", x, ref, n);
   ck_assert(fabs(be.sumsq(x, n) - 9.0 * ss) < 1e-5 * 9.0 * ss);
@@ -134,14 +140,26 @@ START_TEST(test_vector_ops) {
   x[n - 1] = NAN;
   ck_assert_int_eq(be.all_finite(x, n), 0);
   be.round_bf16(y, n);
-  for (size_t i = 0; i < n; i++) ck_assert(y[i] == kd_round_bf16(y[i]));
+  for (size_t i = 0; i < n; i++)
+    ck_assert(y[i] == kd_round_bf16(y[i]));
   free(x), free(y), free(ref);
+  double worst = 0;
+  for (double v = -87.0; v <= 88.0; v += 0.001) {
+    double e = fabs(cpu_expf((float)v) - exp((float)v)) / exp((float)v);
+    worst = e > worst ? e : worst;
+  }
+  ck_assert_msg(worst < 3e-7, "cpu_expf rel err %g", worst);
+  ck_assert(cpu_expf(-200.0f) < 2e-38f && cpu_expf(-200.0f) >= 0.0f && isnan(cpu_expf(NAN)));
 }
 END_TEST
 
 /* --- embedding --------------------------------------------------------------------------- */
 
-struct emb_ctx { const int *tok; size_t N; int C, lo, nv; };
+struct emb_ctx {
+  const int *tok;
+  size_t N;
+  int C, lo, nv;
+};
 
 static void ref_embedding(double *out, const double *wte, const void *vc) {
   const struct emb_ctx *c = vc;
@@ -161,7 +179,8 @@ START_TEST(test_embedding) {
   ref_embedding(ref, wd, &c);
   be.embedding_forward(out, tok, wte, c.N, c.C, c.lo, c.nv);
   check_fwd("embedding", out, ref, no);
-  for (int j = 0; j < c.C; j++) ck_assert(out[0 * c.C + j] == 0.0f && out[4 * c.C + j] == 0.0f);
+  for (int j = 0; j < c.C; j++)
+    ck_assert(out[0 * c.C + j] == 0.0f && out[4 * c.C + j] == 0.0f);
   be.embedding_backward(dw, R, tok, c.N, c.C, c.lo, c.nv);
   check_grad("embedding", ref_embedding, &c, wd, nw, Rd, no, dw, 0, nw);
   float *g1 = kd_malloc(nw * sizeof(float));
@@ -174,7 +193,11 @@ END_TEST
 
 /* --- rmsnorm ------------------------------------------------------------------------------ */
 
-struct rms_ctx { size_t N; int C; double eps; };
+struct rms_ctx {
+  size_t N;
+  int C;
+  double eps;
+};
 
 static void ref_rmsnorm(double *out, const double *in, const void *vc) {
   const struct rms_ctx *c = vc;
@@ -182,9 +205,11 @@ static void ref_rmsnorm(double *out, const double *in, const void *vc) {
   for (size_t n = 0; n < c->N; n++) {
     const double *x = in + n * c->C;
     double ss = 0;
-    for (int j = 0; j < c->C; j++) ss += x[j] * x[j];
+    for (int j = 0; j < c->C; j++)
+      ss += x[j] * x[j];
     double r = 1.0 / sqrt(ss / c->C + c->eps);
-    for (int j = 0; j < c->C; j++) out[n * c->C + j] = x[j] * r * w[j];
+    for (int j = 0; j < c->C; j++)
+      out[n * c->C + j] = x[j] * r * w[j];
   }
 }
 
@@ -215,13 +240,17 @@ END_TEST
 
 /* --- bias ------------------------------------------------------------------------------------- */
 
-struct bias_ctx { size_t N; int C, ld; };
+struct bias_ctx {
+  size_t N;
+  int C, ld;
+};
 
 static void ref_bias(double *out, const double *in, const void *vc) {
   const struct bias_ctx *c = vc;
   const double *b = in + c->N * c->ld;
   for (size_t n = 0; n < c->N; n++)
-    for (int j = 0; j < c->ld; j++) out[n * c->ld + j] = in[n * c->ld + j] + (j < c->C ? b[j] : 0);
+    for (int j = 0; j < c->ld; j++)
+      out[n * c->ld + j] = in[n * c->ld + j] + (j < c->C ? b[j] : 0);
 }
 
 START_TEST(test_bias) {
@@ -242,9 +271,14 @@ START_TEST(test_bias) {
 }
 END_TEST
 
-/* --- rope ---------------------------------------------------------------------------------------- */
+/* --- rope ----------------------------------------------------------------------------------------
+ */
 
-struct rope_ctx { size_t N; int T, nh, hd, ld; double theta; };
+struct rope_ctx {
+  size_t N;
+  int T, nh, hd, ld;
+  double theta;
+};
 
 static void ref_rope(double *out, const double *x, const void *vc) {
   const struct rope_ctx *c = vc;
@@ -261,7 +295,8 @@ static void ref_rope(double *out, const double *x, const void *vc) {
 }
 
 START_TEST(test_rope) {
-  struct rope_ctx shapes[3] = {{14, 7, 3, 2, 10, 10000}, {65, 65, 2, 8, 20, 1e6}, {2, 1, 1, 4, 4, 500}};
+  struct rope_ctx shapes[3] = {
+      {14, 7, 3, 2, 10, 10000}, {65, 65, 2, 8, 20, 1e6}, {2, 1, 1, 4, 4, 500}};
   for (int s = 0; s < 3; s++) {
     struct rope_ctx c = shapes[s];
     size_t n = c.N * c.ld;
@@ -280,12 +315,16 @@ START_TEST(test_rope) {
 }
 END_TEST
 
-/* --- attention ----------------------------------------------------------------------------------- */
+/* --- attention -----------------------------------------------------------------------------------
+ */
 
-struct att_ctx { int B, T, nh, nkv, hd; };
+struct att_ctx {
+  int B, T, nh, nkv, hd;
+};
 
 /* Naive causal GQA with the full softmax; out (B*T, nh*hd) then lse (B, nh, T) if lse. */
-static void ref_attention_lse(double *out, double *lse, const double *qkv, const struct att_ctx *c) {
+static void ref_attention_lse(double *out, double *lse, const double *qkv,
+                              const struct att_ctx *c) {
   int ld = (c->nh + 2 * c->nkv) * c->hd, ldo = c->nh * c->hd;
   double *p = kd_malloc((size_t)c->T * sizeof(double));
   for (int b = 0; b < c->B; b++)
@@ -297,11 +336,13 @@ static void ref_attention_lse(double *out, double *lse, const double *qkv, const
         for (int j = 0; j <= t; j++) {
           const double *k = qkv + ((size_t)b * c->T + j) * ld + (c->nh + kh) * c->hd;
           double s = 0;
-          for (int d = 0; d < c->hd; d++) s += q[d] * k[d];
+          for (int d = 0; d < c->hd; d++)
+            s += q[d] * k[d];
           p[j] = s / sqrt((double)c->hd);
           mx = p[j] > mx ? p[j] : mx;
         }
-        for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+        for (int j = 0; j <= t; j++)
+          sum += (p[j] = exp(p[j] - mx));
         double *o = out + ((size_t)b * c->T + t) * ldo + h * c->hd;
         for (int d = 0; d < c->hd; d++) {
           double acc = 0;
@@ -350,9 +391,13 @@ START_TEST(test_attention) {
 }
 END_TEST
 
-/* --- swiglu ----------------------------------------------------------------------------------------- */
+/* --- swiglu
+ * ----------------------------------------------------------------------------------------- */
 
-struct swi_ctx { size_t N; int I; };
+struct swi_ctx {
+  size_t N;
+  int I;
+};
 
 static void ref_swiglu(double *out, const double *gu, const void *vc) {
   const struct swi_ctx *c = vc;
@@ -384,7 +429,8 @@ START_TEST(test_swiglu) {
 }
 END_TEST
 
-/* --- bf16 storage, optimizer, arena ---------------------------------------------------------------- */
+/* --- bf16 storage, optimizer, arena
+ * ---------------------------------------------------------------- */
 
 static void assert_bf16(const char *what, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -399,7 +445,8 @@ START_TEST(test_bf16_outputs) {
   int B = 2, T = 9, nh = 2, nkv = 1, hd = 4, C = nh * hd, ld = (nh + 2 * nkv) * hd;
   size_t N = (size_t)B * T;
   int tok[18];
-  for (int i = 0; i < 18; i++) tok[i] = i % 5;
+  for (int i = 0; i < 18; i++)
+    tok[i] = i % 5;
   float *wte = frand(5 * (size_t)C), *x = frand(N * C), *o = frand(N * ld), *w = frand(C);
   float *rstd = frand(N), *lse = frand((size_t)B * nh * T);
   b16.embedding_forward(o, tok, wte, N, C, 0, 5);
@@ -408,11 +455,13 @@ START_TEST(test_bf16_outputs) {
   assert_bf16("rmsnorm", o, N * C);
   float *qkv = frand(N * ld);
   b16.rope_forward(qkv, N, T, nh + nkv, hd, ld, 10000.0f);
-  for (size_t n = 0; n < N; n++) assert_bf16("rope", qkv + n * ld, (size_t)(nh + nkv) * hd);
+  for (size_t n = 0; n < N; n++)
+    assert_bf16("rope", qkv + n * ld, (size_t)(nh + nkv) * hd);
   b16.attention_forward(o, lse, qkv, B, T, nh, nkv, hd);
   assert_bf16("attention", o, N * C);
   int lse_exact = 1;
-  for (size_t i = 0; i < (size_t)B * nh * T; i++) lse_exact &= lse[i] == kd_round_bf16(lse[i]);
+  for (size_t i = 0; i < (size_t)B * nh * T; i++)
+    lse_exact &= lse[i] == kd_round_bf16(lse[i]);
   ck_assert_msg(!lse_exact, "lse must stay FP32");
   b16.swiglu_forward(o, x, N, C / 2);
   assert_bf16("swiglu", o, N * C / 2);
@@ -432,7 +481,8 @@ START_TEST(test_adamw) {
   }
   be.adamw(p, m, v, g, 5, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, (float)bc1,
            (float)bc2, (float)gs);
-  for (int i = 0; i < 5; i++) ck_assert_msg(fabs(p[i] - pr[i]) < 1e-6, "adamw %d", i);
+  for (int i = 0; i < 5; i++)
+    ck_assert_msg(fabs(p[i] - pr[i]) < 1e-6, "adamw %d", i);
 }
 END_TEST
 

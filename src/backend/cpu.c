@@ -17,6 +17,7 @@
 
 #include "../util.h"
 #include "backend.h"
+#include "cpu_math.h"
 
 #include <cblas.h>
 #undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
@@ -27,13 +28,18 @@ void backend_cpu_attention_init(struct kd_backend *be);
 static struct kd_backend *cpu_be; /* backend owning the scratch allocations */
 static int cpu_bf16;              /* round stored activations to BF16 */
 
-static void *scratch_alloc(size_t bytes) { return cpu_be->alloc(cpu_be, KD_MEM_SCRATCH, bytes); }
-static void scratch_free(void *p) { cpu_be->free(cpu_be, p); }
+static void *scratch_alloc(size_t bytes) {
+  return cpu_be->alloc(cpu_be, KD_MEM_SCRATCH, bytes);
+}
+static void scratch_free(void *p) {
+  cpu_be->free(cpu_be, p);
+}
 
 /* Round n floats to BF16 when the backend emulates BF16 storage. */
 static inline void store_round(float *restrict x, size_t n) {
   if (!cpu_bf16) return;
-  for (size_t i = 0; i < n; i++) x[i] = kd_round_bf16(x[i]);
+  for (size_t i = 0; i < n; i++)
+    x[i] = kd_round_bf16(x[i]);
 }
 
 /* This thread's contiguous share [*c0, *c1) of C columns (inside a parallel region). */
@@ -51,9 +57,13 @@ static void *cpu_alloc(struct kd_backend *be, enum kd_mem cat, size_t bytes) {
   return arena_alloc(&be->arena, cat, bytes);
 }
 
-static void cpu_free(struct kd_backend *be, void *p) { arena_free(&be->arena, p); }
+static void cpu_free(struct kd_backend *be, void *p) {
+  arena_free(&be->arena, p);
+}
 
-static void cpu_zero(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
+static void cpu_zero(float *x, size_t n) {
+  memset(x, 0, n * sizeof(float));
+}
 
 static void cpu_copy(float *dst, const float *src, size_t n) {
   memcpy(dst, src, n * sizeof(float));
@@ -64,29 +74,33 @@ static void cpu_copy(float *dst, const float *src, size_t n) {
 static void cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
-  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
-              transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
+              M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 static void cpu_add(float *restrict y, const float *restrict x, size_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) y[i] += x[i];
+  for (size_t i = 0; i < n; i++)
+    y[i] += x[i];
 }
 
 static void cpu_scale(float *restrict x, float a, size_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) x[i] *= a;
+  for (size_t i = 0; i < n; i++)
+    x[i] *= a;
 }
 
 static void cpu_round_bf16(float *restrict x, size_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) x[i] = kd_round_bf16(x[i]);
+  for (size_t i = 0; i < n; i++)
+    x[i] = kd_round_bf16(x[i]);
 }
 
 static double cpu_sumsq(const float *restrict x, size_t n) {
   double s = 0.0;
 #pragma omp parallel for simd schedule(static) reduction(+ : s)
-  for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+  for (size_t i = 0; i < n; i++)
+    s += (double)x[i] * (double)x[i];
   return s;
 }
 
@@ -94,14 +108,15 @@ static int cpu_all_finite(const float *restrict x, size_t n) {
   const uint32_t *restrict u = (const uint32_t *)(const void *)x;
   uint32_t bad = 0;
 #pragma omp parallel for simd schedule(static) reduction(| : bad)
-  for (size_t i = 0; i < n; i++) bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
+  for (size_t i = 0; i < n; i++)
+    bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
   return !bad;
 }
 
 /* --- embedding ------------------------------------------------------------------------- */
 
-static void cpu_embedding_forward(float *out, const int *tokens, const float *wte, size_t N,
-                                  int C, int vocab_lo, int vocab_n) {
+static void cpu_embedding_forward(float *out, const int *tokens, const float *wte, size_t N, int C,
+                                  int vocab_lo, int vocab_n) {
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     float *o = out + n * C;
@@ -128,26 +143,29 @@ static void cpu_embedding_backward(float *dwte, const float *dout, const int *to
       float *restrict d = dwte + (size_t)v * C;
       const float *restrict g = dout + n * C;
 #pragma omp simd
-      for (int c = c0; c < c1; c++) d[c] += g[c];
+      for (int c = c0; c < c1; c++)
+        d[c] += g[c];
     }
   }
 }
 
 /* --- rmsnorm ----------------------------------------------------------------------------- */
 
-static void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
-                                size_t N, int C, float eps) {
+static void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, size_t N,
+                                int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     const float *restrict x = inp + n * C;
     float *restrict o = out + n * C;
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-    for (int c = 0; c < C; c++) ss += x[c] * x[c];
+    for (int c = 0; c < C; c++)
+      ss += x[c] * x[c];
     float r = 1.0f / sqrtf(ss / (float)C + eps);
     rstd[n] = r;
 #pragma omp simd
-    for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+    for (int c = 0; c < C; c++)
+      o[c] = x[c] * r * w[c];
     store_round(o, (size_t)C);
   }
 }
@@ -167,7 +185,8 @@ static void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, cons
       float *restrict dx = dinp + n * C;
       float r = rstd[n], dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (int c = 0; c < C; c++) dot += g[c] * w[c] * x[c];
+      for (int c = 0; c < C; c++)
+        dot += g[c] * w[c] * x[c];
       float k = dot * r * r * r / (float)C;
 #pragma omp simd
       for (int c = 0; c < C; c++) {
@@ -178,7 +197,8 @@ static void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, cons
 #pragma omp for schedule(static)
     for (int c = 0; c < C; c++) {
       float s = 0.0f;
-      for (int t = 0; t < nt; t++) s += part[(size_t)t * C + c];
+      for (int t = 0; t < nt; t++)
+        s += part[(size_t)t * C + c];
       dw[c] += s;
     }
   }
@@ -192,7 +212,8 @@ static void cpu_bias_forward(float *x, const float *bias, size_t N, int C, int l
   for (size_t n = 0; n < N; n++) {
     float *restrict r = x + n * ld;
 #pragma omp simd
-    for (int c = 0; c < C; c++) r[c] += bias[c];
+    for (int c = 0; c < C; c++)
+      r[c] += bias[c];
   }
 }
 
@@ -204,7 +225,8 @@ static void cpu_bias_backward(float *dbias, const float *dout, size_t N, int C, 
     for (size_t n = 0; n < N; n++) {
       const float *restrict g = dout + n * ld;
 #pragma omp simd
-      for (int c = c0; c < c1; c++) dbias[c] += g[c];
+      for (int c = c0; c < c1; c++)
+        dbias[c] += g[c];
     }
   }
 }
@@ -227,8 +249,8 @@ static float *rope_table(int T, int hd, float theta) {
 }
 
 /* Rotate pairs (i, i+hd/2) of every head by +angle (dir = 1) or -angle (dir = -1). */
-static void rope_apply(float *x, size_t N, int T, int nh, int hd, int ld, float theta,
-                       float dir, int round) {
+static void rope_apply(float *x, size_t N, int T, int nh, int hd, int ld, float theta, float dir,
+                       int round) {
   KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
   int half = hd / 2;
   float *tab = rope_table(T, hd, theta);
@@ -265,7 +287,8 @@ static void cpu_swiglu_forward(float *out, const float *gu, size_t N, int I) {
     const float *restrict g = gu + n * 2 * I, *restrict u = g + I;
     float *restrict o = out + n * I;
 #pragma omp simd
-    for (int i = 0; i < I; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int i = 0; i < I; i++)
+      o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
     store_round(o, (size_t)I);
   }
 }
@@ -277,14 +300,15 @@ static void cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, 
     float *restrict dg = dgu + n * 2 * I, *restrict du = dg + I;
 #pragma omp simd
     for (int i = 0; i < I; i++) {
-      float sg = 1.0f / (1.0f + expf(-g[i])), silu = g[i] * sg;
+      float sg = 1.0f / (1.0f + cpu_expf(-g[i])), silu = g[i] * sg;
       dg[i] += d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
       du[i] += d[i] * silu;
     }
   }
 }
 
-/* --- optimizer --------------------------------------------------------------------------------- */
+/* --- optimizer ---------------------------------------------------------------------------------
+ */
 
 static void cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
                       float beta1, float beta2, float eps, float wd, float bc1, float bc2,

@@ -17,6 +17,7 @@
 
 #include "../util.h"
 #include "backend.h"
+#include "cpu_math.h"
 
 #include <cblas.h>
 #undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
@@ -51,8 +52,8 @@ static void blas_serial_end(int n) {
 /* Row-major C = alpha * op(A) * op(B) + beta * C (the arguments of backend gemm). */
 static void att_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
-              transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
+              M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* Shapes shared by forward and backward. */
@@ -68,8 +69,16 @@ struct att_shape {
 static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd) {
   KD_CHECK(nkv > 0 && nh % nkv == 0, "attention: %d q heads not a multiple of %d kv heads", nh,
            nkv);
-  struct att_shape s = {B, T, nh, nkv, hd, (nh + 2 * nkv) * hd, nh * hd, nh / nkv,
-                        (T + ATT_TILE - 1) / ATT_TILE, 1.0f / sqrtf((float)hd)};
+  struct att_shape s = {B,
+                        T,
+                        nh,
+                        nkv,
+                        hd,
+                        (nh + 2 * nkv) * hd,
+                        nh * hd,
+                        nh / nkv,
+                        (T + ATT_TILE - 1) / ATT_TILE,
+                        1.0f / sqrtf((float)hd)};
   return s;
 }
 
@@ -86,16 +95,20 @@ static void att_forward_tile(float *out, float *lse, const float *qkv, const str
     float *restrict row = S + (size_t)i * nk;
     int nv = t0 + i + 1; /* causal: keys 0 .. t0+i */
     float mx = -INFINITY, sum = 0.0f;
-    for (int j = 0; j < nv; j++) mx = row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < nv; j++)
+      mx = row[j] > mx ? row[j] : mx;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < nv; j++) {
-      row[j] = expf(row[j] - mx);
+      row[j] = cpu_expf(row[j] - mx);
       sum += row[j];
     }
     float inv = 1.0f / sum;
 #pragma omp simd
-    for (int j = 0; j < nv; j++) row[j] *= inv;
-    for (int j = nv; j < nk; j++) row[j] = 0.0f;
+    for (int j = 0; j < nv; j++)
+      row[j] *= inv;
+    for (int j = nv; j < nk; j++)
+      row[j] = 0.0f;
     l[i] = mx + logf(sum);
   }
   float *o = out + ((size_t)b * s->T + t0) * s->ldo + (size_t)h * s->hd;
@@ -149,7 +162,8 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
     const float *restrict oi = o + (size_t)i * s->ldo, *restrict gi = dO + (size_t)i * s->ldo;
     float D = 0.0f;
 #pragma omp simd reduction(+ : D)
-    for (int d = 0; d < s->hd; d++) D += oi[d] * gi[d];
+    for (int d = 0; d < s->hd; d++)
+      D += oi[d] * gi[d];
     Dv[i] = D;
   }
   for (int i = 0; i < m; i++) {
@@ -158,10 +172,11 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
     float li = l[i], D = Dv[i], sc = s->scale;
 #pragma omp simd
     for (int j = 0; j < nv; j++) {
-      p[j] = expf(p[j] - li);
+      p[j] = cpu_expf(p[j] - li);
       dp[j] = p[j] * (dp[j] - D) * sc;
     }
-    for (int j = nv; j < nk; j++) p[j] = dp[j] = 0.0f;
+    for (int j = nv; j < nk; j++)
+      p[j] = dp[j] = 0.0f;
   }
   att_gemm(0, 0, m, s->hd, nk, 1.0f, dP, nk, k, s->ld, 1.0f, dqkv + qoff, s->ld);
   att_gemm(1, 0, nk, s->hd, m, 1.0f, dP, nk, q, s->ld, 1.0f, dqkv + koff, s->ld);

@@ -1,0 +1,499 @@
+/* test_weights.c: the HDF5 weights file. A hand-built parameter table (replicated
+ * tensors, one split by rows, one by columns, a split 1-D tensor) round-trips bitwise;
+ * the file holds the documented datasets and attributes (read back with plain HDF5);
+ * mismatching cards and shapes, missing datasets, corrupted, truncated, foreign and
+ * newer-version files are refused with a clear message. Runs on 1 rank and, with the
+ * split tensors really split, on 2 (mpiexec -n 2). */
+#include <check.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+#include "weights.h"
+
+static char tmpdir[256];
+static int rank, nranks;
+static int tp = 1, tp_rank; /* tensor-parallel group size and rank of the toy model */
+
+enum { NP = 5 };
+static const char *names[NP] = {"model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight",
+                                "model.layers.0.mlp.down_proj.weight",
+                                "model.layers.0.self_attn.q_proj.bias", "model.norm.weight"};
+
+/* The card of the toy model (V 10, C 4, I 6). */
+static struct kd_card toy_card(void) {
+  struct kd_card c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.name, sizeof c.name, "toy");
+  snprintf(c.path, sizeof c.path, "mod/toy.nml");
+  snprintf(c.arch, sizeof c.arch, "qwen2");
+  c.vocab_size = 10, c.hidden_size = 4, c.intermediate_size = 6, c.num_hidden_layers = 1;
+  c.num_attention_heads = 2, c.num_key_value_heads = 1, c.max_position_embeddings = 32;
+  c.rope_theta = 1e6, c.rms_norm_eps = 1e-6, c.tie_word_embeddings = 0, c.attention_bias = 1;
+  return c;
+}
+
+/* Build the table for this rank: up_proj (`up_rows`, 4) split by rows, down_proj (4, 6)
+ * by columns, the bias (4) by elements, the rest replicated. */
+static void toy_model(struct kd_model *m, struct kd_param *tab, int64_t up_rows) {
+  memset(m, 0, sizeof *m);
+  m->card = toy_card();
+  int64_t shapes[NP][2] = {{10, 4}, {up_rows, 4}, {4, 6}, {4, 0}, {4, 0}};
+  int split[NP] = {-1, 0, 1, 0, -1};
+  size_t off = 0;
+  for (int p = 0; p < NP; p++) {
+    struct kd_param *q = &tab[p];
+    memset(q, 0, sizeof *q);
+    snprintf(q->name, sizeof q->name, "%s", names[p]);
+    q->ndim = shapes[p][1] ? 2 : 1;
+    q->shape[0] = shapes[p][0], q->shape[1] = shapes[p][1];
+    q->split_dim = split[p];
+    q->split_off = 0, q->split_len = q->shape[0];
+    if (split[p] >= 0) {
+      int64_t n = q->shape[split[p]];
+      q->split_off = n * tp_rank / tp;
+      q->split_len = n * (tp_rank + 1) / tp - q->split_off;
+    }
+    int64_t rows = split[p] == 0 ? q->split_len : q->shape[0];
+    int64_t cols = q->ndim == 1 ? 1 : split[p] == 1 ? q->split_len : q->shape[1];
+    q->numel = (size_t)(rows * cols);
+    q->offset = off;
+    off += q->numel;
+  }
+  m->nparams = NP;
+  m->params = tab;
+  m->numel = off;
+}
+
+/* Global element i of tensor p, with -0, a subnormal and a NaN payload in tensor 0. */
+static float value(int p, int64_t i) {
+  union { uint32_t u; float f; } v;
+  if (p == 0 && i == 0) v.u = 0x80000000u;
+  else if (p == 0 && i == 1) v.u = 0x00000123u;
+  else if (p == 0 && i == 2) v.u = 0x7fc01234u;
+  else v.f = (float)((i * 37 + p * 11) % 101) / 7.0f - 3.0f;
+  return v.f;
+}
+
+/* Global row-major index of this rank's element k of tensor q. */
+static int64_t global_index(const struct kd_param *q, size_t k) {
+  if (q->ndim == 1) return (q->split_dim < 0 ? 0 : q->split_off) + (int64_t)k;
+  int64_t lc = q->split_dim == 1 ? q->split_len : q->shape[1];
+  int64_t r = (int64_t)k / lc, c = (int64_t)k % lc;
+  if (q->split_dim == 0) r += q->split_off;
+  if (q->split_dim == 1) c += q->split_off;
+  return r * q->shape[1] + c;
+}
+
+static float *toy_weights(const struct kd_model *m) {
+  float *w = calloc(m->numel + 1, sizeof *w);
+  for (int p = 0; p < m->nparams; p++)
+    for (size_t k = 0; k < m->params[p].numel; k++)
+      w[m->params[p].offset + k] = value(p, global_index(&m->params[p], k));
+  return w;
+}
+
+/* The checksum of doc/format.md written out directly over a whole tensor. */
+static uint64_t ref_checksum(const float *x, size_t n) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits;
+    memcpy(&bits, &x[i], 4);
+    uint64_t z = ((uint64_t)i * 0x9E3779B97F4A7C15ull) ^ bits;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    sum += z ^ (z >> 31);
+  }
+  return sum;
+}
+
+/* Checks made by rank 0 alone record their first failure instead of leaving the test
+ * early, which would leave the other ranks waiting in a collective; r0_sync then fails
+ * the test on every rank. */
+static char r0_fail[256];
+#define R0(cond)                                                                               \
+  do {                                                                                         \
+    if (!(cond) && !r0_fail[0]) {                                                              \
+      snprintf(r0_fail, sizeof r0_fail, "%s:%d: rank 0: %s", __FILE__, __LINE__, #cond);       \
+      return;                                                                                  \
+    }                                                                                          \
+  } while (0)
+
+static void r0_sync(void) {
+  MPI_Bcast(r0_fail, sizeof r0_fail, MPI_CHAR, 0, MPI_COMM_WORLD);
+  char msg[sizeof r0_fail];
+  memcpy(msg, r0_fail, sizeof msg);
+  r0_fail[0] = '\0';
+  ck_assert_msg(msg[0] == '\0', "%s", msg);
+}
+
+static const char *tmp_path(const char *name) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  return path;
+}
+
+/* Save the toy weights to tmpdir/name (asserting success); returns the path. */
+static const char *save_toy(const char *name) {
+  struct kd_model m;
+  struct kd_param tab[NP];
+  char err[512];
+  toy_model(&m, tab, 6);
+  float *w = toy_weights(&m);
+  const char *path = tmp_path(name);
+  int st = weights_save(path, &m, w, "&run\n  steps = 10\n/\n", rank == 0, MPI_COMM_WORLD, err,
+                        sizeof err);
+  ck_assert_msg(st == 0, "save: %s", err);
+  free(w);
+  return path;
+}
+
+/* 1 when `ok` holds on every rank (so that every rank passes or fails an assertion). */
+static int all_true(int ok) {
+  int all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all;
+}
+
+/* Assert that every rank got `want` and the same message, containing `needle`. */
+static void expect_fail(int st, int want, const char *err, const char *needle) {
+  ck_assert_int_eq(st, want);
+  ck_assert_msg(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
+  uint64_t h = 1469598103934665603ull, lo, hi;
+  for (const char *s = err; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  ck_assert_msg(lo == hi, "ranks report different messages");
+}
+
+/* Load `path` into the toy model with the given up_proj rows and heads. */
+static int load_toy(const char *path, int64_t up_rows, int heads, float **out, char *err) {
+  struct kd_model m;
+  struct kd_param tab[NP];
+  toy_model(&m, tab, up_rows);
+  m.card.num_attention_heads = heads;
+  float *w = calloc(m.numel + 1, sizeof *w);
+  int st = weights_load(path, &m, w, MPI_COMM_WORLD, err, 512);
+  if (out) *out = w;
+  else free(w);
+  return st;
+}
+
+START_TEST(test_round_trip) {
+  struct kd_model m;
+  struct kd_param tab[NP];
+  toy_model(&m, tab, 6);
+  float *ref = toy_weights(&m), *got = NULL;
+  char err[512];
+  for (int pass = 0; pass < 2; pass++) {
+    weights_set_piece_bytes(pass ? 8 : (size_t)1 << 30); /* pass 1: one row per transfer */
+    const char *path = save_toy("round.h5");
+    int st = load_toy(path, 6, 2, &got, err);
+    ck_assert_msg(st == 0, "load: %s", err);
+    ck_assert(all_true(memcmp(ref, got, m.numel * sizeof *ref) == 0));
+    free(got);
+  }
+  weights_set_piece_bytes((size_t)1 << 30);
+  free(ref);
+}
+END_TEST
+
+/* Data-parallel replicas: every rank holds whole tensors; each is written and counted once. */
+START_TEST(test_replicas) {
+  tp = 1, tp_rank = 0;
+  char err[512];
+  float *got = NULL;
+  const char *path = save_toy("replicas.h5");
+  int st = load_toy(path, 6, 2, &got, err);
+  tp = nranks, tp_rank = rank; /* the split model reads the replicas' file */
+  ck_assert_msg(st == 0, "load: %s", err);
+  free(got);
+  struct kd_model m;
+  struct kd_param tab[NP];
+  toy_model(&m, tab, 6);
+  float *ref = toy_weights(&m);
+  st = load_toy(path, 6, 2, &got, err);
+  ck_assert_msg(st == 0, "load: %s", err);
+  ck_assert(all_true(memcmp(ref, got, m.numel * sizeof *ref) == 0));
+  free(got), free(ref);
+}
+END_TEST
+
+/* Rank 0 reads `path` back with plain HDF5 calls and checks everything doc/format.md says. */
+static void check_layout(const char *path) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  R0(f >= 0);
+  char s[64];
+  hid_t a = H5Aopen(f, "format", H5P_DEFAULT), t = H5Aget_type(a);
+  R0(H5Tget_class(t) == H5T_STRING && H5Tget_size(t) < sizeof s);
+  memset(s, 0, sizeof s);
+  H5Aread(a, t, s);
+  R0(strcmp(s, "kdtrain") == 0);
+  H5Tclose(t), H5Aclose(a);
+  a = H5Aopen(f, "format_version", H5P_DEFAULT), t = H5Aget_type(a);
+  memset(s, 0, sizeof s);
+  H5Aread(a, t, s);
+  R0(strcmp(s, "1.0") == 0);
+  H5Tclose(t), H5Aclose(a);
+  int64_t iv = 0;
+  int8_t bv = 0;
+  double dv = 0;
+  a = H5Aopen_by_name(f, "config", "vocab_size", H5P_DEFAULT, H5P_DEFAULT);
+  t = H5Aget_type(a);
+  R0(H5Tequal(t, H5T_STD_I64LE) > 0);
+  H5Aread(a, H5T_NATIVE_INT64, &iv);
+  R0((iv) == (10));
+  H5Tclose(t), H5Aclose(a);
+  a = H5Aopen_by_name(f, "config", "attention_bias", H5P_DEFAULT, H5P_DEFAULT);
+  t = H5Aget_type(a);
+  R0(H5Tequal(t, H5T_STD_I8LE) > 0);
+  H5Aread(a, H5T_NATIVE_INT8, &bv);
+  R0((bv) == (1));
+  H5Tclose(t), H5Aclose(a);
+  a = H5Aopen_by_name(f, "config", "rope_theta", H5P_DEFAULT, H5P_DEFAULT);
+  H5Aread(a, H5T_NATIVE_DOUBLE, &dv);
+  R0(dv == 1e6);
+  H5Aclose(a);
+  R0(H5Aexists_by_name(f, "config", "card", H5P_DEFAULT) > 0);
+  hid_t d = H5Dopen2(f, "config/namelist", H5P_DEFAULT);
+  R0(d >= 0);
+  t = H5Dget_type(d);
+  char nl[64] = "";
+  R0(H5Tget_size(t) < sizeof nl);
+  H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, nl);
+  R0(strcmp(nl, "&run\n  steps = 10\n/\n") == 0);
+  H5Tclose(t), H5Dclose(d);
+
+  int64_t shapes[NP][2] = {{10, 4}, {6, 4}, {4, 6}, {4, 0}, {4, 0}};
+  for (int p = 0; p < NP; p++) {
+    char dn[128];
+    snprintf(dn, sizeof dn, "params/%s", names[p]);
+    d = H5Dopen2(f, dn, H5P_DEFAULT);
+    R0(d >= 0);
+    t = H5Dget_type(d);
+    R0(H5Tequal(t, H5T_IEEE_F32LE) > 0);
+    hid_t sp = H5Dget_space(d), pl = H5Dget_create_plist(d);
+    R0(H5Pget_layout(pl) == H5D_CONTIGUOUS);
+    hsize_t dims[2] = {0, 0};
+    int nd = H5Sget_simple_extent_dims(sp, dims, NULL);
+    R0((nd) == (shapes[p][1] ? 2 : 1));
+    R0(((int64_t)dims[0]) == (shapes[p][0]));
+    if (nd == 2) R0(((int64_t)dims[1]) == (shapes[p][1]));
+    size_t n = (size_t)H5Sget_simple_extent_npoints(sp);
+    float *x = malloc(n * sizeof *x);
+    H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
+    for (size_t i = 0; i < n; i++) {
+      float v = value(p, (int64_t)i);
+      R0(memcmp(&x[i], &v, 4) == 0);
+    }
+    uint64_t sum = 0;
+    a = H5Aopen(d, "checksum_idxmix64", H5P_DEFAULT);
+    H5Aread(a, H5T_NATIVE_UINT64, &sum);
+    R0(sum == ref_checksum(x, n));
+    H5Aclose(a), free(x), H5Pclose(pl), H5Sclose(sp), H5Tclose(t), H5Dclose(d);
+  }
+  H5Fclose(f);
+
+  struct kd_card c, want = toy_card();
+  char err[512];
+  R0(weights_read_card(path, &c, err, sizeof err) == 0);
+  R0(strcmp(c.arch, "qwen2") == 0);
+  R0(strcmp(c.name, "toy") == 0);
+  R0(strcmp(c.path, path) == 0);
+  R0((c.vocab_size) == (want.vocab_size));
+  R0((c.intermediate_size) == (want.intermediate_size));
+  R0((c.num_key_value_heads) == (want.num_key_value_heads));
+  R0((c.max_position_embeddings) == (want.max_position_embeddings));
+  R0(c.rms_norm_eps == want.rms_norm_eps && c.rope_theta == want.rope_theta);
+  R0(c.attention_bias == 1 && c.tie_word_embeddings == 0);
+}
+
+START_TEST(test_file_contents) {
+  const char *path = save_toy("layout.h5");
+  if (rank == 0) check_layout(path);
+  r0_sync();
+}
+END_TEST
+
+START_TEST(test_mismatch) {
+  const char *path = save_toy("mismatch.h5");
+  char err[512];
+  expect_fail(load_toy(path, 6, 4, NULL, err), KD_EXIT_INPUT, err,
+              "num_attention_heads = 2 in the file but 4 in the model card mod/toy.nml");
+  expect_fail(load_toy(path, 8, 2, NULL, err), KD_EXIT_INPUT, err,
+              "/params/model.layers.0.mlp.up_proj.weight has shape (6, 4) in the file but the "
+              "model expects (8, 4)");
+}
+END_TEST
+
+/* Run `edit` on rank 0 with the file open read-write through plain HDF5. */
+static void edit_file(const char *path, void (*edit)(hid_t f)) {
+  if (rank == 0) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f >= 0) edit(f);
+    else snprintf(r0_fail, sizeof r0_fail, "cannot open %s", path);
+    if (f >= 0) H5Fclose(f);
+  }
+  r0_sync();
+}
+
+static void drop_norm(hid_t f) {
+  R0(H5Ldelete(f, "params/model.norm.weight", H5P_DEFAULT) >= 0);
+}
+static void set_attr(hid_t f, const char *name, const char *value) {
+  H5Adelete(f, name);
+  hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR);
+  H5Tset_size(t, strlen(value) + 1);
+  hid_t a = H5Acreate2(f, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+  R0(a >= 0 && H5Awrite(a, t, value) >= 0);
+  H5Aclose(a), H5Sclose(s), H5Tclose(t);
+}
+static void format_other(hid_t f) { set_attr(f, "format", "safetensors"); }
+static void version_2(hid_t f) { set_attr(f, "format_version", "2.0"); }
+static void version_1_9(hid_t f) { set_attr(f, "format_version", "1.9"); }
+
+/* Flip one bit of byte `at` of dataset `name`'s data (found with H5Dget_offset). */
+static void flip_byte(const char *path, const char *name, long at) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  R0(f >= 0);
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  haddr_t off = d >= 0 ? H5Dget_offset(d) : HADDR_UNDEF;
+  if (d >= 0) H5Dclose(d);
+  H5Fclose(f);
+  R0(off != HADDR_UNDEF);
+  FILE *fp = fopen(path, "r+b");
+  R0(fp != NULL);
+  fseek(fp, (long)off + at, SEEK_SET);
+  int c = fgetc(fp);
+  fseek(fp, (long)off + at, SEEK_SET);
+  fputc(c ^ 0x10, fp);
+  R0(fclose(fp) == 0 && c != EOF);
+}
+
+static void truncate_half(const char *path) {
+  FILE *fp = fopen(path, "rb");
+  R0(fp != NULL);
+  fseek(fp, 0, SEEK_END);
+  long n = ftell(fp);
+  fclose(fp);
+  R0(truncate(path, n / 2) == 0);
+}
+
+static void write_text(const char *path) {
+  FILE *fp = fopen(path, "w");
+  R0(fp != NULL);
+  fputs("&model\n  hidden_size = 4\n/\n", fp);
+  R0(fclose(fp) == 0);
+}
+
+START_TEST(test_damaged) {
+  char err[512];
+  const char *path = save_toy("missing.h5");
+  edit_file(path, drop_norm);
+  expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err,
+              "has no dataset /params/model.norm.weight (expected shape (4))");
+
+  path = save_toy("corrupt.h5");
+  if (rank == 0) flip_byte(path, "params/model.layers.0.mlp.up_proj.weight", 37);
+  r0_sync();
+  expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err,
+              "/params/model.layers.0.mlp.up_proj.weight fails its checksum");
+
+  path = save_toy("truncated.h5");
+  if (rank == 0) truncate_half(path);
+  r0_sync();
+  expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err, "damaged or truncated");
+
+  path = tmp_path("text.h5");
+  if (rank == 0) write_text(path);
+  r0_sync();
+  expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err,
+              "text.h5 is not an HDF5 file");
+  struct kd_card c;
+  ck_assert_int_eq(weights_read_card(path, &c, err, sizeof err), KD_EXIT_INPUT);
+  expect_fail(load_toy(tmp_path("absent.h5"), 6, 2, NULL, err), KD_EXIT_INPUT, err,
+              "absent.h5: no such weights file");
+}
+END_TEST
+
+START_TEST(test_format_version) {
+  char err[512];
+  const char *path = save_toy("format.h5");
+  edit_file(path, format_other);
+  expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err,
+              "format.h5 is not a kdtrain weights file (no format attribute 'kdtrain')");
+  struct kd_card c;
+  ck_assert_int_eq(weights_read_card(path, &c, err, sizeof err), KD_EXIT_INPUT);
+
+  path = save_toy("version.h5");
+  edit_file(path, version_1_9); /* a newer minor version: still readable */
+  ck_assert_msg(load_toy(path, 6, 2, NULL, err) == 0, "%s", err);
+  edit_file(path, version_2);
+  expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err,
+              "has format_version 2.0 but this kdtrain reads format 1.x");
+}
+END_TEST
+
+START_TEST(test_save_errors) {
+  struct kd_model m;
+  struct kd_param tab[NP];
+  char err[512];
+  toy_model(&m, tab, 6);
+  float *w = toy_weights(&m);
+  int st = weights_save("/nonexistent-dir/w.h5", &m, w, NULL, rank == 0, MPI_COMM_WORLD, err,
+                        sizeof err);
+  expect_fail(st, KD_EXIT_IO, err, "/nonexistent-dir/w.h5: cannot create");
+  st = weights_save(tmp_path("nobody.h5"), &m, w, NULL, 0, MPI_COMM_WORLD, err, sizeof err);
+  expect_fail(st, KD_EXIT_IO, err, "model.embed_tokens.weight do not cover it exactly once");
+  free(w);
+}
+END_TEST
+
+static Suite *weights_suite(void) {
+  Suite *s = suite_create("weights");
+  TCase *tc = tcase_create("weights");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_round_trip);
+  tcase_add_test(tc, test_replicas);
+  tcase_add_test(tc, test_file_contents);
+  tcase_add_test(tc, test_mismatch);
+  tcase_add_test(tc, test_damaged);
+  tcase_add_test(tc, test_format_version);
+  tcase_add_test(tc, test_save_errors);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+static const char *files[] = {"round.h5", "layout.h5", "mismatch.h5", "missing.h5",
+                              "corrupt.h5", "truncated.h5", "text.h5", "format.h5",
+                              "version.h5", "nobody.h5", "replicas.h5"};
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  tp = nranks, tp_rank = rank;
+  const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  snprintf(tmpdir, sizeof tmpdir, "%s/kd_test_weights_XXXXXX", base);
+  if (rank == 0 && !mkdtemp(tmpdir)) {
+    perror("mkdtemp");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Bcast(tmpdir, sizeof tmpdir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  SRunner *sr = srunner_create(weights_suite());
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
+  int failed = srunner_ntests_failed(sr), anyfailed = 0;
+  srunner_free(sr);
+  MPI_Allreduce(&failed, &anyfailed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && !getenv("KD_KEEP_TMP")) {
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(tmp_path(files[i]));
+    if (rmdir(tmpdir) != 0) perror(tmpdir);
+  }
+  MPI_Finalize();
+  return anyfailed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
