@@ -23,7 +23,10 @@
 
 enum nl_type { NL_STR, NL_INT, NL_REAL, NL_BOOL }; /* NL_INT: int or int64_t by field size */
 enum {
-  NL_GE = 1, NL_GT = 2, NL_LE = 4, NL_LT = 8, /* bounds lo <=/< value <=/< hi */
+  NL_GE = 1,
+  NL_GT = 2,
+  NL_LE = 4,
+  NL_LT = 8,    /* bounds lo <=/< value <=/< hi */
   NL_PATH = 16, /* a file path (resolved against the cwd); `choices` are words kept as is */
   NL_REQ = 32   /* required: no default */
 };
@@ -31,15 +34,15 @@ enum {
 struct nl_key {
   const char *group, *key;
   enum nl_type type;
-  size_t off, size;    /* field in the struct the table describes */
-  const char *def;     /* default in namelist syntax; NULL: none */
+  size_t off, size; /* field in the struct the table describes */
+  const char *def;  /* default in namelist syntax; NULL: none */
   unsigned flags;
   double lo, hi;
   const char *choices; /* "a|b|c": allowed words (NL_PATH: words that are not paths) */
 };
 
-#define KEY(st, g, k, t, f, d, fl, lo, hi, ch)                                                   \
-  {#g, #k, t, offsetof(struct st, f), sizeof(((struct st *)0)->f), d, fl, lo, hi, ch}
+#define KEY(st, g, k, t, f, d, fl, lo, hi, ch)                                                     \
+  { #g, #k, t, offsetof(struct st, f), sizeof(((struct st *)0)->f), d, fl, lo, hi, ch }
 #define CS(g, k, f, d, ch, fl) KEY(kd_config, g, k, NL_STR, f, d, fl, 0, 0, ch)
 #define CI(g, k, f, d, fl, lo, hi) KEY(kd_config, g, k, NL_INT, f, d, fl, lo, hi, NULL)
 #define CR(g, k, f, d, fl, lo, hi) KEY(kd_config, g, k, NL_REAL, f, d, fl, lo, hi, NULL)
@@ -130,12 +133,12 @@ _Static_assert(NKEYS(cfg_keys) <= NL_MAXKEYS, "raise NL_MAXKEYS");
 struct nl_ctx {
   const struct nl_key *keys;
   size_t n;
-  void *base;                     /* struct the table describes */
-  const char *file;               /* source named in messages */
-  const char *word;               /* override being applied (messages say "command line") */
-  int line[NL_MAXKEYS];           /* where each key was set in the file (0: not) */
-  const char *setby[NL_MAXKEYS];  /* ... or the override word that set it */
-  int gline[NL_MAXKEYS];          /* line of '&group', at the group's first key */
+  void *base;                    /* struct the table describes */
+  const char *file;              /* source named in messages */
+  const char *word;              /* override being applied (messages say "command line") */
+  int line[NL_MAXKEYS];          /* where each key was set in the file (0: not) */
+  const char *setby[NL_MAXKEYS]; /* ... or the override word that set it */
+  int gline[NL_MAXKEYS];         /* line of '&group', at the group's first key */
   char *err;
   size_t errlen;
 };
@@ -153,15 +156,18 @@ struct nl_item {
 };
 
 /* Write "WHERE: &group key: message" into c->err (first error wins); returns KD_EXIT_INPUT. */
-static int nl_verr(struct nl_ctx *c, int line, const char *word, const char *group,
-                   const char *key, const char *fmt, va_list ap) {
+static int nl_verr(struct nl_ctx *c, int line, const char *word, const char *group, const char *key,
+                   const char *fmt, va_list ap) {
   if (c->err[0]) return KD_EXIT_INPUT;
   size_t n = 0, len = c->errlen;
-  if (word) n += snprintf(c->err, len, "command line '%s': ", word);
-  else if (line > 0) n += snprintf(c->err, len, "%s:%d: ", c->file, line);
-  else n += snprintf(c->err, len, "%s: ", c->file);
-  if (group && n < len) n += snprintf(c->err + n, len - n, "&%s%s%s: ", group, key ? " " : "",
-                                      key ? key : "");
+  if (word)
+    n += snprintf(c->err, len, "command line '%s': ", word);
+  else if (line > 0)
+    n += snprintf(c->err, len, "%s:%d: ", c->file, line);
+  else
+    n += snprintf(c->err, len, "%s: ", c->file);
+  if (group && n < len)
+    n += snprintf(c->err + n, len - n, "&%s%s%s: ", group, key ? " " : "", key ? key : "");
   if (n < len) vsnprintf(c->err + n, len - n, fmt, ap);
   return KD_EXIT_INPUT;
 }
@@ -179,7 +185,8 @@ static int nl_err(struct nl_ctx *c, int line, const char *group, const char *key
 
 /* Index of the first key of key i's group. */
 static size_t group_first(const struct nl_key *keys, size_t i) {
-  while (i > 0 && strcmp(keys[i - 1].group, keys[i].group) == 0) i--;
+  while (i > 0 && strcmp(keys[i - 1].group, keys[i].group) == 0)
+    i--;
   return i;
 }
 
@@ -203,7 +210,8 @@ static int key_err(struct nl_ctx *c, size_t i, long alt, const char *fmt, ...) {
 static size_t edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b), row[128], prev, tmp;
   if (la > 120 || lb > 120) return 1000;
-  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = j;
   for (size_t i = 1; i <= la; i++) {
     prev = row[0];
     row[0] = i;
@@ -222,9 +230,11 @@ static size_t edit_distance(const char *a, const char *b) {
 static int parts_in(const char *word, const char *cand) {
   char w[KD_PATH_MAX], c[KD_PATH_MAX], *save = NULL;
   size_t i, parts = 0;
-  for (i = 0; word[i] && i + 1 < sizeof w; i++) w[i] = (char)tolower((unsigned char)word[i]);
+  for (i = 0; word[i] && i + 1 < sizeof w; i++)
+    w[i] = (char)tolower((unsigned char)word[i]);
   w[i] = 0;
-  for (i = 0; cand[i] && i + 1 < sizeof c; i++) c[i] = (char)tolower((unsigned char)cand[i]);
+  for (i = 0; cand[i] && i + 1 < sizeof c; i++)
+    c[i] = (char)tolower((unsigned char)cand[i]);
   c[i] = 0;
   for (char *t = strtok_r(w, "_", &save); t; t = strtok_r(NULL, "_", &save), parts++)
     if (strlen(t) < 2 || !strstr(c, t)) return 0;
@@ -265,8 +275,8 @@ static void table_words(char *out, size_t outlen, const struct nl_ctx *c, const 
   out[0] = 0;
   for (size_t i = 0; i < c->n && n < outlen; i++) {
     if (group ? strcmp(c->keys[i].group, group) != 0 : group_first(c->keys, i) != i) continue;
-    n += snprintf(out + n, outlen - n, "%s%s", n ? "|" : "", group ? c->keys[i].key
-                                                                    : c->keys[i].group);
+    n += snprintf(out + n, outlen - n, "%s%s", n ? "|" : "",
+                  group ? c->keys[i].key : c->keys[i].group);
   }
 }
 
@@ -275,10 +285,15 @@ static void table_words(char *out, size_t outlen, const struct nl_ctx *c, const 
 /* Skip blanks, newlines and '!' comments. */
 static void skip_blank(struct nl_src *s) {
   while (s->p < s->end) {
-    if (*s->p == '\n') s->line++, s->p++;
-    else if (isspace((unsigned char)*s->p)) s->p++;
-    else if (*s->p == '!') while (s->p < s->end && *s->p != '\n') s->p++;
-    else break;
+    if (*s->p == '\n')
+      s->line++, s->p++;
+    else if (isspace((unsigned char)*s->p))
+      s->p++;
+    else if (*s->p == '!')
+      while (s->p < s->end && *s->p != '\n')
+        s->p++;
+    else
+      break;
   }
 }
 
@@ -311,7 +326,8 @@ static int read_item(struct nl_ctx *c, struct nl_src *s, struct nl_item *it, con
                      const char *key) {
   const char *q = s->p;
   it->kind = IT_NULL, it->repeat = 1, it->text[0] = 0;
-  while (q < s->end && isdigit((unsigned char)*q)) q++;
+  while (q < s->end && isdigit((unsigned char)*q))
+    q++;
   if (q > s->p && q < s->end && *q == '*') {
     it->repeat = strtol(s->p, NULL, 10);
     if (it->repeat < 1 || q - s->p > 9)
@@ -340,7 +356,8 @@ static int read_item(struct nl_ctx *c, struct nl_src *s, struct nl_item *it, con
       return nl_err(c, s->line, group, key,
                     "unexpected '%c' after the string; expected ',', a blank or '/'", *s->p);
   } else {
-    while (s->p < s->end && !is_sep(*s->p) && n + 1 < sizeof it->text) it->text[n++] = *s->p++;
+    while (s->p < s->end && !is_sep(*s->p) && n + 1 < sizeof it->text)
+      it->text[n++] = *s->p++;
     if (n == 0)
       return nl_err(c, s->line, group, key, "expected a value, found '%c'",
                     s->p < s->end ? *s->p : ' ');
@@ -373,7 +390,8 @@ static int read_values(struct nl_ctx *c, struct nl_src *s, struct nl_item *it, l
   }
 }
 
-/* ---- values ----------------------------------------------------------------------------------- */
+/* ---- values -----------------------------------------------------------------------------------
+ */
 
 /* A Fortran real constant: [sign] digits [. [digits]] | . digits, then [e|d|q [sign] digits]. */
 static int parse_real(const char *t, double *v) {
@@ -381,10 +399,12 @@ static int parse_real(const char *t, double *v) {
   size_t i = 0, nd = 0;
   if (strlen(t) >= sizeof buf) return 0;
   if (t[i] == '+' || t[i] == '-') i++;
-  while (isdigit((unsigned char)t[i])) i++, nd++;
+  while (isdigit((unsigned char)t[i]))
+    i++, nd++;
   if (t[i] == '.') {
     i++;
-    while (isdigit((unsigned char)t[i])) i++, nd++;
+    while (isdigit((unsigned char)t[i]))
+      i++, nd++;
   }
   if (nd == 0) return 0;
   strcpy(buf, t);
@@ -392,7 +412,8 @@ static int parse_real(const char *t, double *v) {
     buf[i++] = 'e';
     if (t[i] == '+' || t[i] == '-') i++;
     if (!isdigit((unsigned char)t[i])) return 0;
-    while (isdigit((unsigned char)t[i])) i++;
+    while (isdigit((unsigned char)t[i]))
+      i++;
   }
   if (t[i]) return 0;
   *v = strtod(buf, NULL);
@@ -404,7 +425,8 @@ static int parse_bool(const char *t, int *v) {
   char w[16];
   size_t n = strlen(t);
   if (n >= sizeof w) return 0;
-  for (size_t i = 0; i <= n; i++) w[i] = (char)tolower((unsigned char)t[i]);
+  for (size_t i = 0; i <= n; i++)
+    w[i] = (char)tolower((unsigned char)t[i]);
   char *p = w + (w[0] == '.');
   if (n > 1 && w[n - 1] == '.') w[n - 1] = 0;
   if (!strcmp(p, "t") || !strcmp(p, "true")) return *v = 1, 1;
@@ -453,7 +475,8 @@ static int assign(struct nl_ctx *c, size_t i, const struct nl_item *it, int line
       return nl_err(c, line, k->group, k->key, "'%s' is not quoted; expected %s, e.g. '%s'", t,
                     type_words(k->type), t);
     size_t tl = strlen(t);
-    while (tl > 0 && t[tl - 1] == ' ') tl--; /* trailing blanks mean nothing in Fortran */
+    while (tl > 0 && t[tl - 1] == ' ')
+      tl--; /* trailing blanks mean nothing in Fortran */
     if (tl >= k->size)
       return nl_err(c, line, k->group, k->key, "value too long; expected at most %zu characters",
                     k->size - 1);
@@ -487,8 +510,10 @@ static int assign(struct nl_ctx *c, size_t i, const struct nl_item *it, int line
       range_words(words, sizeof words, k);
       return nl_err(c, line, k->group, k->key, "%s is out of range; %s", t, words);
     }
-    if (k->size == sizeof(int)) *(int *)field = (int)v;
-    else *(int64_t *)field = (int64_t)v;
+    if (k->size == sizeof(int))
+      *(int *)field = (int)v;
+    else
+      *(int64_t *)field = (int64_t)v;
   } else if (k->type == NL_REAL) {
     double v;
     if (!parse_real(t, &v))
@@ -516,8 +541,9 @@ static int assign_values(struct nl_ctx *c, size_t i, struct nl_src *s, int line,
   long count;
   int rc = read_values(c, s, &it, &count, k->group, k->key);
   if (rc) return rc;
-  if (count == 0) return nl_err(c, line, k->group, k->key, "no value; expected %s after '='",
-                                type_words(k->type));
+  if (count == 0)
+    return nl_err(c, line, k->group, k->key, "no value; expected %s after '='",
+                  type_words(k->type));
   if (count > 1)
     return nl_err(c, line, k->group, k->key, "%ld values given; expected one value, %s", count,
                   type_words(k->type));
@@ -562,27 +588,36 @@ static int parse_group(struct nl_ctx *c, struct nl_src *s) {
   char g[64], k[64];
   int gline = s->line;
   s->p++;
-  if (!read_ident(s, g, sizeof g)) return nl_err(c, gline, NULL, NULL, "expected a group name after '&'");
+  if (!read_ident(s, g, sizeof g))
+    return nl_err(c, gline, NULL, NULL, "expected a group name after '&'");
   long gi = find_group(c, g);
   if (gi < 0) return unknown_group(c, gline, g);
   const char *gname = c->keys[gi].group;
   if (c->gline[gi])
-    return nl_err(c, gline, gname, NULL, "group given twice (first at line %d); expected each "
-                  "group once", c->gline[gi]);
+    return nl_err(c, gline, gname, NULL,
+                  "group given twice (first at line %d); expected each "
+                  "group once",
+                  c->gline[gi]);
   c->gline[gi] = gline;
   for (;;) {
     skip_blank(s);
     if (s->p >= s->end)
-      return nl_err(c, gline, gname, NULL, "group not closed at the end of the file; expected "
+      return nl_err(c, gline, gname, NULL,
+                    "group not closed at the end of the file; expected "
                     "'/' (or &end) after its last value");
     if (*s->p == '/') return s->p++, 0;
-    if (*s->p == ',') { s->p++; continue; }
+    if (*s->p == ',') {
+      s->p++;
+      continue;
+    }
     if (*s->p == '&') {
       int l = s->line;
       s->p++;
       if (read_ident(s, k, sizeof k) && !strcmp(k, "end")) return 0;
-      return nl_err(c, gline, gname, NULL, "group not closed before '&%s' at line %d; expected "
-                    "'/' after its last value", k, l);
+      return nl_err(c, gline, gname, NULL,
+                    "group not closed before '&%s' at line %d; expected "
+                    "'/' after its last value",
+                    k, l);
     }
     int line = s->line;
     if (!isalpha((unsigned char)*s->p))
@@ -590,7 +625,8 @@ static int parse_group(struct nl_ctx *c, struct nl_src *s) {
     read_ident(s, k, sizeof k);
     skip_blank(s);
     if (s->p < s->end && (*s->p == '(' || *s->p == '%'))
-      return nl_err(c, line, gname, k, "array elements and derived types are not supported; "
+      return nl_err(c, line, gname, k,
+                    "array elements and derived types are not supported; "
                     "expected 'key = value'");
     if (s->p >= s->end || *s->p != '=')
       return nl_err(c, line, gname, k, "expected '=' after the key name");
@@ -598,8 +634,10 @@ static int parse_group(struct nl_ctx *c, struct nl_src *s) {
     long ki = find_key(c, gname, k);
     if (ki < 0) return unknown_key(c, line, gname, k);
     if (c->line[ki])
-      return nl_err(c, line, gname, c->keys[ki].key, "given twice (first at line %d); expected "
-                    "each key once per group", c->line[ki]);
+      return nl_err(c, line, gname, c->keys[ki].key,
+                    "given twice (first at line %d); expected "
+                    "each key once per group",
+                    c->line[ki]);
     c->line[ki] = line;
     int rc = assign_values(c, (size_t)ki, s, line, 0);
     if (rc) return rc;
@@ -615,8 +653,10 @@ static int parse_text(struct nl_ctx *c, const char *buf, size_t len) {
     if (*s.p != '&') {
       table_words(groups, sizeof groups, c, NULL);
       list_words(list, sizeof list, groups, "&");
-      return nl_err(c, s.line, NULL, NULL, "unexpected text '%.20s' outside a group; expected "
-                    "a group such as %s", s.p, list);
+      return nl_err(c, s.line, NULL, NULL,
+                    "unexpected text '%.20s' outside a group; expected "
+                    "a group such as %s",
+                    s.p, list);
     }
     int rc = parse_group(c, &s);
     if (rc) return rc;
@@ -641,8 +681,10 @@ static int parse_file(struct nl_ctx *c, const char *path) {
   size_t len = 0;
   char *buf = slurp(path, &len);
   if (!buf)
-    return nl_err(c, 0, NULL, NULL, "cannot read this file (%s); expected an existing namelist "
-                  "file", strerror(errno));
+    return nl_err(c, 0, NULL, NULL,
+                  "cannot read this file (%s); expected an existing namelist "
+                  "file",
+                  strerror(errno));
   int rc = parse_text(c, buf, len);
   free(buf);
   return rc;
@@ -675,15 +717,17 @@ static int apply_override(struct nl_ctx *c, const char *word) {
   if (rc) return rc;
   skip_blank(&s);
   if (s.p < s.end)
-    return nl_err(c, 0, key->group, key->key, "unexpected '%s' after the value; expected one "
-                  "value", s.p);
+    return nl_err(c, 0, key->group, key->key,
+                  "unexpected '%s' after the value; expected one "
+                  "value",
+                  s.p);
   return 0;
 }
 
 static void table_defaults(const struct nl_key *keys, size_t n, void *base) {
   char err[256] = "";
-  struct nl_ctx c = {.keys = keys, .n = n, .base = base, .file = "(defaults)", .err = err,
-                     .errlen = sizeof err};
+  struct nl_ctx c = {
+      .keys = keys, .n = n, .base = base, .file = "(defaults)", .err = err, .errlen = sizeof err};
   memset(base, 0, keys == cfg_keys ? sizeof(struct kd_config) : sizeof(struct kd_card));
   for (size_t i = 0; i < n; i++) {
     if (!keys[i].def) continue;
@@ -698,7 +742,8 @@ void config_defaults(struct kd_config *cfg) {
   table_defaults(cfg_keys, NKEYS(cfg_keys), cfg);
 }
 
-/* ---- paths and model cards -------------------------------------------------------------------- */
+/* ---- paths and model cards --------------------------------------------------------------------
+ */
 
 static int is_file(const char *p) {
   struct stat st;
@@ -708,19 +753,25 @@ static int is_file(const char *p) {
 /* Directory part of `path` ("." if none). */
 static void dir_of(char *out, size_t len, const char *path) {
   const char *sl = path ? strrchr(path, '/') : NULL;
-  if (!sl) snprintf(out, len, ".");
-  else snprintf(out, len, "%.*s", sl == path ? 1 : (int)(sl - path), path);
+  if (!sl)
+    snprintf(out, len, ".");
+  else
+    snprintf(out, len, "%.*s", sl == path ? 1 : (int)(sl - path), path);
 }
 
 /* Absolute form of a path taken relative to the current directory; 0 if too long. */
 static int absolute(char *out, size_t len, const char *p) {
   char cwd[KD_PATH_MAX], tmp[2 * KD_PATH_MAX + 2];
-  if (p[0] == '/') snprintf(tmp, sizeof tmp, "%s", p);
+  if (p[0] == '/')
+    snprintf(tmp, sizeof tmp, "%s", p);
   else {
     if (!getcwd(cwd, sizeof cwd)) return 0;
-    while (p[0] == '.' && p[1] == '/') p += 2;
-    if (!strcmp(p, ".") || !p[0]) snprintf(tmp, sizeof tmp, "%s", cwd);
-    else snprintf(tmp, sizeof tmp, "%s/%s", cwd, p);
+    while (p[0] == '.' && p[1] == '/')
+      p += 2;
+    if (!strcmp(p, ".") || !p[0])
+      snprintf(tmp, sizeof tmp, "%s", cwd);
+    else
+      snprintf(tmp, sizeof tmp, "%s/%s", cwd, p);
   }
   if (strlen(tmp) >= len) return 0;
   strcpy(out, tmp);
@@ -765,12 +816,15 @@ static int card_find(char *path, size_t plen, const char *name, const char *rela
       snprintf(cand + strlen(cand), sizeof cand - strlen(cand), "/%s", name);
       if (is_file(cand)) return absolute(path, plen, cand) ? 0 : 1;
     }
-    return snprintf(msg, mlen, "model card file '%s' not found; looked in the current directory "
-                    "and in '%s'", name, cand), 1;
+    return snprintf(msg, mlen,
+                    "model card file '%s' not found; looked in the current directory "
+                    "and in '%s'",
+                    name, cand),
+           1;
   }
   size_t nd = card_dirs(dirs, relative_to);
   for (size_t i = 0; i < nd; i++) {
-    snprintf(cand, sizeof cand, "%s/%s.nml", dirs[i], name);
+    snprintf(cand, sizeof cand, "%.*s/%.*s.nml", KD_PATH_MAX - 1, dirs[i], KD_PATH_MAX - 1, name);
     if (is_file(cand)) return absolute(path, plen, cand) ? 0 : 1;
   }
   for (size_t i = 0; i < nd; i++) { /* the cards that do exist, for "did you mean" */
@@ -793,8 +847,12 @@ static int card_find(char *path, size_t plen, const char *name, const char *rela
 /* Parse and check the card file `path` (its messages name the card file and line). */
 static int card_read(struct kd_card *card, const char *path, const char *name, char *err,
                      size_t errlen) {
-  struct nl_ctx c = {.keys = card_keys, .n = NKEYS(card_keys), .base = card, .file = path,
-                     .err = err, .errlen = errlen};
+  struct nl_ctx c = {.keys = card_keys,
+                     .n = NKEYS(card_keys),
+                     .base = card,
+                     .file = path,
+                     .err = err,
+                     .errlen = errlen};
   table_defaults(card_keys, NKEYS(card_keys), card);
   if (strlen(name) >= sizeof card->name || strlen(path) >= sizeof card->path)
     return nl_err(&c, 0, NULL, NULL, "card name or path too long");
@@ -812,14 +870,18 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
   size_t kv = (size_t)find_key(&c, "model", "num_key_value_heads");
   size_t hs = (size_t)find_key(&c, "model", "hidden_size");
   if (card->num_attention_heads % card->num_key_value_heads)
-    return key_err(&c, kv, -1, "num_attention_heads = %d is not divisible by %d; expected a "
-                   "divisor of num_attention_heads", card->num_attention_heads,
-                   card->num_key_value_heads);
+    return key_err(&c, kv, -1,
+                   "num_attention_heads = %d is not divisible by %d; expected a "
+                   "divisor of num_attention_heads",
+                   card->num_attention_heads, card->num_key_value_heads);
   if (card->hidden_size % card->num_attention_heads)
-    return key_err(&c, hs, -1, "%d is not divisible by num_attention_heads = %d; expected a "
-                   "multiple of the head count", card->hidden_size, card->num_attention_heads);
+    return key_err(&c, hs, -1,
+                   "%d is not divisible by num_attention_heads = %d; expected a "
+                   "multiple of the head count",
+                   card->hidden_size, card->num_attention_heads);
   if ((card->hidden_size / card->num_attention_heads) % 2)
-    return key_err(&c, hs, -1, "head dimension hidden_size / num_attention_heads = %d is odd; "
+    return key_err(&c, hs, -1,
+                   "head dimension hidden_size / num_attention_heads = %d is odd; "
                    "expected an even head dimension (rotary embeddings)",
                    card->hidden_size / card->num_attention_heads);
   return 0;
@@ -860,16 +922,16 @@ static int resolve_paths(struct nl_ctx *c, struct kd_config *cfg) {
     if (!(k->flags & NL_PATH) || !f[0]) continue;
     if (k->choices && word_in(k->choices, f)) continue; /* 'random', 'auto', 'none' */
     if (!absolute(f, k->size, f))
-      return key_err(c, i, -1, "'%s' is too long as an absolute path; expected at most %zu "
-                     "characters", f, k->size - 1);
+      return key_err(c, i, -1,
+                     "'%s' is too long as an absolute path; expected at most %zu "
+                     "characters",
+                     f, k->size - 1);
   }
-  if (!cfg->ckpt_dir[0] &&
-      snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "%s/checkpoints", cfg->run_out_dir) >=
-          (int)sizeof cfg->ckpt_dir)
+  if (!cfg->ckpt_dir[0] && snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "%s/checkpoints",
+                                    cfg->run_out_dir) >= (int)sizeof cfg->ckpt_dir)
     return key_err(c, key_index(c, "run", "out_dir"), -1, "path too long");
-  if (!cfg->log_metrics[0] &&
-      snprintf(cfg->log_metrics, sizeof cfg->log_metrics, "%s/metrics.csv", cfg->run_out_dir) >=
-          (int)sizeof cfg->log_metrics)
+  if (!cfg->log_metrics[0] && snprintf(cfg->log_metrics, sizeof cfg->log_metrics, "%s/metrics.csv",
+                                       cfg->run_out_dir) >= (int)sizeof cfg->log_metrics)
     return key_err(c, key_index(c, "run", "out_dir"), -1, "path too long");
   return 0;
 }
@@ -879,8 +941,10 @@ static int check_exists(struct nl_ctx *c, size_t i, const char *what, int dir_ok
   struct stat st;
   const char *p = FIELD(c, i);
   if (stat(p, &st) != 0)
-    return key_err(c, i, -1, "%s '%s' not found (%s); expected an existing file (relative paths "
-                   "are taken from the current directory)", what, p, strerror(errno));
+    return key_err(c, i, -1,
+                   "%s '%s' not found (%s); expected an existing file (relative paths "
+                   "are taken from the current directory)",
+                   what, p, strerror(errno));
   if (!dir_ok && !S_ISREG(st.st_mode))
     return key_err(c, i, -1, "%s '%s' is not a regular file; expected a file", what, p);
   if (access(p, R_OK) != 0)
@@ -894,16 +958,21 @@ static int check_config(struct nl_ctx *c, struct kd_config *cfg) {
   size_t valid = key_index(c, "data", "valid"), gb = key_index(c, "parallel", "global_batch");
   int distill = !strcmp(cfg->run_mode, "distill"), eval = !strcmp(cfg->run_mode, "eval");
   if (distill && !cfg->teacher_card[0] && !cfg->teacher_init[0])
-    return key_err(c, tcard, (long)mode, "missing: mode 'distill' needs a teacher; expected "
+    return key_err(c, tcard, (long)mode,
+                   "missing: mode 'distill' needs a teacher; expected "
                    "&teacher card (a model card) and/or init (a weights file)");
   if (!cfg->student_card[0])
-    return key_err(c, scard, (long)mode, "missing; expected the student model card (a name in "
+    return key_err(c, scard, (long)mode,
+                   "missing; expected the student model card (a name in "
                    "mod/ or a path)");
   if (!eval && !cfg->data_train[0])
-    return key_err(c, train, (long)mode, "missing; mode '%s' needs training data, expected a "
-                   "file path", cfg->run_mode);
+    return key_err(c, train, (long)mode,
+                   "missing; mode '%s' needs training data, expected a "
+                   "file path",
+                   cfg->run_mode);
   if (eval && !cfg->data_valid[0])
-    return key_err(c, valid, (long)mode, "missing; mode 'eval' needs validation data, expected "
+    return key_err(c, valid, (long)mode,
+                   "missing; mode 'eval' needs validation data, expected "
                    "a file path");
   int rc = 0;
   if (!rc && cfg->data_train[0]) rc = check_exists(c, train, "data file", 0);
@@ -916,11 +985,13 @@ static int check_config(struct nl_ctx *c, struct kd_config *cfg) {
     rc = check_exists(c, key_index(c, "checkpoint", "resume"), "checkpoint", 1);
   if (rc) return rc;
   if (cfg->par_global_batch % cfg->par_micro_batch)
-    return key_err(c, gb, (long)key_index(c, "parallel", "micro_batch"), "%d is not divisible by "
-                   "micro_batch = %d; expected a multiple of micro_batch", cfg->par_global_batch,
-                   cfg->par_micro_batch);
+    return key_err(c, gb, (long)key_index(c, "parallel", "micro_batch"),
+                   "%d is not divisible by "
+                   "micro_batch = %d; expected a multiple of micro_batch",
+                   cfg->par_global_batch, cfg->par_micro_batch);
   if (cfg->par_dp > 0 && cfg->par_global_batch % ((int64_t)cfg->par_micro_batch * cfg->par_dp))
-    return key_err(c, gb, (long)key_index(c, "parallel", "dp"), "%d is not divisible by "
+    return key_err(c, gb, (long)key_index(c, "parallel", "dp"),
+                   "%d is not divisible by "
                    "micro_batch * dp = %d * %d; expected a multiple of micro_batch * dp",
                    cfg->par_global_batch, cfg->par_micro_batch, cfg->par_dp);
   if (cfg->optim_min_lr > cfg->optim_lr)
@@ -938,14 +1009,17 @@ static int resolve_card(struct nl_ctx *c, struct kd_card *card, size_t ki) {
     return key_err(c, ki, -1, "%s", msg);
   if (card_read(card, path, name, c->err, c->errlen)) {
     size_t n = strlen(c->err);
-    if (c->line[ki]) snprintf(c->err + n, c->errlen - n, " (the %s card, named at %s:%d)", who,
-                              c->file, c->line[ki]);
-    else snprintf(c->err + n, c->errlen - n, " (the %s card, named on the command line)", who);
+    if (c->line[ki])
+      snprintf(c->err + n, c->errlen - n, " (the %s card, named at %s:%d)", who, c->file,
+               c->line[ki]);
+    else
+      snprintf(c->err + n, c->errlen - n, " (the %s card, named on the command line)", who);
     return KD_EXIT_INPUT;
   }
   const struct kd_config *cfg = c->base;
   if (cfg->data_seq_len > card->max_position_embeddings)
-    return key_err(c, key_index(c, "data", "seq_len"), -1, "%d is longer than "
+    return key_err(c, key_index(c, "data", "seq_len"), -1,
+                   "%d is longer than "
                    "max_position_embeddings = %d of the %s card '%s'; expected seq_len <= %d",
                    cfg->data_seq_len, card->max_position_embeddings, who, name,
                    card->max_position_embeddings);
@@ -954,14 +1028,19 @@ static int resolve_card(struct nl_ctx *c, struct kd_card *card, size_t ki) {
 
 int config_load(struct kd_config *cfg, const char *path, int noverrides, char **overrides,
                 char *err, size_t errlen) {
-  struct nl_ctx c = {.keys = cfg_keys, .n = NKEYS(cfg_keys), .base = cfg, .file = path,
-                     .err = err, .errlen = errlen};
+  struct nl_ctx c = {.keys = cfg_keys,
+                     .n = NKEYS(cfg_keys),
+                     .base = cfg,
+                     .file = path,
+                     .err = err,
+                     .errlen = errlen};
   err[0] = 0;
   config_defaults(cfg);
   if (strlen(path) >= sizeof cfg->source) return nl_err(&c, 0, NULL, NULL, "path too long");
   strcpy(cfg->source, path);
   int rc = parse_file(&c, path);
-  for (int i = 0; i < noverrides && !rc; i++) rc = apply_override(&c, overrides[i]);
+  for (int i = 0; i < noverrides && !rc; i++)
+    rc = apply_override(&c, overrides[i]);
   c.word = NULL;
   if (!rc) rc = resolve_paths(&c, cfg);
   if (!rc) rc = check_config(&c, cfg);
@@ -975,16 +1054,19 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
 
 /* Shortest text that reads back to exactly v, spelled as a Fortran real (1.0, 1.0e-08). */
 static void format_real(char *out, size_t len, double v) {
-  char tmp[64];
+  char tmp[32];
   for (int p = 1; p <= 17; p++) {
     snprintf(tmp, sizeof tmp, "%.*g", p, v);
     if (strtod(tmp, NULL) == v) break;
   }
   char *e = strchr(tmp, 'e');
   if (!strchr(tmp, '.')) {
-    if (e) snprintf(out, len, "%.*s.0%s", (int)(e - tmp), tmp, e);
-    else snprintf(out, len, "%s.0", tmp);
-  } else snprintf(out, len, "%s", tmp);
+    if (e)
+      snprintf(out, len, "%.*s.0%s", (int)(e - tmp), tmp, e);
+    else
+      snprintf(out, len, "%s.0", tmp);
+  } else
+    snprintf(out, len, "%s", tmp);
 }
 
 static void print_table(FILE *f, const struct nl_key *keys, size_t n, const void *base) {
@@ -995,15 +1077,19 @@ static void print_table(FILE *f, const struct nl_key *keys, size_t n, const void
     fprintf(f, "  %s = ", keys[i].key);
     if (keys[i].type == NL_STR) {
       fputc('\'', f);
-      for (const char *p = field; *p; p++) fputs(*p == '\'' ? "''" : (char[]){*p, 0}, f);
+      for (const char *p = field; *p; p++)
+        fputs(*p == '\'' ? "''" : (char[]){*p, 0}, f);
       fputc('\'', f);
     } else if (keys[i].type == NL_INT) {
-      if (keys[i].size == sizeof(int)) fprintf(f, "%d", *(const int *)field);
-      else fprintf(f, "%" PRId64, *(const int64_t *)field);
+      if (keys[i].size == sizeof(int))
+        fprintf(f, "%d", *(const int *)field);
+      else
+        fprintf(f, "%" PRId64, *(const int64_t *)field);
     } else if (keys[i].type == NL_REAL) {
       format_real(num, sizeof num, *(const double *)field);
       fputs(num, f);
-    } else fputs(*(const int *)field ? ".true." : ".false.", f);
+    } else
+      fputs(*(const int *)field ? ".true." : ".false.", f);
     fputc('\n', f);
     if (i + 1 == n || strcmp(keys[i + 1].group, keys[i].group)) fputs("/\n", f);
   }

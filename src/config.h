@@ -61,16 +61,18 @@ struct kd_config {
   int mem_recompute_every, mem_offload, mem_tiled_mlp;
   int64_t mem_budget_mb;
   /* &checkpoint */
-  char ckpt_dir[KD_PATH_MAX];
+  char ckpt_dir[KD_PATH_MAX]; /* '' in the input: resolved to run%out_dir/checkpoints */
   int ckpt_every, ckpt_keep;
   char ckpt_resume[KD_PATH_MAX]; /* 'auto' | 'none' | a path */
   int ckpt_on_signal;
   /* &log */
   int log_every;
-  char log_metrics[KD_PATH_MAX]; /* '' = run%out_dir/metrics.csv */
+  char log_metrics[KD_PATH_MAX]; /* '' in the input: resolved to run%out_dir/metrics.csv */
   char log_level[KD_WORD_MAX];
 
-  /* resolved model cards (teacher only in mode 'distill') */
+  /* Every path above is absolute after config_load (relative ones are taken from the
+   * current directory). Resolved model cards: teacher only in mode 'distill' with a
+   * teacher card (teacher.name is '' when only &teacher init is given). */
   struct kd_card teacher, student;
 };
 

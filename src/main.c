@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "train.h"
+#include "weights.h"
 #include "util.h"
 
 static void usage(FILE *f) {
@@ -87,6 +88,12 @@ int main(int argc, char **argv) {
   }
   static struct kd_config cfg;
   config_load_bcast(&cfg, input, argc - first_override, argv + first_override);
+  if (strcmp(cfg.run_mode, "distill") == 0 && cfg.teacher.hidden_size == 0) {
+    /* &teacher gave only init: the card is the one stored in the weights file */
+    char err[1024];
+    if (weights_read_card(cfg.teacher_init, &cfg.teacher, err, sizeof err) != 0)
+      kd_fail(KD_EXIT_INPUT, "%s: &teacher init: %s", cfg.source, err);
+  }
   int status = KD_EXIT_OK;
   if (print_config) {
     if (kd_rank() == 0) config_print(stdout, &cfg);

@@ -328,11 +328,13 @@ static int train_loop(struct run *r) {
       char eta[32];
       format_eta(eta, sizeof eta, (kd_now() - t_start) / (double)(step - first + 1) *
                                       (double)(cfg->run_steps - step));
-      kd_info("step %lld/%lld | loss %.4f (kd %.4f ce %.4f) | lr %.3e | gnorm %.3f%s | "
+      char parts[64] = "";
+      if (r->distill) snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", loss_kd, loss_ce);
+      kd_info("step %lld/%lld | loss %.4f%s | lr %.3e | gnorm %.3f%s | "
               "%.0f tok/s | mfu %.1f%% | peak %.1f MiB | eta %s\n",
-              (long long)step, (long long)cfg->run_steps, loss, loss_kd, loss_ce, lr, gnorm,
+              (long long)step, (long long)cfg->run_steps, loss, parts, lr, gnorm,
               finite ? "" : " (skipped)", tok_s, 100 * mfu, (double)peak / 1048576.0, eta);
-      double v[11] = {loss, loss_kd, loss_ce, lr, gnorm, (double)scaler.skipped,
+      double v[11] = {loss, r->distill ? loss_kd : NAN, loss_ce, lr, gnorm, (double)scaler.skipped,
                       (double)consumed * T, tok_s, mfu, (double)peak, NAN};
       metrics_row(r, step, v, 11);
     }

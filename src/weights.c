@@ -54,8 +54,8 @@ static inline uint64_t mix64(uint64_t i, uint32_t bits) {
   return z ^ (z >> 31);
 }
 
-uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t row0,
-                          int64_t col0, int64_t gcols) {
+uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
+                          int64_t gcols) {
   uint64_t sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
@@ -81,7 +81,7 @@ struct card_key {
   int compare; /* 1: a loaded file must match the model's card */
   int required;
 };
-#define CARD_KEY(f, kind, cmp, req)                                                            \
+#define CARD_KEY(f, kind, cmp, req)                                                                \
   { #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req }
 static const struct card_key card_keys[] = {
     CARD_KEY(name, KEY_STR, 0, 0),
@@ -233,8 +233,8 @@ static int config_read(hid_t cfg, const char *path, struct kd_card *card, char *
 }
 
 /* Refuse a file whose card differs from the model's in any key that shapes the model. */
-static int config_compare(const struct kd_card *file, const struct kd_card *model,
-                          const char *path, char *err, size_t errlen) {
+static int config_compare(const struct kd_card *file, const struct kd_card *model, const char *path,
+                          char *err, size_t errlen) {
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     if (!ck->compare) continue;
@@ -327,7 +327,8 @@ static struct block param_block(const struct kd_param *p) {
 
 static uint64_t name_hash(const char *s) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+  for (; *s; s++)
+    h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
   return h;
 }
 
@@ -349,8 +350,7 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
   MPI_Allreduce(&np, &npmin, 1, MPI_INT, MPI_MIN, comm);
   MPI_Allreduce(&np, &npmax, 1, MPI_INT, MPI_MAX, comm);
   if (npmin != npmax) {
-    seterr(err, errlen, "weights: ranks disagree on the parameter count (%d vs %d)", npmin,
-           npmax);
+    seterr(err, errlen, "weights: ranks disagree on the parameter count (%d vs %d)", npmin, npmax);
     return KD_EXIT_IO;
   }
   int64_t *mine = kd_calloc((size_t)np * NF + 1, sizeof *mine);
@@ -358,8 +358,13 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
   int64_t *iv = kd_calloc(2 * (size_t)size, sizeof *iv);
   for (int p = 0; p < np; p++) {
     const struct kd_param *q = &mdl->params[p];
-    int64_t f[NF] = {(int64_t)(name_hash(q->name) >> 1), q->split_dim, q->shape[0],
-                     q->ndim == 2 ? q->shape[1] : -1, q->split_off, q->split_len, rep_owner};
+    int64_t f[NF] = {(int64_t)(name_hash(q->name) >> 1),
+                     q->split_dim,
+                     q->shape[0],
+                     q->ndim == 2 ? q->shape[1] : -1,
+                     q->split_off,
+                     q->split_len,
+                     rep_owner};
     memcpy(&mine[(size_t)p * NF], f, sizeof f);
   }
   MPI_Allgather(mine, np * NF, MPI_INT64_T, all, np * NF, MPI_INT64_T, comm);
@@ -391,7 +396,8 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
     if (st) break;
     int64_t extent = q->split_dim <= 0 ? q->shape[0] : q->shape[1], at = 0;
     qsort(iv, (size_t)nown, 2 * sizeof *iv, cmp_i64pair);
-    for (int k = 0; k < nown && at >= 0; k++) at = iv[2 * k] == at ? at + iv[2 * k + 1] : -1;
+    for (int k = 0; k < nown && at >= 0; k++)
+      at = iv[2 * k] == at ? at + iv[2 * k + 1] : -1;
     if (at != extent || (q->split_dim < 0 && nown != 1)) {
       seterr(err, errlen,
              "weights: the ranks' slices of %s do not cover it exactly once (%d owner(s); one "
@@ -408,8 +414,8 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
 
 /* Write (or read) this rank's block of `dset` from (into) x, in collective transfers of at
  * most piece_bytes; a rank with active = 0 takes part with empty selections. */
-static int transfer(hid_t dset, const struct block *b, float *x, int active,
-                    int writing, MPI_Comm comm) {
+static int transfer(hid_t dset, const struct block *b, float *x, int active, int writing,
+                    MPI_Comm comm) {
   int64_t rows = active ? b->rows : 0, cols = b->cols > 0 ? b->cols : 1;
   int64_t per = (int64_t)(piece_bytes / ((size_t)cols * sizeof(float)));
   if (per < 1) per = 1;
@@ -445,8 +451,10 @@ static int transfer(hid_t dset, const struct block *b, float *x, int active,
 }
 
 static void dims_text(char *out, size_t n, int ndim, const int64_t *d) {
-  if (ndim == 1) snprintf(out, n, "(%" PRId64 ")", d[0]);
-  else snprintf(out, n, "(%" PRId64 ", %" PRId64 ")", d[0], d[1]);
+  if (ndim == 1)
+    snprintf(out, n, "(%" PRId64 ")", d[0]);
+  else
+    snprintf(out, n, "(%" PRId64 ", %" PRId64 ")", d[0], d[1]);
 }
 
 /* --- save ---------------------------------------------------------------------------------- */
@@ -457,8 +465,8 @@ static int save_param(hid_t group, const struct kd_param *p, const float *buf, i
   struct block b = param_block(p);
   const float *x = buf + p->offset;
   if ((size_t)(b.rows * b.cols) != p->numel) {
-    seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64,
-           p->name, p->numel, b.rows, b.cols);
+    seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64, p->name,
+           p->numel, b.rows, b.cols);
     return KD_EXIT_IO;
   }
   uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
@@ -496,8 +504,8 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
   int *own = kd_calloc((size_t)mdl->nparams + 1, sizeof *own);
   hid_t file = -1, cfg = -1, group = -1;
   char *namelist = NULL;
-  int st = agree(plan_owners(mdl, write_replicated != 0, own, comm, err, errlen), err, errlen,
-                 comm);
+  int st =
+      agree(plan_owners(mdl, write_replicated != 0, own, comm, err, errlen), err, errlen, comm);
   if (st) goto out;
 
   /* rank 0's namelist text, so that every rank writes the same metadata */
@@ -515,8 +523,9 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
   file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (file < 0)
-    seterr(err, errlen, "%s: cannot create the weights file (does the directory exist and is "
-                        "it writable?)",
+    seterr(err, errlen,
+           "%s: cannot create the weights file (does the directory exist and is "
+           "it writable?)",
            path);
   if ((st = agree(file < 0 ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
 
@@ -552,8 +561,8 @@ out:
 /* --- load ---------------------------------------------------------------------------------- */
 
 /* Check /params/<name>'s type and shape, read this rank's block, verify the checksum. */
-static int load_param(hid_t group, const struct kd_param *p, float *buf, int own,
-                      const char *path, MPI_Comm comm, char *err, size_t errlen) {
+static int load_param(hid_t group, const struct kd_param *p, float *buf, int own, const char *path,
+                      MPI_Comm comm, char *err, size_t errlen) {
   struct block b = param_block(p);
   int64_t want[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
   char wtxt[64], ftxt[64];
@@ -612,8 +621,8 @@ out:
   return st;
 }
 
-int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm,
-                 char *err, size_t errlen) {
+int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm, char *err,
+                 size_t errlen) {
   H5E_auto2_t efunc;
   void *edata;
   H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);

@@ -32,8 +32,8 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
  * tensor's checksum. Collective over `comm`. Returns 0, KD_EXIT_INPUT (missing,
  * foreign, damaged or mismatching file) or KD_EXIT_IO, the same on every rank, with
  * the message in `err`. */
-int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm,
-                 char *err, size_t errlen);
+int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm, char *err,
+                 size_t errlen);
 
 /* Read the model card stored in a weights file (/config attributes) into `card`
  * (card->path is set to `path`). Not collective. 0 or KD_EXIT_INPUT. */
@@ -43,8 +43,8 @@ int weights_read_card(const char *path, struct kd_card *card, char *err, size_t 
  * of mix(i, bits(x)) over the elements; element (r, c) of the (rows, cols) block `x`
  * has global row-major index (row0 + r) * gcols + col0 + c. Partial sums of disjoint
  * blocks add up to the checksum of the whole tensor. */
-uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t row0,
-                          int64_t col0, int64_t gcols);
+uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
+                          int64_t gcols);
 
 /* Largest transfer per H5Dread/H5Dwrite call in bytes (default 1 GiB, below MPI-IO's
  * 2 GiB limit); tests lower it to exercise the split transfers. */

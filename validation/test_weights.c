@@ -71,11 +71,18 @@ static void toy_model(struct kd_model *m, struct kd_param *tab, int64_t up_rows)
 
 /* Global element i of tensor p, with -0, a subnormal and a NaN payload in tensor 0. */
 static float value(int p, int64_t i) {
-  union { uint32_t u; float f; } v;
-  if (p == 0 && i == 0) v.u = 0x80000000u;
-  else if (p == 0 && i == 1) v.u = 0x00000123u;
-  else if (p == 0 && i == 2) v.u = 0x7fc01234u;
-  else v.f = (float)((i * 37 + p * 11) % 101) / 7.0f - 3.0f;
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  if (p == 0 && i == 0)
+    v.u = 0x80000000u;
+  else if (p == 0 && i == 1)
+    v.u = 0x00000123u;
+  else if (p == 0 && i == 2)
+    v.u = 0x7fc01234u;
+  else
+    v.f = (float)((i * 37 + p * 11) % 101) / 7.0f - 3.0f;
   return v.f;
 }
 
@@ -115,12 +122,12 @@ static uint64_t ref_checksum(const float *x, size_t n) {
  * early, which would leave the other ranks waiting in a collective; r0_sync then fails
  * the test on every rank. */
 static char r0_fail[256];
-#define R0(cond)                                                                               \
-  do {                                                                                         \
-    if (!(cond) && !r0_fail[0]) {                                                              \
-      snprintf(r0_fail, sizeof r0_fail, "%s:%d: rank 0: %s", __FILE__, __LINE__, #cond);       \
-      return;                                                                                  \
-    }                                                                                          \
+#define R0(cond)                                                                                   \
+  do {                                                                                             \
+    if (!(cond) && !r0_fail[0]) {                                                                  \
+      snprintf(r0_fail, sizeof r0_fail, "%s:%d: rank 0: %s", __FILE__, __LINE__, #cond);           \
+      return;                                                                                      \
+    }                                                                                              \
   } while (0)
 
 static void r0_sync(void) {
@@ -164,7 +171,8 @@ static void expect_fail(int st, int want, const char *err, const char *needle) {
   ck_assert_int_eq(st, want);
   ck_assert_msg(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
   uint64_t h = 1469598103934665603ull, lo, hi;
-  for (const char *s = err; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  for (const char *s = err; *s; s++)
+    h = (h ^ (uint8_t)*s) * 1099511628211ull;
   MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   ck_assert_msg(lo == hi, "ranks report different messages");
@@ -178,8 +186,10 @@ static int load_toy(const char *path, int64_t up_rows, int heads, float **out, c
   m.card.num_attention_heads = heads;
   float *w = calloc(m.numel + 1, sizeof *w);
   int st = weights_load(path, &m, w, MPI_COMM_WORLD, err, 512);
-  if (out) *out = w;
-  else free(w);
+  if (out)
+    *out = w;
+  else
+    free(w);
   return st;
 }
 
@@ -334,8 +344,10 @@ END_TEST
 static void edit_file(const char *path, void (*edit)(hid_t f)) {
   if (rank == 0) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-    if (f >= 0) edit(f);
-    else snprintf(r0_fail, sizeof r0_fail, "cannot open %s", path);
+    if (f >= 0)
+      edit(f);
+    else
+      snprintf(r0_fail, sizeof r0_fail, "cannot open %s", path);
     if (f >= 0) H5Fclose(f);
   }
   r0_sync();
@@ -352,9 +364,15 @@ static void set_attr(hid_t f, const char *name, const char *value) {
   R0(a >= 0 && H5Awrite(a, t, value) >= 0);
   H5Aclose(a), H5Sclose(s), H5Tclose(t);
 }
-static void format_other(hid_t f) { set_attr(f, "format", "safetensors"); }
-static void version_2(hid_t f) { set_attr(f, "format_version", "2.0"); }
-static void version_1_9(hid_t f) { set_attr(f, "format_version", "1.9"); }
+static void format_other(hid_t f) {
+  set_attr(f, "format", "safetensors");
+}
+static void version_2(hid_t f) {
+  set_attr(f, "format_version", "2.0");
+}
+static void version_1_9(hid_t f) {
+  set_attr(f, "format_version", "1.9");
+}
 
 /* Flip one bit of byte `at` of dataset `name`'s data (found with H5Dget_offset). */
 static void flip_byte(const char *path, const char *name, long at) {
@@ -411,8 +429,7 @@ START_TEST(test_damaged) {
   path = tmp_path("text.h5");
   if (rank == 0) write_text(path);
   r0_sync();
-  expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err,
-              "text.h5 is not an HDF5 file");
+  expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err, "text.h5 is not an HDF5 file");
   struct kd_card c;
   ck_assert_int_eq(weights_read_card(path, &c, err, sizeof err), KD_EXIT_INPUT);
   expect_fail(load_toy(tmp_path("absent.h5"), 6, 2, NULL, err), KD_EXIT_INPUT, err,
@@ -468,9 +485,9 @@ static Suite *weights_suite(void) {
   return s;
 }
 
-static const char *files[] = {"round.h5", "layout.h5", "mismatch.h5", "missing.h5",
-                              "corrupt.h5", "truncated.h5", "text.h5", "format.h5",
-                              "version.h5", "nobody.h5", "replicas.h5"};
+static const char *files[] = {"round.h5",   "layout.h5",    "mismatch.h5", "missing.h5",
+                              "corrupt.h5", "truncated.h5", "text.h5",     "format.h5",
+                              "version.h5", "nobody.h5",    "replicas.h5"};
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -491,7 +508,8 @@ int main(int argc, char **argv) {
   srunner_free(sr);
   MPI_Allreduce(&failed, &anyfailed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0 && !getenv("KD_KEEP_TMP")) {
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(tmp_path(files[i]));
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+      unlink(tmp_path(files[i]));
     if (rmdir(tmpdir) != 0) perror(tmpdir);
   }
   MPI_Finalize();

@@ -1,0 +1,285 @@
+/* test_config.c: the namelist reader (every value spelling, comments, &end, repeat
+ * counts, case), command-line overrides, defaults, model card search, the print ->
+ * load round trip and the messages of bad input. */
+#include <check.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "util.h"
+
+static char dir[256], err[4096];
+static struct kd_config cfg;
+
+/* Write `text` to dir/name and return the path (static buffer). */
+static const char *put(const char *name, const char *text) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+/* Load `text` with the cards and data given on the command line, plus `extra` words. */
+static int load(const char *text, int nextra, const char **extra) {
+  static char train[600];
+  char *words[16] = {"teacher%card=test-teacher", "student%card='test-student'", train};
+  snprintf(train, sizeof train, "data%%train=%s/train.bin", dir);
+  for (int i = 0; i < nextra; i++)
+    words[3 + i] = (char *)extra[i];
+  return config_load(&cfg, put("in.nml", text), 3 + nextra, words, err, sizeof err);
+}
+
+/* Bad `text` must give KD_EXIT_INPUT and a message holding every word of `want`. */
+static void bad(const char *text, const char *want[]) {
+  ck_assert_int_eq(load(text, 0, NULL), KD_EXIT_INPUT);
+  for (int i = 0; want[i]; i++)
+    ck_assert_msg(strstr(err, want[i]), "message '%s' lacks '%s' (input: %s)", err, want[i], text);
+}
+#define BAD(text, ...) bad(text, (const char *[]){__VA_ARGS__, NULL})
+
+START_TEST(test_defaults) {
+  config_defaults(&cfg);
+  ck_assert_str_eq(cfg.run_mode, "distill");
+  ck_assert_int_eq(cfg.run_steps, 100);
+  ck_assert_int_eq(cfg.run_seed, 1234);
+  ck_assert_str_eq(cfg.run_out_dir, "out");
+  ck_assert_str_eq(cfg.student_init, "random");
+  ck_assert_int_eq(cfg.par_global_batch, 8);
+  ck_assert_int_eq(cfg.data_seq_len, 256);
+  ck_assert(cfg.loss_beta == 0.5 && cfg.loss_t2_scale == 1);
+  ck_assert(cfg.optim_lr == 3e-4 && cfg.optim_min_lr == 3e-5 && cfg.optim_eps == 1e-8);
+  ck_assert_str_eq(cfg.prec_compute, "bf16");
+  ck_assert_int_eq(cfg.mem_offload, 0);
+  ck_assert_int_eq(cfg.ckpt_keep, 3);
+  ck_assert_str_eq(cfg.ckpt_resume, "auto");
+  ck_assert_str_eq(cfg.log_level, "info");
+  /* an empty file plus the required keys: defaults pass validation, paths are resolved */
+  ck_assert_msg(load("", 0, NULL) == 0, "%s", err);
+  char cwd[256], want[600];
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  snprintf(want, sizeof want, "%s/out/checkpoints", cwd);
+  ck_assert_str_eq(cfg.ckpt_dir, want);
+  snprintf(want, sizeof want, "%s/out/metrics.csv", cwd);
+  ck_assert_str_eq(cfg.log_metrics, want);
+  ck_assert_int_eq(cfg.student.hidden_size, 16);
+  ck_assert_int_eq(cfg.teacher.num_attention_heads, 4);
+}
+END_TEST
+
+START_TEST(test_values) {
+  const char *reals[][2] = {{"1e-3", "0.001"}, {"1.0d-3", "0.001"}, {"1.D0", "1"},
+                            {".5", "0.5"},     {"1.5E+00", "1.5"},  {"2.", "2"},
+                            {"+3", "3"},       {"1*0.25", "0.25"},  {"5.0Q-1", "0.5"}};
+  char text[128];
+  for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+    snprintf(text, sizeof text, "&loss temperature = %s /\n", reals[i][0]);
+    ck_assert_msg(load(text, 0, NULL) == 0, "%s: %s", reals[i][0], err);
+    ck_assert_msg(cfg.loss_temperature == strtod(reals[i][1], NULL), "%s", reals[i][0]);
+  }
+  const char *logicals[][2] = {{"T", "1"},      {"F", "0"},       {".t.", "1"},  {".f.", "0"},
+                               {".TRUE.", "1"}, {".false.", "0"}, {"true", "1"}, {"f", "0"}};
+  for (size_t i = 0; i < sizeof logicals / sizeof logicals[0]; i++) {
+    snprintf(text, sizeof text, "&memory offload = %s /\n", logicals[i][0]);
+    ck_assert_msg(load(text, 0, NULL) == 0, "%s: %s", logicals[i][0], err);
+    ck_assert_int_eq(cfg.mem_offload, atoi(logicals[i][1]));
+  }
+  /* strings: both quotes, doubled quotes, case of choices, several pairs per line,
+   * comments, commas/blanks/newlines as separators, &end, upper case names */
+  ck_assert_msg(load("! leading comment\n"
+                     "&RUN Mode = 'TRAIN', steps=7 seed= 3 ! trailing comment\n"
+                     "  out_dir = \"o\"\"u'\"   /\n"
+                     "&Loss kind='jsd', alpha = 0.25, temperature = , ! null: unchanged\n"
+                     "   beta = 0.75, /\n"
+                     "&optim lr = 2e-4 min_lr = 0.0 &end\n"
+                     "&log metrics = 'a''b.csv' /\n",
+                     0, NULL) == 0,
+                "%s", err);
+  ck_assert_str_eq(cfg.run_mode, "train");
+  ck_assert_int_eq(cfg.run_steps, 7);
+  ck_assert_int_eq(cfg.run_seed, 3);
+  ck_assert_ptr_nonnull(strstr(cfg.run_out_dir, "/o\"u'"));
+  ck_assert_ptr_nonnull(strstr(cfg.log_metrics, "/a'b.csv"));
+  ck_assert_str_eq(cfg.loss_kind, "jsd");
+  ck_assert(cfg.loss_alpha == 0.25 && cfg.loss_beta == 0.75 && cfg.optim_lr == 2e-4);
+  ck_assert(cfg.loss_temperature == 1.0);
+  ck_assert_str_eq(cfg.teacher.name, ""); /* mode 'train': no teacher card is read */
+}
+END_TEST
+
+START_TEST(test_overrides) {
+  const char *w[] = {"optim%lr=1e-4",    "parallel%tp=2", "loss%kind='rkl'",
+                     "log%level=debug",  "Run%Steps=5",   "memory%tiled_mlp=.true.",
+                     "run%out_dir=x/y z"};
+  ck_assert_msg(load("&optim lr = 1e-3 /\n&loss kind = 'jsd' /\n", 7, w) == 0, "%s", err);
+  ck_assert(cfg.optim_lr == 1e-4);
+  ck_assert_int_eq(cfg.par_tp, 2);
+  ck_assert_str_eq(cfg.loss_kind, "rkl");
+  ck_assert_str_eq(cfg.log_level, "debug");
+  ck_assert_int_eq(cfg.run_steps, 5);
+  ck_assert_int_eq(cfg.mem_tiled_mlp, 1);
+  ck_assert_ptr_nonnull(strstr(cfg.run_out_dir, "/x/y z"));
+  const char *b1[] = {"optm%lr=1"}, *b2[] = {"optim%lr=abc"}, *b3[] = {"loss%kind=fkx"};
+  ck_assert_int_eq(load("", 1, b1), KD_EXIT_INPUT);
+  ck_assert_ptr_nonnull(strstr(err, "command line 'optm%lr=1'"));
+  ck_assert_ptr_nonnull(strstr(err, "did you mean '&optim'"));
+  ck_assert_int_eq(load("", 1, b2), KD_EXIT_INPUT);
+  ck_assert_ptr_nonnull(strstr(err, "&optim lr: 'abc' is not a number"));
+  ck_assert_int_eq(load("", 1, b3), KD_EXIT_INPUT);
+  ck_assert_ptr_nonnull(strstr(err, "did you mean 'fkl'"));
+}
+END_TEST
+
+START_TEST(test_cards) {
+  struct kd_card card;
+  char path[600], cwd[256];
+  ck_assert_msg(config_load_card(&card, "qwen2.5-0.5b", NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(card.vocab_size, 151936);
+  ck_assert_int_eq(card.hidden_size, 896);
+  ck_assert_int_eq(card.num_key_value_heads, 2);
+  ck_assert(card.rope_theta == 1e6 && card.rms_norm_eps == 1e-6);
+  ck_assert(card.tie_word_embeddings && card.attention_bias);
+  ck_assert_int_eq(card.max_position_embeddings, 32768);
+  ck_assert_msg(config_load_card(&card, "qwen2.5-1.5b", NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(card.intermediate_size, 8960);
+  /* KDTRAIN_MOD_PATH comes first; arch-dependent attention_bias default; a path */
+  put("test-student.nml", "&model arch='llama' vocab_size=8 hidden_size=8 intermediate_size=4\n"
+                          "num_hidden_layers=1 num_attention_heads=2 num_key_value_heads=1 /\n");
+  setenv("KDTRAIN_MOD_PATH", dir, 1);
+  ck_assert_msg(config_load_card(&card, "test-student", NULL, err, sizeof err) == 0, "%s", err);
+  unsetenv("KDTRAIN_MOD_PATH");
+  ck_assert_int_eq(card.vocab_size, 8);
+  ck_assert_int_eq(card.attention_bias, 0);
+  ck_assert(card.rope_theta == 10000.0);
+  ck_assert_int_eq(card.max_position_embeddings, 4096);
+  snprintf(path, sizeof path, "%s/test-student.nml", dir);
+  ck_assert_str_eq(card.path, path);
+  ck_assert_int_eq(config_load_card(&card, path, NULL, err, sizeof err), 0);
+  ck_assert_str_eq(card.arch, "llama");
+  /* next to the input file, by a relative path */
+  snprintf(path, sizeof path, "%s/in.nml", dir);
+  ck_assert_int_eq(config_load_card(&card, "./test-student.nml", path, err, sizeof err), 0);
+  ck_assert_int_eq(card.vocab_size, 8);
+  ck_assert_int_eq(config_load_card(&card, "test-student", NULL, err, sizeof err), 0);
+  ck_assert_int_eq(card.vocab_size, 256); /* the repository's card again */
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  ck_assert_int_eq(config_load_card(&card, "qwen2.5-05b", NULL, err, sizeof err), KD_EXIT_INPUT);
+  ck_assert_ptr_nonnull(strstr(err, "did you mean 'qwen2.5-0.5b'"));
+  ck_assert_ptr_nonnull(strstr(err, KD_SRC_MODDIR));
+  /* card_print reads back to the same card */
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  card_print(f, &card);
+  fclose(f);
+  struct kd_card again;
+  ck_assert_msg(config_load_card(&again, path, NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(again.hidden_size, card.hidden_size);
+  memset(again.path, 0, sizeof again.path), memset(card.path, 0, sizeof card.path);
+  memset(again.name, 0, sizeof again.name), memset(card.name, 0, sizeof card.name);
+  ck_assert_int_eq(memcmp(&again, &card, sizeof card), 0);
+}
+END_TEST
+
+START_TEST(test_round_trip) {
+  const char *w[] = {"optim%lr=0.1", "loss%temperature=3.3333333333333335"};
+  ck_assert_msg(load("&run steps = 12345678901, seed = 0 /\n"
+                     "&optim weight_decay = 0.3, beta1 = 0.8999999999999999, eps = 1.D-12 /\n"
+                     "&data format = 'u16', valid_batches = 3, seq_len = 200 /\n"
+                     "&checkpoint every = 5, keep = 0, resume = 'none' on_signal = F /\n"
+                     "&log metrics = 'a ''quoted'' \"name\"' /\n"
+                     "&precision loss_scale = 0 compute = 'fp32' /\n",
+                     2, w) == 0,
+                "%s", err);
+  struct kd_config first = cfg;
+  char path[512];
+  snprintf(path, sizeof path, "%s/printed.nml", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  config_print(f, &cfg);
+  fclose(f);
+  memset(&cfg, 0x5a, sizeof cfg);
+  ck_assert_msg(config_load(&cfg, path, 0, NULL, err, sizeof err) == 0, "%s", err);
+  memset(first.source, 0, sizeof first.source), memset(cfg.source, 0, sizeof cfg.source);
+  ck_assert_int_eq(memcmp(&first, &cfg, sizeof cfg), 0);
+  ck_assert(cfg.optim_beta1 == 0.8999999999999999 && cfg.run_steps == 12345678901LL);
+}
+END_TEST
+
+START_TEST(test_bad) {
+  BAD("&optm lr = 1 /\n", "in.nml:1:", "unknown group '&optm'", "did you mean '&optim'");
+  BAD("\n&optim lrr = 1 /\n", "in.nml:2:", "&optim: unknown key 'lrr'", "did you mean 'lr'");
+  BAD("&loss lr = 1 /\n", "belongs to &optim");
+  BAD("&run steps = 1.5 /\n", "&run steps", "not an integer");
+  BAD("&run steps = '5' /\n", "&run steps", "got the string");
+  BAD("&optim lr = 1.0e /\n", "&optim lr", "not a number");
+  BAD("&memory offload = yes /\n", "&memory offload", "not a logical");
+  BAD("&optim lr = -1e-3 /\n", "out of range", "lr >= 0");
+  BAD("&loss temperature = 0 /\n", "temperature > 0");
+  BAD("&loss alpha = 1.0000001 /\n", "0 <= alpha <= 1");
+  BAD("&loss beta = 0 /\n", "0 < beta < 1");
+  BAD("&data seq_len = 0 /\n", "&data seq_len", "seq_len >= 1");
+  BAD("&parallel tp = 0 /\n", "&parallel tp", "tp >= 1");
+  BAD("&parallel zero = 2 /\n", "0 <= zero <= 1");
+  BAD("&parallel pp = 3000000000 /\n", "&parallel pp", "out of range");
+  BAD("&loss kind = 'fkx' /\n", "'fkx' is not allowed", "did you mean 'fkl'");
+  BAD("&run out_dir = 'abc /\n", "in.nml:1:", "unterminated string");
+  BAD("&run\n steps = 3\n", "in.nml:1:", "&run: group not closed");
+  BAD("&run /\n&run /\n", "in.nml:2:", "twice (first at line 1)");
+  BAD("&run steps = 1\n steps = 2 /\n", "in.nml:2:", "&run steps: given twice");
+  BAD("&loss alpha = 3*0.5 /\n", "3 values given");
+  BAD("&loss alpha = 0*0.5 /\n", "repeat count");
+  BAD("&loss alpha = /\n", "no value");
+  BAD("&run device = cpu /\n", "not quoted");
+  BAD("&parallel micro_batch = 3 /\n", "&parallel global_batch", "micro_batch = 3");
+  BAD("&parallel dp = 3 /\n", "micro_batch * dp");
+  BAD("&optim min_lr = 1e-3 /\n", "&optim min_lr", "min_lr <= lr");
+  BAD("&data seq_len = 257 /\n", "max_position_embeddings = 256");
+  BAD("&data valid = 'missing.bin' /\n", "&data valid", "not found");
+  BAD("&student init = 'nope.h5' /\n", "&student init", "not found");
+  BAD("&run mode = 'eval' /\n", "&data valid", "missing");
+  const char *nt[] = {"teacher%card="};
+  ck_assert_int_eq(load("&run mode='distill' /\n", 1, nt), KD_EXIT_INPUT);
+  ck_assert_ptr_nonnull(strstr(err, "&teacher card: missing"));
+  ck_assert_int_eq(config_load(&cfg, "/nonexistent/x.nml", 0, NULL, err, sizeof err),
+                   KD_EXIT_INPUT);
+  ck_assert_ptr_nonnull(strstr(err, "/nonexistent/x.nml: cannot read"));
+}
+END_TEST
+
+static Suite *config_suite(void) {
+  Suite *s = suite_create("config");
+  TCase *tc = tcase_create("config");
+  tcase_add_test(tc, test_defaults);
+  tcase_add_test(tc, test_values);
+  tcase_add_test(tc, test_overrides);
+  tcase_add_test(tc, test_cards);
+  tcase_add_test(tc, test_round_trip);
+  tcase_add_test(tc, test_bad);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  snprintf(dir, sizeof dir, "%s/kdconfig.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
+  char train[300];
+  snprintf(train, sizeof train, "%s/train.bin", dir);
+  FILE *f = fopen(train, "w");
+  if (!f || fputs("some bytes\n", f) < 0 || fclose(f)) return perror(train), 1;
+  SRunner *sr = srunner_create(config_suite());
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  MPI_Finalize();
+  return failed ? 1 : 0;
+}
