@@ -20,13 +20,14 @@ static inline float cpu_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   float y = p * r * r + r + 1.0f;
-  float kc = k < -126.0f ? -126.0f : k; /* keep (int) in range */
-  kc = kc > 127.0f ? 127.0f : kc;
+  /* keep the int conversion in range; written so that NaN clamps to -126 (y is NaN) */
+  float kc = k > -126.0f ? k : -126.0f;
+  kc = kc < 127.0f ? kc : 127.0f;
   int32_t ki = (int32_t)kc;
   union {
-    int32_t i;
+    uint32_t i;
     float f;
-  } s = {(ki + 127) << 23}; /* 2^k */
+  } s = {(uint32_t)(ki + 127) << 23}; /* 2^k */
   return y * s.f;
 }
 
