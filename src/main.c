@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "selftest.h"
 #include "train.h"
 #include "weights.h"
 #include "util.h"
@@ -27,23 +28,6 @@ static void usage(FILE *f) {
           "\n"
           "exit status: 0 done, 2 bad input, 3 I/O failure, 4 diverged, 5 stopped by a signal\n"
           "documentation: doc/user-guide.md, doc/input.md\n");
-}
-
-/* Refuse parallel layouts this build cannot run yet (tensor and pipeline parallel). */
-static void check_layout(const struct kd_config *cfg) {
-  int n;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  if (cfg->par_tp != 1 || cfg->par_pp != 1)
-    kd_fail(KD_EXIT_INPUT, "%s: &parallel tp=%d pp=%d: tensor and pipeline parallelism are not "
-            "available in this version; use tp=1 pp=1 (data parallel over all ranks)",
-            cfg->source, cfg->par_tp, cfg->par_pp);
-  const int dp = cfg->par_dp ? cfg->par_dp : n;
-  if (dp != n)
-    kd_fail(KD_EXIT_INPUT, "%s: &parallel dp=%d but %d MPI ranks were started (tp*pp*dp must "
-            "equal the number of ranks; dp=0 takes all of them)", cfg->source, cfg->par_dp, n);
-  if (cfg->par_global_batch % (dp * cfg->par_micro_batch) != 0)
-    kd_fail(KD_EXIT_INPUT, "%s: &parallel global_batch=%d is not divisible by micro_batch=%d "
-            "times dp=%d", cfg->source, cfg->par_global_batch, cfg->par_micro_batch, dp);
 }
 
 int main(int argc, char **argv) {
@@ -98,12 +82,8 @@ int main(int argc, char **argv) {
   if (print_config) {
     if (kd_rank() == 0) config_print(stdout, &cfg);
   } else if (selftest) {
-    if (kd_rank() == 0)
-      fprintf(stderr, "kdtrain --selftest: this kdtrain was built without the CUDA backend "
-                      "(no CUDA device to compare with the CPU backend)\n");
-    status = KD_EXIT_INPUT;
+    status = selftest_run(&cfg);
   } else {
-    check_layout(&cfg);
     status = dry_run ? train_dry_run(&cfg) : train_run(&cfg);
   }
   MPI_Finalize();

@@ -8,9 +8,16 @@
 
 #include "util.h"
 
-/* Append one tensor to the table (single rank: every tensor whole). */
-static struct kd_param *table_add(struct kd_model *mdl, int cap, enum param_role role, int layer,
-                                  int64_t rows, int64_t cols, const char *fmt, int idx) {
+/* How one tensor is cut: its TP split and whether this rank holds it. */
+struct cut {
+  int split_dim;     /* -1: replicated over TP */
+  int64_t off, len;  /* this rank's slice along split_dim */
+  int local, primary, tp_partial;
+};
+
+/* Append one tensor to the table. */
+static void table_add(struct kd_model *mdl, int cap, enum param_role role, int layer,
+                      int64_t rows, int64_t cols, struct cut c, const char *fmt, int idx) {
   KD_CHECK(mdl->nparams < cap, "parameter table overflow (%d entries)", cap);
   struct kd_param *p = &mdl->params[mdl->nparams++];
   memset(p, 0, sizeof *p);
@@ -18,25 +25,37 @@ static struct kd_param *table_add(struct kd_model *mdl, int cap, enum param_role
   p->ndim = cols > 0 ? 2 : 1;
   p->shape[0] = rows;
   p->shape[1] = cols > 0 ? cols : 1;
-  p->split_dim = -1;
-  p->split_off = 0;
-  p->split_len = rows;
-  p->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+  p->split_dim = c.split_dim;
+  p->local = c.local;
+  p->primary = c.local && c.primary;
+  p->tp_partial = c.tp_partial;
+  p->split_off = c.local && c.split_dim >= 0 ? c.off : 0;
+  p->split_len = !c.local ? 0 : c.split_dim >= 0 ? c.len : p->shape[0];
+  if (c.local) {
+    const int64_t r = c.split_dim == 0 ? c.len : p->shape[0];
+    const int64_t k = c.split_dim == 1 ? c.len : p->shape[1];
+    p->numel = (size_t)r * (size_t)k;
+  }
   p->offset = mdl->numel;
   p->role = role;
   p->layer = layer;
   p->decay = (role == ROLE_LINEAR || role == ROLE_EMBED || role == ROLE_HEAD);
   mdl->numel += p->numel;
-  return p;
 }
 
-/* Point a model_ptrs view at a parameter-sized buffer, following the table order. */
+/* Point a model_ptrs view at a parameter-sized buffer, following the table order
+ * over the tensors this rank holds. */
 static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float *buf) {
   const struct kd_card *c = &mdl->card;
   const struct kd_param *p = mdl->params;
-  v->wte = buf + (p++)->offset;
+  const int tied = c->tie_word_embeddings;
+  memset(v->layer, 0, (size_t)mdl->nlayers * sizeof *v->layer);
+  v->wte = p->local ? buf + p->offset : NULL;
+  p++;
   for (int l = 0; l < c->num_hidden_layers; l++) {
-    struct layer_ptrs *L = &v->layer[l];
+    const int li = l - mdl->layer0;
+    const int mine = li >= 0 && li < mdl->nlayers;
+    struct layer_ptrs dummy, *L = mine ? &v->layer[li] : &dummy;
     L->ln1 = buf + (p++)->offset;
     L->wqkv = buf + p->offset;
     p += 3;
@@ -51,63 +70,150 @@ static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float 
     p += 2;
     L->wd = buf + (p++)->offset;
   }
-  v->norm = buf + (p++)->offset;
-  v->head = c->tie_word_embeddings ? v->wte : buf + (p++)->offset;
+  v->norm = mdl->has_head ? buf + p->offset : NULL;
+  p++;
+  v->head = !mdl->has_head ? NULL : tied ? buf + mdl->params[0].offset : buf + p->offset;
 }
 
-void model_build(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
-                 int frozen) {
+int model_check_layout(const struct kd_card *c, const char *who, int tp, int pp, char *err,
+                       size_t errlen) {
+  const int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+  const char *why = NULL;
+  char buf[256];
+  if (nh % tp != 0) {
+    snprintf(buf, sizeof buf, "num_attention_heads = %d is not divisible by tp = %d", nh, tp);
+    why = buf;
+  } else if (nkv % tp != 0 && tp % nkv != 0) {
+    snprintf(buf, sizeof buf,
+             "num_key_value_heads = %d: tp = %d must divide it (kv heads split) or be a "
+             "multiple of it (kv heads replicated)",
+             nkv, tp);
+    why = buf;
+  } else if (c->intermediate_size < tp) {
+    snprintf(buf, sizeof buf, "intermediate_size = %d is smaller than tp = %d",
+             c->intermediate_size, tp);
+    why = buf;
+  } else if (c->vocab_size < tp) {
+    snprintf(buf, sizeof buf, "vocab_size = %d is smaller than tp = %d", c->vocab_size, tp);
+    why = buf;
+  } else if (c->num_hidden_layers < pp) {
+    snprintf(buf, sizeof buf, "num_hidden_layers = %d is smaller than pp = %d (every pipeline "
+             "stage needs a layer)", c->num_hidden_layers, pp);
+    why = buf;
+  }
+  if (!why) return 0;
+  snprintf(err, errlen, "the %s model card '%s' (%s) cannot be cut for this layout: %s", who,
+           c->name, c->path, why);
+  return KD_EXIT_INPUT;
+}
+
+void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
+                      int kind, const struct kd_grid *g) {
   memset(mdl, 0, sizeof *mdl);
   mdl->card = *card;
+  const int frozen = kind == MODEL_FROZEN;
   mdl->frozen = frozen;
+  const int tp = g ? g->tp : 1, r = g ? g->tp_rank : 0;
+  const int pp = g ? g->pp : 1, stage = g ? g->pp_rank : 0;
+  const int L = card->num_hidden_layers, nh = card->num_attention_heads;
+  const int nkv = card->num_key_value_heads, tied = card->tie_word_embeddings;
   const int64_t C = card->hidden_size, I = card->intermediate_size, V = card->vocab_size;
-  const int L = card->num_hidden_layers;
-  mdl->head_dim = card->hidden_size / card->num_attention_heads;
-  mdl->q_dim = card->num_attention_heads * mdl->head_dim;
-  mdl->kv_dim = card->num_key_value_heads * mdl->head_dim;
-  const int64_t Q = mdl->q_dim, KV = mdl->kv_dim;
+  const int hd = card->hidden_size / nh;
+  mdl->tp = tp;
+  mdl->tp_rank = r;
+  mdl->tp_comm = g ? g->tp_comm : MPI_COMM_SELF;
+  mdl->kv_comm = MPI_COMM_NULL;
+  mdl->emb_comm = MPI_COMM_NULL;
+  grid_stage_layers(L, pp, stage, &mdl->layer0, &mdl->nlayers);
+  mdl->has_embed = stage == 0;
+  mdl->has_head = stage == pp - 1;
+  mdl->head_dim = hd;
+  mdl->heads = nh / tp;
+  const int kv_split = nkv % tp == 0;
+  const int kv_rep = kv_split ? 1 : tp / nkv; /* ranks sharing one kv head */
+  mdl->kv_heads = kv_split ? nkv / tp : 1;
+  mdl->q_dim = mdl->heads * hd;
+  mdl->kv_dim = mdl->kv_heads * hd;
+  long long s0, n0;
+  grid_block(V, tp, r, &s0, &n0);
+  mdl->vocab_lo = (int)s0;
+  mdl->vocab = (int)n0;
+  long long f0, fn;
+  grid_block(I, tp, r, &f0, &fn);
+  mdl->ffn = (int)fn;
+  const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
+  const int64_t q0 = (int64_t)r * mdl->q_dim;
+  const int64_t k0 = kv_split ? (int64_t)r * mdl->kv_dim : (int64_t)(r / kv_rep) * hd;
   int cap = 3 + 12 * L;
   mdl->params = kd_calloc((size_t)cap, sizeof *mdl->params);
 
   /* The table, written once, in Hugging Face order. q/k/v and gate/up stay adjacent. */
-  table_add(mdl, cap, ROLE_EMBED, -1, V, C, "model.embed_tokens.weight", 0);
+  const struct cut emb = {0, s0, n0, mdl->has_embed || (tied && mdl->has_head),
+                          mdl->has_embed, 0};
+  table_add(mdl, cap, ROLE_EMBED, -1, V, C, emb, "model.embed_tokens.weight", 0);
   for (int l = 0; l < L; l++) {
-    table_add(mdl, cap, ROLE_NORM, l, C, 0, "model.layers.%d.input_layernorm.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, Q, C, "model.layers.%d.self_attn.q_proj.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, KV, C, "model.layers.%d.self_attn.k_proj.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, KV, C, "model.layers.%d.self_attn.v_proj.weight", l);
+    const int mine = l >= mdl->layer0 && l < mdl->layer0 + mdl->nlayers;
+    const struct cut rep = {-1, 0, 0, mine, r == 0, 0};
+    const struct cut qc = {0, q0, mdl->q_dim, mine, 1, 0};
+    const struct cut kc = {0, k0, mdl->kv_dim, mine, kv_split || r % kv_rep == 0, !kv_split};
+    const struct cut oc = {1, q0, mdl->q_dim, mine, 1, 0};
+    const struct cut fc = {0, f0, fn, mine, 1, 0};
+    const struct cut dc = {1, f0, fn, mine, 1, 0};
+    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, "model.layers.%d.input_layernorm.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, Q, C, qc, "model.layers.%d.self_attn.q_proj.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, KV, C, kc, "model.layers.%d.self_attn.k_proj.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, KV, C, kc, "model.layers.%d.self_attn.v_proj.weight", l);
     if (card->attention_bias) {
-      table_add(mdl, cap, ROLE_BIAS, l, Q, 0, "model.layers.%d.self_attn.q_proj.bias", l);
-      table_add(mdl, cap, ROLE_BIAS, l, KV, 0, "model.layers.%d.self_attn.k_proj.bias", l);
-      table_add(mdl, cap, ROLE_BIAS, l, KV, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+      table_add(mdl, cap, ROLE_BIAS, l, Q, 0, qc, "model.layers.%d.self_attn.q_proj.bias", l);
+      table_add(mdl, cap, ROLE_BIAS, l, KV, 0, kc, "model.layers.%d.self_attn.k_proj.bias", l);
+      table_add(mdl, cap, ROLE_BIAS, l, KV, 0, kc, "model.layers.%d.self_attn.v_proj.bias", l);
     }
-    table_add(mdl, cap, ROLE_LINEAR, l, C, Q, "model.layers.%d.self_attn.o_proj.weight", l);
-    table_add(mdl, cap, ROLE_NORM, l, C, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, I, C, "model.layers.%d.mlp.gate_proj.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, I, C, "model.layers.%d.mlp.up_proj.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, C, I, "model.layers.%d.mlp.down_proj.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, C, Q, oc, "model.layers.%d.self_attn.o_proj.weight", l);
+    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
+              "model.layers.%d.post_attention_layernorm.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.gate_proj.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.up_proj.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, C, I, dc, "model.layers.%d.mlp.down_proj.weight", l);
   }
-  table_add(mdl, cap, ROLE_NORM, -1, C, 0, "model.norm.weight", 0);
-  if (!card->tie_word_embeddings) table_add(mdl, cap, ROLE_HEAD, -1, V, C, "lm_head.weight", 0);
+  const struct cut normc = {-1, 0, 0, mdl->has_head, r == 0, 0};
+  table_add(mdl, cap, ROLE_NORM, -1, C, 0, normc, "model.norm.weight", 0);
+  if (!tied) {
+    const struct cut headc = {0, s0, n0, mdl->has_head, 1, 0};
+    table_add(mdl, cap, ROLE_HEAD, -1, V, C, headc, "lm_head.weight", 0);
+  }
+
+  /* groups whose gradients are partial sums */
+  if (g && tp > 1 && !kv_split) MPI_Comm_split(g->tp_comm, r / kv_rep, r, &mdl->kv_comm);
+  if (g && pp > 1 && tied) {
+    const int ends = stage == 0 || stage == pp - 1;
+    MPI_Comm_split(g->pp_comm, ends ? 0 : MPI_UNDEFINED, stage, &mdl->emb_comm);
+  }
 
   const size_t bytes = mdl->numel * sizeof(float);
   const int bf16 = be->bf16;
   mdl->w = be->alloc(be, KD_MEM_WEIGHTS, bytes);
-  if (!frozen) {
-    mdl->master = bf16 ? be->alloc(be, KD_MEM_WEIGHTS, bytes) : mdl->w;
-    mdl->grad = be->alloc(be, KD_MEM_GRADS, bytes);
+  mdl->master = mdl->w; /* frozen and sharded: loaded straight into the compute copy */
+  if (!frozen) mdl->grad = be->alloc(be, KD_MEM_GRADS, bytes);
+  if (kind == MODEL_TRAIN) {
+    if (bf16) mdl->master = be->alloc(be, KD_MEM_WEIGHTS, bytes);
     mdl->m = be->alloc(be, KD_MEM_OPTIM, bytes);
     mdl->v = be->alloc(be, KD_MEM_OPTIM, bytes);
-  } else {
-    mdl->master = mdl->w; /* frozen: loaded straight into the compute copy */
   }
-  mdl->pw.layer = kd_calloc((size_t)L, sizeof(struct layer_ptrs));
-  mdl->pg.layer = kd_calloc((size_t)L, sizeof(struct layer_ptrs));
+  const size_t nl = (size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1);
+  mdl->pw.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
+  mdl->pg.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
   model_views(mdl, &mdl->pw, mdl->w);
   if (mdl->grad) model_views(mdl, &mdl->pg, mdl->grad);
 }
 
+void model_build(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
+                 int frozen) {
+  model_build_grid(mdl, be, card, frozen, NULL);
+}
+
 void model_free(struct kd_model *mdl, struct kd_backend *be) {
+  if (mdl->kv_comm != MPI_COMM_NULL) MPI_Comm_free(&mdl->kv_comm);
+  if (mdl->emb_comm != MPI_COMM_NULL) MPI_Comm_free(&mdl->emb_comm);
   if (mdl->master != mdl->w) be->free(be, mdl->master);
   be->free(be, mdl->w);
   be->free(be, mdl->grad);
@@ -141,6 +247,7 @@ void model_init_random(struct kd_model *mdl, uint64_t seed) {
   const double resid_std = std / sqrt(2.0 * mdl->card.num_hidden_layers);
   for (int k = 0; k < mdl->nparams; k++) {
     const struct kd_param *p = &mdl->params[k];
+    if (!p->local) continue;
     float *x = mdl->master + p->offset;
     if (p->role == ROLE_NORM) {
       for (size_t i = 0; i < p->numel; i++) x[i] = 1.0f;

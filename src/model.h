@@ -8,14 +8,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <mpi.h>
+
 #include "backend/backend.h"
 #include "config.h"
+#include "grid.h"
 
 /* What a tensor is: drives initialisation and weight decay. */
 enum param_role { ROLE_EMBED, ROLE_LINEAR, ROLE_BIAS, ROLE_NORM, ROLE_HEAD };
 
+/* Every rank's table lists EVERY tensor of the model (in the same order on all
+ * ranks); `local` says whether this rank holds (a slice of) it. */
 struct kd_param {
   char name[96];        /* Hugging Face state-dict name */
+  int local;            /* this rank holds it: numel > 0 */
+  int primary;          /* this rank is the first of the ranks holding this exact slice
+                           (across TP and PP; counts it in norms, writes it) */
+  int tp_partial;       /* its gradient is a partial sum over the ranks of kv_comm */
   int ndim;             /* 1 or 2 */
   int64_t shape[2];     /* global shape (rows, cols) or (n) */
   int split_dim;        /* dimension split over TP, or -1 when replicated */
@@ -24,7 +33,7 @@ struct kd_param {
   size_t numel;         /* elements held by this rank */
   size_t offset;        /* element offset into the model's buffers */
   enum param_role role;
-  int layer;            /* decoder layer index, -1 for embedding/final norm/head */
+  int layer;            /* global decoder layer index, -1 for embedding/final norm/head */
   int decay;            /* 1: weight decay applies (matrices), 0: norms, biases */
 };
 
@@ -36,7 +45,7 @@ struct layer_ptrs {
 };
 struct model_ptrs {
   float *wte;          /* (V, C) */
-  struct layer_ptrs *layer;
+  struct layer_ptrs *layer; /* nlayers entries: this stage's layers */
   float *norm;         /* (C) */
   float *head;         /* (V, C); == wte when tied */
 };
@@ -44,6 +53,17 @@ struct model_ptrs {
 struct kd_model {
   struct kd_card card;
   int frozen;          /* teacher: no gradients, no optimizer state */
+  /* how this rank's part is cut out of the model */
+  int tp, tp_rank;     /* tensor parallel: heads, kv heads, intermediate, vocabulary */
+  MPI_Comm tp_comm;    /* MPI_COMM_SELF when tp == 1 */
+  MPI_Comm kv_comm;    /* ranks sharing replicated kv heads (MPI_COMM_NULL: none) */
+  MPI_Comm emb_comm;   /* first and last stage sharing tied embeddings (MPI_COMM_NULL) */
+  int layer0, nlayers; /* this pipeline stage's layers: layer0 .. layer0 + nlayers - 1 */
+  int has_embed;       /* first stage: token embedding */
+  int has_head;        /* last stage: final norm and LM head */
+  int heads, kv_heads; /* per rank */
+  int ffn;             /* intermediate size per rank */
+  int vocab_lo, vocab; /* vocabulary slice of this rank */
   int nparams;
   struct kd_param *params;
   size_t numel;        /* elements of all parameters on this rank */
@@ -55,8 +75,23 @@ struct kd_model {
   struct model_ptrs pw, pg; /* views of w and grad */
 };
 
-/* Build the parameter table for `card` (single rank: no TP split yet) and
- * allocate the buffers from the backend's arena. */
+/* Check that `card` can be cut into tp x pp parts; KD_EXIT_INPUT and a message if not. */
+int model_check_layout(const struct kd_card *card, const char *who, int tp, int pp, char *err,
+                       size_t errlen);
+
+/* Build the parameter table for `card` as cut by the grid and allocate this rank's
+ * buffers from the backend's arena. Collective over MPI_COMM_WORLD (creates kv_comm
+ * and emb_comm); the caller checked model_check_layout. */
+enum model_kind {
+  MODEL_TRAIN = 0,   /* working weights, FP32 master, gradients, AdamW moments */
+  MODEL_FROZEN = 1,  /* working weights only (the teacher) */
+  MODEL_SHARDED = 2  /* working weights and gradients; master and moments live in a ZeRO-1
+                        shard (optim.h); `master` aliases `w` until the shard is built */
+};
+void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
+                      int kind, const struct kd_grid *grid);
+
+/* model_build_grid for one rank holding the whole model (not collective). */
 void model_build(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
                  int frozen);
 void model_free(struct kd_model *mdl, struct kd_backend *be);

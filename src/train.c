@@ -12,28 +12,34 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt.h"
 #include "data.h"
+#include "grid.h"
 #include "layers.h"
 #include "loss.h"
 #include "model.h"
 #include "optim.h"
+#include "schedule.h"
 #include "util.h"
 #include "weights.h"
+#include "zero.h"
 
 struct run {
   const struct kd_config *cfg;
   struct kd_backend be;
   int rank, nranks, distill;
+  struct kd_grid grid;
   struct kd_model student, teacher;
-  struct kd_acts sacts, tacts;
+  struct kd_pipe pipe;
+  struct kd_update update; /* gradient reduction, AdamW, ZeRO-1 */
   struct kd_data train, valid;
   int have_valid;
   struct loss_spec spec;
   size_t chunk;
-  int *inputs, *labels; /* one micro-batch */
   FILE *metrics;
   double gemm_peak;     /* measured FLOP/s of this rank's GEMM */
   double step_flops;    /* model FLOPs of one step over all ranks */
+  struct ckpt_state resume; /* state of the checkpoint resumed from (step 0: fresh run) */
 };
 
 /* Create a directory and its parents (like mkdir -p). */
@@ -85,11 +91,11 @@ static void fail_input(int status, const char *err) {
   if (status) kd_fail(status, "%s", err);
 }
 
-/* Bytes left for the loss chunk: the budget minus what is already allocated. */
+/* Bytes for the loss chunk buffers: what memory%budget_mb leaves after everything
+ * already allocated, or 1 GiB on the CPU when there is no budget. */
 static size_t loss_budget(const struct run *r) {
-  size_t budget = (size_t)r->cfg->mem_budget_mb << 20;
-  if (budget == 0) budget = (size_t)1 << 30; /* CPU: 1 GiB for loss chunks by default */
-  size_t used = r->be.arena.live_total;
+  if (r->cfg->mem_budget_mb == 0) return (size_t)1 << 30;
+  const size_t budget = (size_t)r->cfg->mem_budget_mb << 20, used = r->be.arena.live_total;
   return budget > used ? budget - used : 0;
 }
 
@@ -99,6 +105,19 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   r->cfg = cfg;
   MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
   MPI_Comm_size(MPI_COMM_WORLD, &r->nranks);
+  fail_input(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
+  const int dp = r->grid.dp;
+  if (cfg->par_global_batch % (dp * cfg->par_micro_batch) != 0)
+    kd_fail(KD_EXIT_INPUT,
+            "%s: &parallel global_batch = %d is not divisible by micro_batch = %d times dp = %d",
+            cfg->source, cfg->par_global_batch, cfg->par_micro_batch, dp);
+  fail_input(model_check_layout(&cfg->student, "student", cfg->par_tp, cfg->par_pp, err,
+                                sizeof err),
+             err);
+  if (strcmp(cfg->run_mode, "distill") == 0)
+    fail_input(model_check_layout(&cfg->teacher, "teacher", cfg->par_tp, cfg->par_pp, err,
+                                  sizeof err),
+               err);
   if (strcmp(cfg->run_device, "cuda") == 0)
     kd_fail(KD_EXIT_INPUT, "run%%device='cuda': this kdtrain was built without the CUDA "
                            "backend; use run%%device='cpu' or 'auto'");
@@ -106,7 +125,9 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   r->distill = strcmp(cfg->run_mode, "distill") == 0;
 
   /* student */
-  model_build(&r->student, &r->be, &cfg->student, 0);
+  const int zero = cfg->par_zero && strcmp(cfg->run_mode, "eval") != 0;
+  model_build_grid(&r->student, &r->be, &cfg->student, zero ? MODEL_SHARDED : MODEL_TRAIN,
+                   &r->grid);
   if (strcmp(cfg->student_init, "random") == 0) {
     model_init_random(&r->student, (uint64_t)cfg->run_seed);
   } else {
@@ -114,10 +135,13 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
                             err, sizeof err),
                err);
   }
-  model_sync_working(&r->student, &r->be);
+  update_build(&r->update, &r->be, &r->student, &r->grid, zero);
+  if (strcmp(cfg->run_mode, "eval") != 0) /* checkpoint%resume */
+    ckpt_resume(cfg, update_state(&r->update), &r->resume, MPI_COMM_WORLD);
+  update_refresh_weights(&r->update, &r->be);
   /* teacher: frozen, compute precision only */
   if (r->distill) {
-    model_build(&r->teacher, &r->be, &cfg->teacher, 1);
+    model_build_grid(&r->teacher, &r->be, &cfg->teacher, MODEL_FROZEN, &r->grid);
     fail_input(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
                             sizeof err),
                err);
@@ -143,10 +167,6 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
 
   /* activations and loss */
   const int mb = cfg->par_micro_batch;
-  acts_build(&r->sacts, &r->be, &r->student, mb, T);
-  if (r->distill) acts_build(&r->tacts, &r->be, &r->teacher, mb, T);
-  r->inputs = kd_malloc((size_t)mb * T * sizeof(int));
-  r->labels = kd_malloc((size_t)mb * T * sizeof(int));
   r->spec.distill = r->distill;
   r->spec.kind = (enum loss_kind)loss_kind_parse(cfg->loss_kind);
   r->spec.temperature = (float)cfg->loss_temperature;
@@ -158,6 +178,10 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
                  ? (size_t)cfg->loss_chunk_tokens
                  : loss_chunk_from_budget(loss_budget(r), cfg->student.vocab_size, r->distill);
   if (r->chunk > N) r->chunk = N;
+  const int nmicro = cfg->par_global_batch / (dp * mb);
+  const int nvalid = (cfg->data_valid_batches + dp - 1) / dp;
+  pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill ? &r->teacher : NULL, mb, T,
+             nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
 
   r->gemm_peak = measure_gemm_peak(&r->be);
   const double gtokens = (double)cfg->par_global_batch * T;
@@ -167,51 +191,52 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
 
 static void run_teardown(struct run *r) {
   if (r->metrics) fclose(r->metrics);
-  free(r->inputs);
-  free(r->labels);
-  acts_free(&r->sacts, &r->be);
-  if (r->distill) {
-    acts_free(&r->tacts, &r->be);
-    model_free(&r->teacher, &r->be);
-  }
+  pipe_free(&r->pipe);
+  if (r->distill) model_free(&r->teacher, &r->be);
+  update_free(&r->update, &r->be);
   model_free(&r->student, &r->be);
   data_close(&r->train);
   if (r->have_valid) data_close(&r->valid);
+  grid_free(&r->grid);
 }
 
-/* Forward (and backward when `grad_scale` > 0) of one micro-batch in r->inputs;
- * adds the loss sums into `sums`. */
-static void micro_batch(struct run *r, struct loss_sums *sums, float grad_scale, int distill) {
-  struct kd_backend *be = &r->be;
-  struct kd_model *s = &r->student;
-  const size_t N = (size_t)r->sacts.B * r->sacts.T;
-  const int backward = grad_scale > 0;
-  struct loss_spec spec = r->spec;
-  spec.distill = distill;
-  if (distill) model_forward(be, &r->teacher, &r->tacts, r->inputs);
-  model_forward(be, s, &r->sacts, r->inputs);
-  struct loss_sums mbs = {0, 0};
-  if (backward) be->zero(r->sacts.dhn, N * (size_t)s->card.hidden_size);
-  loss_chunked(be, &spec, &mbs, backward ? r->sacts.dhn : NULL, backward ? s->pg.head : NULL,
-               r->sacts.hn, s->pw.head, distill ? r->tacts.hn : NULL,
-               distill ? r->teacher.pw.head : NULL, r->labels, N, s->card.hidden_size,
-               distill ? r->teacher.card.hidden_size : 0, s->card.vocab_size, 0, r->chunk,
-               grad_scale, MPI_COMM_SELF);
-  if (backward) model_backward(be, s, &r->sacts);
-  sums->kd += mbs.kd;
-  sums->ce += mbs.ce;
+/* Where micro-batch m of the current step comes from: training batches take global
+ * samples g0 + m * micro_batch (this DP rank's share of the global batch), validation
+ * batches the file-order batch b0 + m * dp. */
+struct fetch_ctx {
+  struct kd_data *data;
+  int64_t g0, b0;
+  int mb, dp, sequential;
+};
+
+static void fetch_batch(void *arg, int m, int *inputs, int *labels) {
+  struct fetch_ctx *f = arg;
+  if (f->sequential)
+    data_batch_sequential(f->data, (f->b0 + (int64_t)m * f->dp) * f->mb, f->mb, inputs, labels);
+  else
+    data_batch(f->data, f->g0 + (int64_t)m * f->mb, f->mb, inputs, labels);
+}
+
+/* Loss sums of the whole world: each (micro-batch, token) is counted by the last
+ * pipeline stage's first tensor-parallel rank of its data-parallel group. */
+static void reduce_sums(const struct run *r, struct loss_sums *sums) {
+  const int counts = r->student.has_head && r->grid.tp_rank == 0;
+  double v[2] = {counts ? sums->kd : 0, counts ? sums->ce : 0};
+  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  sums->kd = v[0];
+  sums->ce = v[1];
 }
 
 /* Hard-label cross entropy of the student on the validation set (collective). */
 static double validate(struct run *r) {
   const struct kd_config *cfg = r->cfg;
   struct loss_sums sums = {0, 0};
-  const int mb = cfg->par_micro_batch, nb = cfg->data_valid_batches;
-  for (int b = r->rank; b < nb; b += r->nranks) {
-    data_batch_sequential(&r->valid, (int64_t)b * mb, mb, r->inputs, r->labels);
-    micro_batch(r, &sums, 0.0f, 0);
-  }
-  MPI_Allreduce(MPI_IN_PLACE, &sums.ce, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  const int mb = cfg->par_micro_batch, nb = cfg->data_valid_batches, dp = r->grid.dp;
+  /* DP rank d evaluates batches d, d + dp, ...; ranks past the end take none */
+  const int mine = nb / dp + (r->grid.dp_rank < nb % dp ? 1 : 0);
+  struct fetch_ctx f = {&r->valid, 0, r->grid.dp_rank, mb, dp, 1};
+  pipe_eval(&r->pipe, mine, fetch_batch, &f, &sums);
+  reduce_sums(r, &sums);
   return sums.ce / ((double)nb * mb * cfg->data_seq_len);
 }
 
@@ -239,9 +264,11 @@ static void open_metrics(struct run *r) {
   char path[KD_PATH_MAX + 32];
   if (cfg->log_metrics[0]) snprintf(path, sizeof path, "%s", cfg->log_metrics);
   else snprintf(path, sizeof path, "%s/metrics.csv", cfg->run_out_dir);
-  r->metrics = fopen(path, "w");
+  struct stat sb; /* a resumed run appends to its metrics */
+  const int append = r->resume.step > 0 && stat(path, &sb) == 0 && sb.st_size > 0;
+  r->metrics = fopen(path, append ? "a" : "w");
   if (!r->metrics) kd_fail(KD_EXIT_IO, "cannot write metrics file %s: %s", path, strerror(errno));
-  fputs("step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,"
+  if (!append) fputs("step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,"
         "val_loss\n",
         r->metrics);
 }
@@ -256,22 +283,6 @@ static void log_validation(struct run *r, int64_t step) {
   metrics_row(r, step, v, 11);
 }
 
-/* Apply AdamW to every parameter (weight decay only where the table says so). */
-static void optimizer_step(struct run *r, double lr, float grad_mult, int64_t t) {
-  const struct kd_config *cfg = r->cfg;
-  struct kd_model *s = &r->student;
-  const float b1 = (float)cfg->optim_beta1, b2 = (float)cfg->optim_beta2;
-  const float bc1 = (float)(1.0 - pow(cfg->optim_beta1, (double)t));
-  const float bc2 = (float)(1.0 - pow(cfg->optim_beta2, (double)t));
-  for (int k = 0; k < s->nparams; k++) {
-    const struct kd_param *p = &s->params[k];
-    const float wd = p->decay ? (float)cfg->optim_weight_decay : 0.0f;
-    r->be.adamw(s->master + p->offset, s->m + p->offset, s->v + p->offset, s->grad + p->offset,
-                p->numel, (float)lr, b1, b2, (float)cfg->optim_eps, wd, bc1, bc2, grad_mult);
-  }
-  model_sync_working(s, &r->be);
-}
-
 static void format_eta(char *buf, size_t n, double sec) {
   if (sec < 0 || !isfinite(sec)) sec = 0;
   long s = (long)(sec + 0.5);
@@ -284,12 +295,13 @@ static int train_loop(struct run *r) {
   struct kd_backend *be = &r->be;
   struct kd_model *s = &r->student;
   const int T = cfg->data_seq_len, mb = cfg->par_micro_batch, gb = cfg->par_global_batch;
-  const int share = gb / r->nranks, nmicro = share / mb;
+  const int share = gb / r->grid.dp, nmicro = share / mb;
   const double gtokens = (double)gb * T;
   struct kd_scaler scaler;
   scaler_init(&scaler, cfg->prec_loss_scale);
-  int64_t consumed = 0, updates = 0;
-  const int64_t first = 1;
+  int64_t consumed = r->resume.consumed, updates = r->resume.updates;
+  const int64_t first = r->resume.step + 1;
+  if (r->resume.step > 0) ckpt_restore_scaler(&r->resume, &scaler);
   const double t_start = kd_now();
   int status = KD_EXIT_OK;
 
@@ -299,24 +311,18 @@ static int train_loop(struct run *r) {
     const float scale = (float)scaler.scale;
     be->zero(s->grad, s->numel);
     struct loss_sums sums = {0, 0};
-    for (int m = 0; m < nmicro; m++) {
-      const int64_t g0 = consumed + (int64_t)r->rank * share + (int64_t)m * mb;
-      data_batch(&r->train, g0, mb, r->inputs, r->labels);
-      micro_batch(r, &sums, scale / (float)gtokens, r->distill);
-    }
-    /* data-parallel sum of gradients and loss sums */
-    if (r->nranks > 1) {
-      MPI_Allreduce(MPI_IN_PLACE, s->grad, (int)s->numel, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      MPI_Allreduce(MPI_IN_PLACE, &sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    }
+    struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0};
+    pipe_train(&r->pipe, nmicro, scale / (float)gtokens, fetch_batch, &f, &sums);
+    reduce_sums(r, &sums);
     const double loss_kd = sums.kd / gtokens, loss_ce = sums.ce / gtokens;
     const double loss = r->distill ? cfg->loss_alpha * loss_kd + (1 - cfg->loss_alpha) * loss_ce
                                    : loss_ce;
-    const double gnorm = sqrt(be->sumsq(s->grad, s->numel)) / scale;
+    const double gnorm = update_reduce_grads(&r->update, be) / scale;
     const int finite = isfinite(gnorm) && isfinite(loss);
     if (scaler_update(&scaler, finite)) {
       const double clip = optim_clip_coef(gnorm, cfg->optim_clip);
-      optimizer_step(r, lr, (float)(clip / scale), ++updates);
+      update_apply(&r->update, be, lr, (float)(clip / scale), ++updates, cfg->optim_beta1,
+                   cfg->optim_beta2, cfg->optim_eps, cfg->optim_weight_decay);
     }
     consumed += gb;
     const double dt = kd_now() - t0;
@@ -345,6 +351,10 @@ static int train_loop(struct run *r) {
       status = KD_EXIT_DIVERGED;
       break;
     }
+    if (ckpt_step_end(cfg, update_state(&r->update), step, consumed, updates, &scaler, MPI_COMM_WORLD)) {
+      status = KD_EXIT_SIGNAL;
+      break;
+    }
     if (cfg->data_valid_every > 0 && step % cfg->data_valid_every == 0 && !last)
       log_validation(r, step);
   }
@@ -360,7 +370,8 @@ static int save_final(struct run *r) {
   FILE *f = open_memstream(&text, &len);
   config_print(f, r->cfg);
   fclose(f);
-  int st = weights_save(path, &r->student, r->student.master, text, r->rank == 0,
+  struct kd_model *st_model = update_state(&r->update);
+  int st = weights_save(path, st_model, st_model->master, text, 1,
                         MPI_COMM_WORLD, err, sizeof err);
   free(text);
   if (st) kd_fail(st, "%s", err);

@@ -322,6 +322,7 @@ static struct block param_block(const struct kd_param *p) {
     b.cols = p->split_len;
     b.col0 = p->split_off;
   }
+  if (!p->local) b.rows = 0; /* another pipeline stage holds it */
   return b;
 }
 
@@ -343,7 +344,7 @@ static int cmp_i64pair(const void *a, const void *b) {
  * the same table and that the distinct slices tile each split dimension exactly. */
 static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_Comm comm,
                        char *err, size_t errlen) {
-  enum { NF = 7 };
+  enum { NF = 8 };
   int rank, size, np = mdl->nparams, npmin, npmax;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -364,7 +365,8 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
                      q->ndim == 2 ? q->shape[1] : -1,
                      q->split_off,
                      q->split_len,
-                     rep_owner};
+                     rep_owner && q->primary,
+                     q->local};
     memcpy(&mine[(size_t)p * NF], f, sizeof f);
   }
   MPI_Allgather(mine, np * NF, MPI_INT64_T, all, np * NF, MPI_INT64_T, comm);
@@ -380,12 +382,15 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
                q->name);
         st = KD_EXIT_IO;
       }
-      int first = 1; /* no lower rank holds the same slice */
-      for (int s = 0; s < r && q->split_dim >= 0; s++) {
+      /* the owner is the lowest rank holding the slice (for a replicated tensor: the
+       * lowest holder among the ranks that pass rep_owner and are its primary) */
+      const int rep = q->split_dim < 0;
+      int first = 1;
+      for (int s = 0; s < r; s++) {
         const int64_t *g = &all[((size_t)s * np + p) * NF];
-        if (g[4] == f[4] && g[5] == f[5]) first = 0;
+        if (g[7] && (rep ? g[6] != 0 : g[4] == f[4] && g[5] == f[5])) first = 0;
       }
-      int owner = q->split_dim < 0 ? f[6] != 0 : first;
+      int owner = f[7] && (!rep || f[6]) && first;
       if (owner) {
         iv[2 * nown] = q->split_dim < 0 ? 0 : f[4];
         iv[2 * nown + 1] = q->split_dim < 0 ? q->shape[0] : f[5];
@@ -459,9 +464,9 @@ static void dims_text(char *out, size_t n, int ndim, const int64_t *d) {
 
 /* --- save ---------------------------------------------------------------------------------- */
 
-/* Create /params/<name>, its checksum attribute, and write the owners' slices. */
-static int save_param(hid_t group, const struct kd_param *p, const float *buf, int own,
-                      const char *path, MPI_Comm comm, char *err, size_t errlen) {
+/* Create /<gname>/<name>, its checksum attribute, and write the owners' slices. */
+static int save_param(hid_t group, const char *gname, const struct kd_param *p, const float *buf,
+                      int own, const char *path, MPI_Comm comm, char *err, size_t errlen) {
   struct block b = param_block(p);
   const float *x = buf + p->offset;
   if ((size_t)(b.rows * b.cols) != p->numel) {
@@ -484,85 +489,119 @@ static int save_param(hid_t group, const struct kd_param *p, const float *buf, i
   H5Pclose(dcpl);
   H5Sclose(space);
   if (!ok) {
-    seterr(err, errlen, "%s: writing /params/%s failed (disk full or no permission?)", path,
+    seterr(err, errlen, "%s: writing /%s/%s failed (disk full or no permission?)", path, gname,
            p->name);
     return KD_EXIT_IO;
   }
   return 0;
 }
 
-int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
-                 const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
-                 size_t errlen) {
-  H5E_auto2_t efunc;
-  void *edata;
-  H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+/* Switch HDF5's error printing off while a handle is open (messages are ours). */
+static void quiet_hdf5(struct weights_io *io) {
+  H5Eget_auto2(H5E_DEFAULT, &io->efunc, &io->edata);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  int rank;
-  MPI_Comm_rank(comm, &rank);
+}
+
+int weights_agree(int st, char *err, size_t errlen, MPI_Comm comm) {
+  return agree(st, err, errlen, comm);
+}
+
+int weights_create(struct weights_io *io, const char *path, const struct kd_model *mdl,
+                   const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
+                   size_t errlen) {
+  memset(io, 0, sizeof *io);
+  io->file = -1;
+  io->mdl = mdl;
+  io->path = path;
+  io->comm = comm;
+  quiet_hdf5(io);
+  MPI_Comm_rank(comm, &io->rank);
   if (errlen > 0) err[0] = '\0';
-  int *own = kd_calloc((size_t)mdl->nparams + 1, sizeof *own);
-  hid_t file = -1, cfg = -1, group = -1;
+  io->own = kd_calloc((size_t)mdl->nparams + 1, sizeof *io->own);
+  hid_t cfg = -1;
   char *namelist = NULL;
-  int st =
-      agree(plan_owners(mdl, write_replicated != 0, own, comm, err, errlen), err, errlen, comm);
-  if (st) goto out;
+  int st = agree(plan_owners(mdl, write_replicated != 0, io->own, comm, err, errlen), err, errlen,
+                 comm);
+  if (st) return st;
 
   /* rank 0's namelist text, so that every rank writes the same metadata */
-  long nlen = rank == 0 && namelist_text ? (long)strlen(namelist_text) : -1;
+  long nlen = io->rank == 0 && namelist_text ? (long)strlen(namelist_text) : -1;
   MPI_Bcast(&nlen, 1, MPI_LONG, 0, comm);
   if (nlen >= 0) {
     namelist = kd_calloc((size_t)nlen + 1, 1);
-    if (rank == 0) memcpy(namelist, namelist_text, (size_t)nlen);
+    if (io->rank == 0) memcpy(namelist, namelist_text, (size_t)nlen);
     MPI_Bcast(namelist, (int)nlen + 1, MPI_CHAR, 0, comm);
   }
 
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
   H5Pset_alignment(fapl, 64 * 1024, 1024 * 1024);
-  file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  io->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  if (file < 0)
+  if (io->file < 0)
     seterr(err, errlen,
            "%s: cannot create the weights file (does the directory exist and is "
            "it writable?)",
            path);
-  if ((st = agree(file < 0 ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
+  if ((st = agree(io->file < 0 ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
 
   char ver[32];
   snprintf(ver, sizeof ver, "%d.%d", WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MINOR);
-  int ok = attr_put_string(file, "format", WEIGHTS_FORMAT) >= 0 &&
-           attr_put_string(file, "format_version", ver) >= 0;
-  cfg = H5Gcreate2(file, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, rank) == 0;
-  group = H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ok = ok && group >= 0;
+  int ok = attr_put_string(io->file, "format", WEIGHTS_FORMAT) >= 0 &&
+           attr_put_string(io->file, "format_version", ver) >= 0;
+  cfg = H5Gcreate2(io->file, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, io->rank) == 0;
   if (!ok) seterr(err, errlen, "%s: writing the file's attributes and /config failed", path);
-  if ((st = agree(ok ? 0 : KD_EXIT_IO, err, errlen, comm))) goto out;
-
-  for (int p = 0; p < mdl->nparams && !st; p++)
-    st = agree(save_param(group, &mdl->params[p], buf, own[p], path, comm, err, errlen), err,
-               errlen, comm);
-
+  st = agree(ok ? 0 : KD_EXIT_IO, err, errlen, comm);
 out:
-  if (group >= 0) H5Gclose(group);
   if (cfg >= 0) H5Gclose(cfg);
-  if (file >= 0) {
-    int bad = H5Fclose(file) < 0;
-    if (bad && !st) seterr(err, errlen, "%s: closing the weights file failed (disk full?)", path);
-    if (!st) st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm);
-  }
   free(namelist);
-  free(own);
-  H5Eset_auto2(H5E_DEFAULT, efunc, edata);
   return st;
+}
+
+int weights_write_group(struct weights_io *io, const char *group, const float *buf, char *err,
+                        size_t errlen) {
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  hid_t g = H5Gcreate2(io->file, group, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  H5Pclose(lcpl);
+  if (g < 0) seterr(err, errlen, "%s: creating group /%s failed", io->path, group);
+  int st = agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
+  for (int p = 0; p < io->mdl->nparams && !st; p++)
+    st = agree(save_param(g, group, &io->mdl->params[p], buf, io->own[p], io->path, io->comm, err,
+                          errlen),
+               err, errlen, io->comm);
+  if (g >= 0) H5Gclose(g);
+  return st;
+}
+
+int weights_close(struct weights_io *io, int st, char *err, size_t errlen) {
+  if (io->file >= 0) {
+    int bad = H5Fclose(io->file) < 0;
+    io->file = -1;
+    if (bad && !st) seterr(err, errlen, "%s: closing the file failed (disk full?)", io->path);
+    if (!st) st = agree(bad ? KD_EXIT_IO : 0, err, errlen, io->comm);
+  }
+  free(io->own);
+  io->own = NULL;
+  H5Eset_auto2(H5E_DEFAULT, io->efunc, io->edata);
+  return st;
+}
+
+int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
+                 const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
+                 size_t errlen) {
+  struct weights_io io;
+  int st = weights_create(&io, path, mdl, namelist_text, write_replicated, comm, err, errlen);
+  if (!st) st = weights_write_group(&io, "params", buf, err, errlen);
+  return weights_close(&io, st, err, errlen);
 }
 
 /* --- load ---------------------------------------------------------------------------------- */
 
-/* Check /params/<name>'s type and shape, read this rank's block, verify the checksum. */
-static int load_param(hid_t group, const struct kd_param *p, float *buf, int own, const char *path,
-                      MPI_Comm comm, char *err, size_t errlen) {
+/* Check /<gname>/<name>'s type and shape, read this rank's block, verify the checksum. */
+static int load_param(hid_t group, const char *gname, const struct kd_param *p, float *buf,
+                      int own, const char *path, MPI_Comm comm, char *err, size_t errlen) {
   struct block b = param_block(p);
   int64_t want[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
   char wtxt[64], ftxt[64];
@@ -571,10 +610,10 @@ static int load_param(hid_t group, const struct kd_param *p, float *buf, int own
   hid_t d = -1;
   if (H5Lexists(group, p->name, H5P_DEFAULT) <= 0 ||
       (d = H5Dopen2(group, p->name, H5P_DEFAULT)) < 0) {
-    seterr(err, errlen,
-           "%s has no dataset /params/%s (expected shape %s): the file holds a different "
-           "model; check the model card",
-           path, p->name, wtxt);
+    seterr(err, errlen, "%s has no dataset /%s/%s (expected shape %s): %s", path, gname, p->name,
+           wtxt,
+           strcmp(gname, "params") ? "the checkpoint is incomplete or damaged"
+                                   : "the file holds a different model; check the model card");
     st = KD_EXIT_INPUT;
   }
   if (!st) {
@@ -585,13 +624,13 @@ static int load_param(hid_t group, const struct kd_param *p, float *buf, int own
     int64_t got[2] = {(int64_t)dims[0], (int64_t)dims[1]};
     dims_text(ftxt, sizeof ftxt, nd == 2 ? 2 : 1, got);
     if (H5Tget_class(t) != H5T_FLOAT) {
-      seterr(err, errlen, "%s: /params/%s is not a floating-point dataset", path, p->name);
+      seterr(err, errlen, "%s: /%s/%s is not a floating-point dataset", path, gname, p->name);
       st = KD_EXIT_INPUT;
     } else if (nd != p->ndim || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
       seterr(err, errlen,
-             "%s: /params/%s has shape %s in the file but the model expects %s: the file was "
+             "%s: /%s/%s has shape %s in the file but the model expects %s: the file was "
              "written for a different model card",
-             path, p->name, ftxt, wtxt);
+             path, gname, p->name, ftxt, wtxt);
       st = KD_EXIT_INPUT;
     }
     H5Tclose(t);
@@ -601,7 +640,7 @@ static int load_param(hid_t group, const struct kd_param *p, float *buf, int own
 
   float *x = buf + p->offset;
   int bad = transfer(d, &b, x, 1, 0, comm) != 0;
-  if (bad) seterr(err, errlen, "%s: reading /params/%s failed", path, p->name);
+  if (bad) seterr(err, errlen, "%s: reading /%s/%s failed", path, gname, p->name);
   if ((st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
 
   uint64_t stored = 0;
@@ -610,9 +649,9 @@ static int load_param(hid_t group, const struct kd_param *p, float *buf, int own
     MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
     if (sum != stored) {
       seterr(err, errlen,
-             "%s: /params/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
+             "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
              "): the file is corrupted",
-             path, p->name, stored, sum);
+             path, gname, p->name, stored, sum);
       st = KD_EXIT_INPUT;
     }
   }
@@ -621,52 +660,62 @@ out:
   return st;
 }
 
-int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm, char *err,
-                 size_t errlen) {
-  H5E_auto2_t efunc;
-  void *edata;
-  H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  int rank;
-  MPI_Comm_rank(comm, &rank);
+int weights_open(struct weights_io *io, const char *path, const struct kd_model *mdl,
+                 MPI_Comm comm, char *err, size_t errlen) {
+  memset(io, 0, sizeof *io);
+  io->file = -1;
+  io->mdl = mdl;
+  io->path = path;
+  io->comm = comm;
+  quiet_hdf5(io);
+  MPI_Comm_rank(comm, &io->rank);
   if (errlen > 0) err[0] = '\0';
-  int *own = kd_calloc((size_t)mdl->nparams + 1, sizeof *own);
-  hid_t file = -1, cfg = -1, group = -1;
-  int st = agree(rank == 0 ? file_precheck(path, err, errlen) : 0, err, errlen, comm);
-  if (st) goto out;
+  io->own = kd_calloc((size_t)mdl->nparams + 1, sizeof *io->own);
+  hid_t cfg = -1;
+  int st = agree(io->rank == 0 ? file_precheck(path, err, errlen) : 0, err, errlen, comm);
+  if (st) return st;
 
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
-  st = file_open(path, fapl, &file, err, errlen);
+  st = file_open(path, fapl, &io->file, err, errlen);
   H5Pclose(fapl);
   if (!st) {
     struct kd_card fc;
     memset(&fc, 0, sizeof fc);
-    cfg = H5Gopen2(file, "config", H5P_DEFAULT);
+    cfg = H5Gopen2(io->file, "config", H5P_DEFAULT);
     if (cfg < 0) {
       seterr(err, errlen, "%s has no /config group (not a complete kdtrain weights file)", path);
       st = KD_EXIT_INPUT;
     }
     if (!st) st = config_read(cfg, path, &fc, err, errlen);
     if (!st) st = config_compare(&fc, &mdl->card, path, err, errlen);
-    if (!st && (group = H5Gopen2(file, "params", H5P_DEFAULT)) < 0) {
-      seterr(err, errlen, "%s has no /params group (not a complete kdtrain weights file)", path);
-      st = KD_EXIT_INPUT;
-    }
   }
-  if ((st = agree(st, err, errlen, comm))) goto out;
-  if ((st = agree(plan_owners(mdl, rank == 0, own, comm, err, errlen), err, errlen, comm)))
-    goto out;
-  for (int p = 0; p < mdl->nparams && !st; p++)
-    st = load_param(group, &mdl->params[p], buf, own[p], path, comm, err, errlen);
-
-out:
-  if (group >= 0) H5Gclose(group);
   if (cfg >= 0) H5Gclose(cfg);
-  if (file >= 0) H5Fclose(file);
-  free(own);
-  H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+  if ((st = agree(st, err, errlen, comm))) return st;
+  return agree(plan_owners(mdl, 1, io->own, comm, err, errlen), err, errlen, comm);
+}
+
+int weights_read_group(struct weights_io *io, const char *group, float *buf, char *err,
+                       size_t errlen) {
+  hid_t g = H5Lexists(io->file, group, H5P_DEFAULT) > 0 ? H5Gopen2(io->file, group, H5P_DEFAULT)
+                                                         : -1;
+  if (g < 0)
+    seterr(err, errlen, "%s has no /%s group (not a complete kdtrain %s)", io->path, group,
+           strcmp(group, "params") ? "checkpoint" : "weights file");
+  int st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
+  for (int p = 0; p < io->mdl->nparams && !st; p++)
+    st = load_param(g, group, &io->mdl->params[p], buf, io->own[p], io->path, io->comm, err,
+                    errlen);
+  if (g >= 0) H5Gclose(g);
   return st;
+}
+
+int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm, char *err,
+                 size_t errlen) {
+  struct weights_io io;
+  int st = weights_open(&io, path, mdl, comm, err, errlen);
+  if (!st) st = weights_read_group(&io, "params", buf, err, errlen);
+  return weights_close(&io, st, err, errlen);
 }
 
 int weights_read_card(const char *path, struct kd_card *card, char *err, size_t errlen) {

@@ -5,6 +5,7 @@
 #ifndef KD_WEIGHTS_H
 #define KD_WEIGHTS_H
 
+#include <hdf5.h>
 #include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +35,41 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
  * the message in `err`. */
 int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm, char *err,
                  size_t errlen);
+
+/* A weights file open for collective writing (weights_create) or reading (weights_open):
+ * a checkpoint adds parameter-sized groups (/optim/...) and its own datasets through it. */
+struct weights_io {
+  hid_t file;
+  const struct kd_model *mdl;
+  const char *path;
+  MPI_Comm comm;
+  int rank;
+  int *own; /* own[p]: this rank writes / checksums its slice of entry p */
+  H5E_auto2_t efunc; /* HDF5 error printing, off while the handle is open */
+  void *edata;
+};
+
+/* Create `path` with the root attributes and /config (weights_save's first half).
+ * Collective; every rank returns the same status. Call weights_close in every case. */
+int weights_create(struct weights_io *io, const char *path, const struct kd_model *mdl,
+                   const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
+                   size_t errlen);
+/* Write the parameter-sized `buf` as /<group>/<name> for every table entry (intermediate
+ * groups created), each dataset with its checksum. Collective. */
+int weights_write_group(struct weights_io *io, const char *group, const float *buf, char *err,
+                        size_t errlen);
+/* Open `path` and check format, version and model card (weights_load's first half).
+ * Collective. Call weights_close in every case. */
+int weights_open(struct weights_io *io, const char *path, const struct kd_model *mdl,
+                 MPI_Comm comm, char *err, size_t errlen);
+/* Read this rank's slices of /<group>/<name> into the parameter-sized `buf`, checking
+ * shapes and checksums. Collective. 0 or KD_EXIT_INPUT / KD_EXIT_IO. */
+int weights_read_group(struct weights_io *io, const char *group, float *buf, char *err,
+                       size_t errlen);
+/* Close the file; returns `st`, or KD_EXIT_IO when st == 0 and closing failed. Collective. */
+int weights_close(struct weights_io *io, int st, char *err, size_t errlen);
+/* Every rank of `comm` returns the worst status, with the lowest such rank's message. */
+int weights_agree(int st, char *err, size_t errlen, MPI_Comm comm);
 
 /* Read the model card stored in a weights file (/config attributes) into `card`
  * (card->path is set to `path`). Not collective. 0 or KD_EXIT_INPUT. */

@@ -52,6 +52,7 @@ static void toy_model(struct kd_model *m, struct kd_param *tab, int64_t up_rows)
     q->ndim = shapes[p][1] ? 2 : 1;
     q->shape[0] = shapes[p][0], q->shape[1] = shapes[p][1];
     q->split_dim = split[p];
+    q->local = q->primary = 1;
     q->split_off = 0, q->split_len = q->shape[0];
     if (split[p] >= 0) {
       int64_t n = q->shape[split[p]];

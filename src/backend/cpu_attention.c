@@ -6,8 +6,8 @@
  *
  * Parallel schedule: forward runs (b, q head, tile) jobs (they write disjoint
  * output rows); backward runs (b, kv head) jobs, the q heads of a group in
- * sequence inside, so the dK/dV accumulation has no race. Inside a parallel
- * region OpenBLAS is held to one thread so the two thread pools do not fight.
+ * sequence inside, so the dK/dV accumulation has no race. The BLAS is single-
+ * threaded (backend_cpu_init), so every thread calls it on its own tile.
  *
  * As cpu.c, this file keeps the backend (for scratch) and the bf16 flag in
  * file-static values set by backend_cpu_attention_init. */
@@ -29,25 +29,6 @@ void backend_cpu_attention_init(struct kd_backend *be);
 
 static struct kd_backend *att_be;
 static int att_bf16;
-
-/* Hold OpenBLAS to one thread (returns the previous count) while OpenMP threads call it. */
-static int blas_serial_begin(void) {
-#ifdef OPENBLAS_VERSION
-  int n = openblas_get_num_threads();
-  openblas_set_num_threads(1);
-  return n;
-#else
-  return 0;
-#endif
-}
-
-static void blas_serial_end(int n) {
-#ifdef OPENBLAS_VERSION
-  openblas_set_num_threads(n);
-#else
-  (void)n;
-#endif
-}
 
 /* Row-major C = alpha * op(A) * op(B) + beta * C (the arguments of backend gemm). */
 static void att_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
@@ -127,7 +108,6 @@ static void cpu_attention_forward(float *out, float *lse, const float *qkv, int 
   if (njob < nt) nt = (int)njob;
   if (nt < 1) return;
   float *scr = att_be->alloc(att_be, KD_MEM_SCRATCH, (size_t)nt * ATT_TILE * T * sizeof(float));
-  int blas_n = nt > 1 ? blas_serial_begin() : 0;
 #pragma omp parallel num_threads(nt)
   {
     float *S = scr + (size_t)omp_get_thread_num() * ATT_TILE * T;
@@ -139,7 +119,6 @@ static void cpu_attention_forward(float *out, float *lse, const float *qkv, int 
       att_forward_tile(out, lse, qkv, &s, (int)(bh / nh), (int)(bh % nh), tile * ATT_TILE, S);
     }
   }
-  if (nt > 1) blas_serial_end(blas_n);
   att_be->free(att_be, scr);
 }
 
@@ -192,7 +171,6 @@ static void cpu_attention_backward(float *dqkv, const float *dout, const float *
   if (nt < 1 || T < 1) return;
   size_t per = (size_t)2 * ATT_TILE * T;
   float *scr = att_be->alloc(att_be, KD_MEM_SCRATCH, (size_t)nt * per * sizeof(float));
-  int blas_n = nt > 1 ? blas_serial_begin() : 0;
 #pragma omp parallel num_threads(nt)
   {
     float *P = scr + (size_t)omp_get_thread_num() * per, *dP = P + (size_t)ATT_TILE * T;
@@ -204,7 +182,6 @@ static void cpu_attention_backward(float *dqkv, const float *dout, const float *
           att_backward_tile(dqkv, dout, qkv, out, lse, &s, b, h, tile * ATT_TILE, P, dP);
     }
   }
-  if (nt > 1) blas_serial_end(blas_n);
   att_be->free(att_be, scr);
 }
 

@@ -1,0 +1,267 @@
+/* cuda.cu: the CUDA backend's core: device selection, streams and events, the
+ * cuBLAS handle, counted device memory, GEMM (cublasGemmEx) and host transfers.
+ * The layer kernels live in cuda_ops.cu, cuda_attention.cu and cuda_loss.cu.
+ *
+ * Memory: every block is one cudaMalloc (cudaHostAlloc for KD_MEM_HOST, cudaMallocManaged
+ * in host-access mode), zeroed on the compute stream, and recorded in a small host
+ * hash table (pointer -> size, category, kind) so that free() keeps the arena's
+ * live and peak counters exact, exactly as the CPU arena does.
+ *
+ * GEMM: row-major C = alpha op(A) op(B) + beta C is computed by cuBLAS (column-major)
+ * as C^T = op(B)^T op(A)^T, i.e. with the operands swapped. In BF16 mode A and B are
+ * first converted to packed BF16 copies in a grown-on-demand workspace (cuda_scratch); the product
+ * is BF16 x BF16 with FP32 accumulation (CUBLAS_COMPUTE_32F). In FP32 mode the
+ * inputs stay FP32 and the compute type is plain CUBLAS_COMPUTE_32F (no TF32). */
+#include <cuda_bf16.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+struct cuda_ctx kd_cuda;
+
+/* --- the allocation table ------------------------------------------------------------- */
+
+enum blk_kind { BLK_DEVICE, BLK_HOST, BLK_MANAGED };
+
+struct blk {
+  void *p;
+  size_t bytes;
+  int cat, kind;
+  struct blk *next;
+};
+
+#define BLK_BUCKETS 4096
+static struct blk *blk_table[BLK_BUCKETS];
+
+static size_t blk_hash(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return (size_t)(x % BLK_BUCKETS);
+}
+
+/* Count `bytes` in (+) or out (-) of category `cat`, as arena.c does. */
+static void arena_count(struct kd_arena *a, int cat, size_t bytes, int sign) {
+  if (sign > 0) {
+    a->live[cat] += bytes;
+    if (a->live[cat] > a->peak[cat]) a->peak[cat] = a->live[cat];
+    if (cat != KD_MEM_HOST) {
+      a->live_total += bytes;
+      if (a->live_total > a->peak_total) a->peak_total = a->live_total;
+    }
+  } else {
+    a->live[cat] -= bytes;
+    if (cat != KD_MEM_HOST) a->live_total -= bytes;
+  }
+}
+
+static void *cuda_alloc(struct kd_backend *be, enum kd_mem cat, size_t bytes) {
+  void *p = NULL;
+  size_t real = bytes ? bytes : 1;
+  int kind = cat == KD_MEM_HOST ? BLK_HOST : kd_cuda.host_access ? BLK_MANAGED : BLK_DEVICE;
+  cudaError_t e = kind == BLK_HOST      ? cudaHostAlloc(&p, real, cudaHostAllocPortable)
+                  : kind == BLK_MANAGED ? cudaMallocManaged(&p, real, cudaMemAttachGlobal)
+                                        : cudaMalloc(&p, real);
+  if (e != cudaSuccess)
+    kd_fail(KD_EXIT_IO, "CUDA out of memory allocating %zu bytes of %s on device %d: %s "
+            "(live total %zu bytes; lower micro_batch or memory%%budget_mb)",
+            bytes, kd_mem_names[cat], kd_cuda.device, cudaGetErrorString(e),
+            be->arena.live_total);
+  if (kind == BLK_HOST) {
+    memset(p, 0, real);
+  } else {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, real, kd_cuda.compute));
+    if (kind == BLK_MANAGED) CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+  }
+  struct blk *b = (struct blk *)kd_malloc(sizeof *b);
+  size_t h = blk_hash(p);
+  *b = (struct blk){p, bytes, (int)cat, kind, blk_table[h]};
+  blk_table[h] = b;
+  arena_count(&be->arena, cat, bytes, +1);
+  return p;
+}
+
+static void cuda_free(struct kd_backend *be, void *p) {
+  if (!p) return;
+  struct blk **pp = &blk_table[blk_hash(p)];
+  while (*pp && (*pp)->p != p) pp = &(*pp)->next;
+  KD_CHECK(*pp, "cuda backend: free of %p, which it did not allocate", p);
+  struct blk *b = *pp;
+  *pp = b->next;
+  if (b->kind == BLK_HOST) CUDA_CHECK(cudaFreeHost(p));
+  else CUDA_CHECK(cudaFree(p)); /* implicitly waits for work using it */
+  arena_count(&be->arena, b->cat, b->bytes, -1);
+  free(b);
+}
+
+static void cuda_zero(float *x, size_t n) {
+  CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), kd_cuda.compute));
+  CUDA_OP_DONE();
+}
+
+static void cuda_copy(float *dst, const float *src, size_t n) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, kd_cuda.compute));
+  CUDA_OP_DONE();
+}
+
+/* --- GEMM ------------------------------------------------------------------------------- */
+
+/* dst (rows, cols) packed BF16 := src (rows, cols) with leading dimension ld. */
+__global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld) {
+  size_t n = (size_t)rows * cols;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / (size_t)cols, c = i % (size_t)cols;
+    dst[i] = __float2bfloat16_rn(src[r * (size_t)ld + c]);
+  }
+}
+
+void *cuda_scratch(int slot, size_t bytes) {
+  if (bytes > kd_cuda.ws_bytes[slot]) {
+    if (kd_cuda.ws[slot]) cuda_free(kd_cuda.be, kd_cuda.ws[slot]);
+    kd_cuda.ws[slot] = cuda_alloc(kd_cuda.be, KD_MEM_SCRATCH, bytes);
+    kd_cuda.ws_bytes[slot] = bytes;
+  }
+  return kd_cuda.ws[slot];
+}
+
+static void cuda_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (!kd_cuda.bf16 || K <= 0) {
+    CUBLAS_CHECK(cublasGemmEx(kd_cuda.blas, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
+                              CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    CUDA_OP_DONE();
+    return;
+  }
+  /* packed BF16 copies: A is (transa ? K x M : M x K), B is (transb ? N x K : K x N) */
+  const int ar = transa ? K : M, ac = transa ? M : K, br = transb ? N : K, bc = transb ? K : N;
+  const size_t na = (size_t)ar * ac, nb = (size_t)br * bc;
+  size_t abytes = (na * sizeof(__nv_bfloat16) + 255) / 256 * 256;
+  char *ws = (char *)cuda_scratch(WS_GEMM, abytes + nb * sizeof(__nv_bfloat16));
+  __nv_bfloat16 *a16 = (__nv_bfloat16 *)ws, *b16 = (__nv_bfloat16 *)(ws + abytes);
+  k_to_bf16<<<cuda_blocks(na, 256), 256, 0, kd_cuda.compute>>>(a16, A, ar, ac, lda);
+  k_to_bf16<<<cuda_blocks(nb, 256), 256, 0, kd_cuda.compute>>>(b16, B, br, bc, ldb);
+  CUDA_CHECK(cudaGetLastError());
+  CUBLAS_CHECK(cublasGemmEx(kd_cuda.blas, opb, opa, N, M, K, &alpha, b16, CUDA_R_16BF, bc, a16,
+                            CUDA_R_16BF, ac, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+  CUDA_OP_DONE();
+}
+
+/* --- public ----------------------------------------------------------------------------- */
+
+int backend_cuda_device_count(char *why, size_t whylen) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) snprintf(why, whylen, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    cudaGetLastError(); /* clear the sticky-free error state */
+    return 0;
+  }
+  if (n == 0 && why) snprintf(why, whylen, "the CUDA driver reports no device");
+  return n;
+}
+
+void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank) {
+  char why[256];
+  int n = backend_cuda_device_count(why, sizeof why);
+  if (n == 0) kd_fail(KD_EXIT_INPUT, "no CUDA device: %s (use run%%device='cpu')", why);
+  memset(be, 0, sizeof *be);
+  memset(&kd_cuda, 0, sizeof kd_cuda);
+  be->name = "cuda";
+  be->bf16 = bf16 ? 1 : 0;
+  kd_cuda.be = be;
+  kd_cuda.bf16 = be->bf16;
+  kd_cuda.device = (local_rank < 0 ? 0 : local_rank) % n;
+  CUDA_CHECK(cudaSetDevice(kd_cuda.device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&kd_cuda.compute, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&kd_cuda.copy, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&kd_cuda.ev_compute, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&kd_cuda.ev_copy, cudaEventDisableTiming));
+  CUBLAS_CHECK(cublasCreate(&kd_cuda.blas));
+  CUBLAS_CHECK(cublasSetStream(kd_cuda.blas, kd_cuda.compute));
+  CUBLAS_CHECK(cublasSetMathMode(kd_cuda.blas, CUBLAS_DEFAULT_MATH)); /* no TF32 */
+  CUDA_CHECK(cudaMalloc(&kd_cuda.red, (RED_BLOCKS + 1) * sizeof(double) + sizeof(int)));
+  kd_cuda.flag = (int *)(kd_cuda.red + RED_BLOCKS + 1);
+  CUDA_CHECK(cudaHostAlloc(&kd_cuda.red_host, 2 * sizeof(double), cudaHostAllocDefault));
+  be->alloc = cuda_alloc;
+  be->free = cuda_free;
+  be->zero = cuda_zero;
+  be->copy = cuda_copy;
+  be->gemm = cuda_gemm;
+  cuda_ops_init(be);
+  cuda_attention_init(be);
+  cuda_loss_init(be);
+}
+
+void backend_cuda_describe(char *buf, size_t len) {
+  cudaDeviceProp p;
+  CUDA_CHECK(cudaGetDeviceProperties(&p, kd_cuda.device));
+  snprintf(buf, len, "device %d: %s (sm_%d%d, %.0f GiB)", kd_cuda.device, p.name, p.major,
+           p.minor, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+}
+
+void backend_cuda_finalize(struct kd_backend *be) {
+  if (kd_cuda.be != be) return;
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.copy));
+  for (int i = 0; i < WS_NSLOT; i++)
+    if (kd_cuda.ws[i]) cuda_free(be, kd_cuda.ws[i]);
+  CUDA_CHECK(cudaFree(kd_cuda.red));
+  CUDA_CHECK(cudaFreeHost(kd_cuda.red_host));
+  CUBLAS_CHECK(cublasDestroy(kd_cuda.blas));
+  CUDA_CHECK(cudaEventDestroy(kd_cuda.ev_compute));
+  CUDA_CHECK(cudaEventDestroy(kd_cuda.ev_copy));
+  CUDA_CHECK(cudaStreamDestroy(kd_cuda.compute));
+  CUDA_CHECK(cudaStreamDestroy(kd_cuda.copy));
+  memset(&kd_cuda, 0, sizeof kd_cuda);
+}
+
+void backend_cuda_host_access(struct kd_backend *be, int on) {
+  (void)be;
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+  kd_cuda.host_access = on ? 1 : 0;
+}
+
+void backend_cuda_upload(struct kd_backend *be, void *dev, const void *host, size_t bytes) {
+  (void)be;
+  CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyDefault, kd_cuda.compute));
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+}
+
+void backend_cuda_download(struct kd_backend *be, void *host, const void *dev, size_t bytes) {
+  (void)be;
+  CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDefault, kd_cuda.compute));
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+}
+
+void backend_cuda_to_host_async(struct kd_backend *be, void *host, const void *dev, size_t bytes) {
+  (void)be;
+  CUDA_CHECK(cudaEventRecord(kd_cuda.ev_compute, kd_cuda.compute));
+  CUDA_CHECK(cudaStreamWaitEvent(kd_cuda.copy, kd_cuda.ev_compute, 0));
+  CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, kd_cuda.copy));
+}
+
+void backend_cuda_to_device_async(struct kd_backend *be, void *dev, const void *host,
+                                  size_t bytes) {
+  (void)be;
+  CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, kd_cuda.copy));
+  CUDA_CHECK(cudaEventRecord(kd_cuda.ev_copy, kd_cuda.copy));
+  CUDA_CHECK(cudaStreamWaitEvent(kd_cuda.compute, kd_cuda.ev_copy, 0));
+}
+
+void backend_cuda_copy_sync(struct kd_backend *be) {
+  (void)be;
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.copy));
+}
+
+void backend_cuda_sync(struct kd_backend *be) {
+  (void)be;
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+}

@@ -1,0 +1,259 @@
+/* cuda_attention.cu: causal grouped-query attention, FlashAttention style.
+ *
+ * Forward: a block of ATT_ROWS warps handles ATT_ROWS consecutive query rows of one
+ * (sequence, q head); a warp owns one query row. Keys and values stream through
+ * shared memory in tiles of 32 rows (only the tiles the block's rows can see);
+ * lane j scores key j0 + j, the warp keeps the running max m and sum l of the
+ * online softmax, and each lane accumulates the output dimensions d = lane + 32 t.
+ * The log-sum-exp m + log(l) is kept for backward; no T x T matrix exists.
+ *
+ * Backward recomputes the probabilities from lse in two race-free kernels:
+ * dQ (a warp per query row, streaming K/V tiles; it also stores D_i = o_i . dO_i
+ * in a workspace) and dK/dV (a warp per key row, streaming Q/dO tiles of every q
+ * head of its group). Every gradient element therefore has exactly one writer and
+ * is accumulated (+=) as the op table requires. Head size up to 256. */
+#include "cuda_common.cuh"
+
+#define ATT_ROWS 8  /* warps (query or key rows) per block */
+#define ATT_TILE 32 /* rows per streamed tile: one per lane */
+#define ATT_MAXD 8  /* head dims per lane: hd <= 256 */
+
+struct att_dims {
+  int T, nh, nkv, hd, ld, group;
+  float scale;
+};
+
+static att_dims att_dims_make(int T, int nh, int nkv, int hd) {
+  KD_CHECK(nkv > 0 && nh % nkv == 0, "attention: %d q heads not a multiple of %d kv heads", nh,
+           nkv);
+  KD_CHECK(hd > 0 && hd <= 32 * ATT_MAXD, "attention: head size %d not in 1..%d", hd,
+           32 * ATT_MAXD);
+  return att_dims{T, nh, nkv, hd, (nh + 2 * nkv) * hd, nh / nkv, 1.0f / sqrtf((float)hd)};
+}
+
+/* Allow `bytes` of dynamic shared memory for `kernel` (beyond the default 48 KiB). */
+template <typename K> static void att_smem(K kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)bytes));
+}
+
+/* Copy `rows` rows of hd floats (row stride ld in global, stride sld in shared) starting
+ * at global row r0 (rows >= T are zero), cooperatively by the whole block. */
+__device__ void att_load(float *dst, int sld, const float *src, size_t ld, int r0, int rows,
+                         int T, int hd) {
+  for (int idx = threadIdx.x; idx < rows * hd; idx += blockDim.x) {
+    int r = idx / hd, d = idx % hd;
+    dst[r * sld + d] = r0 + r < T ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+  }
+}
+
+__global__ void k_att_fwd(float *out, float *lse, const float *qkv, att_dims a, int rnd) {
+  extern __shared__ float sm[];
+  const int hd = a.hd, kld = hd + 1;
+  float *Ks = sm, *Vs = Ks + ATT_TILE * kld, *Qs = Vs + ATT_TILE * hd;
+  const int b = blockIdx.z, h = blockIdx.y, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t0 = blockIdx.x * ATT_ROWS, i = t0 + w, kh = h / a.group;
+  const bool active = i < a.T;
+  const float *base = qkv + (size_t)b * a.T * a.ld;
+  att_load(Qs, hd, base + (size_t)h * hd, a.ld, t0, ATT_ROWS, a.T, hd);
+  const int kend = min(a.T, t0 + ATT_ROWS);
+  float o[ATT_MAXD] = {0}, m = -INFINITY, l = 0.0f;
+  for (int j0 = 0; j0 < kend; j0 += ATT_TILE) {
+    __syncthreads();
+    att_load(Ks, kld, base + (size_t)(a.nh + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
+    att_load(Vs, hd, base + (size_t)(a.nh + a.nkv + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
+    __syncthreads();
+    if (!active) continue; /* warp-uniform */
+    const int j = j0 + lane;
+    float s = -INFINITY;
+    if (j <= i) {
+      float acc = 0.0f;
+      for (int d = 0; d < hd; d++) acc += Qs[w * hd + d] * Ks[lane * kld + d];
+      s = acc * a.scale;
+    }
+    const float mn = fmaxf(m, warp_max(s));
+    const float p = j <= i ? expf(s - mn) : 0.0f, corr = expf(m - mn);
+    l = l * corr + warp_sum(p);
+#pragma unroll
+    for (int t = 0; t < ATT_MAXD; t++) o[t] *= corr;
+    for (int jj = 0; jj < ATT_TILE && j0 + jj <= i; jj++) {
+      const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+      for (int t = 0; t < ATT_MAXD; t++) {
+        int d = lane + 32 * t;
+        if (d < hd) o[t] += pj * Vs[jj * hd + d];
+      }
+    }
+    m = mn;
+  }
+  if (!active) return;
+  float *orow = out + ((size_t)b * a.T + i) * (size_t)(a.nh * hd) + (size_t)h * hd;
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int t = 0; t < ATT_MAXD; t++) {
+    int d = lane + 32 * t;
+    if (d < hd) orow[d] = rnd ? dev_round_bf16(o[t] * inv) : o[t] * inv;
+  }
+  if (lane == 0) lse[((size_t)b * a.nh + h) * a.T + i] = m + logf(l);
+}
+
+static void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int nh,
+                                   int nkv, int hd) {
+  att_dims a = att_dims_make(T, nh, nkv, hd);
+  if (B <= 0 || T <= 0) return;
+  size_t smem = sizeof(float) * ((size_t)ATT_TILE * (hd + 1) + (size_t)ATT_TILE * hd +
+                                 (size_t)ATT_ROWS * hd);
+  att_smem(k_att_fwd, smem);
+  dim3 grid((unsigned)((T + ATT_ROWS - 1) / ATT_ROWS), (unsigned)nh, (unsigned)B);
+  k_att_fwd<<<grid, 32 * ATT_ROWS, smem, kd_cuda.compute>>>(out, lse, qkv, a, kd_cuda.bf16);
+  CUDA_OP_DONE();
+}
+
+/* dQ: a warp per query row i of head h; also writes D_i = o_i . dO_i. */
+__global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const float *qkv,
+                             const float *out, const float *lse, att_dims a) {
+  extern __shared__ float sm[];
+  const int hd = a.hd, kld = hd + 1, ldo = a.nh * hd;
+  float *Ks = sm, *Vs = Ks + ATT_TILE * kld, *Qs = Vs + ATT_TILE * kld, *Gs = Qs + ATT_ROWS * hd;
+  const int b = blockIdx.z, h = blockIdx.y, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t0 = blockIdx.x * ATT_ROWS, i = t0 + w, kh = h / a.group;
+  const bool active = i < a.T;
+  const float *base = qkv + (size_t)b * a.T * a.ld;
+  const size_t orow0 = (size_t)b * a.T * ldo + (size_t)h * hd;
+  att_load(Qs, hd, base + (size_t)h * hd, a.ld, t0, ATT_ROWS, a.T, hd);
+  att_load(Gs, hd, dout + orow0, ldo, t0, ATT_ROWS, a.T, hd);
+  __syncthreads();
+  float D = 0.0f, L = 0.0f;
+  const size_t li = ((size_t)b * a.nh + h) * a.T + i;
+  if (active) {
+    for (int d = lane; d < hd; d += 32) D += out[orow0 + (size_t)i * ldo + d] * Gs[w * hd + d];
+    D = warp_sum(D);
+    L = lse[li];
+    if (lane == 0) Dbuf[li] = D;
+  }
+  const int kend = min(a.T, t0 + ATT_ROWS);
+  float dq[ATT_MAXD] = {0};
+  for (int j0 = 0; j0 < kend; j0 += ATT_TILE) {
+    __syncthreads();
+    att_load(Ks, kld, base + (size_t)(a.nh + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
+    att_load(Vs, kld, base + (size_t)(a.nh + a.nkv + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
+    __syncthreads();
+    if (!active) continue;
+    const int j = j0 + lane;
+    float ds = 0.0f;
+    if (j <= i) {
+      float s = 0.0f, dp = 0.0f;
+      for (int d = 0; d < hd; d++) {
+        s += Qs[w * hd + d] * Ks[lane * kld + d];
+        dp += Gs[w * hd + d] * Vs[lane * kld + d];
+      }
+      float p = expf(s * a.scale - L);
+      ds = p * (dp - D) * a.scale;
+    }
+    for (int jj = 0; jj < ATT_TILE && j0 + jj <= i; jj++) {
+      const float g = __shfl_sync(0xffffffffu, ds, jj);
+#pragma unroll
+      for (int t = 0; t < ATT_MAXD; t++) {
+        int d = lane + 32 * t;
+        if (d < hd) dq[t] += g * Ks[jj * kld + d];
+      }
+    }
+  }
+  if (!active) return;
+  float *dst = dqkv + ((size_t)b * a.T + i) * a.ld + (size_t)h * hd;
+#pragma unroll
+  for (int t = 0; t < ATT_MAXD; t++) {
+    int d = lane + 32 * t;
+    if (d < hd) dst[d] += dq[t];
+  }
+}
+
+/* dK, dV: a warp per key row j of kv head kh, over every q head of the group. */
+__global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
+                              const float *qkv, const float *lse, att_dims a) {
+  extern __shared__ float sm[];
+  const int hd = a.hd, qld = hd + 1, ldo = a.nh * hd;
+  float *Qs = sm, *Gs = Qs + ATT_TILE * qld, *Ks = Gs + ATT_TILE * qld, *Vs = Ks + ATT_ROWS * hd;
+  float *Ls = Vs + ATT_ROWS * hd, *Ds = Ls + ATT_TILE;
+  const int b = blockIdx.z, kh = blockIdx.y, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int jb = blockIdx.x * ATT_ROWS, j = jb + w;
+  const bool active = j < a.T;
+  const float *base = qkv + (size_t)b * a.T * a.ld;
+  const size_t koff = (size_t)(a.nh + kh) * hd, voff = (size_t)(a.nh + a.nkv + kh) * hd;
+  att_load(Ks, hd, base + koff, a.ld, jb, ATT_ROWS, a.T, hd);
+  att_load(Vs, hd, base + voff, a.ld, jb, ATT_ROWS, a.T, hd);
+  float dk[ATT_MAXD] = {0}, dv[ATT_MAXD] = {0};
+  for (int h = kh * a.group; h < (kh + 1) * a.group; h++) {
+    const size_t lrow = ((size_t)b * a.nh + h) * a.T;
+    for (int i0 = jb; i0 < a.T; i0 += ATT_TILE) {
+      __syncthreads();
+      att_load(Qs, qld, base + (size_t)h * hd, a.ld, i0, ATT_TILE, a.T, hd);
+      att_load(Gs, qld, dout + (size_t)b * a.T * ldo + (size_t)h * hd, ldo, i0, ATT_TILE, a.T,
+               hd);
+      if (threadIdx.x < ATT_TILE) {
+        int i = i0 + threadIdx.x;
+        Ls[threadIdx.x] = i < a.T ? lse[lrow + i] : 0.0f;
+        Ds[threadIdx.x] = i < a.T ? Dbuf[lrow + i] : 0.0f;
+      }
+      __syncthreads();
+      if (!active) continue;
+      const int i = i0 + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (i < a.T && i >= j) {
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < hd; d++) {
+          s += Qs[lane * qld + d] * Ks[w * hd + d];
+          dp += Gs[lane * qld + d] * Vs[w * hd + d];
+        }
+        p = expf(s * a.scale - Ls[lane]);
+        ds = p * (dp - Ds[lane]) * a.scale;
+      }
+      for (int ii = 0; ii < ATT_TILE; ii++) {
+        const float pi = __shfl_sync(0xffffffffu, p, ii), gi = __shfl_sync(0xffffffffu, ds, ii);
+#pragma unroll
+        for (int t = 0; t < ATT_MAXD; t++) {
+          int d = lane + 32 * t;
+          if (d < hd) {
+            dv[t] += pi * Gs[ii * qld + d];
+            dk[t] += gi * Qs[ii * qld + d];
+          }
+        }
+      }
+    }
+  }
+  if (!active) return;
+  float *row = dqkv + ((size_t)b * a.T + j) * a.ld;
+#pragma unroll
+  for (int t = 0; t < ATT_MAXD; t++) {
+    int d = lane + 32 * t;
+    if (d < hd) {
+      row[koff + d] += dk[t];
+      row[voff + d] += dv[t];
+    }
+  }
+}
+
+static void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                    const float *out, const float *lse, int B, int T, int nh,
+                                    int nkv, int hd) {
+  att_dims a = att_dims_make(T, nh, nkv, hd);
+  if (B <= 0 || T <= 0) return;
+  float *Dbuf = (float *)cuda_scratch(WS_ATT, (size_t)B * nh * T * sizeof(float));
+  size_t smem_q = sizeof(float) * (2 * (size_t)ATT_TILE * (hd + 1) + 2 * (size_t)ATT_ROWS * hd);
+  size_t smem_kv = smem_q + sizeof(float) * 2 * ATT_TILE;
+  att_smem(k_att_bwd_dq, smem_q);
+  att_smem(k_att_bwd_dkv, smem_kv);
+  unsigned nb = (unsigned)((T + ATT_ROWS - 1) / ATT_ROWS);
+  k_att_bwd_dq<<<dim3(nb, (unsigned)nh, (unsigned)B), 32 * ATT_ROWS, smem_q, kd_cuda.compute>>>(
+      dqkv, Dbuf, dout, qkv, out, lse, a);
+  CUDA_CHECK(cudaGetLastError());
+  k_att_bwd_dkv<<<dim3(nb, (unsigned)nkv, (unsigned)B), 32 * ATT_ROWS, smem_kv,
+                  kd_cuda.compute>>>(dqkv, Dbuf, dout, qkv, lse, a);
+  CUDA_OP_DONE();
+}
+
+void cuda_attention_init(struct kd_backend *be) {
+  be->attention_forward = cuda_attention_forward;
+  be->attention_backward = cuda_attention_backward;
+}

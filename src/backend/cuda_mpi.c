@@ -1,0 +1,18 @@
+/* cuda_mpi.c: does the MPI library take CUDA device buffers? Compiled in every
+ * build (the answer only matters to the CUDA backend). */
+#include "kdtrain_config.h"
+
+#include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h> /* Open MPI declares MPIX_Query_cuda_support here */
+#endif
+
+#include "backend/cuda.h"
+
+int cuda_mpi_aware(void) {
+#if defined(KD_HAVE_CUDA) && defined(HAVE_MPIX_QUERY_CUDA_SUPPORT)
+  return MPIX_Query_cuda_support() ? 1 : 0;
+#else
+  return 0;
+#endif
+}

@@ -1,0 +1,426 @@
+/* cuda_ops.cu: the CUDA backend's elementwise, row and reduction kernels:
+ * add, scale, round_bf16, sumsq, all_finite, embedding, rmsnorm, bias, rope,
+ * swiglu and AdamW. Semantics are those of cpu.c op for op (backward ops
+ * accumulate, rope backward overwrites, forward ops round stored activations in
+ * BF16 mode). Contiguous streams use float4 (16-byte) loads when every pointer is
+ * aligned, with a scalar tail. */
+#include "cuda_common.cuh"
+
+#define TPB 256 /* threads per block of the elementwise kernels */
+
+/* Grid-stride loop over i in [0, n). */
+#define GRID_LOOP(i, n)                                                                     \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                   \
+       i += (size_t)gridDim.x * blockDim.x)
+
+/* --- elementwise ------------------------------------------------------------------------ */
+
+__global__ void k_add(float *y, const float *x, size_t n, int vec) {
+  if (vec) {
+    size_t n4 = n / 4;
+    GRID_LOOP(i, n4) {
+      float4 a = ((float4 *)y)[i], b = ((const float4 *)x)[i];
+      a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+      ((float4 *)y)[i] = a;
+    }
+    GRID_LOOP(i, n - n4 * 4) y[n4 * 4 + i] += x[n4 * 4 + i];
+  } else {
+    GRID_LOOP(i, n) y[i] += x[i];
+  }
+}
+
+static void cuda_add(float *y, const float *x, size_t n) {
+  if (!n) return;
+  int vec = cuda_aligned16(y, x);
+  k_add<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, kd_cuda.compute>>>(y, x, n, vec);
+  CUDA_OP_DONE();
+}
+
+__global__ void k_scale(float *x, float a, size_t n, int vec) {
+  if (vec) {
+    size_t n4 = n / 4;
+    GRID_LOOP(i, n4) {
+      float4 v = ((float4 *)x)[i];
+      v.x *= a, v.y *= a, v.z *= a, v.w *= a;
+      ((float4 *)x)[i] = v;
+    }
+    GRID_LOOP(i, n - n4 * 4) x[n4 * 4 + i] *= a;
+  } else {
+    GRID_LOOP(i, n) x[i] *= a;
+  }
+}
+
+static void cuda_scale(float *x, float a, size_t n) {
+  if (!n) return;
+  int vec = cuda_aligned16(x);
+  k_scale<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, kd_cuda.compute>>>(x, a, n, vec);
+  CUDA_OP_DONE();
+}
+
+__global__ void k_round(float *x, size_t n, int vec) {
+  if (vec) {
+    size_t n4 = n / 4;
+    GRID_LOOP(i, n4) {
+      float4 v = ((float4 *)x)[i];
+      v.x = dev_round_bf16(v.x), v.y = dev_round_bf16(v.y);
+      v.z = dev_round_bf16(v.z), v.w = dev_round_bf16(v.w);
+      ((float4 *)x)[i] = v;
+    }
+    GRID_LOOP(i, n - n4 * 4) x[n4 * 4 + i] = dev_round_bf16(x[n4 * 4 + i]);
+  } else {
+    GRID_LOOP(i, n) x[i] = dev_round_bf16(x[i]);
+  }
+}
+
+static void cuda_round_bf16(float *x, size_t n) {
+  if (!n) return;
+  int vec = cuda_aligned16(x);
+  k_round<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, kd_cuda.compute>>>(x, n, vec);
+  CUDA_OP_DONE();
+}
+
+/* Two-stage sum of squares in double: RED_BLOCKS partials, then one block. */
+__global__ void k_sumsq_part(double *part, const float *x, size_t n) {
+  double s = 0.0;
+  GRID_LOOP(i, n) s += (double)x[i] * (double)x[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+__global__ void k_sum_parts(double *out, const double *part, int np) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < np; i += blockDim.x) s += part[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) *out = s;
+}
+
+static double cuda_sumsq(const float *x, size_t n) {
+  if (!n) return 0.0;
+  k_sumsq_part<<<RED_BLOCKS, TPB, 0, kd_cuda.compute>>>(kd_cuda.red, x, n);
+  k_sum_parts<<<1, TPB, 0, kd_cuda.compute>>>(kd_cuda.red + RED_BLOCKS, kd_cuda.red, RED_BLOCKS);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaMemcpyAsync(kd_cuda.red_host, kd_cuda.red + RED_BLOCKS, sizeof(double),
+                             cudaMemcpyDeviceToHost, kd_cuda.compute));
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+  return kd_cuda.red_host[0];
+}
+
+__global__ void k_nonfinite(int *flag, const float *x, size_t n) {
+  int bad = 0;
+  GRID_LOOP(i, n) bad |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
+}
+
+static int cuda_all_finite(const float *x, size_t n) {
+  if (!n) return 1;
+  CUDA_CHECK(cudaMemsetAsync(kd_cuda.flag, 0, sizeof(int), kd_cuda.compute));
+  k_nonfinite<<<cuda_blocks(n, TPB), TPB, 0, kd_cuda.compute>>>(kd_cuda.flag, x, n);
+  CUDA_CHECK(cudaGetLastError());
+  int *h = (int *)kd_cuda.red_host;
+  CUDA_CHECK(cudaMemcpyAsync(h, kd_cuda.flag, sizeof(int), cudaMemcpyDeviceToHost,
+                             kd_cuda.compute));
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+  return !*h;
+}
+
+/* --- column sums (bias and RMSNorm weight gradients) --------------------------------------- */
+
+/* dst[c] += sum_n f(n, c) for c < C: blocks of 32 columns x 8 row lanes; gridDim.y
+ * splits the rows, each split adds its share with one atomicAdd per column. */
+struct colsum_bias {
+  const float *g;
+  int ld;
+  __device__ float operator()(size_t n, int c) const { return g[n * ld + c]; }
+};
+struct colsum_rms {
+  const float *g, *x, *rstd;
+  int C;
+  __device__ float operator()(size_t n, int c) const {
+    return g[n * C + c] * x[n * C + c] * rstd[n];
+  }
+};
+
+template <typename F> __global__ void k_colsum(float *dst, F f, size_t N, int C) {
+  __shared__ float part[8][33];
+  int c = blockIdx.x * 32 + threadIdx.x;
+  float s = 0.0f;
+  if (c < C)
+    for (size_t n = (size_t)blockIdx.y * 8 + threadIdx.y; n < N; n += (size_t)gridDim.y * 8)
+      s += f(n, c);
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int y = 1; y < 8; y++) s += part[y][threadIdx.x];
+    if (gridDim.y == 1) dst[c] += s;
+    else atomicAdd(&dst[c], s);
+  }
+}
+
+template <typename F> static void colsum(float *dst, F f, size_t N, int C) {
+  if (!N || C <= 0) return;
+  size_t ysplit = (N + 255) / 256; /* about 256 rows per split */
+  if (ysplit > 64) ysplit = 64;
+  dim3 grid((unsigned)((C + 31) / 32), (unsigned)ysplit), block(32, 8);
+  k_colsum<<<grid, block, 0, kd_cuda.compute>>>(dst, f, N, C);
+}
+
+/* --- embedding ----------------------------------------------------------------------------- */
+
+__global__ void k_embedding_fwd(float *out, const int *tokens, const float *wte, int C,
+                                int vocab_lo, int vocab_n, int rnd) {
+  size_t n = blockIdx.x;
+  int v = tokens[n] - vocab_lo;
+  float *o = out + n * C;
+  const float *w = v >= 0 && v < vocab_n ? wte + (size_t)v * C : nullptr;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float x = w ? w[c] : 0.0f;
+    o[c] = rnd ? dev_round_bf16(x) : x;
+  }
+}
+
+static void cuda_embedding_forward(float *out, const int *tokens, const float *wte, size_t N,
+                                   int C, int vocab_lo, int vocab_n) {
+  if (!N) return;
+  k_embedding_fwd<<<(unsigned)N, cuda_row_threads(C) > 256 ? 256 : cuda_row_threads(C), 0,
+                    kd_cuda.compute>>>(out, tokens, wte, C, vocab_lo, vocab_n, kd_cuda.bf16);
+  CUDA_OP_DONE();
+}
+
+/* Rows of the same token collide in dwte: atomicAdd per element. */
+__global__ void k_embedding_bwd(float *dwte, const float *dout, const int *tokens, int C,
+                                int vocab_lo, int vocab_n) {
+  size_t n = blockIdx.x;
+  int v = tokens[n] - vocab_lo;
+  if (v < 0 || v >= vocab_n) return;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    atomicAdd(&dwte[(size_t)v * C + c], dout[n * C + c]);
+}
+
+static void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, size_t N,
+                                    int C, int vocab_lo, int vocab_n) {
+  if (!N) return;
+  k_embedding_bwd<<<(unsigned)N, 128, 0, kd_cuda.compute>>>(dwte, dout, tokens, C, vocab_lo,
+                                                            vocab_n);
+  CUDA_OP_DONE();
+}
+
+/* --- rmsnorm ------------------------------------------------------------------------------ */
+
+/* One block per row; float4 loads when C % 4 == 0 and the rows are aligned. */
+__global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int C,
+                              float eps, int vec, int rnd) {
+  size_t n = blockIdx.x;
+  const float *x = inp + n * C;
+  float *o = out + n * C;
+  float ss = 0.0f;
+  if (vec) {
+    for (int c = threadIdx.x; c < C / 4; c += blockDim.x) {
+      float4 v = ((const float4 *)x)[c];
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+  } else {
+    for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
+  }
+  ss = block_sum(ss);
+  float r = 1.0f / sqrtf(ss / (float)C + eps);
+  if (threadIdx.x == 0) rstd[n] = r;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float y = x[c] * r * w[c];
+    o[c] = rnd ? dev_round_bf16(y) : y;
+  }
+}
+
+static void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+                                 size_t N, int C, float eps) {
+  if (!N) return;
+  int vec = C % 4 == 0 && cuda_aligned16(inp);
+  k_rmsnorm_fwd<<<(unsigned)N, cuda_row_threads(C), 0, kd_cuda.compute>>>(
+      out, rstd, inp, w, C, eps, vec, kd_cuda.bf16);
+  CUDA_OP_DONE();
+}
+
+/* dinp += r*w*dout - x * r^3/C * sum(dout*w*x), one block per row. */
+__global__ void k_rmsnorm_bwd_dx(float *dinp, const float *dout, const float *inp,
+                                 const float *w, const float *rstd, int C) {
+  size_t n = blockIdx.x;
+  const float *x = inp + n * C, *g = dout + n * C;
+  float *dx = dinp + n * C;
+  float r = rstd[n], dot = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dot += g[c] * w[c] * x[c];
+  dot = block_sum(dot);
+  float k = dot * r * r * r / (float)C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += r * w[c] * g[c] - k * x[c];
+}
+
+static void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                                  const float *w, const float *rstd, size_t N, int C) {
+  if (!N) return;
+  k_rmsnorm_bwd_dx<<<(unsigned)N, cuda_row_threads(C), 0, kd_cuda.compute>>>(dinp, dout, inp,
+                                                                             w, rstd, C);
+  colsum(dw, colsum_rms{dout, inp, rstd, C}, N, C);
+  CUDA_OP_DONE();
+}
+
+/* --- bias ----------------------------------------------------------------------------------- */
+
+__global__ void k_bias_fwd(float *x, const float *bias, size_t N, int C, int ld) {
+  GRID_LOOP(i, N * (size_t)C) {
+    size_t n = i / (size_t)C;
+    int c = (int)(i % (size_t)C);
+    x[n * ld + c] += bias[c];
+  }
+}
+
+static void cuda_bias_forward(float *x, const float *bias, size_t N, int C, int ld) {
+  if (!N || C <= 0) return;
+  k_bias_fwd<<<cuda_blocks(N * (size_t)C, TPB), TPB, 0, kd_cuda.compute>>>(x, bias, N, C, ld);
+  CUDA_OP_DONE();
+}
+
+static void cuda_bias_backward(float *dbias, const float *dout, size_t N, int C, int ld) {
+  colsum(dbias, colsum_bias{dout, ld}, N, C);
+  CUDA_OP_DONE();
+}
+
+/* --- rotary embedding --------------------------------------------------------------------- */
+
+/* One thread per (row, head, pair i): angle t * theta^(-2i/hd) in double, as cpu.c's
+ * table; dir = -1 rotates back (backward). */
+__global__ void k_rope(float *x, size_t N, int T, int nh, int hd, int ld, double log_theta,
+                       float dir, int rnd) {
+  int half = hd / 2;
+  GRID_LOOP(idx, N * (size_t)nh * half) {
+    int i = (int)(idx % half);
+    size_t nhh = idx / half;
+    int h = (int)(nhh % nh);
+    size_t n = nhh / nh;
+    double a = (double)(n % (size_t)T) * exp(-2.0 * i / (double)hd * log_theta);
+    double sd, cd;
+    sincos(a, &sd, &cd);
+    float c = (float)cd, s = dir * (float)sd;
+    float *x1 = x + n * ld + (size_t)h * hd, *x2 = x1 + half;
+    float p = x1[i], q = x2[i];
+    float y1 = p * c - q * s, y2 = q * c + p * s;
+    x1[i] = rnd ? dev_round_bf16(y1) : y1;
+    x2[i] = rnd ? dev_round_bf16(y2) : y2;
+  }
+}
+
+static void rope_apply(float *x, size_t N, int T, int nh, int hd, int ld, float theta,
+                       float dir, int rnd) {
+  KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
+  size_t n = N * (size_t)nh * (hd / 2);
+  if (!n) return;
+  k_rope<<<cuda_blocks(n, TPB), TPB, 0, kd_cuda.compute>>>(x, N, T, nh, hd, ld,
+                                                          log((double)theta), dir, rnd);
+  CUDA_OP_DONE();
+}
+
+static void cuda_rope_forward(float *x, size_t N, int T, int nh, int hd, int ld, float theta) {
+  rope_apply(x, N, T, nh, hd, ld, theta, 1.0f, kd_cuda.bf16);
+}
+
+static void cuda_rope_backward(float *dx, size_t N, int T, int nh, int hd, int ld, float theta) {
+  rope_apply(dx, N, T, nh, hd, ld, theta, -1.0f, 0);
+}
+
+/* --- swiglu ---------------------------------------------------------------------------------- */
+
+__global__ void k_swiglu_fwd(float *out, const float *gu, size_t N, int I, int rnd) {
+  GRID_LOOP(idx, N * (size_t)I) {
+    size_t n = idx / I;
+    int i = (int)(idx % I);
+    float g = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i];
+    float y = g / (1.0f + expf(-g)) * u;
+    out[idx] = rnd ? dev_round_bf16(y) : y;
+  }
+}
+
+__global__ void k_swiglu_bwd(float *dgu, const float *dout, const float *gu, size_t N, int I) {
+  GRID_LOOP(idx, N * (size_t)I) {
+    size_t n = idx / I;
+    int i = (int)(idx % I);
+    float g = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i], d = dout[idx];
+    float sg = 1.0f / (1.0f + expf(-g)), silu = g * sg;
+    dgu[n * 2 * I + i] += d * u * sg * (1.0f + g * (1.0f - sg));
+    dgu[n * 2 * I + I + i] += d * silu;
+  }
+}
+
+static void cuda_swiglu_forward(float *out, const float *gu, size_t N, int I) {
+  if (!N || I <= 0) return;
+  k_swiglu_fwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, kd_cuda.compute>>>(out, gu, N, I,
+                                                                            kd_cuda.bf16);
+  CUDA_OP_DONE();
+}
+
+static void cuda_swiglu_backward(float *dgu, const float *dout, const float *gu, size_t N, int I) {
+  if (!N || I <= 0) return;
+  k_swiglu_bwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, kd_cuda.compute>>>(dgu, dout, gu, N, I);
+  CUDA_OP_DONE();
+}
+
+/* --- AdamW ---------------------------------------------------------------------------------- */
+
+struct adamw_args {
+  float lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale;
+};
+
+__device__ __forceinline__ void adamw_one(float &p, float &m, float &v, float g,
+                                          const adamw_args &a) {
+  float gi = g * a.grad_scale;
+  float mi = a.beta1 * m + (1.0f - a.beta1) * gi;
+  float vi = a.beta2 * v + (1.0f - a.beta2) * gi * gi;
+  m = mi;
+  v = vi;
+  p -= a.lr * ((mi / a.bc1) / (sqrtf(vi / a.bc2) + a.eps) + a.wd * p);
+}
+
+__global__ void k_adamw(float *p, float *m, float *v, const float *g, size_t n, adamw_args a,
+                        int vec) {
+  size_t done = 0;
+  if (vec) {
+    size_t n4 = n / 4;
+    GRID_LOOP(i, n4) {
+      float4 P = ((float4 *)p)[i], Mm = ((float4 *)m)[i], Vv = ((float4 *)v)[i];
+      float4 G = ((const float4 *)g)[i];
+      adamw_one(P.x, Mm.x, Vv.x, G.x, a);
+      adamw_one(P.y, Mm.y, Vv.y, G.y, a);
+      adamw_one(P.z, Mm.z, Vv.z, G.z, a);
+      adamw_one(P.w, Mm.w, Vv.w, G.w, a);
+      ((float4 *)p)[i] = P, ((float4 *)m)[i] = Mm, ((float4 *)v)[i] = Vv;
+    }
+    done = n4 * 4;
+  }
+  GRID_LOOP(i, n - done) adamw_one(p[done + i], m[done + i], v[done + i], g[done + i], a);
+}
+
+static void cuda_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
+                       float beta1, float beta2, float eps, float wd, float bc1, float bc2,
+                       float grad_scale) {
+  if (!n) return;
+  int vec = cuda_aligned16(param, m, v, grad);
+  adamw_args a = {lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale};
+  k_adamw<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, kd_cuda.compute>>>(param, m, v, grad,
+                                                                             n, a, vec);
+  CUDA_OP_DONE();
+}
+
+void cuda_ops_init(struct kd_backend *be) {
+  be->add = cuda_add;
+  be->scale = cuda_scale;
+  be->round_bf16 = cuda_round_bf16;
+  be->sumsq = cuda_sumsq;
+  be->all_finite = cuda_all_finite;
+  be->embedding_forward = cuda_embedding_forward;
+  be->embedding_backward = cuda_embedding_backward;
+  be->rmsnorm_forward = cuda_rmsnorm_forward;
+  be->rmsnorm_backward = cuda_rmsnorm_backward;
+  be->bias_forward = cuda_bias_forward;
+  be->bias_backward = cuda_bias_backward;
+  be->rope_forward = cuda_rope_forward;
+  be->rope_backward = cuda_rope_backward;
+  be->swiglu_forward = cuda_swiglu_forward;
+  be->swiglu_backward = cuda_swiglu_backward;
+  be->adamw = cuda_adamw;
+}

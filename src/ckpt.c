@@ -1,0 +1,449 @@
+/* ckpt.c: universal checkpoints (doc/checkpoint.md). A checkpoint is a weights file
+ * (weights.c writes /params and /config) plus /optim and /state, written collectively
+ * by every rank into DIR/step_NNNNNNNN.h5.tmp, then published by rank 0 with two
+ * renames once every rank agrees that the write succeeded. */
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+#include "weights.h"
+
+#define CKPT_LATEST "latest"
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (errlen > 0) vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* --- /state: one scalar dataset per field, and a checksum over all of them ----------- */
+
+enum state_kind { ST_I64, ST_F64 };
+struct state_field {
+  const char *name;
+  enum state_kind kind;
+  size_t off;
+};
+#define SF(f, k) {#f, k, offsetof(struct ckpt_state, f)}
+static const struct state_field state_fields[] = {
+    SF(step, ST_I64),       SF(consumed, ST_I64), SF(updates, ST_I64), SF(loss_scale, ST_F64),
+    SF(good_steps, ST_I64), SF(skipped, ST_I64),  SF(seed, ST_I64),
+};
+#define NSTATE (sizeof state_fields / sizeof state_fields[0])
+
+/* The checksum of doc/format.md over the fields' 8-byte values taken as 2 x NSTATE words. */
+static uint64_t state_checksum(const struct ckpt_state *st) {
+  float words[2 * NSTATE];
+  for (size_t i = 0; i < NSTATE; i++)
+    memcpy(&words[2 * i], (const char *)st + state_fields[i].off, 8);
+  return weights_checksum(words, 1, 2 * (int64_t)NSTATE, 0, 0, 2 * (int64_t)NSTATE);
+}
+
+static hid_t state_mtype(enum state_kind k) {
+  return k == ST_I64 ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
+}
+
+/* Write /state collectively (rank 0's values; every rank holds the same ones). */
+static int state_write(hid_t file, const struct ckpt_state *st, int rank) {
+  hid_t g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (g < 0) return -1;
+  int ok = 1;
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  for (size_t i = 0; i < NSTATE; i++) {
+    const struct state_field *f = &state_fields[i];
+    hid_t fs = H5Screate(H5S_SCALAR), ms = H5Screate(H5S_SCALAR);
+    hid_t ftype = f->kind == ST_I64 ? H5T_STD_I64LE : H5T_IEEE_F64LE;
+    hid_t d = H5Dcreate2(g, f->name, ftype, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (rank != 0) {
+      H5Sselect_none(fs);
+      H5Sselect_none(ms);
+    }
+    ok &= d >= 0 && H5Dwrite(d, state_mtype(f->kind), ms, fs, dxpl, (const char *)st + f->off) >= 0;
+    if (d >= 0) H5Dclose(d);
+    H5Sclose(fs);
+    H5Sclose(ms);
+  }
+  H5Pclose(dxpl);
+  uint64_t sum = state_checksum(st);
+  hid_t as = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(g, "checksum_idxmix64", H5T_STD_U64LE, as, H5P_DEFAULT, H5P_DEFAULT);
+  ok &= a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &sum) >= 0;
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(as);
+  /* the run's namelist lives in /config/namelist; /state/namelist points at it */
+  if (H5Lexists(file, "config/namelist", H5P_DEFAULT) > 0)
+    ok &= H5Lcreate_soft("/config/namelist", g, "namelist", H5P_DEFAULT, H5P_DEFAULT) >= 0;
+  H5Gclose(g);
+  return ok ? 0 : -1;
+}
+
+/* Read /state (every rank reads it) and verify its checksum: 0 or KD_EXIT_INPUT. */
+static int state_read(hid_t file, const char *path, struct ckpt_state *st, char *err,
+                      size_t errlen) {
+  memset(st, 0, sizeof *st);
+  if (H5Lexists(file, "state", H5P_DEFAULT) <= 0) {
+    seterr(err, errlen,
+           "%s has no /state group: it is a weights file, not a checkpoint (name it as "
+           "&student init instead of checkpoint%%resume)",
+           path);
+    return KD_EXIT_INPUT;
+  }
+  hid_t g = H5Gopen2(file, "state", H5P_DEFAULT);
+  int st_rc = g < 0 ? KD_EXIT_INPUT : 0;
+  if (g < 0) seterr(err, errlen, "%s: /state cannot be opened: the file is damaged", path);
+  for (size_t i = 0; i < NSTATE && !st_rc; i++) {
+    const struct state_field *f = &state_fields[i];
+    hid_t d = H5Lexists(g, f->name, H5P_DEFAULT) > 0 ? H5Dopen2(g, f->name, H5P_DEFAULT) : -1;
+    hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+    int ok = d >= 0 && s >= 0 && H5Sget_simple_extent_type(s) == H5S_SCALAR &&
+             H5Dread(d, state_mtype(f->kind), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                     (char *)st + f->off) >= 0;
+    if (s >= 0) H5Sclose(s);
+    if (d >= 0) H5Dclose(d);
+    if (!ok) {
+      seterr(err, errlen,
+             "%s has no readable scalar dataset /state/%s: the checkpoint is incomplete or "
+             "damaged",
+             path, f->name);
+      st_rc = KD_EXIT_INPUT;
+    }
+  }
+  uint64_t stored = 0;
+  if (!st_rc) {
+    hid_t a = H5Aexists(g, "checksum_idxmix64") > 0 ? H5Aopen(g, "checksum_idxmix64", H5P_DEFAULT)
+                                                      : -1;
+    if (a < 0 || H5Aread(a, H5T_NATIVE_UINT64, &stored) < 0) {
+      seterr(err, errlen, "%s: /state has no checksum_idxmix64 attribute: the checkpoint is "
+                          "incomplete or damaged", path);
+      st_rc = KD_EXIT_INPUT;
+    } else if (stored != state_checksum(st)) {
+      seterr(err, errlen,
+             "%s: /state fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
+             "): the file is corrupted",
+             path, stored, state_checksum(st));
+      st_rc = KD_EXIT_INPUT;
+    }
+    if (a >= 0) H5Aclose(a);
+  }
+  if (!st_rc && (st->step < 0 || st->consumed < 0 || st->updates < 0 || st->updates > st->step ||
+                 !(st->loss_scale > 0))) {
+    seterr(err, errlen,
+           "%s: /state holds impossible values (step %" PRId64 ", consumed %" PRId64
+           ", updates %" PRId64 ", loss_scale %g)",
+           path, st->step, st->consumed, st->updates, st->loss_scale);
+    st_rc = KD_EXIT_INPUT;
+  }
+  if (g >= 0) H5Gclose(g);
+  return st_rc;
+}
+
+/* --- load ------------------------------------------------------------------------------ */
+
+int ckpt_load(const char *path, struct kd_model *mdl, struct ckpt_state *st, MPI_Comm comm,
+              char *err, size_t errlen) {
+  KD_CHECK(!mdl->frozen && mdl->m && mdl->v, "ckpt_load: the model has no optimizer state");
+  size_t n = strlen(path);
+  if (n >= 4 && strcmp(path + n - 4, ".tmp") == 0) {
+    seterr(err, errlen,
+           "%s is an unfinished checkpoint (.tmp: its write never completed); resume from "
+           "the directory's latest checkpoint instead",
+           path);
+    return KD_EXIT_INPUT;
+  }
+  struct weights_io io;
+  int rc = weights_open(&io, path, mdl, comm, err, errlen);
+  if (!rc) rc = weights_agree(state_read(io.file, path, st, err, errlen), err, errlen, comm);
+  if (!rc) rc = weights_read_group(&io, "params", mdl->master, err, errlen);
+  if (!rc) rc = weights_read_group(&io, "optim/exp_avg", mdl->m, err, errlen);
+  if (!rc) rc = weights_read_group(&io, "optim/exp_avg_sq", mdl->v, err, errlen);
+  return weights_close(&io, rc, err, errlen);
+}
+
+/* --- resolve checkpoint%resume ------------------------------------------------------------ */
+
+/* Read DIR/latest into `path` (DIR/<name>): 0, 1 when there is no latest, or KD_EXIT_INPUT. */
+static int read_latest(const char *dir, char *path, size_t pathlen, char *err, size_t errlen) {
+  char lp[KD_PATH_MAX + 16], name[256] = "";
+  snprintf(lp, sizeof lp, "%s/" CKPT_LATEST, dir);
+  FILE *f = fopen(lp, "r");
+  if (!f) return 1;
+  int got = fgets(name, sizeof name, f) != NULL;
+  fclose(f);
+  name[strcspn(name, "\r\n")] = '\0';
+  size_t n = strlen(name);
+  if (!got || n < 4 || strchr(name, '/') || strcmp(name + n - 3, ".h5") != 0) {
+    seterr(err, errlen, "%s does not name a checkpoint file ('%s'); expected step_NNNNNNNN.h5",
+           lp, name);
+    return KD_EXIT_INPUT;
+  }
+  if (snprintf(path, pathlen, "%s/%s", dir, name) >= (int)pathlen) {
+    seterr(err, errlen, "%s: path too long", lp);
+    return KD_EXIT_INPUT;
+  }
+  if (access(path, R_OK) != 0) {
+    seterr(err, errlen, "%s names %s, which cannot be read (%s)", lp, path, strerror(errno));
+    return KD_EXIT_INPUT;
+  }
+  return 0;
+}
+
+static int resolve_rank0(const struct kd_config *cfg, char *path, size_t pathlen, char *err,
+                         size_t errlen) {
+  path[0] = '\0';
+  const char *r = cfg->ckpt_resume;
+  if (strcmp(r, "none") == 0) return 0;
+  if (strcmp(r, "auto") == 0) {
+    int rc = read_latest(cfg->ckpt_dir, path, pathlen, err, errlen);
+    if (rc == 1) path[0] = '\0';
+    return rc == 1 ? 0 : rc;
+  }
+  struct stat sb;
+  if (stat(r, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    int rc = read_latest(r, path, pathlen, err, errlen);
+    if (rc == 1)
+      seterr(err, errlen, "checkpoint%%resume: directory %s holds no '" CKPT_LATEST "' file", r);
+    return rc ? KD_EXIT_INPUT : 0;
+  }
+  snprintf(path, pathlen, "%s", r);
+  return 0;
+}
+
+int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Comm comm,
+                 char *err, size_t errlen) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  if (errlen > 0) err[0] = '\0';
+  int rc = rank == 0 ? resolve_rank0(cfg, path, pathlen, err, errlen) : 0;
+  rc = weights_agree(rc, err, errlen, comm);
+  if (pathlen <= INT_MAX) MPI_Bcast(path, (int)pathlen, MPI_CHAR, 0, comm);
+  return rc;
+}
+
+/* --- save and publish -------------------------------------------------------------------- */
+
+static int mkdir_p(const char *path) {
+  char buf[KD_PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+/* fsync a file or directory by path (publication order survives a power cut). */
+static void sync_path(const char *path) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return;
+  (void)fsync(fd);
+  close(fd);
+}
+
+/* Test-only: sleep KDTRAIN_TEST_<what>_DELAY_MS milliseconds (doc/checkpoint.md). */
+static void test_delay(const char *var) {
+  const char *s = getenv(var);
+  long ms = s ? atol(s) : 0;
+  if (ms <= 0) return;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Delete all but the newest `keep` published checkpoints (never `latest_name`) and any
+ * leftover .tmp of an interrupted save. keep = 0 keeps everything. */
+static void prune(const char *dir, int keep, const char *latest_name) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    unsigned long long s;
+    char tail[16] = "";
+    if (sscanf(e->d_name, "step_%8llu%15s", &s, tail) != 2) continue;
+    char full[KD_PATH_MAX + 300];
+    snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+    if (strcmp(tail, ".h5.tmp") == 0) {
+      if (unlink(full) == 0) kd_info("kdtrain: removed unfinished checkpoint %s\n", full);
+      continue;
+    }
+    if (strcmp(tail, ".h5") != 0 || strlen(e->d_name) != strlen("step_00000000.h5")) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16;
+      char **grown = realloc(names, cap * sizeof *names);
+      KD_CHECK(grown, "out of memory listing %s", dir);
+      names = grown;
+    }
+    names[n] = kd_malloc(strlen(e->d_name) + 1);
+    strcpy(names[n++], e->d_name);
+  }
+  closedir(d);
+  qsort(names, n, sizeof *names, cmp_str); /* 8-digit steps: name order is step order */
+  for (size_t i = 0; i < n; i++) {
+    if (keep > 0 && i + (size_t)keep < n && strcmp(names[i], latest_name) != 0) {
+      char full[KD_PATH_MAX + 300];
+      snprintf(full, sizeof full, "%s/%s", dir, names[i]);
+      if (unlink(full) != 0) kd_warn("kdtrain: cannot remove old checkpoint %s: %s\n", full,
+                                     strerror(errno));
+    }
+    free(names[i]);
+  }
+  free(names);
+}
+
+/* Rank 0: rename the finished file into place, then replace `latest`, then prune. */
+static int publish(const struct kd_config *cfg, const char *tmp, const char *final,
+                   const char *name, char *err, size_t errlen) {
+  sync_path(tmp);
+  if (rename(tmp, final) != 0) {
+    seterr(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    return KD_EXIT_IO;
+  }
+  char lt[KD_PATH_MAX + 32], lp[KD_PATH_MAX + 32];
+  snprintf(lt, sizeof lt, "%s/" CKPT_LATEST ".tmp", cfg->ckpt_dir);
+  snprintf(lp, sizeof lp, "%s/" CKPT_LATEST, cfg->ckpt_dir);
+  FILE *f = fopen(lt, "w");
+  int ok = f && fprintf(f, "%s\n", name) > 0;
+  if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+  if (f) ok &= fclose(f) == 0;
+  if (!ok || rename(lt, lp) != 0) {
+    seterr(err, errlen, "cannot replace %s: %s", lp, strerror(errno));
+    return KD_EXIT_IO;
+  }
+  sync_path(cfg->ckpt_dir);
+  prune(cfg->ckpt_dir, cfg->ckpt_keep, name);
+  return 0;
+}
+
+int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
+              const struct ckpt_state *st, MPI_Comm comm, char *err, size_t errlen) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  if (errlen > 0) err[0] = '\0';
+  char name[64], tmp[KD_PATH_MAX + 96], final[KD_PATH_MAX + 80];
+  snprintf(name, sizeof name, "step_%08lld.h5", (long long)st->step);
+  snprintf(final, sizeof final, "%s/%s", cfg->ckpt_dir, name);
+  snprintf(tmp, sizeof tmp, "%s.tmp", final);
+  int rc = 0;
+  if (rank == 0 && mkdir_p(cfg->ckpt_dir) != 0) {
+    seterr(err, errlen, "cannot create checkpoint%%dir %s: %s", cfg->ckpt_dir, strerror(errno));
+    rc = KD_EXIT_IO;
+  }
+  if ((rc = weights_agree(rc, err, errlen, comm))) return rc;
+
+  char *text = NULL;
+  size_t len = 0;
+  if (rank == 0) {
+    FILE *f = open_memstream(&text, &len);
+    KD_CHECK(f, "open_memstream failed");
+    config_print(f, cfg);
+    fclose(f);
+  }
+  struct weights_io io;
+  rc = weights_create(&io, tmp, mdl, text, 1, comm, err, errlen);
+  free(text);
+  if (!rc) {
+    int sr = state_write(io.file, st, rank) < 0 ? KD_EXIT_IO : 0;
+    if (sr) seterr(err, errlen, "%s: writing /state failed (disk full?)", tmp);
+    rc = weights_agree(sr, err, errlen, comm);
+  }
+  if (!rc) rc = weights_write_group(&io, "params", mdl->master, err, errlen);
+  if (!rc) rc = weights_write_group(&io, "optim/exp_avg", mdl->m, err, errlen);
+  if (!rc) rc = weights_write_group(&io, "optim/exp_avg_sq", mdl->v, err, errlen);
+  rc = weights_close(&io, rc, err, errlen);
+  test_delay("KDTRAIN_TEST_SAVE_DELAY_MS"); /* a kill here must leave latest untouched */
+  if (rc) {
+    if (rank == 0) unlink(tmp);
+    return rc;
+  }
+  MPI_Barrier(comm); /* every rank has closed the file */
+  if (rank == 0) rc = publish(cfg, tmp, final, name, err, errlen);
+  return weights_agree(rc, err, errlen, comm);
+}
+
+void ckpt_restore_scaler(const struct ckpt_state *st, struct kd_scaler *scaler) {
+  scaler->scale = st->loss_scale;
+  scaler->good_steps = st->good_steps;
+  scaler->skipped = st->skipped;
+}
+
+/* --- signals and the run hooks ------------------------------------------------------------ */
+
+static volatile sig_atomic_t signal_seen = 0;
+
+static void on_signal(int sig) {
+  signal_seen = sig;
+}
+
+void ckpt_signals_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
+int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64_t step,
+                  int64_t consumed, int64_t updates, const struct kd_scaler *scaler,
+                  MPI_Comm comm) {
+  test_delay("KDTRAIN_TEST_STEP_DELAY_MS");
+  int mine = cfg->ckpt_on_signal ? (int)signal_seen : 0, sig = 0;
+  MPI_Allreduce(&mine, &sig, 1, MPI_INT, MPI_MAX, comm);
+  const int due = cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0;
+  if (!sig && !due) return 0;
+  struct ckpt_state st = {step,           consumed,           updates, scaler->scale,
+                          scaler->good_steps, scaler->skipped, cfg->run_seed};
+  char err[1024];
+  const double t0 = kd_now();
+  int rc = ckpt_save(cfg, mdl, &st, comm, err, sizeof err);
+  if (rc) kd_fail(rc, "checkpoint at step %lld: %s", (long long)step, err);
+  kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written in %.2f s%s\n", cfg->ckpt_dir,
+          (long long)step, kd_now() - t0, sig ? " (stopping on a signal)" : "");
+  if (sig) kd_info("kdtrain: stopped by signal %d after step %lld: exit status 5, resume "
+                   "with checkpoint%%resume='auto'\n", sig, (long long)step);
+  return sig != 0;
+}
+
+int ckpt_resume(const struct kd_config *cfg, struct kd_model *mdl, struct ckpt_state *st,
+                MPI_Comm comm) {
+  char path[KD_PATH_MAX + 300], err[1024];
+  memset(st, 0, sizeof *st);
+  if (cfg->ckpt_on_signal) ckpt_signals_install();
+  int rc = ckpt_resolve(cfg, path, sizeof path, comm, err, sizeof err);
+  if (rc) kd_fail(rc, "%s", err);
+  if (!path[0]) return 0;
+  rc = ckpt_load(path, mdl, st, comm, err, sizeof err);
+  if (rc) kd_fail(rc, "cannot resume: %s", err);
+  if (st->seed != cfg->run_seed)
+    kd_info("kdtrain: warning: %s was written with run%%seed = %lld but this run has %lld: "
+            "the data order follows this run's seed\n",
+            path, (long long)st->seed, (long long)cfg->run_seed);
+  kd_info("kdtrain: resumed from %s at step %lld (%lld samples consumed)\n", path,
+          (long long)st->step, (long long)st->consumed);
+  return 1;
+}

@@ -1,0 +1,61 @@
+/* grid.c: rank layout and communicators. */
+#include "grid.h"
+
+#include <stdio.h>
+
+#include "util.h"
+
+int grid_init(struct kd_grid *g, int tp, int pp, int dp, char *err, size_t errlen) {
+  MPI_Comm_size(MPI_COMM_WORLD, &g->world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g->rank);
+  if (tp < 1 || pp < 1 || g->world % (tp * pp) != 0) {
+    snprintf(err, errlen,
+             "&parallel tp=%d pp=%d: tp * pp must divide the number of MPI ranks (%d)", tp, pp,
+             g->world);
+    return KD_EXIT_INPUT;
+  }
+  if (dp == 0) dp = g->world / (tp * pp);
+  if (tp * pp * dp != g->world) {
+    snprintf(err, errlen,
+             "&parallel tp=%d pp=%d dp=%d: tp * pp * dp = %d but %d MPI ranks were started "
+             "(dp = 0 takes world / (tp * pp))",
+             tp, pp, dp, tp * pp * dp, g->world);
+    return KD_EXIT_INPUT;
+  }
+  g->tp = tp;
+  g->pp = pp;
+  g->dp = dp;
+  g->tp_rank = g->rank % tp;
+  g->dp_rank = (g->rank / tp) % dp;
+  g->pp_rank = g->rank / (tp * dp);
+  /* colour = the coordinates that stay fixed inside the group; key orders the members */
+  MPI_Comm_split(MPI_COMM_WORLD, g->pp_rank * dp + g->dp_rank, g->tp_rank, &g->tp_comm);
+  MPI_Comm_split(MPI_COMM_WORLD, g->pp_rank * tp + g->tp_rank, g->dp_rank, &g->dp_comm);
+  MPI_Comm_split(MPI_COMM_WORLD, g->dp_rank * tp + g->tp_rank, g->pp_rank, &g->pp_comm);
+  return 0;
+}
+
+void grid_free(struct kd_grid *g) {
+  MPI_Comm_free(&g->tp_comm);
+  MPI_Comm_free(&g->dp_comm);
+  MPI_Comm_free(&g->pp_comm);
+}
+
+int grid_pp_peer(const struct kd_grid *g, int delta) {
+  int s = g->pp_rank + delta;
+  if (s < 0 || s >= g->pp) return MPI_PROC_NULL;
+  return g->tp_rank + g->tp * (g->dp_rank + g->dp * s);
+}
+
+void grid_block(long long n, int parts, int r, long long *start, long long *len) {
+  long long base = n / parts, extra = n % parts;
+  *start = r * base + (r < extra ? r : extra);
+  *len = base + (r < extra ? 1 : 0);
+}
+
+void grid_stage_layers(int layers, int pp, int stage, int *first, int *count) {
+  long long s, n;
+  grid_block(layers, pp, stage, &s, &n);
+  *first = (int)s;
+  *count = (int)n;
+}

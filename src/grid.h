@@ -1,0 +1,36 @@
+/* grid.h: the rank layout. MPI_COMM_WORLD is split into tensor- (tp), data- (dp)
+ * and pipeline-parallel (pp) groups; tp varies fastest, then dp, then pp (as in
+ * Megatron-LM): world rank = tp_rank + tp * (dp_rank + dp * pp_rank). */
+#ifndef KD_GRID_H
+#define KD_GRID_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+struct kd_grid {
+  int world, rank;
+  int tp, pp, dp;
+  int tp_rank, pp_rank, dp_rank;
+  MPI_Comm tp_comm; /* ranks of my (pp, dp) that split tensors */
+  MPI_Comm dp_comm; /* ranks of my (pp, tp) that hold the same shard of the model */
+  MPI_Comm pp_comm; /* ranks of my (tp, dp) that form one pipeline */
+};
+
+/* Build the layout for the world size (dp = 0: world / (tp * pp)). Collective over
+ * MPI_COMM_WORLD. Returns KD_EXIT_INPUT with a message in err when it does not fit. */
+int grid_init(struct kd_grid *g, int tp, int pp, int dp, char *err, size_t errlen);
+void grid_free(struct kd_grid *g);
+
+/* World rank of the pipeline neighbour at stage pp_rank + delta (MPI_PROC_NULL
+ * outside the pipeline). */
+int grid_pp_peer(const struct kd_grid *g, int delta);
+
+/* First layer and layer count of pipeline stage `stage` for a model of `layers`
+ * layers: the first (layers % pp) stages hold one layer more. */
+void grid_stage_layers(int layers, int pp, int stage, int *first, int *count);
+
+/* Start and length of block `r` of `n` items split over `parts` (the first n % parts
+ * blocks hold one more). */
+void grid_block(long long n, int parts, int r, long long *start, long long *len);
+
+#endif

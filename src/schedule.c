@@ -1,0 +1,217 @@
+/* schedule.c: one-forward-one-backward pipeline of teacher + student.
+ *
+ * Stage s of P runs warm = min(P - s - 1, M) forward passes, then alternates one
+ * forward and one backward, then drains the remaining backward passes. Messages
+ * between neighbours are paired so that every send meets its receive in the same
+ * order on both sides (see doc/parallel.md):
+ *
+ *   stage s                           stage s + 1
+ *   fwd(i); send_fwd(i) ------------> recv_fwd(i); fwd(i)
+ *   recv_bwd(j) <-------------------- send_bwd(j)
+ *
+ * In the steady phase a send and the next receive are posted together
+ * (send_fwd + recv_bwd, send_bwd + recv_fwd) so neither side can block the other.
+ * The first stage has no previous peer and the last no next peer: those transfers
+ * are to MPI_PROC_NULL and complete at once. */
+#include "schedule.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+enum { TAG_FWD = 11, TAG_BWD = 12 };
+
+void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *grid,
+                struct kd_model *student, struct kd_model *teacher, int B, int T,
+                int max_micro, const struct loss_spec *spec, size_t chunk) {
+  memset(p, 0, sizeof *p);
+  p->be = be;
+  p->grid = grid;
+  p->student = student;
+  p->teacher = teacher;
+  p->B = B;
+  p->T = T;
+  p->spec = *spec;
+  p->chunk = chunk;
+  const int P = grid->pp, s = grid->pp_rank;
+  int slots = P - s;
+  if (slots > max_micro) slots = max_micro;
+  if (slots < 1) slots = 1;
+  p->nslots = slots;
+  p->sacts = kd_calloc((size_t)slots, sizeof *p->sacts);
+  p->inputs = kd_calloc((size_t)slots, sizeof *p->inputs);
+  p->labels = kd_calloc((size_t)slots, sizeof *p->labels);
+  const size_t N = (size_t)B * T;
+  for (int k = 0; k < slots; k++) {
+    acts_build_shared(&p->sacts[k], be, student, B, T, k ? &p->sacts[0] : NULL);
+    p->inputs[k] = kd_malloc(N * sizeof(int));
+    p->labels[k] = kd_malloc(N * sizeof(int));
+  }
+  if (teacher) acts_build(&p->tacts, be, teacher, B, T);
+  const size_t ct = teacher ? (size_t)teacher->card.hidden_size : 0;
+  p->fwd_len = N * (ct + (size_t)student->card.hidden_size);
+  KD_CHECK(p->fwd_len <= INT_MAX, "pipeline message of %zu floats exceeds int", p->fwd_len);
+  if (P > 1) {
+    p->fwd_buf[0] = be->alloc(be, KD_MEM_COMM, p->fwd_len * sizeof(float));
+    p->fwd_buf[1] = be->alloc(be, KD_MEM_COMM, p->fwd_len * sizeof(float));
+  }
+}
+
+void pipe_free(struct kd_pipe *p) {
+  for (int k = p->nslots - 1; k >= 0; k--) {
+    acts_free(&p->sacts[k], p->be);
+    free(p->inputs[k]);
+    free(p->labels[k]);
+  }
+  if (p->teacher) acts_free(&p->tacts, p->be);
+  p->be->free(p->be, p->fwd_buf[0]);
+  p->be->free(p->be, p->fwd_buf[1]);
+  free(p->sacts);
+  free(p->inputs);
+  free(p->labels);
+  memset(p, 0, sizeof *p);
+}
+
+/* --- point-to-point: each call posts its transfers and waits for all of them ----- */
+
+struct xfer {
+  MPI_Request req[2];
+  int n;
+};
+
+static void post(struct xfer *x, int send, void *buf, size_t n, int peer, int tag,
+                 MPI_Comm comm) {
+  if (send) MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
+  else MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
+}
+
+static void wait_all(struct xfer *x) {
+  MPI_Status st[2];
+  if (x->n) MPI_Waitall(x->n, x->req, st);
+  x->n = 0;
+}
+
+/* Peers are ranks of pp_comm: stage numbers. */
+static int prev_stage(const struct kd_pipe *p) {
+  return p->grid->pp_rank > 0 ? p->grid->pp_rank - 1 : MPI_PROC_NULL;
+}
+static int next_stage(const struct kd_pipe *p) {
+  return p->grid->pp_rank + 1 < p->grid->pp ? p->grid->pp_rank + 1 : MPI_PROC_NULL;
+}
+
+static void post_recv_fwd(struct kd_pipe *p, struct xfer *x) {
+  if (p->grid->pp_rank > 0)
+    post(x, 0, p->fwd_buf[1], p->fwd_len, prev_stage(p), TAG_FWD, p->grid->pp_comm);
+}
+static void post_send_fwd(struct kd_pipe *p, struct xfer *x) {
+  if (p->grid->pp_rank + 1 < p->grid->pp)
+    post(x, 1, p->fwd_buf[0], p->fwd_len, next_stage(p), TAG_FWD, p->grid->pp_comm);
+}
+static size_t bwd_len(const struct kd_pipe *p) {
+  return (size_t)p->B * p->T * (size_t)p->student->card.hidden_size;
+}
+/* The backward message travels in the shared gradient workspace dres. */
+static void post_recv_bwd(struct kd_pipe *p, struct xfer *x) {
+  if (p->grid->pp_rank + 1 < p->grid->pp)
+    post(x, 0, p->sacts[0].dres, bwd_len(p), next_stage(p), TAG_BWD, p->grid->pp_comm);
+}
+static void post_send_bwd(struct kd_pipe *p, struct xfer *x) {
+  if (p->grid->pp_rank > 0)
+    post(x, 1, p->sacts[0].dres, bwd_len(p), prev_stage(p), TAG_BWD, p->grid->pp_comm);
+}
+
+/* --- compute ----------------------------------------------------------------------- */
+
+/* Forward of micro-batch m on this stage (teacher then student); on the last stage
+ * also the loss, leaving the student's dhn ready for backward when training. */
+static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
+                          pipe_fetch_fn fetch, void *arg, struct loss_sums *sums) {
+  struct kd_backend *be = p->be;
+  struct kd_model *s = p->student, *t = train ? p->teacher : NULL;
+  const int k = m % p->nslots;
+  struct kd_acts *sa = &p->sacts[k];
+  const size_t N = (size_t)p->B * p->T, cs = (size_t)s->card.hidden_size;
+  const size_t ct = p->teacher ? (size_t)p->teacher->card.hidden_size : 0;
+  fetch(arg, m, p->inputs[k], p->labels[k]);
+  if (!s->has_embed) { /* unpack [teacher | student] hidden states */
+    if (t) be->copy(acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
+    be->copy(acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
+  }
+  if (t) model_forward(be, t, &p->tacts, p->inputs[k]);
+  model_forward(be, s, sa, p->inputs[k]);
+  if (!s->has_head) { /* pack for the next stage */
+    if (t) be->copy(p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
+    be->copy(p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
+    return;
+  }
+  struct loss_spec spec = p->spec;
+  spec.distill = t != NULL && spec.distill;
+  struct loss_sums ms = {0, 0};
+  if (train) be->zero(sa->dhn, N * cs);
+  loss_chunked(be, &spec, &ms, train ? sa->dhn : NULL, train ? s->pg.head : NULL, sa->hn,
+               s->pw.head, spec.distill ? p->tacts.hn : NULL,
+               spec.distill ? t->pw.head : NULL, p->labels[k], N, (int)cs, (int)ct, s->vocab,
+               s->vocab_lo, p->chunk, grad_scale, s->tp_comm);
+  if (train && s->tp > 1) /* each rank's vocabulary slice gave a partial dhn */
+    MPI_Allreduce(MPI_IN_PLACE, sa->dhn, (int)(N * cs), MPI_FLOAT, MPI_SUM, s->tp_comm);
+  sums->kd += ms.kd;
+  sums->ce += ms.ce;
+}
+
+static void stage_backward(struct kd_pipe *p, int m) {
+  model_backward(p->be, p->student, &p->sacts[m % p->nslots]);
+}
+
+void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn fetch, void *arg,
+                struct loss_sums *sums) {
+  const int P = p->grid->pp, s = p->grid->pp_rank, M = nmicro;
+  int warm = P - s - 1;
+  if (warm > M) warm = M;
+  const int rem = M - warm;
+  struct xfer x = {.n = 0};
+  sums->kd = sums->ce = 0;
+
+  for (int i = 0; i < warm; i++) { /* warm-up: forward only */
+    post_recv_fwd(p, &x);
+    wait_all(&x);
+    stage_forward(p, i, 1, grad_scale, fetch, arg, sums);
+    post_send_fwd(p, &x);
+    wait_all(&x);
+  }
+  if (rem > 0) {
+    post_recv_fwd(p, &x);
+    wait_all(&x);
+  }
+  for (int i = 0; i < rem; i++) { /* steady: one forward, one backward */
+    stage_forward(p, warm + i, 1, grad_scale, fetch, arg, sums);
+    post_send_fwd(p, &x);
+    post_recv_bwd(p, &x);
+    wait_all(&x);
+    stage_backward(p, i);
+    post_send_bwd(p, &x);
+    if (i + 1 < rem) post_recv_fwd(p, &x);
+    wait_all(&x);
+  }
+  for (int i = rem; i < M; i++) { /* cool-down: backward only */
+    post_recv_bwd(p, &x);
+    wait_all(&x);
+    stage_backward(p, i);
+    post_send_bwd(p, &x);
+    wait_all(&x);
+  }
+}
+
+void pipe_eval(struct kd_pipe *p, int nmicro, pipe_fetch_fn fetch, void *arg,
+               struct loss_sums *sums) {
+  struct xfer x = {.n = 0};
+  sums->kd = sums->ce = 0;
+  for (int i = 0; i < nmicro; i++) {
+    post_recv_fwd(p, &x);
+    wait_all(&x);
+    stage_forward(p, i, 0, 0.0f, fetch, arg, sums);
+    post_send_fwd(p, &x);
+    wait_all(&x);
+  }
+}

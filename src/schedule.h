@@ -1,0 +1,53 @@
+/* schedule.h: the per-micro-batch distillation pipeline. On every stage each
+ * micro-batch runs teacher forward then student forward together; the last stage
+ * computes the loss and starts that micro-batch's student backward at once
+ * (one-forward-one-backward, at most pp micro-batches in flight per stage; no
+ * teacher output is cached). Forward messages carry the teacher's and the
+ * student's hidden states in one buffer; backward messages the student's gradient. */
+#ifndef KD_SCHEDULE_H
+#define KD_SCHEDULE_H
+
+#include "grid.h"
+#include "layers.h"
+#include "loss.h"
+#include "model.h"
+
+/* Supplies the tokens and next-token labels (B*T each) of micro-batch m of the
+ * current step (on every stage: data is local to each rank). */
+typedef void (*pipe_fetch_fn)(void *arg, int m, int *inputs, int *labels);
+
+struct kd_pipe {
+  struct kd_backend *be;
+  const struct kd_grid *grid;
+  struct kd_model *student, *teacher; /* teacher NULL unless distilling */
+  int B, T;
+  int nslots;                         /* student activation sets on this stage */
+  struct kd_acts *sacts;              /* nslots */
+  struct kd_acts tacts;               /* the teacher's single working set */
+  int **inputs, **labels;             /* per slot, B*T */
+  float *fwd_buf[2];                  /* [0] outgoing, [1] incoming forward message */
+  size_t fwd_len;                     /* floats of a forward message */
+  struct loss_spec spec;
+  size_t chunk;                       /* loss chunk rows */
+};
+
+/* Allocate activations and message buffers for up to `max_micro` micro-batches per
+ * step of B sequences of T tokens. Not collective. */
+void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *grid,
+                struct kd_model *student, struct kd_model *teacher, int B, int T,
+                int max_micro, const struct loss_spec *spec, size_t chunk);
+void pipe_free(struct kd_pipe *p);
+
+/* Forward and backward of `nmicro` micro-batches (one-forward-one-backward),
+ * accumulating student gradients scaled by grad_scale. `sums` receives the loss
+ * sums of this rank's micro-batches on the last stage (zero elsewhere). Collective
+ * over the pipeline and tensor groups. */
+void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn fetch, void *arg,
+                struct loss_sums *sums);
+
+/* Forward only of the student (hard-label cross entropy, no teacher) over `nmicro`
+ * micro-batches; `sums` as for pipe_train. */
+void pipe_eval(struct kd_pipe *p, int nmicro, pipe_fetch_fn fetch, void *arg,
+               struct loss_sums *sums);
+
+#endif

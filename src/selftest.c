@@ -1,0 +1,421 @@
+/* selftest.c: `kdtrain --selftest`. Every op of the CUDA backend runs on the same
+ * random inputs as the CPU backend (the reference); the table prints, per op, the
+ * largest difference relative to the largest magnitude of the CPU result,
+ *     err = max_i |gpu_i - cpu_i| / max_i |cpu_i|,
+ * against a tolerance for FP32 and one for BF16 runs (doc/cuda.md explains them).
+ * Then a small model takes two training steps (distillation, both backends) and
+ * the losses are compared. Exit 0 only when every line passes.
+ *
+ * Builds without CUDA compile only the "no CUDA device" answer. */
+#include "kdtrain_config.h"
+
+#include "selftest.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+#ifdef KD_HAVE_CUDA
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "backend/backend.h"
+#include "backend/cuda.h"
+#include "layers.h"
+#include "loss.h"
+#include "model.h"
+
+struct st {
+  struct kd_backend *cpu, *gpu;
+  uint64_t rng;
+  int bf16, nfail, print;
+};
+
+/* A tensor held by both backends: c on the CPU, g on the device, same values. */
+struct dual {
+  void *c, *g;
+  size_t bytes;
+};
+
+static struct dual dual_raw(struct st *x, size_t bytes, const void *host) {
+  struct dual d = {x->cpu->alloc(x->cpu, KD_MEM_ACTS, bytes),
+                   x->gpu->alloc(x->gpu, KD_MEM_ACTS, bytes), bytes};
+  if (host) {
+    memcpy(d.c, host, bytes);
+    backend_cuda_upload(x->gpu, d.g, host, bytes);
+  }
+  return d;
+}
+
+/* n floats uniform in [-scale, scale) (BF16-rounded in BF16 runs, as stored activations). */
+static struct dual dual_rand(struct st *x, size_t n, float scale) {
+  float *h = kd_malloc(n * sizeof(float) + 1);
+  for (size_t i = 0; i < n; i++) {
+    h[i] = (float)((2.0 * kd_uniform(&x->rng) - 1.0) * scale);
+    if (x->bf16) h[i] = kd_round_bf16(h[i]);
+  }
+  struct dual d = dual_raw(x, n * sizeof(float), h);
+  free(h);
+  return d;
+}
+
+/* n token ids in [lo, hi). */
+static struct dual dual_tokens(struct st *x, size_t n, int lo, int hi) {
+  int *h = kd_malloc(n * sizeof(int) + 1);
+  for (size_t i = 0; i < n; i++) h[i] = lo + (int)(kd_uniform(&x->rng) * (hi - lo));
+  struct dual d = dual_raw(x, n * sizeof(int), h);
+  free(h);
+  return d;
+}
+
+static void dual_free(struct st *x, struct dual *d) {
+  x->cpu->free(x->cpu, d->c);
+  x->gpu->free(x->gpu, d->g);
+}
+
+/* max |g - c| / max |c| over a float (dbl = 0) or double (dbl = 1) tensor. */
+static double dual_err(struct st *x, const struct dual *d, int dbl) {
+  void *h = kd_malloc(d->bytes + 1);
+  backend_cuda_download(x->gpu, h, d->g, d->bytes);
+  size_t n = d->bytes / (dbl ? sizeof(double) : sizeof(float));
+  double diff = 0.0, mag = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double c = dbl ? ((double *)d->c)[i] : ((float *)d->c)[i];
+    double g = dbl ? ((double *)h)[i] : ((float *)h)[i];
+    double e = fabs(g - c);
+    if (!(e <= diff)) diff = e; /* NaN wins */
+    if (fabs(c) > mag) mag = fabs(c);
+  }
+  free(h);
+  return diff / (mag > 0.0 ? mag : 1.0);
+}
+
+/* One table line; tolerance by precision. */
+static void report(struct st *x, const char *op, double err, double tol32, double tol16) {
+  double tol = x->bf16 ? tol16 : tol32;
+  int ok = err <= tol; /* NaN fails */
+  if (!ok) x->nfail++;
+  if (x->print) printf("  %-30s %12.3e %11.1e   %s\n", op, err, tol, ok ? "pass" : "FAIL");
+}
+
+/* Tolerances (FP32, BF16): see doc/cuda.md. */
+#define TOL_EXACT 1e-6, 1e-6 /* no arithmetic difference possible */
+#define TOL_FWD 2e-5, 8e-3   /* FP32 math; BF16: one rounding step of a stored output */
+#define TOL_BWD 2e-5, 2e-5   /* backward ops never round */
+#define TOL_ATT 5e-5, 8e-3
+#define TOL_ATT_BWD 1e-4, 1e-4
+#define TOL_GEMM 2e-5, 1e-2  /* BF16: inputs rounded to 8-bit mantissa, FP32 accumulate */
+
+static void test_gemm(struct st *x) {
+  const int M = 67, N = 45, K = 129, pad = 3;
+  for (int v = 0; v < 4; v++) {
+    int ta = v & 1, tb = v >> 1;
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    struct dual A = dual_rand(x, (size_t)(ta ? K : M) * lda, 1.0f);
+    struct dual B = dual_rand(x, (size_t)(tb ? N : K) * ldb, 1.0f);
+    struct dual C = dual_rand(x, (size_t)M * ldc, 1.0f);
+    x->cpu->gemm(ta, tb, M, N, K, 0.7f, A.c, lda, B.c, ldb, 0.5f, C.c, ldc);
+    x->gpu->gemm(ta, tb, M, N, K, 0.7f, A.g, lda, B.g, ldb, 0.5f, C.g, ldc);
+    char name[32];
+    snprintf(name, sizeof name, "gemm %c%c", ta ? 'T' : 'N', tb ? 'T' : 'N');
+    report(x, name, dual_err(x, &C, 0), TOL_GEMM);
+    dual_free(x, &A), dual_free(x, &B), dual_free(x, &C);
+  }
+}
+
+static void test_elementwise(struct st *x) {
+  const size_t n = 10007; /* odd: exercises the float4 tail */
+  struct dual a = dual_rand(x, n, 2.0f), b = dual_rand(x, n, 2.0f);
+  x->cpu->add(a.c, b.c, n), x->gpu->add(a.g, b.g, n);
+  report(x, "add", dual_err(x, &a, 0), TOL_EXACT);
+  x->cpu->scale(a.c, 0.37f, n), x->gpu->scale(a.g, 0.37f, n);
+  report(x, "scale", dual_err(x, &a, 0), TOL_EXACT);
+  x->cpu->round_bf16(a.c, n), x->gpu->round_bf16(a.g, n);
+  report(x, "round_bf16", dual_err(x, &a, 0), 0.0, 0.0);
+  x->cpu->copy(b.c, a.c, n - 1), x->gpu->copy(b.g, a.g, n - 1);
+  x->cpu->zero(a.c, n / 2), x->gpu->zero(a.g, n / 2);
+  report(x, "copy, zero", fmax(dual_err(x, &a, 0), dual_err(x, &b, 0)), 0.0, 0.0);
+  double sc = x->cpu->sumsq(b.c, n), sg = x->gpu->sumsq(b.g, n);
+  report(x, "sumsq", fabs(sg - sc) / sc, 1e-9, 1e-9);
+  int f1 = x->cpu->all_finite(b.c, n) == x->gpu->all_finite(b.g, n);
+  float inf = INFINITY;
+  memcpy((float *)b.c + n / 3, &inf, sizeof inf);
+  backend_cuda_upload(x->gpu, (float *)b.g + n / 3, &inf, sizeof inf);
+  int f2 = x->cpu->all_finite(b.c, n) == x->gpu->all_finite(b.g, n) && !x->cpu->all_finite(b.c, n);
+  report(x, "all_finite", f1 && f2 ? 0.0 : 1.0, 0.0, 0.0);
+  struct dual p = dual_rand(x, n, 0.1f), m = dual_rand(x, n, 0.01f), g = dual_rand(x, n, 1.0f);
+  struct dual v = dual_rand(x, n, 0.01f);
+  float *vh = v.c; /* second moments are non-negative */
+  for (size_t i = 0; i < n; i++) vh[i] = fabsf(vh[i]);
+  backend_cuda_upload(x->gpu, v.g, v.c, v.bytes);
+  x->cpu->adamw(p.c, m.c, v.c, g.c, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f, 0.5f);
+  x->gpu->adamw(p.g, m.g, v.g, g.g, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f, 0.5f);
+  report(x, "adamw (param, m, v)",
+         fmax(dual_err(x, &p, 0), fmax(dual_err(x, &m, 0), dual_err(x, &v, 0))), 2e-6, 2e-6);
+  dual_free(x, &a), dual_free(x, &b), dual_free(x, &p), dual_free(x, &m), dual_free(x, &g);
+  dual_free(x, &v);
+}
+
+static void test_rows(struct st *x) {
+  const size_t N = 93;
+  const int C = 200, V = 50, lo = 10, I = 131, nh = 3, hd = 24, ld = 2 * nh * hd + 5, T = 31;
+  /* embedding: tokens in [0, 70): some outside the slice [10, 60), repeats collide */
+  struct dual tok = dual_tokens(x, N, 0, 70), wte = dual_rand(x, (size_t)V * C, 1.0f);
+  struct dual out = dual_rand(x, N * C, 1.0f);
+  x->cpu->embedding_forward(out.c, tok.c, wte.c, N, C, lo, V);
+  x->gpu->embedding_forward(out.g, tok.g, wte.g, N, C, lo, V);
+  report(x, "embedding_forward", dual_err(x, &out, 0), TOL_EXACT);
+  x->cpu->embedding_backward(wte.c, out.c, tok.c, N, C, lo, V);
+  x->gpu->embedding_backward(wte.g, out.g, tok.g, N, C, lo, V);
+  report(x, "embedding_backward", dual_err(x, &wte, 0), TOL_BWD);
+  /* rmsnorm */
+  struct dual in = dual_rand(x, N * C, 2.0f), w = dual_rand(x, C, 1.0f), r = dual_rand(x, N, 1.0f);
+  x->cpu->rmsnorm_forward(out.c, r.c, in.c, w.c, N, C, 1e-6f);
+  x->gpu->rmsnorm_forward(out.g, r.g, in.g, w.g, N, C, 1e-6f);
+  report(x, "rmsnorm_forward (out, rstd)", fmax(dual_err(x, &out, 0), dual_err(x, &r, 0)),
+         TOL_FWD);
+  struct dual dout = dual_rand(x, N * C, 1.0f), din = dual_rand(x, N * C, 1.0f);
+  struct dual dw = dual_rand(x, C, 1.0f);
+  x->cpu->rmsnorm_backward(din.c, dw.c, dout.c, in.c, w.c, r.c, N, C);
+  x->gpu->rmsnorm_backward(din.g, dw.g, dout.g, in.g, w.g, r.g, N, C);
+  report(x, "rmsnorm_backward (dinp, dw)", fmax(dual_err(x, &din, 0), dual_err(x, &dw, 0)),
+         TOL_BWD);
+  /* bias on the first C' columns of rows of width ld */
+  struct dual xb = dual_rand(x, N * ld, 1.0f), bias = dual_rand(x, ld - 5, 1.0f);
+  x->cpu->bias_forward(xb.c, bias.c, N, ld - 5, ld), x->gpu->bias_forward(xb.g, bias.g, N, ld - 5, ld);
+  report(x, "bias_forward", dual_err(x, &xb, 0), TOL_EXACT);
+  x->cpu->bias_backward(bias.c, xb.c, N, ld - 5, ld), x->gpu->bias_backward(bias.g, xb.g, N, ld - 5, ld);
+  report(x, "bias_backward", dual_err(x, &bias, 0), TOL_BWD);
+  /* rope on heads at column 0 and at column nh*hd of rows of width ld */
+  x->cpu->rope_forward(xb.c, N, T, nh, hd, ld, 1e6f), x->gpu->rope_forward(xb.g, N, T, nh, hd, ld, 1e6f);
+  x->cpu->rope_forward((float *)xb.c + nh * hd, N, T, nh, hd, ld, 1e4f);
+  x->gpu->rope_forward((float *)xb.g + nh * hd, N, T, nh, hd, ld, 1e4f);
+  report(x, "rope_forward", dual_err(x, &xb, 0), TOL_FWD);
+  x->cpu->rope_backward(xb.c, N, T, 2 * nh, hd, ld, 1e4f), x->gpu->rope_backward(xb.g, N, T, 2 * nh, hd, ld, 1e4f);
+  report(x, "rope_backward", dual_err(x, &xb, 0), TOL_FWD);
+  /* swiglu */
+  struct dual gu = dual_rand(x, N * 2 * I, 3.0f), o2 = dual_rand(x, N * I, 1.0f);
+  struct dual d2 = dual_rand(x, N * I, 1.0f), dgu = dual_rand(x, N * 2 * I, 1.0f);
+  x->cpu->swiglu_forward(o2.c, gu.c, N, I), x->gpu->swiglu_forward(o2.g, gu.g, N, I);
+  report(x, "swiglu_forward", dual_err(x, &o2, 0), TOL_FWD);
+  x->cpu->swiglu_backward(dgu.c, d2.c, gu.c, N, I), x->gpu->swiglu_backward(dgu.g, d2.g, gu.g, N, I);
+  report(x, "swiglu_backward", dual_err(x, &dgu, 0), TOL_BWD);
+  struct dual *all[] = {&tok, &wte, &out, &in, &w, &r, &dout, &din, &dw, &xb, &bias, &gu, &o2, &d2, &dgu};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dual_free(x, all[i]);
+}
+
+static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) {
+  const size_t N = (size_t)B * T, ld = (size_t)(nh + 2 * nkv) * hd, ldo = (size_t)nh * hd;
+  struct dual qkv = dual_rand(x, N * ld, 1.0f), out = dual_rand(x, N * ldo, 1.0f);
+  struct dual lse = dual_rand(x, N * nh, 1.0f);
+  x->cpu->attention_forward(out.c, lse.c, qkv.c, B, T, nh, nkv, hd);
+  x->gpu->attention_forward(out.g, lse.g, qkv.g, B, T, nh, nkv, hd);
+  char name[64];
+  snprintf(name, sizeof name, "attention_forward hd=%d T=%d", hd, T);
+  report(x, name, fmax(dual_err(x, &out, 0), dual_err(x, &lse, 0)), TOL_ATT);
+  /* backward from the CPU's forward results on both sides */
+  backend_cuda_upload(x->gpu, out.g, out.c, out.bytes);
+  backend_cuda_upload(x->gpu, lse.g, lse.c, lse.bytes);
+  struct dual dout = dual_rand(x, N * ldo, 1.0f), dqkv = dual_rand(x, N * ld, 1.0f);
+  x->cpu->attention_backward(dqkv.c, dout.c, qkv.c, out.c, lse.c, B, T, nh, nkv, hd);
+  x->gpu->attention_backward(dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, nh, nkv, hd);
+  snprintf(name, sizeof name, "attention_backward hd=%d T=%d", hd, T);
+  report(x, name, dual_err(x, &dqkv, 0), TOL_ATT_BWD);
+  dual_free(x, &qkv), dual_free(x, &out), dual_free(x, &lse), dual_free(x, &dout);
+  dual_free(x, &dqkv);
+}
+
+static void test_loss(struct st *x) {
+  const size_t n = 37;
+  const int V = 1000, lo = 200;
+  const float inv_t = 0.5f, beta = 0.3f;
+  static const char *const kinds[] = {"fkl", "rkl", "jsd"};
+  struct dual zs = dual_rand(x, n * V, 8.0f), zt = dual_rand(x, n * V, 8.0f);
+  struct dual lab = dual_tokens(x, n, 0, 1500); /* some labels outside the slice */
+  struct dual st = dual_raw(x, n * 6 * sizeof(float), NULL);
+  float *ss_c = st.c, *ss_g = st.g;
+  x->cpu->softmax_stats(ss_c, zs.c, n, V, inv_t), x->gpu->softmax_stats(ss_g, zs.g, n, V, inv_t);
+  x->cpu->softmax_stats(ss_c + 2 * n, zt.c, n, V, inv_t);
+  x->gpu->softmax_stats(ss_g + 2 * n, zt.g, n, V, inv_t);
+  x->cpu->softmax_stats(ss_c + 4 * n, zs.c, n, V, 1.0f);
+  x->gpu->softmax_stats(ss_g + 4 * n, zs.g, n, V, 1.0f);
+  report(x, "softmax_stats", dual_err(x, &st, 0), TOL_BWD);
+  backend_cuda_upload(x->gpu, st.g, st.c, st.bytes); /* same stats on both sides */
+  struct dual part = dual_raw(x, n * 3 * sizeof(double), NULL);
+  struct dual g = dual_raw(x, zs.bytes, NULL);
+  for (int k = -1; k < 3; k++) {
+    const float *zt_c = k < 0 ? NULL : zt.c, *zt_g = k < 0 ? NULL : zt.g;
+    int kind = k < 0 ? 0 : k;
+    x->cpu->loss_partials(part.c, zs.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, lab.c, n, V, lo,
+                          kind, inv_t, beta);
+    x->gpu->loss_partials(part.g, zs.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, lab.g, n, V, lo,
+                          kind, inv_t, beta);
+    char name[64];
+    snprintf(name, sizeof name, "loss_partials %s", k < 0 ? "ce only" : kinds[k]);
+    report(x, name, dual_err(x, &part, 1), TOL_BWD);
+    backend_cuda_upload(x->gpu, part.g, part.c, part.bytes);
+    memcpy(g.c, zs.c, zs.bytes);
+    backend_cuda_upload(x->gpu, g.g, zs.c, zs.bytes);
+    x->cpu->loss_grad(g.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, part.c, lab.c, n, V, lo, kind,
+                      inv_t, beta, 0.7f, 0.3f);
+    x->gpu->loss_grad(g.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, part.g, lab.g, n, V, lo, kind,
+                      inv_t, beta, 0.7f, 0.3f);
+    snprintf(name, sizeof name, "loss_grad %s", k < 0 ? "ce only" : kinds[k]);
+    report(x, name, dual_err(x, &g, 0), TOL_BWD);
+  }
+  dual_free(x, &zs), dual_free(x, &zt), dual_free(x, &lab), dual_free(x, &st);
+  dual_free(x, &part), dual_free(x, &g);
+}
+
+/* A small Qwen2-shaped card for the training comparison. */
+static struct kd_card selftest_card(int teacher) {
+  struct kd_card c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.name, sizeof c.name, "selftest-%s", teacher ? "teacher" : "student");
+  snprintf(c.arch, sizeof c.arch, "qwen2");
+  c.vocab_size = 320;
+  c.hidden_size = teacher ? 96 : 64;
+  c.intermediate_size = teacher ? 192 : 160;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = teacher ? 6 : 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = !teacher;
+  c.attention_bias = 1;
+  return c;
+}
+
+/* Two distillation steps (forward, chunked loss, backward, AdamW) on backend `be`;
+ * loss[s] is the objective of step s. Uses layers.c and loss.c as train.c does. */
+static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
+  const int B = 2, T = 48;
+  const size_t N = (size_t)B * T;
+  struct kd_card ct = selftest_card(1), cs = selftest_card(0);
+  struct kd_model t, s;
+  struct kd_acts ta, sa;
+  model_build(&t, be, &ct, 1);
+  model_build(&s, be, &cs, 0);
+  model_init_random(&t, 11);
+  model_init_random(&s, 12);
+  if (bf16) be->round_bf16(t.w, t.numel); /* frozen: w is the only copy */
+  model_sync_working(&s, be);
+  acts_build(&ta, be, &t, B, T);
+  acts_build(&sa, be, &s, B, T);
+  int *tokens = kd_malloc((N + 1) * sizeof(int));
+  int *labels = be->alloc(be, KD_MEM_ACTS, N * sizeof(int)); /* read by the loss ops */
+  uint64_t rng = 99;
+  for (size_t i = 0; i <= N; i++) tokens[i] = (int)(kd_uniform(&rng) * cs.vocab_size);
+  memcpy(labels, tokens + 1, N * sizeof(int));
+  struct loss_spec spec = {1, LOSS_FKL, 2.0f, 0.5f, 0.5f, 1};
+  for (int step = 0; step < 2; step++) {
+    be->zero(s.grad, s.numel);
+    model_forward(be, &t, &ta, tokens);
+    model_forward(be, &s, &sa, tokens);
+    be->zero(sa.dhn, N * (size_t)cs.hidden_size);
+    struct loss_sums sums = {0, 0};
+    loss_chunked(be, &spec, &sums, sa.dhn, s.pg.head, sa.hn, s.pw.head, ta.hn, t.pw.head, labels,
+                 N, cs.hidden_size, ct.hidden_size, cs.vocab_size, 0, 40, 1.0f / (float)N,
+                 MPI_COMM_SELF);
+    model_backward(be, &s, &sa);
+    loss[step] = (spec.alpha * sums.kd + (1.0 - spec.alpha) * sums.ce) / (double)N;
+    const float b1 = 0.9f, b2 = 0.95f;
+    be->adamw(s.master, s.m, s.v, s.grad, s.numel, 3e-3f, b1, b2, 1e-8f, 0.0f,
+              1.0f - powf(b1, (float)(step + 1)), 1.0f - powf(b2, (float)(step + 1)), 1.0f);
+    model_sync_working(&s, be);
+  }
+  free(tokens);
+  be->free(be, labels);
+  acts_free(&sa, be);
+  acts_free(&ta, be);
+  model_free(&s, be);
+  model_free(&t, be);
+}
+
+static void test_training(struct st *x) {
+  double lc[2], lg[2];
+  train_two_steps(x->cpu, x->bf16, lc);
+  backend_cuda_host_access(x->gpu, 1); /* layers.c/loss.c still touch buffers from the host */
+  train_two_steps(x->gpu, x->bf16, lg);
+  backend_cuda_host_access(x->gpu, 0);
+  for (int s = 0; s < 2; s++) {
+    char name[64];
+    snprintf(name, sizeof name, "train step %d loss (cpu %.5f)", s + 1, lc[s]);
+    report(x, name, fabs(lg[s] - lc[s]) / fabs(lc[s]), 1e-4, 1e-2);
+  }
+}
+
+/* Rank within the node: selects the device as training would. */
+static int local_rank(void) {
+  MPI_Comm node;
+  int r;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+static int selftest_cuda(const struct kd_config *cfg) {
+  char why[256];
+  int ndev = backend_cuda_device_count(why, sizeof why), any = 0;
+  MPI_Allreduce(&ndev, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (any == 0) {
+    if (kd_rank() == 0)
+      fprintf(stderr, "kdtrain --selftest: no CUDA device: %s; nothing to compare with the CPU "
+                      "backend (run it on a GPU node)\n", ndev ? "not on every rank" : why);
+    return KD_EXIT_INPUT;
+  }
+  static struct kd_backend cpu, gpu;
+  struct st x = {&cpu, &gpu, 0x5eed5eedULL + (uint64_t)kd_rank(), 0, 0, kd_rank() == 0};
+  x.bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
+  backend_cpu_init(&cpu, x.bf16);
+  backend_cuda_init(&gpu, x.bf16, local_rank());
+  char dev[256];
+  backend_cuda_describe(dev, sizeof dev);
+  if (x.print) {
+    printf("kdtrain --selftest: CUDA backend (%s) against the CPU backend, precision %s\n",
+           dev, x.bf16 ? "bf16" : "fp32");
+    printf("MPI with device buffers: %s\n", cuda_mpi_aware() ? "CUDA-aware MPI"
+                                                             : "staged through host memory");
+    printf("  %-30s %12s %11s   %s\n", "op", "max rel err", "tolerance", "result");
+  }
+  test_gemm(&x);
+  test_elementwise(&x);
+  test_rows(&x);
+  test_attention(&x, 2, 77, 4, 2, 32);
+  test_attention(&x, 1, 40, 2, 1, 80);
+  test_attention(&x, 1, 70, 2, 2, 128);
+  test_loss(&x);
+  test_training(&x);
+  backend_cuda_finalize(&gpu);
+  int fails = x.nfail, total = 0;
+  MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (fails && !x.print) kd_warn("--selftest: %d comparisons failed on this rank\n", fails);
+  if (x.print) printf("selftest: %s (%d failures over all ranks)\n", total ? "FAILED" : "passed",
+                      total);
+  return total ? 1 : 0;
+}
+
+#endif /* KD_HAVE_CUDA */
+
+int selftest_run(const struct kd_config *cfg) {
+  if (strcmp(cfg->run_device, "cpu") == 0) {
+    if (kd_rank() == 0)
+      fprintf(stderr, "kdtrain --selftest: run%%device='cpu' selects no CUDA device; the "
+                      "self-test compares the CUDA backend with the CPU backend (use "
+                      "run%%device='cuda' or 'auto')\n");
+    return KD_EXIT_INPUT;
+  }
+#ifdef KD_HAVE_CUDA
+  return selftest_cuda(cfg);
+#else
+  if (kd_rank() == 0)
+    fprintf(stderr, "kdtrain --selftest: no CUDA device: this kdtrain was built without the "
+                    "CUDA backend (configure --with-cuda on a machine with the CUDA toolkit)\n");
+  return KD_EXIT_INPUT;
+#endif
+}

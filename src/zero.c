@@ -1,0 +1,223 @@
+/* zero.c: gradient reduction, global norm, AdamW, ZeRO-1 shards. */
+#include "zero.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* Rows (split dim 0) or columns (split dim 1) of the local block, and the other extent. */
+static int64_t local_extent(const struct kd_param *p, int dim) {
+  if (p->split_dim == dim) return p->split_len;
+  return dim == 0 ? p->shape[0] : (p->ndim == 2 ? p->shape[1] : 1);
+}
+
+/* Shard dimension of a tensor: its TP split dimension, rows when replicated. */
+static int shard_dim(const struct kd_param *p) { return p->split_dim < 0 ? 0 : p->split_dim; }
+
+static int icount(size_t n) {
+  KD_CHECK(n <= INT_MAX, "collective of %zu elements exceeds int", n);
+  return (int)n;
+}
+
+/* Build the shard table: every tensor's local block cut over DP along shard_dim. */
+static void shard_build(struct kd_update *u, struct kd_backend *be) {
+  const struct kd_model *s = u->model;
+  struct kd_model *z = &u->shard;
+  const int dp = u->grid->dp, d = u->grid->dp_rank;
+  memset(z, 0, sizeof *z);
+  z->card = s->card;
+  z->nparams = s->nparams;
+  z->params = kd_calloc((size_t)s->nparams, sizeof *z->params);
+  size_t maxblock = 0;
+  for (int k = 0; k < s->nparams; k++) {
+    const struct kd_param *p = &s->params[k];
+    struct kd_param *q = &z->params[k];
+    *q = *p;
+    const int dim = shard_dim(p);
+    const int64_t ext = local_extent(p, dim), base = p->split_dim < 0 ? 0 : p->split_off;
+    long long st, len;
+    grid_block(ext, dp, d, &st, &len);
+    q->split_dim = dim;
+    q->split_off = base + st;
+    q->split_len = p->local ? len : 0;
+    q->local = p->local && len > 0;
+    q->primary = p->primary && q->local;
+    q->numel = q->local ? (size_t)len * (size_t)local_extent(p, 1 - dim) : 0;
+    q->offset = z->numel;
+    z->numel += q->numel;
+    if (p->numel > maxblock) maxblock = p->numel;
+  }
+  const size_t bytes = z->numel * sizeof(float);
+  z->master = be->alloc(be, KD_MEM_WEIGHTS, bytes);
+  z->w = z->master;
+  z->grad = be->alloc(be, KD_MEM_GRADS, bytes);
+  z->m = be->alloc(be, KD_MEM_OPTIM, bytes);
+  z->v = be->alloc(be, KD_MEM_OPTIM, bytes);
+  u->gather = be->alloc(be, KD_MEM_COMM, maxblock * sizeof(float));
+}
+
+/* Copy between a tensor's local block `full` (rows x cols, row-major) and its shard
+ * `part` (the sub-block along shard_dim starting at `at`). */
+static void block_copy(float *full, float *part, const struct kd_param *p,
+                       const struct kd_param *q, int to_part) {
+  const int dim = shard_dim(p);
+  const int64_t cols = local_extent(p, 1), at = q->split_off - (p->split_dim < 0 ? 0 : p->split_off);
+  if (dim == 0) {
+    float *f = full + (size_t)at * cols;
+    if (to_part) memcpy(part, f, q->numel * sizeof(float));
+    else memcpy(f, part, q->numel * sizeof(float));
+    return;
+  }
+  const int64_t rows = p->shape[0], w = q->split_len;
+  for (int64_t r = 0; r < rows; r++) {
+    float *f = full + (size_t)r * cols + at, *g = part + (size_t)r * w;
+    if (to_part) memcpy(g, f, (size_t)w * sizeof(float));
+    else memcpy(f, g, (size_t)w * sizeof(float));
+  }
+}
+
+/* Element counts and displacements of every DP rank's shard of tensor k. */
+static void shard_counts(const struct kd_update *u, const struct kd_param *p, int *cnt,
+                         int *disp) {
+  const int dp = u->grid->dp, dim = shard_dim(p);
+  const int64_t ext = local_extent(p, dim), other = local_extent(p, 1 - dim);
+  int at = 0;
+  for (int d = 0; d < dp; d++) {
+    long long st, len;
+    grid_block(ext, dp, d, &st, &len);
+    cnt[d] = icount((size_t)len * (size_t)other);
+    disp[d] = at;
+    at += cnt[d];
+  }
+}
+
+/* All-gather the updated masters of every shard into the working weights. */
+static void shard_gather(struct kd_update *u, struct kd_backend *be) {
+  struct kd_model *s = u->model;
+  const int dp = u->grid->dp;
+  int *cnt = kd_malloc((size_t)dp * sizeof(int)), *disp = kd_malloc((size_t)dp * sizeof(int));
+  for (int k = 0; k < s->nparams; k++) {
+    const struct kd_param *p = &s->params[k], *q = &u->shard.params[k];
+    if (!p->local) continue;
+    shard_counts(u, p, cnt, disp);
+    float *mine = u->shard.master + q->offset;
+    if (shard_dim(p) == 0) {
+      MPI_Allgatherv(mine, cnt[u->grid->dp_rank], MPI_FLOAT, s->w + p->offset, cnt, disp,
+                     MPI_FLOAT, u->grid->dp_comm);
+      continue;
+    }
+    /* row-parallel projection: shards are column blocks; gather them, then place them */
+    MPI_Allgatherv(mine, cnt[u->grid->dp_rank], MPI_FLOAT, u->gather, cnt, disp, MPI_FLOAT,
+                   u->grid->dp_comm);
+    struct kd_param qd = *q;
+    for (int d = 0; d < dp; d++) {
+      long long st, len;
+      grid_block(local_extent(p, 1), dp, d, &st, &len);
+      qd.split_off = p->split_off + st;
+      qd.split_len = len;
+      block_copy(s->w + p->offset, u->gather + disp[d], p, &qd, 0);
+    }
+  }
+  free(cnt);
+  free(disp);
+  if (be->bf16) be->round_bf16(s->w, s->numel);
+}
+
+void update_build(struct kd_update *u, struct kd_backend *be, struct kd_model *s,
+                  const struct kd_grid *g, int zero) {
+  memset(u, 0, sizeof *u);
+  u->zero = zero;
+  u->grid = g;
+  u->model = s;
+  if (!zero) return;
+  shard_build(u, be);
+  for (int k = 0; k < s->nparams; k++) /* the shard's masters from the FP32 initial weights */
+    if (u->shard.params[k].local)
+      block_copy(s->w + s->params[k].offset, u->shard.master + u->shard.params[k].offset,
+                 &s->params[k], &u->shard.params[k], 1);
+  if (be->bf16) be->round_bf16(s->w, s->numel);
+}
+
+void update_free(struct kd_update *u, struct kd_backend *be) {
+  if (!u->zero) return;
+  be->free(be, u->shard.master);
+  be->free(be, u->shard.grad);
+  be->free(be, u->shard.m);
+  be->free(be, u->shard.v);
+  be->free(be, u->gather);
+  free(u->shard.params);
+  memset(u, 0, sizeof *u);
+}
+
+struct kd_model *update_state(struct kd_update *u) { return u->zero ? &u->shard : u->model; }
+
+void update_refresh_weights(struct kd_update *u, struct kd_backend *be) {
+  if (u->zero) shard_gather(u, be);
+  else model_sync_working(u->model, be);
+}
+
+/* Sum partial gradients within the TP and PP groups (replicated kv heads, tied
+ * embeddings held by the first and last stage). */
+static void reduce_partials(struct kd_model *s) {
+  for (int k = 0; k < s->nparams; k++) {
+    const struct kd_param *p = &s->params[k];
+    if (!p->local) continue;
+    float *g = s->grad + p->offset;
+    if (p->tp_partial && s->kv_comm != MPI_COMM_NULL)
+      MPI_Allreduce(MPI_IN_PLACE, g, icount(p->numel), MPI_FLOAT, MPI_SUM, s->kv_comm);
+    if (p->role == ROLE_EMBED && s->emb_comm != MPI_COMM_NULL)
+      MPI_Allreduce(MPI_IN_PLACE, g, icount(p->numel), MPI_FLOAT, MPI_SUM, s->emb_comm);
+  }
+}
+
+double update_reduce_grads(struct kd_update *u, struct kd_backend *be) {
+  struct kd_model *s = u->model;
+  const struct kd_grid *g = u->grid;
+  reduce_partials(s);
+  double sq = 0;
+  if (!u->zero) {
+    if (g->dp > 1)
+      MPI_Allreduce(MPI_IN_PLACE, s->grad, icount(s->numel), MPI_FLOAT, MPI_SUM, g->dp_comm);
+    if (g->dp_rank == 0) /* the DP replicas are equal: count one of them */
+      for (int k = 0; k < s->nparams; k++)
+        if (s->params[k].primary) sq += be->sumsq(s->grad + s->params[k].offset, s->params[k].numel);
+  } else {
+    int *cnt = kd_malloc((size_t)g->dp * sizeof(int)), *disp = kd_malloc((size_t)g->dp * sizeof(int));
+    for (int k = 0; k < s->nparams; k++) {
+      const struct kd_param *p = &s->params[k], *q = &u->shard.params[k];
+      if (!p->local) continue;
+      float *full = s->grad + p->offset, *part = u->shard.grad + q->offset;
+      shard_counts(u, p, cnt, disp);
+      if (shard_dim(p) == 0) {
+        MPI_Reduce_scatter(full, part, cnt, MPI_FLOAT, MPI_SUM, g->dp_comm);
+      } else { /* column blocks are not contiguous: reduce all, keep mine */
+        MPI_Allreduce(MPI_IN_PLACE, full, icount(p->numel), MPI_FLOAT, MPI_SUM, g->dp_comm);
+        if (q->local) block_copy(full, part, p, q, 1);
+      }
+      if (q->primary) sq += be->sumsq(part, q->numel);
+    }
+    free(cnt);
+    free(disp);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return sqrt(sq);
+}
+
+void update_apply(struct kd_update *u, struct kd_backend *be, double lr, float grad_mult,
+                  int64_t t, double beta1, double beta2, double eps, double weight_decay) {
+  struct kd_model *z = update_state(u);
+  const float bc1 = (float)(1.0 - pow(beta1, (double)t));
+  const float bc2 = (float)(1.0 - pow(beta2, (double)t));
+  for (int k = 0; k < z->nparams; k++) {
+    const struct kd_param *p = &z->params[k];
+    if (!p->local) continue;
+    const float wd = p->decay ? (float)weight_decay : 0.0f;
+    be->adamw(z->master + p->offset, z->m + p->offset, z->v + p->offset, z->grad + p->offset,
+              p->numel, (float)lr, (float)beta1, (float)beta2, (float)eps, wd, bc1, bc2,
+              grad_mult);
+  }
+  update_refresh_weights(u, be);
+}

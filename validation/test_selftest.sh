@@ -1,0 +1,16 @@
+#!/bin/sh
+# kdtrain --selftest: on a machine with a GPU (CUDA build) every op and two training
+# steps must pass (exit 0); without a device or without CUDA support it must say
+# "no CUDA device" and exit 2. Any other outcome (1: a comparison failed) fails.
+set -u
+: "${KDTRAIN:?}" "${MPIEXEC:?}" "${KD_SRCDIR:?}"
+out=$($MPIEXEC -n 1 "$KDTRAIN" --selftest "$KD_SRCDIR/input/quickstart/teacher.nml" \
+  "run%device='cuda'" 2>&1)
+rc=$?
+echo "$out"
+case $rc in
+  0) echo "selftest passed on a CUDA device"; exit 0 ;;
+  2) echo "$out" | grep -q "no CUDA device" && exit 0
+     echo "FAIL: exit 2 without the 'no CUDA device' message"; exit 1 ;;
+  *) echo "FAIL: kdtrain --selftest exited $rc"; exit 1 ;;
+esac
