@@ -11,6 +11,7 @@
 #include "layers.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,10 +23,10 @@ static void linear_fwd(struct kd_backend *be, float *y, const float *x, const fl
   be->gemm(0, 1, (int)N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
 }
 
-/* dx (N, in) += dy W ; dW (out, in) += dy^T x */
-static void linear_bwd(struct kd_backend *be, float *dx, float *dW, const float *dy,
+/* dx (N, in) = dy W + beta dx ; dW (out, in) += dy^T x */
+static void linear_bwd(struct kd_backend *be, float *dx, float beta, float *dW, const float *dy,
                        const float *x, const float *W, size_t N, int in, int out) {
-  be->gemm(0, 0, (int)N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in);
+  be->gemm(0, 0, (int)N, in, out, 1.0f, dy, out, W, in, beta, dx, in);
   be->gemm(1, 0, out, in, (int)N, 1.0f, dy, out, x, in, 1.0f, dW, in);
 }
 
@@ -40,61 +41,173 @@ static void tp_allreduce(const struct kd_model *m, float *x, size_t n) {
   MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, m->tp_comm);
 }
 
-static float *alloc_f(struct kd_backend *be, size_t n) {
-  return be->alloc(be, KD_MEM_ACTS, n * sizeof(float));
+/* --- layout: what is kept per micro-batch, what is shared and recomputed ---------------
+ * One walker serves allocation (acts_build_shared) and the memory planner (acts_plan),
+ * so the plan is the allocation. */
+
+enum { F_X_IN, F_H1, F_RSTD1, F_QKV, F_ATT, F_LSE, F_X_MID, F_H2, F_RSTD2, F_GU, F_MLP, NFIELD };
+
+static const size_t field_off[NFIELD] = {
+    offsetof(struct layer_acts, x_in),  offsetof(struct layer_acts, h1),
+    offsetof(struct layer_acts, rstd1), offsetof(struct layer_acts, qkv),
+    offsetof(struct layer_acts, att),   offsetof(struct layer_acts, lse),
+    offsetof(struct layer_acts, x_mid), offsetof(struct layer_acts, h2),
+    offsetof(struct layer_acts, rstd2), offsetof(struct layer_acts, gu),
+    offsetof(struct layer_acts, mlp)};
+
+static float **field(struct layer_acts *l, int f) {
+  return (float **)(void *)((char *)l + field_off[f]);
+}
+
+/* Floats per row of field f. */
+static size_t field_width(const struct acts_dims *d, int f) {
+  switch (f) {
+  case F_RSTD1:
+  case F_RSTD2: return 1;
+  case F_QKV: return (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
+  case F_ATT: return (size_t)d->q_dim;
+  case F_LSE: return (size_t)d->heads;
+  case F_GU: return 2 * (size_t)d->ffn;
+  case F_MLP: return (size_t)d->ffn;
+  default: return (size_t)d->C;
+  }
+}
+
+static int is_mlp_field(int f) { return f == F_GU || f == F_MLP; }
+
+/* Layers per recompute segment ('full'), else 1. */
+static int segment(const struct acts_dims *d) {
+  if (d->frozen || d->pol.recompute != 1) return 1;
+  const int e = d->pol.every > 0 ? d->pol.every : 1;
+  return e < d->layers ? e : d->layers;
+}
+
+int acts_tile_rows(int T, int C) {
+  const int tiles = (T + C - 1) / C;
+  return (T + tiles - 1) / tiles;
+}
+
+/* Whether layer i keeps field f per micro-batch. */
+static int kept(const struct acts_dims *d, int i, int f) {
+  if (d->frozen || (is_mlp_field(f) && d->pol.tiled_mlp)) return 0;
+  if (d->pol.recompute == 1) return f == F_X_IN && i % segment(d) == 0;
+  if (d->pol.recompute == 2) return f != F_H1 && f != F_H2 && f != F_MLP;
+  return 1;
+}
+
+/* Whether working set j holds its own field f (tiled MLP buffers: only set 0). */
+static int in_work(const struct acts_dims *d, int j, int f) {
+  if (is_mlp_field(f) && d->pol.tiled_mlp) return j == 0;
+  if (f == F_X_IN) return d->frozen || d->pol.offload || (d->pol.recompute == 1 && j > 0);
+  return !kept(d, 0, f) || d->pol.recompute == 1;
+}
+
+struct sink {
+  struct kd_backend *be; /* NULL: count only */
+  struct kd_acts *a;
+  size_t *bytes;
+};
+
+static void *take(struct sink *s, enum kd_mem cat, size_t n, size_t elsize) {
+  s->bytes[cat] += n * elsize;
+  if (!s->be) return NULL;
+  void *p = s->be->alloc(s->be, cat, n * elsize);
+  s->a->blocks[s->a->nblocks++] = p;
+  return p;
+}
+
+static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
+  struct kd_acts *a = s->a;
+  const size_t N = (size_t)d->B * d->T, C = (size_t)d->C, L = (size_t)d->layers;
+  const int offload = d->pol.offload && !d->frozen;
+  a->d = *d;
+  a->owns_ws = owns_ws;
+  a->tile = d->pol.tiled_mlp ? acts_tile_rows(d->T, d->C) : (int)N;
+  if ((size_t)a->tile > N) a->tile = (int)N;
+  const size_t rows_mlp = (size_t)a->tile;
+  a->blocks = kd_calloc((L + (size_t)segment(d)) * NFIELD + 16, sizeof *a->blocks);
+  if (!d->frozen) {
+    a->keep = kd_calloc(L, sizeof *a->keep);
+    for (int i = 0; i < d->layers; i++)
+      for (int f = 0; f < NFIELD; f++)
+        if (kept(d, i, f))
+          *field(&a->keep[i], f) = take(s, f == F_X_IN && offload ? KD_MEM_HOST : KD_MEM_ACTS,
+                                        N * field_width(d, f), sizeof(float));
+  }
+  a->x_out[0] = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  if (d->frozen) a->x_out[1] = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  if (d->has_head) {
+    a->hn = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+    a->rstd_f = take(s, KD_MEM_ACTS, N, sizeof(float));
+  }
+  a->tokens = take(s, KD_MEM_ACTS, N, sizeof(int));
+  if (!owns_ws) return;
+  a->nwork = segment(d);
+  a->work = kd_calloc((size_t)a->nwork, sizeof *a->work);
+  for (int j = 0; j < a->nwork; j++)
+    for (int f = 0; f < NFIELD; f++)
+      if (in_work(d, j, f))
+        *field(&a->work[j], f) = take(s, KD_MEM_ACTS,
+                                      (is_mlp_field(f) ? rows_mlp : N) * field_width(d, f),
+                                      sizeof(float));
+  for (int j = 1; j < a->nwork && d->pol.tiled_mlp; j++) {
+    a->work[j].gu = a->work[0].gu;
+    a->work[j].mlp = a->work[0].mlp;
+  }
+  if (d->frozen) return;
+  a->dres = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  a->dh = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  a->dqkv = take(s, KD_MEM_ACTS, N * field_width(d, F_QKV), sizeof(float));
+  a->datt = take(s, KD_MEM_ACTS, N * field_width(d, F_ATT), sizeof(float));
+  a->dgu = take(s, KD_MEM_ACTS, rows_mlp * field_width(d, F_GU), sizeof(float));
+  a->dmlp = take(s, KD_MEM_ACTS, rows_mlp * field_width(d, F_MLP), sizeof(float));
+  if (d->has_head) a->dhn = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+}
+
+void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T) {
+  memset(d, 0, sizeof *d);
+  d->B = B;
+  d->T = T;
+  d->C = mdl->card.hidden_size;
+  d->ffn = mdl->ffn;
+  d->q_dim = mdl->q_dim;
+  d->kv_dim = mdl->kv_dim;
+  d->heads = mdl->heads;
+  d->layers = mdl->nlayers;
+  d->frozen = mdl->frozen;
+  d->has_head = mdl->has_head;
+  d->pol = mdl->mem;
+  if (d->frozen) d->pol.recompute = d->pol.offload = 0;
+}
+
+void acts_plan(const struct acts_dims *d, int owns_ws, size_t bytes[KD_MEM_NCAT]) {
+  struct kd_acts a;
+  memset(&a, 0, sizeof a);
+  struct sink s = {NULL, &a, bytes};
+  layout(&s, d, owns_ws || d->frozen);
+  free(a.blocks);
+  free(a.keep);
+  free(a.work);
 }
 
 void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl,
                        int B, int T, const struct kd_acts *share) {
   memset(a, 0, sizeof *a);
-  const struct kd_card *c = &mdl->card;
-  const size_t N = (size_t)B * T, C = (size_t)c->hidden_size, I = (size_t)mdl->ffn;
-  const size_t QKV = (size_t)mdl->q_dim + 2 * (size_t)mdl->kv_dim, Q = (size_t)mdl->q_dim;
-  const size_t H = (size_t)mdl->heads;
-  a->B = B;
-  a->T = T;
-  a->nsets = mdl->frozen ? 1 : mdl->nlayers;
-  a->l = kd_calloc((size_t)a->nsets, sizeof *a->l);
-  for (int s = 0; s < a->nsets; s++) {
-    struct layer_acts *l = &a->l[s];
-    l->x_in = alloc_f(be, N * C);
-    l->h1 = alloc_f(be, N * C);
-    l->rstd1 = alloc_f(be, N);
-    l->qkv = alloc_f(be, N * QKV);
-    l->att = alloc_f(be, N * Q);
-    l->lse = alloc_f(be, N * H);
-    l->x_mid = alloc_f(be, N * C);
-    l->h2 = alloc_f(be, N * C);
-    l->rstd2 = alloc_f(be, N);
-    l->gu = alloc_f(be, N * 2 * I);
-    l->mlp = alloc_f(be, N * I);
-  }
-  a->x_out[0] = alloc_f(be, N * C);
-  if (mdl->frozen) a->x_out[1] = alloc_f(be, N * C);
-  if (mdl->has_head) {
-    a->hn = alloc_f(be, N * C);
-    a->rstd_f = alloc_f(be, N);
-  }
-  a->tokens = be->alloc(be, KD_MEM_ACTS, N * sizeof(int));
-  if (mdl->frozen) return;
-  if (share) {
-    a->dres = share->dres;
-    a->dh = share->dh;
-    a->dqkv = share->dqkv;
-    a->datt = share->datt;
-    a->dgu = share->dgu;
-    a->dmlp = share->dmlp;
-    a->dhn = share->dhn;
-    return;
-  }
-  a->owns_ws = 1;
-  a->dres = alloc_f(be, N * C);
-  a->dh = alloc_f(be, N * C);
-  a->dqkv = alloc_f(be, N * QKV);
-  a->datt = alloc_f(be, N * Q);
-  a->dgu = alloc_f(be, N * 2 * I);
-  a->dmlp = alloc_f(be, N * I);
-  if (mdl->has_head) a->dhn = alloc_f(be, N * C);
+  struct acts_dims d;
+  acts_dims_of(&d, mdl, B, T);
+  size_t bytes[KD_MEM_NCAT] = {0};
+  struct sink s = {be, a, bytes};
+  layout(&s, &d, share == NULL || mdl->frozen);
+  if (a->owns_ws) return;
+  a->nwork = share->nwork;
+  a->work = share->work;
+  a->dres = share->dres;
+  a->dh = share->dh;
+  a->dqkv = share->dqkv;
+  a->datt = share->datt;
+  a->dgu = share->dgu;
+  a->dmlp = share->dmlp;
+  a->dhn = share->dhn;
 }
 
 void acts_build(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl, int B,
@@ -103,36 +216,82 @@ void acts_build(struct kd_acts *a, struct kd_backend *be, const struct kd_model 
 }
 
 void acts_free(struct kd_acts *a, struct kd_backend *be) {
-  for (int s = 0; s < a->nsets; s++) {
-    struct layer_acts *l = &a->l[s];
-    float *bufs[] = {l->x_in, l->h1, l->rstd1, l->qkv, l->att, l->lse,
-                     l->x_mid, l->h2, l->rstd2, l->gu, l->mlp};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(be, bufs[i]);
-  }
-  float *own[] = {a->x_out[0], a->x_out[1], a->hn, a->rstd_f};
-  for (size_t i = 0; i < sizeof own / sizeof *own; i++) be->free(be, own[i]);
-  if (a->owns_ws) {
-    float *ws[] = {a->dres, a->dh, a->dqkv, a->datt, a->dgu, a->dmlp, a->dhn};
-    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) be->free(be, ws[i]);
-  }
-  be->free(be, a->tokens);
-  free(a->l);
+  for (int k = a->nblocks - 1; k >= 0; k--) be->free(be, a->blocks[k]);
+  free(a->blocks);
+  free(a->keep);
+  if (a->owns_ws) free(a->work);
   memset(a, 0, sizeof *a);
 }
 
-float *acts_stage_input(const struct kd_acts *a) { return a->l[0].x_in; }
-
-float *acts_stage_output(const struct kd_acts *a, const struct kd_model *mdl) {
-  return a->nsets == 1 && mdl->frozen ? a->x_out[(mdl->nlayers - 1) & 1] : a->x_out[0];
+/* Working set of layer i: its position in the recompute segment. */
+static int work_index(const struct kd_acts *a, int i) {
+  return a->d.pol.recompute == 1 && !a->d.frozen ? i % a->nwork : 0;
 }
 
-/* One decoder layer forward: reads l->x_in, writes `out` (N, C). */
+/* Where layer i reads its input during a forward: its kept buffer when that is
+ * device (acts) memory, else the working set's. */
+static float *xin_fwd(const struct kd_acts *a, int i) {
+  float *home = a->keep ? a->keep[i].x_in : NULL;
+  return home && !a->d.pol.offload ? home : a->work[work_index(a, i)].x_in;
+}
+
+/* The tensors of layer i: kept ones of this micro-batch, the rest from the working set. */
+static struct layer_acts layer_view(const struct kd_acts *a, int i) {
+  struct layer_acts v = a->work[work_index(a, i)];
+  if (a->keep)
+    for (int f = 0; f < NFIELD; f++) {
+      float *p = *field(&a->keep[i], f);
+      if (p) *field(&v, f) = p;
+    }
+  v.x_in = xin_fwd(a, i);
+  return v;
+}
+
+/* Bring an offloaded input of layer i back into its working buffer. */
+static void restore_input(struct kd_backend *be, const struct kd_acts *a, int i) {
+  const float *home = a->keep[i].x_in;
+  if (home && a->d.pol.offload)
+    be->copy(xin_fwd(a, i), home, (size_t)a->d.B * a->d.T * a->d.C);
+}
+
+float *acts_stage_input(const struct kd_acts *a) {
+  return a->d.frozen ? a->work[0].x_in : xin_fwd(a, 0);
+}
+
+float *acts_stage_output(const struct kd_acts *a, const struct kd_model *mdl) {
+  return mdl->frozen ? a->x_out[(mdl->nlayers - 1) & 1] : a->x_out[0];
+}
+
+/* MLP forward of one layer: out = down(silu(gate) * up)(h2) before the all-reduce.
+ * Tiled: row tiles through the tile buffers gu, mlp (kept nowhere). out == NULL: only
+ * what backward reads is computed (gu, mlp when not tiled; nothing when tiled). */
+static void mlp_forward(struct kd_backend *be, const struct kd_model *mdl,
+                        const struct layer_ptrs *w, const struct layer_acts *l, float *out,
+                        const struct kd_acts *a) {
+  const size_t N = (size_t)a->d.B * a->d.T;
+  const int C = mdl->card.hidden_size, I = mdl->ffn;
+  const size_t tile = a->d.pol.tiled_mlp ? (size_t)a->tile : N;
+  if (!out && a->d.pol.tiled_mlp) return;
+  for (size_t r0 = 0; r0 < N; r0 += tile) {
+    const size_t n = N - r0 < tile ? N - r0 : tile;
+    linear_fwd(be, l->gu, l->h2 + r0 * C, w->wgu, n, C, 2 * I);
+    maybe_round(be, l->gu, n * 2 * I);
+    be->swiglu_forward(l->mlp, l->gu, n, I);
+    if (out) linear_fwd(be, out + r0 * C, l->mlp, w->wd, n, I, C);
+  }
+}
+
+/* One decoder layer forward: reads l->x_in, writes `out` (N, C), which may alias
+ * l->x_in (read for the last time before out is first written). out == NULL (the
+ * last layer of a recomputed segment): the output is not needed, only what
+ * backward reads. */
 static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
-                          const struct layer_ptrs *w, struct layer_acts *l, float *out, int B,
-                          int T) {
+                          const struct layer_ptrs *w, const struct layer_acts *l, float *out,
+                          const struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
+  const int B = a->d.B, T = a->d.T;
   const size_t N = (size_t)B * T;
-  const int C = c->hidden_size, I = mdl->ffn, hd = mdl->head_dim;
+  const int C = c->hidden_size, hd = mdl->head_dim;
   const int nh = mdl->heads, nkv = mdl->kv_heads;
   const int Q = mdl->q_dim, QKV = mdl->q_dim + 2 * mdl->kv_dim;
   const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
@@ -149,10 +308,8 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
   be->add(l->x_mid, l->x_in, N * C);
   maybe_round(be, l->x_mid, N * C);
   be->rmsnorm_forward(l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
-  linear_fwd(be, l->gu, l->h2, w->wgu, N, C, 2 * I);
-  maybe_round(be, l->gu, N * 2 * I);
-  be->swiglu_forward(l->mlp, l->gu, N, I);
-  linear_fwd(be, out, l->mlp, w->wd, N, I, C);
+  mlp_forward(be, mdl, w, l, out, a);
+  if (!out) return;
   tp_allreduce(mdl, out, N * C);
   be->add(out, l->x_mid, N * C);
   maybe_round(be, out, N * C);
@@ -161,29 +318,54 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
 void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
                    const int *tokens) {
   const struct kd_card *c = &mdl->card;
-  const size_t N = (size_t)a->B * a->T;
+  const size_t N = (size_t)a->d.B * a->d.T;
   const int C = c->hidden_size, L = mdl->nlayers;
   if (mdl->has_embed) {
+    float *x0 = acts_stage_input(a);
     memcpy(a->tokens, tokens, N * sizeof(int));
-    be->embedding_forward(a->l[0].x_in, a->tokens, mdl->pw.wte, N, C, mdl->vocab_lo,
-                          mdl->vocab);
-    tp_allreduce(mdl, a->l[0].x_in, N * C);
+    be->embedding_forward(x0, a->tokens, mdl->pw.wte, N, C, mdl->vocab_lo, mdl->vocab);
+    tp_allreduce(mdl, x0, N * C);
   }
   for (int i = 0; i < L; i++) {
-    struct layer_acts *l = &a->l[a->nsets == 1 && mdl->frozen ? 0 : i];
+    struct layer_acts l = layer_view(a, i);
     float *out;
-    if (mdl->frozen) {
-      /* one working set; the residual alternates between x_out[0/1] */
-      if (i > 0) be->copy(l->x_in, a->x_out[(i - 1) & 1], N * C);
+    if (mdl->frozen) { /* one working set; the residual alternates between x_out[0/1] */
+      if (i > 0) l.x_in = a->x_out[(i - 1) & 1];
       out = a->x_out[i & 1];
     } else {
-      out = i + 1 < L ? a->l[i + 1].x_in : a->x_out[0];
+      if (a->d.pol.offload && a->keep[i].x_in) /* to host as soon as it exists */
+        be->copy(a->keep[i].x_in, l.x_in, N * C);
+      out = i + 1 < L ? xin_fwd(a, i + 1) : a->x_out[0];
     }
-    layer_forward(be, mdl, &mdl->pw.layer[i], l, out, a->B, a->T);
+    layer_forward(be, mdl, &mdl->pw.layer[i], &l, out, a);
   }
   if (mdl->has_head)
     be->rmsnorm_forward(a->hn, a->rstd_f, acts_stage_output(a, mdl), mdl->pw.norm, N, C,
                         (float)c->rms_norm_eps);
+}
+
+/* MLP backward: a->dres holds dL/d(MLP output); leaves dL/dh2 (partial over TP) in
+ * a->dh. Tiled: each tile's gate/up and swiglu are recomputed first. */
+static void mlp_backward(struct kd_backend *be, const struct kd_model *mdl,
+                         const struct layer_ptrs *w, const struct layer_ptrs *g,
+                         const struct layer_acts *l, struct kd_acts *a) {
+  const size_t N = (size_t)a->d.B * a->d.T;
+  const int C = mdl->card.hidden_size, I = mdl->ffn;
+  const int tiled = a->d.pol.tiled_mlp;
+  const size_t tile = tiled ? (size_t)a->tile : N;
+  for (size_t r0 = 0; r0 < N; r0 += tile) {
+    const size_t n = N - r0 < tile ? N - r0 : tile;
+    const float *h2 = l->h2 + r0 * C, *dy = a->dres + r0 * C;
+    if (tiled) {
+      linear_fwd(be, l->gu, h2, w->wgu, n, C, 2 * I);
+      maybe_round(be, l->gu, n * 2 * I);
+      be->swiglu_forward(l->mlp, l->gu, n, I);
+    }
+    linear_bwd(be, a->dmlp, 0.0f, g->wd, dy, l->mlp, w->wd, n, I, C);
+    be->zero(a->dgu, n * 2 * I);
+    be->swiglu_backward(a->dgu, a->dmlp, l->gu, n, I);
+    linear_bwd(be, a->dh + r0 * C, 0.0f, g->wgu, a->dgu, h2, w->wgu, n, C, 2 * I);
+  }
 }
 
 /* One decoder layer backward: a->dres holds dL/d(layer output) on entry and
@@ -192,49 +374,76 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl,
                            const struct layer_ptrs *w, const struct layer_ptrs *g,
                            const struct layer_acts *l, struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
-  const int B = a->B, T = a->T;
+  const int B = a->d.B, T = a->d.T;
   const size_t N = (size_t)B * T;
-  const int C = c->hidden_size, I = mdl->ffn, hd = mdl->head_dim;
+  const int C = c->hidden_size, hd = mdl->head_dim;
   const int nh = mdl->heads, nkv = mdl->kv_heads;
   const int Q = mdl->q_dim, QKV = mdl->q_dim + 2 * mdl->kv_dim;
   const float theta = (float)c->rope_theta;
 
   /* MLP: out = x_mid + down(silu(gate) * up) */
-  be->zero(a->dmlp, N * I);
-  linear_bwd(be, a->dmlp, g->wd, a->dres, l->mlp, w->wd, N, I, C);
-  be->zero(a->dgu, N * 2 * I);
-  be->swiglu_backward(a->dgu, a->dmlp, l->gu, N, I);
-  be->zero(a->dh, N * C);
-  linear_bwd(be, a->dh, g->wgu, a->dgu, l->h2, w->wgu, N, C, 2 * I);
+  mlp_backward(be, mdl, w, g, l, a);
   tp_allreduce(mdl, a->dh, N * C);
   be->rmsnorm_backward(a->dres, g->ln2, a->dh, l->x_mid, w->ln2, l->rstd2, N, C);
 
   /* attention: x_mid = x_in + o_proj(attn(rope(qkv(norm(x_in))))) */
-  be->zero(a->datt, N * Q);
-  linear_bwd(be, a->datt, g->wo, a->dres, l->att, w->wo, N, Q, C);
+  linear_bwd(be, a->datt, 0.0f, g->wo, a->dres, l->att, w->wo, N, Q, C);
   be->zero(a->dqkv, N * QKV);
   be->attention_backward(a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd);
   be->rope_backward(a->dqkv, N, T, nh, hd, QKV, theta);
   be->rope_backward(a->dqkv + Q, N, T, nkv, hd, QKV, theta);
   if (g->bqkv) be->bias_backward(g->bqkv, a->dqkv, N, QKV, QKV);
-  be->zero(a->dh, N * C);
-  linear_bwd(be, a->dh, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);
+  linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);
   tp_allreduce(mdl, a->dh, N * C);
   be->rmsnorm_backward(a->dres, g->ln1, a->dh, l->x_in, w->ln1, l->rstd1, N, C);
 }
 
+/* 'selective': recompute the norms' outputs and the SwiGLU product of layer l from
+ * the kept inputs, with the forward's ops (bitwise the same values). */
+static void recompute_cheap(struct kd_backend *be, const struct kd_model *mdl,
+                            const struct layer_ptrs *w, const struct layer_acts *l,
+                            const struct kd_acts *a) {
+  const size_t N = (size_t)a->d.B * a->d.T;
+  const int C = mdl->card.hidden_size;
+  const float eps = (float)mdl->card.rms_norm_eps;
+  be->rmsnorm_forward(l->h1, l->rstd1, l->x_in, w->ln1, N, C, eps);
+  be->rmsnorm_forward(l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
+  if (!a->d.pol.tiled_mlp) be->swiglu_forward(l->mlp, l->gu, N, mdl->ffn);
+}
+
 void model_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
-  const size_t N = (size_t)a->B * a->T;
+  const size_t N = (size_t)a->d.B * a->d.T;
   const int C = c->hidden_size, L = mdl->nlayers;
-  KD_CHECK(!mdl->frozen && a->nsets == L, "backward of a frozen model");
+  KD_CHECK(!mdl->frozen && a->keep && a->d.layers == L, "backward of a frozen model");
   if (mdl->has_head) {
     be->zero(a->dres, N * C);
     be->rmsnorm_backward(a->dres, mdl->pg.norm, a->dhn, acts_stage_output(a, mdl),
                          mdl->pw.norm, a->rstd_f, N, C);
   }
-  for (int i = L - 1; i >= 0; i--)
-    layer_backward(be, mdl, &mdl->pw.layer[i], &mdl->pg.layer[i], &a->l[i], a);
+  const struct layer_ptrs *W = mdl->pw.layer, *G = mdl->pg.layer;
+  if (a->d.pol.recompute == 1) { /* segments, last first: forward again, then backward */
+    const int e = a->nwork;
+    for (int s0 = (L - 1) / e * e; s0 >= 0; s0 -= e) {
+      const int s1 = s0 + e < L ? s0 + e : L;
+      restore_input(be, a, s0);
+      for (int i = s0; i < s1; i++) {
+        const struct layer_acts l = layer_view(a, i);
+        layer_forward(be, mdl, &W[i], &l, i + 1 < s1 ? xin_fwd(a, i + 1) : NULL, a);
+      }
+      for (int i = s1 - 1; i >= s0; i--) {
+        const struct layer_acts l = layer_view(a, i);
+        layer_backward(be, mdl, &W[i], &G[i], &l, a);
+      }
+    }
+  } else {
+    for (int i = L - 1; i >= 0; i--) {
+      restore_input(be, a, i);
+      const struct layer_acts l = layer_view(a, i);
+      if (a->d.pol.recompute == 2) recompute_cheap(be, mdl, &W[i], &l, a);
+      layer_backward(be, mdl, &W[i], &G[i], &l, a);
+    }
+  }
   if (mdl->has_embed)
     be->embedding_backward(mdl->pg.wte, a->dres, a->tokens, N, C, mdl->vocab_lo, mdl->vocab);
 }

@@ -1,13 +1,15 @@
 /* layers.h: forward and backward of the whole decoder stack for one micro-batch,
  * orchestrating backend ops. The activations of a model live in `struct kd_acts`;
- * a frozen model (the teacher) keeps one layer's working set only. */
+ * a frozen model (the teacher) keeps one layer's working set only. What a trained
+ * model keeps for backward follows its memory policy (mdl->mem, doc/memory.md):
+ * recompute 'none' | 'full' | 'selective', offloaded layer inputs, tiled MLP. */
 #ifndef KD_LAYERS_H
 #define KD_LAYERS_H
 
 #include "backend/backend.h"
 #include "model.h"
 
-/* What one decoder layer keeps for backward (pointers into arena blocks). */
+/* The tensors of one decoder layer (pointers into arena blocks). */
 struct layer_acts {
   float *x_in;  /* (N, C) residual input */
   float *h1;    /* (N, C) input_layernorm output */
@@ -18,33 +20,57 @@ struct layer_acts {
   float *x_mid; /* (N, C) residual after attention */
   float *h2;    /* (N, C) post_attention_layernorm output */
   float *rstd2; /* (N) */
-  float *gu;    /* (N, 2 I) gate | up projections */
-  float *mlp;   /* (N, I) silu(gate) * up */
+  float *gu;    /* (N, 2 I) gate | up projections; (tile, 2 I) when tiled */
+  float *mlp;   /* (N, I) silu(gate) * up; (tile, I) when tiled */
+};
+
+/* The sizes that decide an activation layout (per rank: TP-split widths, the
+ * stage's layers). */
+struct acts_dims {
+  int B, T, C, ffn, q_dim, kv_dim, heads, layers;
+  int frozen, has_head;
+  struct kd_mem_policy pol;
 };
 
 struct kd_acts {
-  int B, T;
-  int owns_ws;            /* 1: the gradient workspace below belongs to this set */
-  int nsets;              /* layer sets kept: the stage's layers (training) or 1 (frozen) */
-  struct layer_acts *l;   /* nsets entries */
-  float *x_out[2];        /* (N, C) residual ping-pong (frozen) / x_out[0] final residual */
-  float *hn;              /* (N, C) final norm output: what the LM head reads */
-  float *rstd_f;          /* (N) */
-  int *tokens;            /* (N) inputs of the micro-batch kept for backward */
-  /* gradient workspace, shared by all layers (NULL when frozen) */
+  struct acts_dims d;
+  int owns_ws;             /* 1: the shared working set below belongs to this set */
+  int tile;                /* MLP tile rows (N when not tiled) */
+  struct layer_acts *keep; /* d.layers entries kept per micro-batch (NULL fields: not kept;
+                              keep[i].x_in in KD_MEM_HOST when offloaded); NULL when frozen */
+  int nwork;               /* working layer sets: recompute segment length, else 1 */
+  struct layer_acts *work; /* what is not kept: recomputed in backward (shared) */
+  float *x_out[2];         /* (N, C) residual ping-pong (frozen) / x_out[0] final residual */
+  float *hn;               /* (N, C) final norm output: what the LM head reads */
+  float *rstd_f;           /* (N) */
+  int *tokens;             /* (N) inputs of the micro-batch kept for backward */
+  /* gradient workspace, shared by all layers (NULL when frozen); dgu, dmlp tile-sized */
   float *dres, *dh, *dqkv, *datt, *dgu, *dmlp, *dhn;
+  void **blocks;           /* every block this set allocated, for acts_free */
+  int nblocks;
 };
+
+/* The layout sizes of `mdl`'s stage for micro-batches of B sequences of T tokens. */
+void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T);
+
+/* Rows of one MLP tile: the sequence is cut into ceil(T / C) tiles. */
+int acts_tile_rows(int T, int C);
+
+/* Add to bytes[cat] what acts_build_shared allocates for `d` (owns_ws: with the
+ * shared working set and gradient workspace). The memory planner's activation term. */
+void acts_plan(const struct acts_dims *d, int owns_ws, size_t bytes[KD_MEM_NCAT]);
 
 /* Allocate activations of this rank's pipeline stage for micro-batches of B
  * sequences of T tokens. */
 void acts_build(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl, int B, int T);
-/* The same, sharing the gradient workspace of `share` (another in-flight micro-batch
- * of the same stage: backward passes run one at a time). */
+/* The same, sharing the working set and gradient workspace of `share` (another
+ * in-flight micro-batch of the same stage: backward passes run one at a time). */
 void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl,
                        int B, int T, const struct kd_acts *share);
 void acts_free(struct kd_acts *a, struct kd_backend *be);
 
-/* Where the stage's input hidden state (N, C) goes when it is not the first stage. */
+/* Where the stage's input hidden state (N, C) goes when it is not the first stage
+ * (consumed by the next model_forward). */
 float *acts_stage_input(const struct kd_acts *a);
 /* The stage's output hidden state (N, C) when it is not the last stage. */
 float *acts_stage_output(const struct kd_acts *a, const struct kd_model *mdl);
@@ -58,8 +84,9 @@ void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_
 
 /* Backward of this rank's stage, from a->dhn (gradient w.r.t. a->hn, complete over
  * TP) on the last stage, else from a->dres (gradient w.r.t. the stage output);
- * accumulates into mdl->grad and leaves the gradient w.r.t. the stage input in
- * a->dres on stages after the first. Collective over mdl->tp_comm. */
+ * recomputes what the forward did not keep (bitwise the same values), accumulates
+ * into mdl->grad and leaves the gradient w.r.t. the stage input in a->dres on
+ * stages after the first. Collective over mdl->tp_comm. */
 void model_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a);
 
 #endif

@@ -50,8 +50,17 @@ struct model_ptrs {
   float *head;         /* (V, C); == wte when tied */
 };
 
+/* Activation memory policy of a model (memory%*): applied by layers.c. */
+struct kd_mem_policy {
+  int recompute; /* 0 none, 1 full, 2 selective */
+  int every;     /* full: layers per recompute segment (>= 1) */
+  int offload;   /* kept layer inputs live in KD_MEM_HOST */
+  int tiled_mlp; /* MLP over row tiles, nothing of it kept for backward */
+};
+
 struct kd_model {
   struct kd_card card;
+  struct kd_mem_policy mem; /* all 0 after model_build_grid: keep everything */
   int frozen;          /* teacher: no gradients, no optimizer state */
   /* how this rank's part is cut out of the model */
   int tp, tp_rank;     /* tensor parallel: heads, kv heads, intermediate, vocabulary */

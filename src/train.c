@@ -19,6 +19,7 @@
 #include "loss.h"
 #include "model.h"
 #include "optim.h"
+#include "plan.h"
 #include "schedule.h"
 #include "util.h"
 #include "weights.h"
@@ -135,6 +136,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
                             err, sizeof err),
                err);
   }
+  plan_policy(&r->student.mem, cfg, 0);
   update_build(&r->update, &r->be, &r->student, &r->grid, zero);
   if (strcmp(cfg->run_mode, "eval") != 0) /* checkpoint%resume */
     ckpt_resume(cfg, update_state(&r->update), &r->resume, MPI_COMM_WORLD);
@@ -142,6 +144,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   /* teacher: frozen, compute precision only */
   if (r->distill) {
     model_build_grid(&r->teacher, &r->be, &cfg->teacher, MODEL_FROZEN, &r->grid);
+    plan_policy(&r->teacher.mem, cfg, 1);
     fail_input(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
                             sizeof err),
                err);
@@ -379,6 +382,28 @@ static int save_final(struct run *r) {
   return st;
 }
 
+/* Print every rank's arena peaks per category (rank 0 prints; collective). */
+static void report_peaks(const struct run *r) {
+  unsigned long long mine[KD_MEM_NCAT + 1], *all = NULL;
+  for (int c = 0; c < KD_MEM_NCAT; c++) mine[c] = r->be.arena.peak[c];
+  mine[KD_MEM_NCAT] = r->be.arena.peak_total;
+  if (r->rank == 0) all = kd_malloc((size_t)r->nranks * sizeof mine);
+  MPI_Gather(mine, KD_MEM_NCAT + 1, MPI_UNSIGNED_LONG_LONG, all, KD_MEM_NCAT + 1,
+             MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  if (r->rank != 0) return;
+  printf("memory peaks per rank (bytes):\n  rank (tp,pp,dp)");
+  for (int c = 0; c < KD_MEM_NCAT; c++) printf(" %12s", kd_mem_names[c]);
+  printf(" %12s\n", "total");
+  for (int k = 0; k < r->nranks; k++) {
+    const int tp = r->grid.tp, dp = r->grid.dp;
+    printf("  %4d (%d,%d,%d)", k, k % tp, k / (tp * dp), (k / tp) % dp);
+    for (int c = 0; c <= KD_MEM_NCAT; c++) printf(" %12llu", all[(size_t)k * (KD_MEM_NCAT + 1) + c]);
+    printf("\n");
+  }
+  fflush(stdout);
+  free(all);
+}
+
 int train_run(const struct kd_config *cfg) {
   struct run r;
   if (kd_rank() == 0 && mkdir_p(cfg->run_out_dir) != 0)
@@ -402,55 +427,9 @@ int train_run(const struct kd_config *cfg) {
     status = train_loop(&r);
     if (status == KD_EXIT_OK) save_final(&r);
   }
+  report_peaks(&r);
   run_teardown(&r);
   return status;
 }
 
-/* Activation bytes of acts_build for one model (mirrors layers.c allocation). */
-static size_t plan_acts(const struct kd_card *c, int B, int T, int frozen) {
-  const size_t N = (size_t)B * T, C = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
-  const size_t hd = C / (size_t)c->num_attention_heads;
-  const size_t Q = hd * (size_t)c->num_attention_heads, KV = hd * (size_t)c->num_key_value_heads;
-  const size_t H = (size_t)c->num_attention_heads;
-  const size_t layer = N * (4 * C + 2 + (Q + 2 * KV) + Q + H + 3 * I);
-  const size_t sets = frozen ? 1 : (size_t)c->num_hidden_layers;
-  size_t f = sets * layer + N * (C * (frozen ? 3 : 2) + 1);
-  if (!frozen) f += N * (3 * C + (Q + 2 * KV) + Q + 3 * I);
-  return f * sizeof(float) + N * sizeof(int);
-}
-
-int train_dry_run(const struct kd_config *cfg) {
-  int nranks;
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  const int distill = strcmp(cfg->run_mode, "distill") == 0;
-  const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
-  const int T = cfg->data_seq_len, mb = cfg->par_micro_batch;
-  const size_t ps = (size_t)model_count_params(&cfg->student);
-  const size_t pt = distill ? (size_t)model_count_params(&cfg->teacher) : 0;
-  const size_t w = ps * 4 * (bf16 ? 2 : 1) + pt * 4, g = ps * 4, o = ps * 8;
-  size_t a = plan_acts(&cfg->student, mb, T, 0);
-  if (distill) a += plan_acts(&cfg->teacher, mb, T, 1);
-  const size_t N = (size_t)mb * T;
-  size_t chunk = cfg->loss_chunk_tokens > 0 ? (size_t)cfg->loss_chunk_tokens : N;
-  if (chunk > N) chunk = N;
-  const size_t l = chunk * (size_t)cfg->student.vocab_size * 4 * (distill ? 2 : 1);
-  kd_info("kdtrain --dry-run: %d rank(s), layout tp=1 pp=1 dp=%d, zero=%d\n", nranks, nranks,
-          cfg->par_zero);
-  kd_info("  student %s: %zu parameters%s%s\n", cfg->student_card, ps,
-          distill ? "; teacher " : "", distill ? cfg->teacher_card : "");
-  if (distill) kd_info("  teacher parameters: %zu\n", pt);
-  kd_info("  per-rank memory plan (bytes):\n");
-  const char *names[] = {"weights", "gradients", "optimizer", "activations", "loss chunk",
-                         "communication"};
-  size_t vals[] = {w, g, o, a, l, nranks > 1 ? g : 0};
-  size_t total = 0;
-  for (int i = 0; i < 6; i++) {
-    kd_info("    %-14s %14zu  (%.1f MiB)\n", names[i], vals[i], (double)vals[i] / 1048576.0);
-    total += vals[i];
-  }
-  kd_info("    %-14s %14zu  (%.1f MiB)\n", "total", total, (double)total / 1048576.0);
-  if (cfg->loss_chunk_tokens == 0)
-    kd_info("  (loss chunk shown at its largest, %zu tokens; the run sizes it from the budget)\n",
-            chunk);
-  return KD_EXIT_OK;
-}
+int train_dry_run(const struct kd_config *cfg) { return plan_dry_run(cfg); }

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/../.."
 KDTRAIN=${KDTRAIN:-./src/kdtrain}
 MPIEXEC=${MPIEXEC:-mpiexec}
 NP=${NP:-1}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 run() { echo "== $MPIEXEC -n $NP $KDTRAIN $*"; $MPIEXEC -n "$NP" "$KDTRAIN" "$@"; }
 
 start=$(date +%s)

@@ -1,0 +1,167 @@
+/* plan.c: per-rank memory predictions from the configuration alone, by the same
+ * layout rules the run allocates with (activations come from layers.c's own layout
+ * walker, so they are exact), and the measured peaks to compare them with. */
+#include "plan.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "grid.h"
+#include "layers.h"
+#include "loss.h"
+#include "util.h"
+
+void plan_policy(struct kd_mem_policy *pol, const struct kd_config *cfg, int frozen) {
+  memset(pol, 0, sizeof *pol);
+  pol->tiled_mlp = cfg->mem_tiled_mlp;
+  if (frozen) return;
+  pol->recompute = strcmp(cfg->mem_recompute, "full") == 0        ? 1
+                   : strcmp(cfg->mem_recompute, "selective") == 0 ? 2
+                                                                  : 0;
+  pol->every = cfg->mem_recompute_every > 0 ? cfg->mem_recompute_every : 1;
+  pol->offload = cfg->mem_offload;
+}
+
+/* The per-rank cut of one model (mirrors model_build_grid). */
+struct cut {
+  struct acts_dims d;
+  int vocab, has_embed;
+  size_t numel, maxblock;
+};
+
+static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int tp, int tp_rank,
+                      int pp, int stage) {
+  memset(m, 0, sizeof *m);
+  struct acts_dims *d = &m->d;
+  const int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->hidden_size / nh;
+  long long s0, n;
+  int first;
+  grid_stage_layers(c->num_hidden_layers, pp, stage, &first, &d->layers);
+  d->C = c->hidden_size;
+  d->heads = nh / tp;
+  d->q_dim = d->heads * hd;
+  d->kv_dim = (nkv % tp == 0 ? nkv / tp : 1) * hd;
+  grid_block(c->intermediate_size, tp, tp_rank, &s0, &n);
+  d->ffn = (int)n;
+  grid_block(c->vocab_size, tp, tp_rank, &s0, &n);
+  m->vocab = (int)n;
+  d->frozen = frozen;
+  d->has_head = stage == pp - 1;
+  m->has_embed = stage == 0;
+  const size_t C = (size_t)d->C, QKV = (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
+  const size_t emb = (size_t)m->vocab * C;
+  const size_t layer = 2 * C + QKV * C + (c->attention_bias ? QKV : 0) + C * (size_t)d->q_dim +
+                       3 * (size_t)d->ffn * C;
+  const int tied = c->tie_word_embeddings;
+  m->numel = (m->has_embed || (tied && d->has_head) ? emb : 0) + (size_t)d->layers * layer +
+             (d->has_head ? C + (tied ? 0 : emb) : 0);
+  m->maxblock = emb > 2 * (size_t)d->ffn * C ? emb : 3 * (size_t)d->ffn * C;
+}
+
+void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[KD_MEM_NCAT]) {
+  memset(bytes, 0, KD_MEM_NCAT * sizeof *bytes);
+  const int tp = cfg->par_tp, pp = cfg->par_pp;
+  const int dp = cfg->par_dp > 0 ? cfg->par_dp : nranks / (tp * pp);
+  const int tp_rank = rank % tp, stage = rank / (tp * dp);
+  const int distill = strcmp(cfg->run_mode, "distill") == 0;
+  const int train = strcmp(cfg->run_mode, "eval") != 0, zero = cfg->par_zero && train;
+  const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
+  const int B = cfg->par_micro_batch, T = cfg->data_seq_len;
+  struct cut s, t;
+  cut_model(&s, &cfg->student, 0, tp, tp_rank, pp, stage);
+  plan_policy(&s.d.pol, cfg, 0);
+  s.d.B = B;
+  s.d.T = T;
+  const size_t ps = s.numel * sizeof(float);
+  bytes[KD_MEM_WEIGHTS] = ps;
+  bytes[KD_MEM_GRADS] = ps;
+  if (zero) { /* ZeRO-1: master, gradient and moments of a 1/dp shard */
+    const size_t shard = (s.numel + (size_t)dp - 1) / (size_t)dp * sizeof(float);
+    bytes[KD_MEM_WEIGHTS] += shard;
+    bytes[KD_MEM_GRADS] += shard;
+    bytes[KD_MEM_OPTIM] = 2 * shard;
+    bytes[KD_MEM_COMM] += s.maxblock * sizeof(float);
+  } else {
+    bytes[KD_MEM_WEIGHTS] += bf16 ? ps : 0;
+    bytes[KD_MEM_OPTIM] = 2 * ps;
+  }
+  /* the loss chunk is sized from what is allocated before the activations */
+  size_t before = 0;
+  for (int k = 0; k < KD_MEM_NCAT; k++)
+    if (k != KD_MEM_HOST) before += bytes[k];
+  if (distill) {
+    cut_model(&t, &cfg->teacher, 1, tp, tp_rank, pp, stage);
+    plan_policy(&t.d.pol, cfg, 1);
+    t.d.B = B;
+    t.d.T = T;
+    bytes[KD_MEM_WEIGHTS] += t.numel * sizeof(float);
+    before += t.numel * sizeof(float);
+    acts_plan(&t.d, 1, bytes);
+  }
+  const int micro = cfg->par_global_batch / (dp * B);
+  const int valid = (cfg->data_valid_batches + dp - 1) / dp;
+  const int maxm = micro > valid ? micro : valid;
+  int slots = pp - stage < maxm ? pp - stage : maxm;
+  if (slots < 1) slots = 1;
+  for (int k = 0; k < slots; k++) acts_plan(&s.d, k == 0, bytes);
+  const size_t N = (size_t)B * T;
+  if (pp > 1) /* forward messages carry [teacher | student] hidden states, both ways */
+    bytes[KD_MEM_COMM] += 2 * N * ((size_t)cfg->student.hidden_size +
+                                   (distill ? (size_t)cfg->teacher.hidden_size : 0)) * 4;
+  if (s.d.has_head) {
+    size_t chunk;
+    if (cfg->loss_chunk_tokens > 0) {
+      chunk = (size_t)cfg->loss_chunk_tokens;
+    } else {
+      const size_t budget = (size_t)cfg->mem_budget_mb << 20;
+      chunk = loss_chunk_from_budget(cfg->mem_budget_mb == 0 ? (size_t)1 << 30
+                                     : budget > before      ? budget - before
+                                                            : 0,
+                                     cfg->student.vocab_size, distill);
+    }
+    if (chunk > N) chunk = N;
+    const int nstats = (distill ? 2 : 0) + (!distill || cfg->loss_temperature != 1.0);
+    bytes[KD_MEM_LOSS] = chunk * ((size_t)s.vocab * 4 * (distill ? 2 : 1) +
+                                  (size_t)nstats * 2 * 4 + 3 * sizeof(double));
+  }
+}
+
+static size_t total_of(const size_t *b) {
+  size_t t = 0;
+  for (int k = 0; k < KD_MEM_NCAT; k++)
+    if (k != KD_MEM_HOST && k != KD_MEM_SCRATCH) t += b[k];
+  return t;
+}
+
+int plan_dry_run(const struct kd_config *cfg) {
+  int nranks;
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  const int distill = strcmp(cfg->run_mode, "distill") == 0;
+  const int tp = cfg->par_tp, pp = cfg->par_pp;
+  const int dp = cfg->par_dp > 0 ? cfg->par_dp : nranks / (tp * pp);
+  kd_info("kdtrain --dry-run: %d rank(s), layout tp=%d pp=%d dp=%d, zero=%d | memory "
+          "recompute='%s' every %d, offload %d, tiled_mlp %d\n",
+          nranks, tp, pp, dp, cfg->par_zero, cfg->mem_recompute, cfg->mem_recompute_every,
+          cfg->mem_offload, cfg->mem_tiled_mlp);
+  kd_info("  student %s: %lld parameters", cfg->student_card,
+          (long long)model_count_params(&cfg->student));
+  if (distill)
+    kd_info("; teacher %s: %lld parameters", cfg->teacher_card,
+            (long long)model_count_params(&cfg->teacher));
+  kd_info("\n  predicted per-rank memory (bytes; doc/memory.md):\n  %4s", "rank");
+  static const int cols[] = {KD_MEM_WEIGHTS, KD_MEM_GRADS, KD_MEM_OPTIM, KD_MEM_ACTS,
+                             KD_MEM_LOSS,    KD_MEM_COMM,  KD_MEM_HOST};
+  const char *heads[] = {"weights", "gradients", "optimizer", "activations",
+                         "loss chunk", "communication", "host (offload)"};
+  for (int k = 0; k < 7; k++) kd_info(" %14s", heads[k]);
+  kd_info(" %14s %10s\n", "device total", "MiB");
+  for (int r = 0; r < nranks; r++) {
+    size_t b[KD_MEM_NCAT];
+    plan_rank(cfg, nranks, r, b);
+    kd_info("  %4d", r);
+    for (int k = 0; k < 7; k++) kd_info(" %14zu", b[cols[k]]);
+    kd_info(" %14zu %10.1f\n", total_of(b), (double)total_of(b) / 1048576.0);
+  }
+  return KD_EXIT_OK;
+}
