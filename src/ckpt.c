@@ -24,14 +24,6 @@
 
 #define CKPT_LATEST "latest"
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (errlen > 0) vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 /* --- /state: one scalar dataset per field, and a checksum over all of them ----------- */
 
@@ -100,7 +92,7 @@ static int state_read(hid_t file, const char *path, struct ckpt_state *st, char 
                       size_t errlen) {
   memset(st, 0, sizeof *st);
   if (H5Lexists(file, "state", H5P_DEFAULT) <= 0) {
-    seterr(err, errlen,
+    kd_seterr(err, errlen,
            "%s has no /state group: it is a weights file, not a checkpoint (name it as "
            "&student init instead of checkpoint%%resume)",
            path);
@@ -108,7 +100,7 @@ static int state_read(hid_t file, const char *path, struct ckpt_state *st, char 
   }
   hid_t g = H5Gopen2(file, "state", H5P_DEFAULT);
   int st_rc = g < 0 ? KD_EXIT_INPUT : 0;
-  if (g < 0) seterr(err, errlen, "%s: /state cannot be opened: the file is damaged", path);
+  if (g < 0) kd_seterr(err, errlen, "%s: /state cannot be opened: the file is damaged", path);
   for (size_t i = 0; i < NSTATE && !st_rc; i++) {
     const struct state_field *f = &state_fields[i];
     hid_t d = H5Lexists(g, f->name, H5P_DEFAULT) > 0 ? H5Dopen2(g, f->name, H5P_DEFAULT) : -1;
@@ -119,7 +111,7 @@ static int state_read(hid_t file, const char *path, struct ckpt_state *st, char 
     if (s >= 0) H5Sclose(s);
     if (d >= 0) H5Dclose(d);
     if (!ok) {
-      seterr(err, errlen,
+      kd_seterr(err, errlen,
              "%s has no readable scalar dataset /state/%s: the checkpoint is incomplete or "
              "damaged",
              path, f->name);
@@ -131,11 +123,11 @@ static int state_read(hid_t file, const char *path, struct ckpt_state *st, char 
     hid_t a = H5Aexists(g, "checksum_idxmix64") > 0 ? H5Aopen(g, "checksum_idxmix64", H5P_DEFAULT)
                                                       : -1;
     if (a < 0 || H5Aread(a, H5T_NATIVE_UINT64, &stored) < 0) {
-      seterr(err, errlen, "%s: /state has no checksum_idxmix64 attribute: the checkpoint is "
+      kd_seterr(err, errlen, "%s: /state has no checksum_idxmix64 attribute: the checkpoint is "
                           "incomplete or damaged", path);
       st_rc = KD_EXIT_INPUT;
     } else if (stored != state_checksum(st)) {
-      seterr(err, errlen,
+      kd_seterr(err, errlen,
              "%s: /state fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
              "): the file is corrupted",
              path, stored, state_checksum(st));
@@ -145,7 +137,7 @@ static int state_read(hid_t file, const char *path, struct ckpt_state *st, char 
   }
   if (!st_rc && (st->step < 0 || st->consumed < 0 || st->updates < 0 || st->updates > st->step ||
                  !(st->loss_scale > 0))) {
-    seterr(err, errlen,
+    kd_seterr(err, errlen,
            "%s: /state holds impossible values (step %" PRId64 ", consumed %" PRId64
            ", updates %" PRId64 ", loss_scale %g)",
            path, st->step, st->consumed, st->updates, st->loss_scale);
@@ -162,7 +154,7 @@ int ckpt_load(const char *path, struct kd_model *mdl, struct ckpt_state *st, MPI
   KD_CHECK(!mdl->frozen && mdl->m && mdl->v, "ckpt_load: the model has no optimizer state");
   size_t n = strlen(path);
   if (n >= 4 && strcmp(path + n - 4, ".tmp") == 0) {
-    seterr(err, errlen,
+    kd_seterr(err, errlen,
            "%s is an unfinished checkpoint (.tmp: its write never completed); resume from "
            "the directory's latest checkpoint instead",
            path);
@@ -190,16 +182,16 @@ static int read_latest(const char *dir, char *path, size_t pathlen, char *err, s
   name[strcspn(name, "\r\n")] = '\0';
   size_t n = strlen(name);
   if (!got || n < 4 || strchr(name, '/') || strcmp(name + n - 3, ".h5") != 0) {
-    seterr(err, errlen, "%s does not name a checkpoint file ('%s'); expected step_NNNNNNNN.h5",
+    kd_seterr(err, errlen, "%s does not name a checkpoint file ('%s'); expected step_NNNNNNNN.h5",
            lp, name);
     return KD_EXIT_INPUT;
   }
   if (snprintf(path, pathlen, "%s/%s", dir, name) >= (int)pathlen) {
-    seterr(err, errlen, "%s: path too long", lp);
+    kd_seterr(err, errlen, "%s: path too long", lp);
     return KD_EXIT_INPUT;
   }
   if (access(path, R_OK) != 0) {
-    seterr(err, errlen, "%s names %s, which cannot be read (%s)", lp, path, strerror(errno));
+    kd_seterr(err, errlen, "%s names %s, which cannot be read (%s)", lp, path, strerror(errno));
     return KD_EXIT_INPUT;
   }
   return 0;
@@ -219,7 +211,7 @@ static int resolve_rank0(const struct kd_config *cfg, char *path, size_t pathlen
   if (stat(r, &sb) == 0 && S_ISDIR(sb.st_mode)) {
     int rc = read_latest(r, path, pathlen, err, errlen);
     if (rc == 1)
-      seterr(err, errlen, "checkpoint%%resume: directory %s holds no '" CKPT_LATEST "' file", r);
+      kd_seterr(err, errlen, "checkpoint%%resume: directory %s holds no '" CKPT_LATEST "' file", r);
     return rc ? KD_EXIT_INPUT : 0;
   }
   snprintf(path, pathlen, "%s", r);
@@ -239,17 +231,6 @@ int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Co
 
 /* --- save and publish -------------------------------------------------------------------- */
 
-static int mkdir_p(const char *path) {
-  char buf[KD_PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
-}
 
 /* fsync a file or directory by path (publication order survives a power cut). */
 static void sync_path(const char *path) {
@@ -319,7 +300,7 @@ static int publish(const struct kd_config *cfg, const char *tmp, const char *fin
                    const char *name, char *err, size_t errlen) {
   sync_path(tmp);
   if (rename(tmp, final) != 0) {
-    seterr(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    kd_seterr(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     return KD_EXIT_IO;
   }
   char lt[KD_PATH_MAX + 32], lp[KD_PATH_MAX + 32];
@@ -330,7 +311,7 @@ static int publish(const struct kd_config *cfg, const char *tmp, const char *fin
   if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
   if (f) ok &= fclose(f) == 0;
   if (!ok || rename(lt, lp) != 0) {
-    seterr(err, errlen, "cannot replace %s: %s", lp, strerror(errno));
+    kd_seterr(err, errlen, "cannot replace %s: %s", lp, strerror(errno));
     return KD_EXIT_IO;
   }
   sync_path(cfg->ckpt_dir);
@@ -348,8 +329,8 @@ int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
   snprintf(final, sizeof final, "%s/%s", cfg->ckpt_dir, name);
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
   int rc = 0;
-  if (rank == 0 && mkdir_p(cfg->ckpt_dir) != 0) {
-    seterr(err, errlen, "cannot create checkpoint%%dir %s: %s", cfg->ckpt_dir, strerror(errno));
+  if (rank == 0 && kd_mkdir_p(cfg->ckpt_dir) != 0) {
+    kd_seterr(err, errlen, "cannot create checkpoint%%dir %s: %s", cfg->ckpt_dir, strerror(errno));
     rc = KD_EXIT_IO;
   }
   if ((rc = weights_agree(rc, err, errlen, comm))) return rc;
@@ -367,7 +348,7 @@ int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
   free(text);
   if (!rc) {
     int sr = state_write(io.file, st, rank) < 0 ? KD_EXIT_IO : 0;
-    if (sr) seterr(err, errlen, "%s: writing /state failed (disk full?)", tmp);
+    if (sr) kd_seterr(err, errlen, "%s: writing /state failed (disk full?)", tmp);
     rc = weights_agree(sr, err, errlen, comm);
   }
   if (!rc) rc = weights_write_group(&io, "params", mdl->master, err, errlen);

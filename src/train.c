@@ -43,18 +43,6 @@ struct run {
   struct ckpt_state resume; /* state of the checkpoint resumed from (step 0: fresh run) */
 };
 
-/* Create a directory and its parents (like mkdir -p). */
-static int mkdir_p(const char *path) {
-  char buf[KD_PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
-}
 
 /* Sustained FLOP/s of a transformer-shaped GEMM on this backend (the MFU denominator). */
 static double measure_gemm_peak(struct kd_backend *be) {
@@ -354,12 +342,26 @@ static int train_loop(struct run *r) {
       status = KD_EXIT_DIVERGED;
       break;
     }
-    if (ckpt_step_end(cfg, update_state(&r->update), step, consumed, updates, &scaler, MPI_COMM_WORLD)) {
+    if (ckpt_step_end(cfg, update_state(&r->update), step, consumed, updates, &scaler,
+                      MPI_COMM_WORLD)) {
       status = KD_EXIT_SIGNAL;
       break;
     }
     if (cfg->data_valid_every > 0 && step % cfg->data_valid_every == 0 && !last)
       log_validation(r, step);
+  }
+  /* with checkpointing on, a run always ends on a checkpoint of its last step (also
+   * when it resumed at run%steps and had nothing left to do: a re-shard) */
+  const int64_t done = first > cfg->run_steps ? r->resume.step : cfg->run_steps;
+  if (status == KD_EXIT_OK && cfg->ckpt_every > 0 && done > 0 &&
+      (first > cfg->run_steps || done % cfg->ckpt_every != 0)) {
+    struct ckpt_state st = {done,           consumed,         updates, scaler.scale,
+                            scaler.good_steps, scaler.skipped, cfg->run_seed};
+    char err[1024];
+    const int rc = ckpt_save(cfg, update_state(&r->update), &st, MPI_COMM_WORLD, err, sizeof err);
+    if (rc) kd_fail(rc, "final checkpoint at step %lld: %s", (long long)done, err);
+    kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written at the end of the run\n",
+            cfg->ckpt_dir, (long long)done);
   }
   if (status == KD_EXIT_OK) log_validation(r, cfg->run_steps);
   return status;
@@ -406,7 +408,7 @@ static void report_peaks(const struct run *r) {
 
 int train_run(const struct kd_config *cfg) {
   struct run r;
-  if (kd_rank() == 0 && mkdir_p(cfg->run_out_dir) != 0)
+  if (kd_rank() == 0 && kd_mkdir_p(cfg->run_out_dir) != 0)
     kd_fail(KD_EXIT_IO, "cannot create run%%out_dir '%s': %s", cfg->run_out_dir, strerror(errno));
   MPI_Barrier(MPI_COMM_WORLD);
   run_setup(&r, cfg);

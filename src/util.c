@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int kd_rank(void) {
@@ -86,4 +88,26 @@ double kd_normal(uint64_t *state) {
   double u1 = kd_uniform(state), u2 = kd_uniform(state);
   if (u1 < 1e-300) u1 = 1e-300;
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void kd_seterr(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (errlen > 0) vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+int kd_mkdir_p(const char *path) {
+  char buf[4096];
+  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
 }

@@ -38,6 +38,12 @@ void kd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *kd_malloc(size_t bytes);
 void *kd_calloc(size_t n, size_t size);
 
+/* Format a message into err (errlen bytes; nothing when errlen is 0). */
+void kd_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Create a directory and its parents (mkdir -p); 0 or -1 with errno set. */
+int kd_mkdir_p(const char *path);
+
 /* Wall clock in seconds. */
 double kd_now(void);
 

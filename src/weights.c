@@ -21,14 +21,6 @@ void weights_set_piece_bytes(size_t bytes) {
   piece_bytes = bytes > 0 ? bytes : 1;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (errlen > 0) vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 /* Every rank returns the worst status, with the message of the lowest rank that has it. */
 static int agree(int st, char *err, size_t errlen, MPI_Comm comm) {
@@ -224,7 +216,7 @@ static int config_read(hid_t cfg, const char *path, struct kd_card *card, char *
     }
     if (rc == 1 && !ck->required) continue;
     if (rc != 0) {
-      seterr(err, errlen, "%s: /config attribute '%s' is %s", path, ck->name,
+      kd_seterr(err, errlen, "%s: /config attribute '%s' is %s", path, ck->name,
              rc == 1 ? "missing" : "unreadable or out of range");
       return KD_EXIT_INPUT;
     }
@@ -241,7 +233,7 @@ static int config_compare(const struct kd_card *file, const struct kd_card *mode
     int a = *(const int *)((const char *)file + ck->off);
     int b = *(const int *)((const char *)model + ck->off);
     if (a != b) {
-      seterr(err, errlen,
+      kd_seterr(err, errlen,
              "%s was written for a different model: %s = %d in the file but %d in the model "
              "card %s; use the card the file was written with",
              path, ck->name, a, b, model->path[0] ? model->path : model->name);
@@ -257,7 +249,7 @@ static int config_compare(const struct kd_card *file, const struct kd_card *mode
 static int file_precheck(const char *path, char *err, size_t errlen) {
   struct stat sb;
   if (stat(path, &sb) != 0) {
-    seterr(err, errlen, "%s: no such weights file", path);
+    kd_seterr(err, errlen, "%s: no such weights file", path);
     return KD_EXIT_INPUT;
   }
 #if H5_VERSION_GE(1, 12, 0)
@@ -266,7 +258,7 @@ static int file_precheck(const char *path, char *err, size_t errlen) {
   htri_t is = H5Fis_hdf5(path);
 #endif
   if (is <= 0) {
-    seterr(err, errlen, "%s is not an HDF5 file (expected a kdtrain weights file)", path);
+    kd_seterr(err, errlen, "%s is not an HDF5 file (expected a kdtrain weights file)", path);
     return KD_EXIT_INPUT;
   }
   return 0;
@@ -276,7 +268,7 @@ static int file_precheck(const char *path, char *err, size_t errlen) {
 static int file_open(const char *path, hid_t fapl, hid_t *file, char *err, size_t errlen) {
   *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   if (*file < 0) {
-    seterr(err, errlen,
+    kd_seterr(err, errlen,
            "%s cannot be opened as HDF5: the file is damaged or truncated (an interrupted "
            "write?)",
            path);
@@ -284,18 +276,18 @@ static int file_open(const char *path, hid_t fapl, hid_t *file, char *err, size_
   }
   char fmt[64] = "", ver[64] = "";
   if (attr_get_string(*file, "format", fmt, sizeof fmt) != 0 || strcmp(fmt, WEIGHTS_FORMAT)) {
-    seterr(err, errlen, "%s is not a kdtrain weights file (no format attribute '%s')", path,
+    kd_seterr(err, errlen, "%s is not a kdtrain weights file (no format attribute '%s')", path,
            WEIGHTS_FORMAT);
     return KD_EXIT_INPUT;
   }
   int major = -1, minor = -1;
   if (attr_get_string(*file, "format_version", ver, sizeof ver) != 0 ||
       sscanf(ver, "%d.%d", &major, &minor) != 2 || major < 0 || minor < 0) {
-    seterr(err, errlen, "%s: missing or malformed format_version attribute '%s'", path, ver);
+    kd_seterr(err, errlen, "%s: missing or malformed format_version attribute '%s'", path, ver);
     return KD_EXIT_INPUT;
   }
   if (major > WEIGHTS_VERSION_MAJOR) {
-    seterr(err, errlen,
+    kd_seterr(err, errlen,
            "%s has format_version %s but this kdtrain reads format %d.x (writes %d.%d): use a "
            "newer kdtrain",
            path, ver, WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MINOR);
@@ -351,7 +343,7 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
   MPI_Allreduce(&np, &npmin, 1, MPI_INT, MPI_MIN, comm);
   MPI_Allreduce(&np, &npmax, 1, MPI_INT, MPI_MAX, comm);
   if (npmin != npmax) {
-    seterr(err, errlen, "weights: ranks disagree on the parameter count (%d vs %d)", npmin, npmax);
+    kd_seterr(err, errlen, "weights: ranks disagree on the parameter count (%d vs %d)", npmin, npmax);
     return KD_EXIT_IO;
   }
   int64_t *mine = kd_calloc((size_t)np * NF + 1, sizeof *mine);
@@ -378,7 +370,7 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
     for (int r = 0; r < size && !st; r++) {
       const int64_t *f = &all[((size_t)r * np + p) * NF];
       if (memcmp(f, &all[(size_t)p * NF], 4 * sizeof *f) != 0) {
-        seterr(err, errlen, "weights: rank %d's parameter table differs from rank 0's at %s", r,
+        kd_seterr(err, errlen, "weights: rank %d's parameter table differs from rank 0's at %s", r,
                q->name);
         st = KD_EXIT_IO;
       }
@@ -404,7 +396,7 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
     for (int k = 0; k < nown && at >= 0; k++)
       at = iv[2 * k] == at ? at + iv[2 * k + 1] : -1;
     if (at != extent || (q->split_dim < 0 && nown != 1)) {
-      seterr(err, errlen,
+      kd_seterr(err, errlen,
              "weights: the ranks' slices of %s do not cover it exactly once (%d owner(s); one "
              "rank must pass write_replicated = 1)",
              q->name, nown);
@@ -470,7 +462,7 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
   struct block b = param_block(p);
   const float *x = buf + p->offset;
   if ((size_t)(b.rows * b.cols) != p->numel) {
-    seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64, p->name,
+    kd_seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64, p->name,
            p->numel, b.rows, b.cols);
     return KD_EXIT_IO;
   }
@@ -489,7 +481,7 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
   H5Pclose(dcpl);
   H5Sclose(space);
   if (!ok) {
-    seterr(err, errlen, "%s: writing /%s/%s failed (disk full or no permission?)", path, gname,
+    kd_seterr(err, errlen, "%s: writing /%s/%s failed (disk full or no permission?)", path, gname,
            p->name);
     return KD_EXIT_IO;
   }
@@ -539,7 +531,7 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   io->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (io->file < 0)
-    seterr(err, errlen,
+    kd_seterr(err, errlen,
            "%s: cannot create the weights file (does the directory exist and is "
            "it writable?)",
            path);
@@ -551,7 +543,7 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
            attr_put_string(io->file, "format_version", ver) >= 0;
   cfg = H5Gcreate2(io->file, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, io->rank) == 0;
-  if (!ok) seterr(err, errlen, "%s: writing the file's attributes and /config failed", path);
+  if (!ok) kd_seterr(err, errlen, "%s: writing the file's attributes and /config failed", path);
   st = agree(ok ? 0 : KD_EXIT_IO, err, errlen, comm);
 out:
   if (cfg >= 0) H5Gclose(cfg);
@@ -565,7 +557,7 @@ int weights_write_group(struct weights_io *io, const char *group, const float *b
   H5Pset_create_intermediate_group(lcpl, 1);
   hid_t g = H5Gcreate2(io->file, group, lcpl, H5P_DEFAULT, H5P_DEFAULT);
   H5Pclose(lcpl);
-  if (g < 0) seterr(err, errlen, "%s: creating group /%s failed", io->path, group);
+  if (g < 0) kd_seterr(err, errlen, "%s: creating group /%s failed", io->path, group);
   int st = agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
   for (int p = 0; p < io->mdl->nparams && !st; p++)
     st = agree(save_param(g, group, &io->mdl->params[p], buf, io->own[p], io->path, io->comm, err,
@@ -579,7 +571,7 @@ int weights_close(struct weights_io *io, int st, char *err, size_t errlen) {
   if (io->file >= 0) {
     int bad = H5Fclose(io->file) < 0;
     io->file = -1;
-    if (bad && !st) seterr(err, errlen, "%s: closing the file failed (disk full?)", io->path);
+    if (bad && !st) kd_seterr(err, errlen, "%s: closing the file failed (disk full?)", io->path);
     if (!st) st = agree(bad ? KD_EXIT_IO : 0, err, errlen, io->comm);
   }
   free(io->own);
@@ -610,7 +602,7 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
   hid_t d = -1;
   if (H5Lexists(group, p->name, H5P_DEFAULT) <= 0 ||
       (d = H5Dopen2(group, p->name, H5P_DEFAULT)) < 0) {
-    seterr(err, errlen, "%s has no dataset /%s/%s (expected shape %s): %s", path, gname, p->name,
+    kd_seterr(err, errlen, "%s has no dataset /%s/%s (expected shape %s): %s", path, gname, p->name,
            wtxt,
            strcmp(gname, "params") ? "the checkpoint is incomplete or damaged"
                                    : "the file holds a different model; check the model card");
@@ -624,10 +616,10 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
     int64_t got[2] = {(int64_t)dims[0], (int64_t)dims[1]};
     dims_text(ftxt, sizeof ftxt, nd == 2 ? 2 : 1, got);
     if (H5Tget_class(t) != H5T_FLOAT) {
-      seterr(err, errlen, "%s: /%s/%s is not a floating-point dataset", path, gname, p->name);
+      kd_seterr(err, errlen, "%s: /%s/%s is not a floating-point dataset", path, gname, p->name);
       st = KD_EXIT_INPUT;
     } else if (nd != p->ndim || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
-      seterr(err, errlen,
+      kd_seterr(err, errlen,
              "%s: /%s/%s has shape %s in the file but the model expects %s: the file was "
              "written for a different model card",
              path, gname, p->name, ftxt, wtxt);
@@ -640,7 +632,7 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
 
   float *x = buf + p->offset;
   int bad = transfer(d, &b, x, 1, 0, comm) != 0;
-  if (bad) seterr(err, errlen, "%s: reading /%s/%s failed", path, gname, p->name);
+  if (bad) kd_seterr(err, errlen, "%s: reading /%s/%s failed", path, gname, p->name);
   if ((st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
 
   uint64_t stored = 0;
@@ -648,7 +640,7 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
     uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
     MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
     if (sum != stored) {
-      seterr(err, errlen,
+      kd_seterr(err, errlen,
              "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
              "): the file is corrupted",
              path, gname, p->name, stored, sum);
@@ -684,7 +676,7 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
     memset(&fc, 0, sizeof fc);
     cfg = H5Gopen2(io->file, "config", H5P_DEFAULT);
     if (cfg < 0) {
-      seterr(err, errlen, "%s has no /config group (not a complete kdtrain weights file)", path);
+      kd_seterr(err, errlen, "%s has no /config group (not a complete kdtrain weights file)", path);
       st = KD_EXIT_INPUT;
     }
     if (!st) st = config_read(cfg, path, &fc, err, errlen);
@@ -700,7 +692,7 @@ int weights_read_group(struct weights_io *io, const char *group, float *buf, cha
   hid_t g = H5Lexists(io->file, group, H5P_DEFAULT) > 0 ? H5Gopen2(io->file, group, H5P_DEFAULT)
                                                          : -1;
   if (g < 0)
-    seterr(err, errlen, "%s has no /%s group (not a complete kdtrain %s)", io->path, group,
+    kd_seterr(err, errlen, "%s has no /%s group (not a complete kdtrain %s)", io->path, group,
            strcmp(group, "params") ? "checkpoint" : "weights file");
   int st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
   for (int p = 0; p < io->mdl->nparams && !st; p++)
@@ -729,7 +721,7 @@ int weights_read_card(const char *path, struct kd_card *card, char *err, size_t 
   int st = file_precheck(path, err, errlen);
   if (!st) st = file_open(path, H5P_DEFAULT, &file, err, errlen);
   if (!st && (cfg = H5Gopen2(file, "config", H5P_DEFAULT)) < 0) {
-    seterr(err, errlen, "%s has no /config group (not a complete kdtrain weights file)", path);
+    kd_seterr(err, errlen, "%s has no /config group (not a complete kdtrain weights file)", path);
     st = KD_EXIT_INPUT;
   }
   if (!st) st = config_read(cfg, path, card, err, errlen);

@@ -70,7 +70,7 @@ for lay in "1 1 4 0" "1 2 2 1" "2 1 2 1"; do
   done
 done
 
-echo "== load under another layout and save at once: /params bit for bit"
+echo "== load under another layout and save at once: /params and /optim bit for bit"
 for lay in "1 1 4 1" "2 1 2 0"; do
   set -- $lay
   o="s$1$2$3z$4"
@@ -78,5 +78,9 @@ for lay in "1 1 4 1" "2 1 2 0"; do
     checkpoint%resume="'$c5'" > $o.log 2>&1 || { cat $o.log; fail "reload $o"; }
   h5diff $c5 $o/final.h5 /params /params > h5diff.log \
     || { head -20 h5diff.log; fail "$o: /params re-saved under ($1,$2,$3) zero=$4 differ"; }
+  for g in /params /optim/exp_avg /optim/exp_avg_sq; do
+    h5diff $c5 $o/checkpoints/step_00000005.h5 $g $g > h5diff.log \
+      || { head -20 h5diff.log; fail "$o: $g re-saved under ($1,$2,$3) zero=$4 differs"; }
+  done
 done
 echo "all cross-layout checkpoint checks passed"
