@@ -90,6 +90,7 @@ EOF
       cmd="$KDTRAIN $W/mem.nml data%seq_len=$T run%steps=$steps run%out_dir='$d' $(techargs "$t")"
       eval "nice -n 10 $cmd" > "$d.log" 2>&1 || { tail -5 "$d.log"; echo "FAILED: $cmd"; continue; }
       eval "$KDTRAIN --dry-run $W/mem.nml data%seq_len=$T $(techargs "$t")" > "$d.plan" 2>&1
+      # shellcheck disable=SC2046 # the peaks are split into $1 .. $9 on purpose
       set -- $(peaks "$d.log")
       acts=$4 loss=$5 host=$7 total=$9
       ptot=$(plan "$d.plan" | awk '{ print $8 }')
@@ -127,6 +128,7 @@ cat > "$W/long.nml" <<EOF
 EOF
 echo "budget: MemTotal $(mib $((mem_kb * 1024))) MiB - ${MARGIN} GiB margin (OS, MPI, BLAS, unplanned scratch) = $(mib "$budget") MiB for device total + host"
 # need T TECH: predicted device total + host bytes at seq_len T
+# shellcheck disable=SC2046 # the &memory overrides are separate words on purpose
 # (the plan needs the teacher's card, not its weights: init='' before they exist)
 need() { $KDTRAIN --dry-run "$W/long.nml" teacher%init="''" data%seq_len="$1" $(techargs "$2") 2>&1 |
          awk '/^  rank/ { on = 1; next } on && $1 == "0" { printf "%.0f\n", $8 + $9; exit }'; }
