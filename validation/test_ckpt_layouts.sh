@@ -8,11 +8,7 @@
 # bit; the step-10 checkpoints of the resumed runs agree with the uninterrupted run's
 # to float tolerance (different layouts sum in a different order).
 set -eu
-: "${KDTRAIN:?}" "${MPIEXEC:?}" "${KD_SRCDIR:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${KD_SRCDIR:?}/validation/test_lib.sh"
 # four ranks share the test machine's cores: one thread each
 export OMP_NUM_THREADS=1
 

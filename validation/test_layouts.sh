@@ -7,11 +7,7 @@
 # does not grow with the global batch (micro_batch 1, pp 2: 8 vs 512 sequences).
 set -eu
 export OMP_NUM_THREADS=1 # tiny models; up to 4 ranks share the cores
-: "${KDTRAIN:?}" "${MPIEXEC:?}" "${KD_SRCDIR:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${KD_SRCDIR:?}/validation/test_lib.sh"
 
 cat > base.nml <<EOF2
 &run mode = 'distill', steps = 5, seed = 3, out_dir = 'ref' /

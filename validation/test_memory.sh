@@ -9,11 +9,7 @@
 #  - --dry-run predicts the measured peaks (weights .. host) within 10%;
 #  - the same with tp=2 and with pp=2 on 2 ranks.
 set -eu
-: "${KDTRAIN:?}" "${MPIEXEC:?}" "${KD_SRCDIR:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${KD_SRCDIR:?}/validation/test_lib.sh"
 
 cat > base.nml <<EOF2
 &run mode = 'train', steps = 3, seed = 5, out_dir = 'o' /

@@ -3,11 +3,7 @@
 # distil with every loss kind and precision, evaluate, data-parallel equivalence,
 # the metrics file contract, and the divergence exit status.
 set -eu
-: "${KDTRAIN:?}" "${MPIEXEC:?}" "${KD_SRCDIR:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${KD_SRCDIR:?}/validation/test_lib.sh"
 
 cat > base.nml <<EOF2
 &run mode = 'train', steps = 6, seed = 3, out_dir = 'teacher' /
