@@ -225,19 +225,11 @@ void model_free(struct kd_model *mdl, struct kd_backend *be) {
   memset(mdl, 0, sizeof *mdl);
 }
 
-/* FNV-1a of a string: a per-tensor seed independent of table position. */
-static uint64_t name_hash(const char *s, uint64_t seed) {
-  uint64_t h = 0xcbf29ce484222325ull ^ seed;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-  return h;
-}
-
 /* Standard normal of element `i` of the stream `key`: counter-based, so a tensor's
  * values do not depend on how it is sliced over ranks. */
 static float counter_normal(uint64_t key, uint64_t i) {
   uint64_t s1 = key + 2 * i, s2 = key + 2 * i + 1;
-  double u1 = (double)(kd_splitmix64(&s1) >> 11) * (1.0 / 9007199254740992.0);
-  double u2 = (double)(kd_splitmix64(&s2) >> 11) * (1.0 / 9007199254740992.0);
+  double u1 = kd_uniform(&s1), u2 = kd_uniform(&s2);
   if (u1 < 1e-300) u1 = 1e-300;
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
@@ -259,7 +251,7 @@ void model_init_random(struct kd_model *mdl, uint64_t seed) {
     }
     const int resid = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");
     const float s = (float)(resid ? resid_std : std);
-    const uint64_t key = name_hash(p->name, seed);
+    const uint64_t key = kd_fnv1a(p->name, seed); /* independent of table position */
     const int64_t cols = p->shape[1];
     const int64_t rows = p->split_dim == 0 ? p->split_len : p->shape[0];
     const int64_t lcols = p->split_dim == 1 ? p->split_len : cols;

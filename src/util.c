@@ -84,6 +84,12 @@ double kd_uniform(uint64_t *state) {
   return (double)(kd_splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+uint64_t kd_fnv1a(const char *s, uint64_t seed) {
+  uint64_t h = 0xcbf29ce484222325ull ^ seed;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
 double kd_normal(uint64_t *state) {
   double u1 = kd_uniform(state), u2 = kd_uniform(state);
   if (u1 < 1e-300) u1 = 1e-300;

@@ -52,6 +52,9 @@ uint64_t kd_splitmix64(uint64_t *state);
 double kd_uniform(uint64_t *state);       /* in [0, 1) */
 double kd_normal(uint64_t *state);        /* standard normal, Box-Muller */
 
+/* FNV-1a hash of a string, its offset basis XORed with `seed` (0: plain FNV-1a). */
+uint64_t kd_fnv1a(const char *s, uint64_t seed);
+
 /* Round a float to the nearest bfloat16 (round-to-nearest-even), returned as float. */
 static inline float kd_round_bf16(float x) {
   union { float f; uint32_t u; } v = {x};

@@ -318,13 +318,6 @@ static struct block param_block(const struct kd_param *p) {
   return b;
 }
 
-static uint64_t name_hash(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++)
-    h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-  return h;
-}
-
 static int cmp_i64pair(const void *a, const void *b) {
   const int64_t *x = a, *y = b;
   return x[0] < y[0] ? -1 : x[0] > y[0];
@@ -351,7 +344,7 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
   int64_t *iv = kd_calloc(2 * (size_t)size, sizeof *iv);
   for (int p = 0; p < np; p++) {
     const struct kd_param *q = &mdl->params[p];
-    int64_t f[NF] = {(int64_t)(name_hash(q->name) >> 1),
+    int64_t f[NF] = {(int64_t)(kd_fnv1a(q->name, 0) >> 1),
                      q->split_dim,
                      q->shape[0],
                      q->ndim == 2 ? q->shape[1] : -1,
