@@ -15,15 +15,27 @@
 #include "../arena.h"
 
 struct kd_backend {
-  const char *name; /* "cpu" or "cuda" */
+  const char *name; /* "cpu", "cuda" or "devsim" */
   int bf16;         /* 1: round stored activations to BF16 */
+  int device;       /* 1: alloc'ed blocks (all but KD_MEM_HOST) are not host memory: the
+                       host reaches them only through ops, upload and download */
+  int mpi_device;   /* 1: MPI may be handed alloc'ed blocks directly (after sync) */
   struct kd_arena arena;
 
   /* --- memory ----------------------------------------------------------------- */
   void *(*alloc)(struct kd_backend *be, enum kd_mem cat, size_t bytes); /* zeroed */
   void (*free)(struct kd_backend *be, void *p);
   void (*zero)(float *x, size_t n);
+  /* dst, src: alloc'ed blocks of any category (KD_MEM_HOST blocks included) */
   void (*copy)(float *dst, const float *src, size_t n);
+  /* rows x cols floats between strided blocks: dst row stride ldd, src row stride lds */
+  void (*copy2d)(float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                 size_t cols);
+  /* Host memory <-> backend block, synchronous: on return the bytes have arrived. */
+  void (*upload)(struct kd_backend *be, void *dst, const void *host, size_t bytes);
+  void (*download)(struct kd_backend *be, void *host, const void *src, size_t bytes);
+  /* Wait until every op issued so far has finished (before MPI reads or writes blocks). */
+  void (*sync)(struct kd_backend *be);
 
   /* --- dense algebra -------------------------------------------------------------- */
   /* C (M x N, leading dim ldc) = alpha * op(A) * op(B) + beta * C, row-major;
@@ -96,6 +108,10 @@ struct kd_backend {
                     const float *s1, const double *part, const int *labels, size_t n, int V,
                     int vocab_lo, int kind, float inv_t, float beta, float wkd, float wce);
 
+  /* acc (2) += per-row partials part (n, 3) summed over rows: acc[0] += sum_r part[r][0]
+   * (KD), acc[1] += sum_r part[r][2] (CE); the loss totals stay on the backend. */
+  void (*loss_accumulate)(double *acc, const double *part, size_t n);
+
   /* --- optimizer ------------------------------------------------------------------------ */
   /* AdamW on n elements: g_eff = grad * grad_scale; m, v updated; param -= lr * (mhat /
    * (sqrt(vhat) + eps) + wd * param); bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. */
@@ -106,6 +122,12 @@ struct kd_backend {
 
 /* The CPU backend (always built). bf16: round stored activations to BF16. */
 void backend_cpu_init(struct kd_backend *be, int bf16);
+
+/* The simulated device (backend/devsim.c): the CPU ops on blocks whose addresses the
+ * host cannot dereference (every host access outside an op faults), MPI staged
+ * through host memory. Proves that the step reaches backend memory only through the
+ * op table, as the CUDA backend requires; numerically identical to the CPU backend. */
+void backend_devsim_init(struct kd_backend *be, int bf16);
 
 /* Fill the loss chunk ops of `be` with the CPU (OpenMP) kernels (cpu_loss.c). */
 void backend_cpu_loss_init(struct kd_backend *be);

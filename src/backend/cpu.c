@@ -29,10 +29,10 @@ static struct kd_backend *cpu_be; /* backend owning the scratch allocations */
 static int cpu_bf16;              /* round stored activations to BF16 */
 
 static void *scratch_alloc(size_t bytes) {
-  return cpu_be->alloc(cpu_be, KD_MEM_SCRATCH, bytes);
+  return arena_alloc(&cpu_be->arena, KD_MEM_SCRATCH, bytes);
 }
 static void scratch_free(void *p) {
-  cpu_be->free(cpu_be, p);
+  arena_free(&cpu_be->arena, p);
 }
 
 /* Round n floats to BF16 when the backend emulates BF16 storage. */
@@ -68,6 +68,19 @@ static void cpu_zero(float *x, size_t n) {
 static void cpu_copy(float *dst, const float *src, size_t n) {
   memcpy(dst, src, n * sizeof(float));
 }
+
+static void cpu_copy2d(float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                       size_t cols) {
+  for (size_t r = 0; r < rows; r++) memcpy(dst + r * ldd, src + r * lds, cols * sizeof(float));
+}
+
+/* Host memory is backend memory: transfers are copies, nothing is ever pending. */
+static void cpu_transfer(struct kd_backend *be, void *dst, const void *src, size_t bytes) {
+  (void)be;
+  if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_sync(struct kd_backend *be) { (void)be; }
 
 /* --- dense algebra ------------------------------------------------------------------------ */
 
@@ -376,6 +389,11 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   be->free = cpu_free;
   be->zero = cpu_zero;
   be->copy = cpu_copy;
+  be->copy2d = cpu_copy2d;
+  be->upload = cpu_transfer;
+  be->download = cpu_transfer;
+  be->sync = cpu_sync;
+  be->mpi_device = 1;
   be->gemm = cpu_gemm;
   be->add = cpu_add;
   be->scale = cpu_scale;

@@ -152,7 +152,19 @@ static void cpu_loss_grad(float *zs, const float *zt, const float *ss, const flo
   }
 }
 
+/* Sequential over rows: the same order as a host loop over the chunk. */
+static void cpu_loss_accumulate(double *acc, const double *part, size_t n) {
+  double kd = acc[0], ce = acc[1];
+  for (size_t r = 0; r < n; r++) {
+    kd += part[3 * r];
+    ce += part[3 * r + 2];
+  }
+  acc[0] = kd;
+  acc[1] = ce;
+}
+
 void backend_cpu_loss_init(struct kd_backend *be) {
+  be->loss_accumulate = cpu_loss_accumulate;
   be->softmax_stats = cpu_softmax_stats;
   be->loss_partials = cpu_loss_partials;
   be->loss_grad = cpu_loss_grad;
