@@ -53,7 +53,7 @@ static const struct nl_key cfg_keys[] = {
     CS(run, mode, run_mode, "'distill'", "distill|train|eval", 0),
     CI(run, steps, run_steps, "100", NL_GE, 0, 0),
     CI(run, seed, run_seed, "1234", NL_GE, 0, 0),
-    CS(run, device, run_device, "'auto'", "auto|cpu|cuda", 0),
+    CS(run, device, run_device, "'auto'", "auto|cpu|cuda|devsim", 0),
     CS(run, out_dir, run_out_dir, "'out'", NULL, NL_PATH),
     CS(teacher, card, teacher_card, "''", NULL, 0),
     CS(teacher, init, teacher_init, "''", NULL, NL_PATH),

@@ -59,3 +59,12 @@ void grid_stage_layers(int layers, int pp, int stage, int *first, int *count) {
   *first = (int)s;
   *count = (int)n;
 }
+
+int grid_node_rank(void) {
+  MPI_Comm node;
+  int r;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}

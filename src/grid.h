@@ -21,6 +21,10 @@ struct kd_grid {
 int grid_init(struct kd_grid *g, int tp, int pp, int dp, char *err, size_t errlen);
 void grid_free(struct kd_grid *g);
 
+/* This rank's index among the ranks of its node (selects its GPU). Collective over
+ * MPI_COMM_WORLD. */
+int grid_node_rank(void);
+
 /* World rank of the pipeline neighbour at stage pp_rank + delta (MPI_PROC_NULL
  * outside the pipeline). */
 int grid_pp_peer(const struct kd_grid *g, int delta);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "util.h"
 
 /* y (N, out) = x (N, in) W^T */
@@ -35,10 +36,9 @@ static void maybe_round(struct kd_backend *be, float *x, size_t n) {
 }
 
 /* Sum a partial result over the tensor-parallel group. */
-static void tp_allreduce(const struct kd_model *m, float *x, size_t n) {
+static void tp_allreduce(struct kd_backend *be, const struct kd_model *m, float *x, size_t n) {
   if (m->tp == 1) return;
-  KD_CHECK(n <= INT_MAX, "tensor-parallel all-reduce of %zu elements exceeds int", n);
-  MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, m->tp_comm);
+  comm_allreduce(be, x, n, MPI_FLOAT, MPI_SUM, 0, m->tp_comm);
 }
 
 /* --- layout: what is kept per micro-batch, what is shared and recomputed ---------------
@@ -304,13 +304,13 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
   be->rope_forward(l->qkv + Q, N, T, nkv, hd, QKV, theta);
   be->attention_forward(l->att, l->lse, l->qkv, B, T, nh, nkv, hd);
   linear_fwd(be, l->x_mid, l->att, w->wo, N, Q, C);
-  tp_allreduce(mdl, l->x_mid, N * C);
+  tp_allreduce(be, mdl, l->x_mid, N * C);
   be->add(l->x_mid, l->x_in, N * C);
   maybe_round(be, l->x_mid, N * C);
   be->rmsnorm_forward(l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
   mlp_forward(be, mdl, w, l, out, a);
   if (!out) return;
-  tp_allreduce(mdl, out, N * C);
+  tp_allreduce(be, mdl, out, N * C);
   be->add(out, l->x_mid, N * C);
   maybe_round(be, out, N * C);
 }
@@ -322,9 +322,9 @@ void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_
   const int C = c->hidden_size, L = mdl->nlayers;
   if (mdl->has_embed) {
     float *x0 = acts_stage_input(a);
-    memcpy(a->tokens, tokens, N * sizeof(int));
+    be->upload(be, a->tokens, tokens, N * sizeof(int));
     be->embedding_forward(x0, a->tokens, mdl->pw.wte, N, C, mdl->vocab_lo, mdl->vocab);
-    tp_allreduce(mdl, x0, N * C);
+    tp_allreduce(be, mdl, x0, N * C);
   }
   for (int i = 0; i < L; i++) {
     struct layer_acts l = layer_view(a, i);
@@ -383,7 +383,7 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl,
 
   /* MLP: out = x_mid + down(silu(gate) * up) */
   mlp_backward(be, mdl, w, g, l, a);
-  tp_allreduce(mdl, a->dh, N * C);
+  tp_allreduce(be, mdl, a->dh, N * C);
   be->rmsnorm_backward(a->dres, g->ln2, a->dh, l->x_mid, w->ln2, l->rstd2, N, C);
 
   /* attention: x_mid = x_in + o_proj(attn(rope(qkv(norm(x_in))))) */
@@ -394,7 +394,7 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl,
   be->rope_backward(a->dqkv + Q, N, T, nkv, hd, QKV, theta);
   if (g->bqkv) be->bias_backward(g->bqkv, a->dqkv, N, QKV, QKV);
   linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);
-  tp_allreduce(mdl, a->dh, N * C);
+  tp_allreduce(be, mdl, a->dh, N * C);
   be->rmsnorm_backward(a->dres, g->ln1, a->dh, l->x_in, w->ln1, l->rstd1, N, C);
 }
 

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "comm.h"
 #include "util.h"
 
 /* Partial sums per row (see loss_partials): KD, sum p_s g (jsd), CE. */
@@ -72,10 +73,23 @@ int loss_kind_parse(const char *s) {
   return -1;
 }
 
-/* Bytes of loss buffers per chunk row: logits, three stats pairs, the partials. */
+/* Stats blocks of a chunk: student at tau, teacher at tau, student at 1 (CE; shared
+ * with the student's when tau is 1). */
+static int loss_nstats(int distill, float temperature) {
+  return (distill ? 2 : 0) + (!distill || temperature != 1.0f);
+}
+
+/* Bytes of loss buffers per chunk row (the most stats blocks a run can need). */
 static size_t loss_row_bytes(int V, int distill) {
   return (size_t)V * sizeof(float) * (distill ? 2 : 1) + 3 * 2 * sizeof(float) +
-         PART_W * sizeof(double);
+         PART_W * sizeof(double) + sizeof(int);
+}
+
+size_t loss_buffer_bytes(size_t chunk, int V, int distill, float temperature) {
+  const size_t stats = (size_t)loss_nstats(distill, temperature) * 2 * sizeof(float);
+  return chunk * ((size_t)V * sizeof(float) * (distill ? 2 : 1) + stats +
+                  PART_W * sizeof(double) + sizeof(int)) +
+         2 * sizeof(double);
 }
 
 size_t loss_chunk_from_budget(size_t budget_bytes, int V, int distill) {
@@ -89,9 +103,8 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
                   size_t chunk, float grad_scale, MPI_Comm tp_comm) {
   const int distill = spec->distill;
   const float tau = distill ? spec->temperature : 1.0f, inv_t = 1.0f / tau;
-  /* stats blocks: student at tau, teacher at tau, student at 1 (CE) */
   const int need_s1 = !distill || tau != 1.0f;
-  const int nstats = (distill ? 2 : 0) + need_s1;
+  const int nstats = loss_nstats(distill, tau);
   const float t2 = distill && spec->t2_scale ? tau * tau : 1.0f;
   const float wkd = distill ? grad_scale * spec->alpha * t2 : 0.0f;
   const float wce = distill ? grad_scale * (1.0f - spec->alpha) : grad_scale;
@@ -106,13 +119,14 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
   float *zt = distill ? be->alloc(be, KD_MEM_LOSS, chunk * (size_t)V * sizeof(float)) : NULL;
   float *stats = be->alloc(be, KD_MEM_LOSS, chunk * (size_t)nstats * 2 * sizeof(float));
   double *part = be->alloc(be, KD_MEM_LOSS, chunk * PART_W * sizeof(double));
-  double kd_sum = 0.0, ce_sum = 0.0;
+  int *lab = be->alloc(be, KD_MEM_LOSS, chunk * sizeof(int));
+  double *acc = be->alloc(be, KD_MEM_LOSS, 2 * sizeof(double)); /* (KD, CE) sums */
 
   for (size_t r0 = 0; r0 < N; r0 += chunk) {
     const size_t n = N - r0 < chunk ? N - r0 : chunk;
     const int ni = (int)n;
     const float *hs_c = hs + r0 * (size_t)Cs;
-    const int *lab_c = labels + r0;
+    be->upload(be, lab, labels + r0, n * sizeof(int));
     /* stats blocks of this chunk, contiguous so one all-reduce covers them */
     float *ss = distill ? stats : NULL, *st = distill ? stats + 2 * n : NULL;
     float *s1 = need_s1 ? stats + 2 * n * (size_t)(nstats - 1) : ss; /* tau 1: shared */
@@ -129,25 +143,26 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
       be->softmax_stats(st, zt, n, V, inv_t);
     }
     if (need_s1) be->softmax_stats(s1, zs, n, V, 1.0f);
-    if (tp > 1) MPI_Allreduce(MPI_IN_PLACE, stats, nstats * ni, stats_type, stats_op, tp_comm);
+    if (tp > 1) comm_allreduce(be, stats, (size_t)nstats * n, stats_type, stats_op, 1, tp_comm);
 
-    be->loss_partials(part, zs, zt, ss, st, s1, lab_c, n, V, vocab_lo, spec->kind, inv_t,
+    be->loss_partials(part, zs, zt, ss, st, s1, lab, n, V, vocab_lo, spec->kind, inv_t,
                       spec->beta);
-    if (tp > 1) MPI_Allreduce(MPI_IN_PLACE, part, PART_W * ni, MPI_DOUBLE, MPI_SUM, tp_comm);
-    for (size_t r = 0; r < n; r++) {
-      kd_sum += part[PART_W * r];
-      ce_sum += part[PART_W * r + 2];
-    }
+    if (tp > 1) comm_allreduce(be, part, PART_W * n, MPI_DOUBLE, MPI_SUM, 0, tp_comm);
+    be->loss_accumulate(acc, part, n);
 
     if (!dhs) continue; /* forward only */
-    be->loss_grad(zs, zt, ss, st, s1, part, lab_c, n, V, vocab_lo, spec->kind, inv_t, spec->beta,
+    be->loss_grad(zs, zt, ss, st, s1, part, lab, n, V, vocab_lo, spec->kind, inv_t, spec->beta,
                   wkd, wce);
     be->gemm(0, 0, ni, Cs, V, 1.0f, zs, V, ws, Cs, 1.0f, dhs + r0 * (size_t)Cs, Cs);
     if (dws) be->gemm(1, 0, V, Cs, ni, 1.0f, zs, V, hs_c, Cs, 1.0f, dws, Cs);
   }
 
-  sums->kd = distill ? kd_sum * t2 : 0.0;
-  sums->ce = ce_sum;
+  double total[2];
+  be->download(be, total, acc, sizeof total);
+  sums->kd = distill ? total[0] * t2 : 0.0;
+  sums->ce = total[1];
+  be->free(be, acc);
+  be->free(be, lab);
   be->free(be, part);
   be->free(be, stats);
   if (zt) be->free(be, zt);

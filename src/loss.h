@@ -36,7 +36,8 @@ int loss_kind_parse(const char *s);
  *   hs: (N, Cs) student final hidden (after the final norm); ws: (V, Cs) student
  *   LM head rows of this rank's vocabulary slice [vocab_lo, vocab_lo + V);
  *   ht: (N, Ct), wt: (V, Ct) teacher (ignored unless spec->distill);
- *   labels: (N) global token ids.
+ *   labels: (N) global token ids, in HOST memory (each chunk's are uploaded).
+ * hs, ws, ht, wt, dhs, dws are backend blocks; the sums come back to the host.
  * Gradient of  grad_scale * sum_rows (alpha * kd_row + (1 - alpha) * ce_row)
  * (or grad_scale * sum ce_row without distillation) is ACCUMULATED into
  * dhs (N, Cs) and dws (V, Cs). Collective over tp_comm (MPI_COMM_SELF for one rank):
@@ -49,5 +50,9 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
 
 /* Largest chunk (rows) whose loss buffers fit in `budget_bytes` (at least 1). */
 size_t loss_chunk_from_budget(size_t budget_bytes, int V, int distill);
+
+/* Bytes of KD_MEM_LOSS that loss_chunked allocates for chunks of `chunk` rows (the
+ * memory planner's figure). */
+size_t loss_buffer_bytes(size_t chunk, int V, int distill, float temperature);
 
 #endif

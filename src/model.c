@@ -191,6 +191,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
 
   const size_t bytes = mdl->numel * sizeof(float);
   const int bf16 = be->bf16;
+  mdl->be = be;
   mdl->w = be->alloc(be, KD_MEM_WEIGHTS, bytes);
   mdl->master = mdl->w; /* frozen and sharded: loaded straight into the compute copy */
   if (!frozen) mdl->grad = be->alloc(be, KD_MEM_GRADS, bytes);
@@ -234,33 +235,40 @@ static float counter_normal(uint64_t key, uint64_t i) {
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-void model_init_random(struct kd_model *mdl, uint64_t seed) {
+/* Values of tensor p's local block, generated on the host into x (p->numel floats). */
+static void init_values(const struct kd_param *p, float *x, double std, double resid_std,
+                        uint64_t seed) {
+  if (p->role == ROLE_NORM || p->role == ROLE_BIAS) {
+    for (size_t i = 0; i < p->numel; i++) x[i] = p->role == ROLE_NORM ? 1.0f : 0.0f;
+    return;
+  }
+  const int resid = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");
+  const float s = (float)(resid ? resid_std : std);
+  const uint64_t key = kd_fnv1a(p->name, seed); /* independent of table position */
+  const int64_t cols = p->shape[1];
+  const int64_t rows = p->split_dim == 0 ? p->split_len : p->shape[0];
+  const int64_t lcols = p->split_dim == 1 ? p->split_len : cols;
+  const int64_t r0 = p->split_dim == 0 ? p->split_off : 0;
+  const int64_t c0 = p->split_dim == 1 ? p->split_off : 0;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < lcols; c++)
+      x[(size_t)r * lcols + c] = s * counter_normal(key, (uint64_t)((r0 + r) * cols + c0 + c));
+}
+
+void model_init_random(struct kd_model *mdl, struct kd_backend *be, uint64_t seed) {
   const double std = 0.02;
   const double resid_std = std / sqrt(2.0 * mdl->card.num_hidden_layers);
+  size_t most = 0;
+  for (int k = 0; k < mdl->nparams; k++)
+    if (mdl->params[k].local && mdl->params[k].numel > most) most = mdl->params[k].numel;
+  float *x = kd_malloc(most * sizeof(float) + 1); /* host values, uploaded tensor by tensor */
   for (int k = 0; k < mdl->nparams; k++) {
     const struct kd_param *p = &mdl->params[k];
     if (!p->local) continue;
-    float *x = mdl->master + p->offset;
-    if (p->role == ROLE_NORM) {
-      for (size_t i = 0; i < p->numel; i++) x[i] = 1.0f;
-      continue;
-    }
-    if (p->role == ROLE_BIAS) {
-      memset(x, 0, p->numel * sizeof(float));
-      continue;
-    }
-    const int resid = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");
-    const float s = (float)(resid ? resid_std : std);
-    const uint64_t key = kd_fnv1a(p->name, seed); /* independent of table position */
-    const int64_t cols = p->shape[1];
-    const int64_t rows = p->split_dim == 0 ? p->split_len : p->shape[0];
-    const int64_t lcols = p->split_dim == 1 ? p->split_len : cols;
-    const int64_t r0 = p->split_dim == 0 ? p->split_off : 0;
-    const int64_t c0 = p->split_dim == 1 ? p->split_off : 0;
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t c = 0; c < lcols; c++)
-        x[(size_t)r * lcols + c] = s * counter_normal(key, (uint64_t)((r0 + r) * cols + c0 + c));
+    init_values(p, x, std, resid_std, seed);
+    be->upload(be, mdl->master + p->offset, x, p->numel * sizeof(float));
   }
+  free(x);
 }
 
 void model_sync_working(struct kd_model *mdl, struct kd_backend *be) {

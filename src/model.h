@@ -60,6 +60,7 @@ struct kd_mem_policy {
 
 struct kd_model {
   struct kd_card card;
+  struct kd_backend *be;    /* the backend owning w, master, grad, m, v */
   struct kd_mem_policy mem; /* all 0 after model_build_grid: keep everything */
   int frozen;          /* teacher: no gradients, no optimizer state */
   /* how this rank's part is cut out of the model */
@@ -108,7 +109,7 @@ void model_free(struct kd_model *mdl, struct kd_backend *be);
 /* Initialise the master weights from `seed` (normal(0, 0.02) for matrices, scaled
  * by 1/sqrt(2 * layers) for the residual projections, zeros for biases, ones for
  * norms); each tensor's values depend only on the seed and its name. */
-void model_init_random(struct kd_model *mdl, uint64_t seed);
+void model_init_random(struct kd_model *mdl, struct kd_backend *be, uint64_t seed);
 
 /* Refresh the working copy from the master (BF16 rounding in bf16 runs). */
 void model_sync_working(struct kd_model *mdl, struct kd_backend *be);

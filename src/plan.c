@@ -121,9 +121,8 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
                                      cfg->student.vocab_size, distill);
     }
     if (chunk > N) chunk = N;
-    const int nstats = (distill ? 2 : 0) + (!distill || cfg->loss_temperature != 1.0);
-    bytes[KD_MEM_LOSS] = chunk * ((size_t)s.vocab * 4 * (distill ? 2 : 1) +
-                                  (size_t)nstats * 2 * 4 + 3 * sizeof(double));
+    bytes[KD_MEM_LOSS] =
+        loss_buffer_bytes(chunk, s.vocab, distill, (float)cfg->loss_temperature);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "util.h"
 
 enum { TAG_FWD = 11, TAG_BWD = 12 };
@@ -56,6 +57,10 @@ void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *
   if (P > 1) {
     p->fwd_buf[0] = be->alloc(be, KD_MEM_COMM, p->fwd_len * sizeof(float));
     p->fwd_buf[1] = be->alloc(be, KD_MEM_COMM, p->fwd_len * sizeof(float));
+    /* host twins of the messages when MPI cannot take backend blocks */
+    p->fwd_stage[0] = comm_stage_alloc(be, p->fwd_len);
+    p->fwd_stage[1] = comm_stage_alloc(be, p->fwd_len);
+    p->bwd_stage = comm_stage_alloc(be, N * (size_t)student->card.hidden_size);
   }
 }
 
@@ -68,30 +73,17 @@ void pipe_free(struct kd_pipe *p) {
   if (p->teacher) acts_free(&p->tacts, p->be);
   p->be->free(p->be, p->fwd_buf[0]);
   p->be->free(p->be, p->fwd_buf[1]);
+  p->be->free(p->be, p->fwd_stage[0]);
+  p->be->free(p->be, p->fwd_stage[1]);
+  p->be->free(p->be, p->bwd_stage);
   free(p->sacts);
   free(p->inputs);
   free(p->labels);
   memset(p, 0, sizeof *p);
 }
 
-/* --- point-to-point: each call posts its transfers and waits for all of them ----- */
-
-struct xfer {
-  MPI_Request req[2];
-  int n;
-};
-
-static void post(struct xfer *x, int send, void *buf, size_t n, int peer, int tag,
-                 MPI_Comm comm) {
-  if (send) MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
-  else MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
-}
-
-static void wait_all(struct xfer *x) {
-  MPI_Status st[2];
-  if (x->n) MPI_Waitall(x->n, x->req, st);
-  x->n = 0;
-}
+/* --- point-to-point: posted together, completed by comm_wait (comm.c stages them
+ * through host twins when MPI cannot take backend blocks) ----------------------------- */
 
 /* Peers are ranks of pp_comm: stage numbers. */
 static int prev_stage(const struct kd_pipe *p) {
@@ -101,25 +93,29 @@ static int next_stage(const struct kd_pipe *p) {
   return p->grid->pp_rank + 1 < p->grid->pp ? p->grid->pp_rank + 1 : MPI_PROC_NULL;
 }
 
-static void post_recv_fwd(struct kd_pipe *p, struct xfer *x) {
+static void post_recv_fwd(struct kd_pipe *p, struct comm_xfer *x) {
   if (p->grid->pp_rank > 0)
-    post(x, 0, p->fwd_buf[1], p->fwd_len, prev_stage(p), TAG_FWD, p->grid->pp_comm);
+    comm_post(x, p->be, 0, p->fwd_buf[1], p->fwd_stage[1], p->fwd_len, prev_stage(p), TAG_FWD,
+              p->grid->pp_comm);
 }
-static void post_send_fwd(struct kd_pipe *p, struct xfer *x) {
+static void post_send_fwd(struct kd_pipe *p, struct comm_xfer *x) {
   if (p->grid->pp_rank + 1 < p->grid->pp)
-    post(x, 1, p->fwd_buf[0], p->fwd_len, next_stage(p), TAG_FWD, p->grid->pp_comm);
+    comm_post(x, p->be, 1, p->fwd_buf[0], p->fwd_stage[0], p->fwd_len, next_stage(p), TAG_FWD,
+              p->grid->pp_comm);
 }
 static size_t bwd_len(const struct kd_pipe *p) {
   return (size_t)p->B * p->T * (size_t)p->student->card.hidden_size;
 }
 /* The backward message travels in the shared gradient workspace dres. */
-static void post_recv_bwd(struct kd_pipe *p, struct xfer *x) {
+static void post_recv_bwd(struct kd_pipe *p, struct comm_xfer *x) {
   if (p->grid->pp_rank + 1 < p->grid->pp)
-    post(x, 0, p->sacts[0].dres, bwd_len(p), next_stage(p), TAG_BWD, p->grid->pp_comm);
+    comm_post(x, p->be, 0, p->sacts[0].dres, p->bwd_stage, bwd_len(p), next_stage(p), TAG_BWD,
+              p->grid->pp_comm);
 }
-static void post_send_bwd(struct kd_pipe *p, struct xfer *x) {
+static void post_send_bwd(struct kd_pipe *p, struct comm_xfer *x) {
   if (p->grid->pp_rank > 0)
-    post(x, 1, p->sacts[0].dres, bwd_len(p), prev_stage(p), TAG_BWD, p->grid->pp_comm);
+    comm_post(x, p->be, 1, p->sacts[0].dres, p->bwd_stage, bwd_len(p), prev_stage(p), TAG_BWD,
+              p->grid->pp_comm);
 }
 
 /* --- compute ----------------------------------------------------------------------- */
@@ -155,7 +151,7 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
                spec.distill ? t->pw.head : NULL, p->labels[k], N, (int)cs, (int)ct, s->vocab,
                s->vocab_lo, p->chunk, grad_scale, s->tp_comm);
   if (train && s->tp > 1) /* each rank's vocabulary slice gave a partial dhn */
-    MPI_Allreduce(MPI_IN_PLACE, sa->dhn, (int)(N * cs), MPI_FLOAT, MPI_SUM, s->tp_comm);
+    comm_allreduce(be, sa->dhn, N * cs, MPI_FLOAT, MPI_SUM, 0, s->tp_comm);
   sums->kd += ms.kd;
   sums->ce += ms.ce;
 }
@@ -170,48 +166,48 @@ void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn f
   int warm = P - s - 1;
   if (warm > M) warm = M;
   const int rem = M - warm;
-  struct xfer x = {.n = 0};
+  struct comm_xfer x = {.n = 0};
   sums->kd = sums->ce = 0;
 
   for (int i = 0; i < warm; i++) { /* warm-up: forward only */
     post_recv_fwd(p, &x);
-    wait_all(&x);
+    comm_wait(&x, p->be);
     stage_forward(p, i, 1, grad_scale, fetch, arg, sums);
     post_send_fwd(p, &x);
-    wait_all(&x);
+    comm_wait(&x, p->be);
   }
   if (rem > 0) {
     post_recv_fwd(p, &x);
-    wait_all(&x);
+    comm_wait(&x, p->be);
   }
   for (int i = 0; i < rem; i++) { /* steady: one forward, one backward */
     stage_forward(p, warm + i, 1, grad_scale, fetch, arg, sums);
     post_send_fwd(p, &x);
     post_recv_bwd(p, &x);
-    wait_all(&x);
+    comm_wait(&x, p->be);
     stage_backward(p, i);
     post_send_bwd(p, &x);
     if (i + 1 < rem) post_recv_fwd(p, &x);
-    wait_all(&x);
+    comm_wait(&x, p->be);
   }
   for (int i = rem; i < M; i++) { /* cool-down: backward only */
     post_recv_bwd(p, &x);
-    wait_all(&x);
+    comm_wait(&x, p->be);
     stage_backward(p, i);
     post_send_bwd(p, &x);
-    wait_all(&x);
+    comm_wait(&x, p->be);
   }
 }
 
 void pipe_eval(struct kd_pipe *p, int nmicro, pipe_fetch_fn fetch, void *arg,
                struct loss_sums *sums) {
-  struct xfer x = {.n = 0};
+  struct comm_xfer x = {.n = 0};
   sums->kd = sums->ce = 0;
   for (int i = 0; i < nmicro; i++) {
     post_recv_fwd(p, &x);
-    wait_all(&x);
+    comm_wait(&x, p->be);
     stage_forward(p, i, 0, 0.0f, fetch, arg, sums);
     post_send_fwd(p, &x);
-    wait_all(&x);
+    comm_wait(&x, p->be);
   }
 }

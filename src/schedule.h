@@ -26,6 +26,8 @@ struct kd_pipe {
   struct kd_acts tacts;               /* the teacher's single working set */
   int **inputs, **labels;             /* per slot, B*T */
   float *fwd_buf[2];                  /* [0] outgoing, [1] incoming forward message */
+  float *fwd_stage[2], *bwd_stage;    /* their host twins (KD_MEM_HOST) when MPI cannot
+                                         take backend blocks (comm.c), else NULL */
   size_t fwd_len;                     /* floats of a forward message */
   struct loss_spec spec;
   size_t chunk;                       /* loss chunk rows */

@@ -3,6 +3,8 @@
  * the gradient reduction and update (zero.c), the loss sums over the world, the
  * checkpoint hook (ckpt.c). Data-parallel ranks each take their contiguous share of
  * every global batch. */
+#include "kdtrain_config.h"
+
 #include "train.h"
 
 #include <errno.h>
@@ -14,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "ckpt.h"
+#include "comm.h"
 #include "data.h"
 #include "grid.h"
 #include "layers.h"
@@ -25,6 +28,9 @@
 #include "util.h"
 #include "weights.h"
 #include "zero.h"
+#ifdef KD_HAVE_CUDA
+#include "backend/cuda.h"
+#endif
 
 struct run {
   const struct kd_config *cfg;
@@ -58,16 +64,20 @@ static double measure_gemm_peak(struct kd_backend *be) {
   float *A = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
   float *B = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
   float *Cm = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
-  for (size_t i = 0; i < nn; i++) {
-    A[i] = (float)(i % 7) * 0.1f;
-    B[i] = (float)(i % 5) * 0.1f;
-  }
+  float *h = kd_malloc(nn * sizeof(float));
+  for (size_t i = 0; i < nn; i++) h[i] = (float)(i % 7) * 0.1f;
+  be->upload(be, A, h, nn * sizeof(float));
+  for (size_t i = 0; i < nn; i++) h[i] = (float)(i % 5) * 0.1f;
+  be->upload(be, B, h, nn * sizeof(float));
+  free(h);
   for (int w = 0; w < 3; w++) /* warm-up: threads spun up, caches and clocks settled */
     be->gemm(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
+  be->sync(be);
   double rate[5];
   for (int r = 0; r < reps; r++) {
     const double t0 = kd_now();
     be->gemm(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
+    be->sync(be);
     rate[r] = 2.0 * n * (double)nn / (kd_now() - t0);
   }
   qsort(rate, reps, sizeof *rate, cmp_double);
@@ -98,6 +108,55 @@ static size_t loss_budget(const struct run *r) {
   return budget > used ? budget - used : 0;
 }
 
+/* Every rank's CUDA device count, the smallest (0 in builds without CUDA); collective.
+ * why: this rank's reason when it has none. */
+static int cuda_devices_everywhere(char *why, size_t whylen) {
+  int mine = 0, least = 0;
+#ifdef KD_HAVE_CUDA
+  mine = backend_cuda_device_count(why, whylen);
+#else
+  snprintf(why, whylen, "this kdtrain was built without the CUDA backend (configure --with-cuda)");
+#endif
+  MPI_Allreduce(&mine, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (mine > 0 && least == 0) snprintf(why, whylen, "not every rank sees a CUDA device");
+  return least;
+}
+
+/* The compute backend named by run%device ('auto': CUDA when every rank has a device). */
+static void backend_select(struct run *r, const struct kd_config *cfg) {
+  const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
+  const char *dev = cfg->run_device;
+  char why[256] = "";
+  const int want_cuda = strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0;
+  const int ncuda = want_cuda ? cuda_devices_everywhere(why, sizeof why) : 0;
+  if (strcmp(dev, "cuda") == 0 && ncuda == 0)
+    kd_fail(KD_EXIT_INPUT, "%s: run%%device='cuda' but no CUDA device: %s; use "
+            "run%%device='cpu' or 'auto'", cfg->source, why);
+  const int node_rank = grid_node_rank();
+  if (ncuda > 0) {
+#ifdef KD_HAVE_CUDA
+    backend_cuda_init(&r->be, bf16, node_rank);
+#endif
+  } else if (strcmp(dev, "devsim") == 0) {
+    backend_devsim_init(&r->be, bf16);
+  } else {
+    backend_cpu_init(&r->be, bf16);
+  }
+  char where[300] = "";
+#ifdef KD_HAVE_CUDA
+  if (ncuda > 0) {
+    char d[256];
+    backend_cuda_describe(d, sizeof d);
+    snprintf(where, sizeof where, " (rank 0: %s)", d);
+  }
+#endif
+  kd_info("kdtrain: backend %s%s | MPI %s\n", r->be.name, where,
+          !r->be.device      ? "on host memory"
+          : r->be.mpi_device ? "on device buffers (CUDA-aware MPI)"
+                             : "staged through pinned host buffers");
+  (void)node_rank;
+}
+
 static void run_setup(struct run *r, const struct kd_config *cfg) {
   char err[1024];
   memset(r, 0, sizeof *r);
@@ -117,10 +176,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     fail_input(model_check_layout(&cfg->teacher, "teacher", cfg->par_tp, cfg->par_pp, err,
                                   sizeof err),
                err);
-  if (strcmp(cfg->run_device, "cuda") == 0)
-    kd_fail(KD_EXIT_INPUT, "run%%device='cuda': this kdtrain was built without the CUDA "
-                           "backend; use run%%device='cpu' or 'auto'");
-  backend_cpu_init(&r->be, strcmp(cfg->prec_compute, "bf16") == 0);
+  backend_select(r, cfg);
   r->distill = strcmp(cfg->run_mode, "distill") == 0;
 
   /* student */
@@ -128,7 +184,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   model_build_grid(&r->student, &r->be, &cfg->student, zero ? MODEL_SHARDED : MODEL_TRAIN,
                    &r->grid);
   if (strcmp(cfg->student_init, "random") == 0) {
-    model_init_random(&r->student, (uint64_t)cfg->run_seed);
+    model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
   } else {
     fail_input(weights_load(cfg->student_init, &r->student, r->student.master, MPI_COMM_WORLD,
                             err, sizeof err),
@@ -196,6 +252,10 @@ static void run_teardown(struct run *r) {
   if (r->distill) model_free(&r->teacher, &r->be);
   update_free(&r->update, &r->be);
   model_free(&r->student, &r->be);
+  comm_release(&r->be);
+#ifdef KD_HAVE_CUDA
+  if (strcmp(r->be.name, "cuda") == 0) backend_cuda_finalize(&r->be);
+#endif
   data_close(&r->train);
   if (r->have_valid) data_close(&r->valid);
   grid_free(&r->grid);

@@ -447,13 +447,36 @@ static void dims_text(char *out, size_t n, int ndim, const int64_t *d) {
     snprintf(out, n, "(%" PRId64 ", %" PRId64 ")", d[0], d[1]);
 }
 
+/* --- host staging: files are read and written from host memory ------------------------ */
+
+/* Host view of n floats at `blk` (a block of backend `be`, NULL: host memory): the block
+ * itself when the host can reach it, else a host copy (downloaded when `fetch`). */
+static float *host_view(struct kd_backend *be, float *blk, size_t n, int fetch) {
+  if (!be || !be->device) return blk;
+  float *x = kd_malloc(n * sizeof(float) + 1);
+  if (fetch) be->download(be, x, blk, n * sizeof(float));
+  return x;
+}
+
+/* End of a host view: upload it into the block (when `store`), then free a copy. Safe to
+ * call twice: the second call (store = 0) only frees. */
+static void host_done(struct kd_backend *be, float *blk, float *x, size_t n, int store) {
+  if (!be || !be->device || x == blk) return;
+  if (store) {
+    be->upload(be, blk, x, n * sizeof(float));
+    return;
+  }
+  free(x);
+}
+
 /* --- save ---------------------------------------------------------------------------------- */
 
 /* Create /<gname>/<name>, its checksum attribute, and write the owners' slices. */
 static int save_param(hid_t group, const char *gname, const struct kd_param *p, const float *buf,
-                      int own, const char *path, MPI_Comm comm, char *err, size_t errlen) {
+                      struct kd_backend *be, int own, const char *path, MPI_Comm comm,
+                      char *err, size_t errlen) {
   struct block b = param_block(p);
-  const float *x = buf + p->offset;
+  float *x = host_view(be, (float *)buf + p->offset, p->numel, 1);
   if ((size_t)(b.rows * b.cols) != p->numel) {
     kd_seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64, p->name,
            p->numel, b.rows, b.cols);
@@ -469,7 +492,8 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
   hid_t d = H5Dcreate2(group, p->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   int ok = d >= 0 &&
            attr_put(d, "checksum_idxmix64", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum) >= 0 &&
-           transfer(d, &b, (float *)x, own, 1, comm) == 0;
+           transfer(d, &b, x, own, 1, comm) == 0;
+  host_done(be, (float *)buf + p->offset, x, p->numel, 0);
   if (d >= 0 && H5Dclose(d) < 0) ok = 0;
   H5Pclose(dcpl);
   H5Sclose(space);
@@ -553,7 +577,7 @@ int weights_write_group(struct weights_io *io, const char *group, const float *b
   if (g < 0) kd_seterr(err, errlen, "%s: creating group /%s failed", io->path, group);
   int st = agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
   for (int p = 0; p < io->mdl->nparams && !st; p++)
-    st = agree(save_param(g, group, &io->mdl->params[p], buf, io->own[p], io->path, io->comm, err,
+    st = agree(save_param(g, group, &io->mdl->params[p], buf, io->mdl->be, io->own[p], io->path, io->comm, err,
                           errlen),
                err, errlen, io->comm);
   if (g >= 0) H5Gclose(g);
@@ -586,13 +610,15 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
 
 /* Check /<gname>/<name>'s type and shape, read this rank's block, verify the checksum. */
 static int load_param(hid_t group, const char *gname, const struct kd_param *p, float *buf,
-                      int own, const char *path, MPI_Comm comm, char *err, size_t errlen) {
+                      struct kd_backend *be, int own, const char *path, MPI_Comm comm,
+                      char *err, size_t errlen) {
   struct block b = param_block(p);
   int64_t want[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
   char wtxt[64], ftxt[64];
   dims_text(wtxt, sizeof wtxt, p->ndim, want);
   int st = 0;
   hid_t d = -1;
+  float *x = NULL; /* host view of the block */
   if (H5Lexists(group, p->name, H5P_DEFAULT) <= 0 ||
       (d = H5Dopen2(group, p->name, H5P_DEFAULT)) < 0) {
     kd_seterr(err, errlen, "%s has no dataset /%s/%s (expected shape %s): %s", path, gname, p->name,
@@ -623,8 +649,9 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
   }
   if ((st = agree(st, err, errlen, comm))) goto out;
 
-  float *x = buf + p->offset;
+  x = host_view(be, buf + p->offset, p->numel, 0);
   int bad = transfer(d, &b, x, 1, 0, comm) != 0;
+  if (!bad) host_done(be, buf + p->offset, x, p->numel, 1);
   if (bad) kd_seterr(err, errlen, "%s: reading /%s/%s failed", path, gname, p->name);
   if ((st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
 
@@ -641,6 +668,7 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
     }
   }
 out:
+  if (x) host_done(be, buf + p->offset, x, p->numel, 0);
   if (d >= 0) H5Dclose(d);
   return st;
 }
@@ -689,7 +717,7 @@ int weights_read_group(struct weights_io *io, const char *group, float *buf, cha
            strcmp(group, "params") ? "checkpoint" : "weights file");
   int st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
   for (int p = 0; p < io->mdl->nparams && !st; p++)
-    st = load_param(g, group, &io->mdl->params[p], buf, io->own[p], io->path, io->comm, err,
+    st = load_param(g, group, &io->mdl->params[p], buf, io->mdl->be, io->own[p], io->path, io->comm, err,
                     errlen);
   if (g >= 0) H5Gclose(g);
   return st;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "util.h"
 
 /* Rows (split dim 0) or columns (split dim 1) of the local block, and the other extent. */
@@ -29,6 +30,7 @@ static void shard_build(struct kd_update *u, struct kd_backend *be) {
   const int dp = u->grid->dp, d = u->grid->dp_rank;
   memset(z, 0, sizeof *z);
   z->card = s->card;
+  z->be = be;
   z->nparams = s->nparams;
   z->params = kd_calloc((size_t)s->nparams, sizeof *z->params);
   size_t maxblock = 0;
@@ -60,23 +62,21 @@ static void shard_build(struct kd_update *u, struct kd_backend *be) {
 }
 
 /* Copy between a tensor's local block `full` (rows x cols, row-major) and its shard
- * `part` (the sub-block along shard_dim starting at `at`). */
-static void block_copy(float *full, float *part, const struct kd_param *p,
+ * `part` (the sub-block along shard_dim starting at `at`), with backend copies. */
+static void block_copy(struct kd_backend *be, float *full, float *part, const struct kd_param *p,
                        const struct kd_param *q, int to_part) {
   const int dim = shard_dim(p);
-  const int64_t cols = local_extent(p, 1), at = q->split_off - (p->split_dim < 0 ? 0 : p->split_off);
+  const size_t cols = (size_t)local_extent(p, 1);
+  const size_t at = (size_t)(q->split_off - (p->split_dim < 0 ? 0 : p->split_off));
   if (dim == 0) {
-    float *f = full + (size_t)at * cols;
-    if (to_part) memcpy(part, f, q->numel * sizeof(float));
-    else memcpy(f, part, q->numel * sizeof(float));
+    float *f = full + at * cols;
+    if (to_part) be->copy(part, f, q->numel);
+    else be->copy(f, part, q->numel);
     return;
   }
-  const int64_t rows = p->shape[0], w = q->split_len;
-  for (int64_t r = 0; r < rows; r++) {
-    float *f = full + (size_t)r * cols + at, *g = part + (size_t)r * w;
-    if (to_part) memcpy(g, f, (size_t)w * sizeof(float));
-    else memcpy(f, g, (size_t)w * sizeof(float));
-  }
+  const size_t rows = (size_t)p->shape[0], w = (size_t)q->split_len;
+  if (to_part) be->copy2d(part, w, full + at, cols, rows, w);
+  else be->copy2d(full + at, cols, part, w, rows, w);
 }
 
 /* Element counts and displacements of every DP rank's shard of tensor k. */
@@ -105,20 +105,18 @@ static void shard_gather(struct kd_update *u, struct kd_backend *be) {
     shard_counts(u, p, cnt, disp);
     float *mine = u->shard.master + q->offset;
     if (shard_dim(p) == 0) {
-      MPI_Allgatherv(mine, cnt[u->grid->dp_rank], MPI_FLOAT, s->w + p->offset, cnt, disp,
-                     MPI_FLOAT, u->grid->dp_comm);
+      comm_allgatherv(be, mine, s->w + p->offset, cnt, disp, u->grid->dp_comm);
       continue;
     }
     /* row-parallel projection: shards are column blocks; gather them, then place them */
-    MPI_Allgatherv(mine, cnt[u->grid->dp_rank], MPI_FLOAT, u->gather, cnt, disp, MPI_FLOAT,
-                   u->grid->dp_comm);
+    comm_allgatherv(be, mine, u->gather, cnt, disp, u->grid->dp_comm);
     struct kd_param qd = *q;
     for (int d = 0; d < dp; d++) {
       long long st, len;
       grid_block(local_extent(p, 1), dp, d, &st, &len);
       qd.split_off = p->split_off + st;
       qd.split_len = len;
-      block_copy(s->w + p->offset, u->gather + disp[d], p, &qd, 0);
+      block_copy(be, s->w + p->offset, u->gather + disp[d], p, &qd, 0);
     }
   }
   free(cnt);
@@ -136,7 +134,7 @@ void update_build(struct kd_update *u, struct kd_backend *be, struct kd_model *s
   shard_build(u, be);
   for (int k = 0; k < s->nparams; k++) /* the shard's masters from the FP32 initial weights */
     if (u->shard.params[k].local)
-      block_copy(s->w + s->params[k].offset, u->shard.master + u->shard.params[k].offset,
+      block_copy(be, s->w + s->params[k].offset, u->shard.master + u->shard.params[k].offset,
                  &s->params[k], &u->shard.params[k], 1);
   if (be->bf16) be->round_bf16(s->w, s->numel);
 }
@@ -161,26 +159,26 @@ void update_refresh_weights(struct kd_update *u, struct kd_backend *be) {
 
 /* Sum partial gradients within the TP and PP groups (replicated kv heads, tied
  * embeddings held by the first and last stage). */
-static void reduce_partials(struct kd_model *s) {
+static void reduce_partials(struct kd_backend *be, struct kd_model *s) {
   for (int k = 0; k < s->nparams; k++) {
     const struct kd_param *p = &s->params[k];
     if (!p->local) continue;
     float *g = s->grad + p->offset;
     if (p->tp_partial && s->kv_comm != MPI_COMM_NULL)
-      MPI_Allreduce(MPI_IN_PLACE, g, icount(p->numel), MPI_FLOAT, MPI_SUM, s->kv_comm);
+      comm_allreduce(be, g, p->numel, MPI_FLOAT, MPI_SUM, 0, s->kv_comm);
     if (p->role == ROLE_EMBED && s->emb_comm != MPI_COMM_NULL)
-      MPI_Allreduce(MPI_IN_PLACE, g, icount(p->numel), MPI_FLOAT, MPI_SUM, s->emb_comm);
+      comm_allreduce(be, g, p->numel, MPI_FLOAT, MPI_SUM, 0, s->emb_comm);
   }
 }
 
 double update_reduce_grads(struct kd_update *u, struct kd_backend *be) {
   struct kd_model *s = u->model;
   const struct kd_grid *g = u->grid;
-  reduce_partials(s);
+  reduce_partials(be, s);
   double sq = 0;
   if (!u->zero) {
     if (g->dp > 1)
-      MPI_Allreduce(MPI_IN_PLACE, s->grad, icount(s->numel), MPI_FLOAT, MPI_SUM, g->dp_comm);
+      comm_allreduce(be, s->grad, s->numel, MPI_FLOAT, MPI_SUM, 0, g->dp_comm);
     if (g->dp_rank == 0) /* the DP replicas are equal: count one of them */
       for (int k = 0; k < s->nparams; k++)
         if (s->params[k].primary) sq += be->sumsq(s->grad + s->params[k].offset, s->params[k].numel);
@@ -192,10 +190,10 @@ double update_reduce_grads(struct kd_update *u, struct kd_backend *be) {
       float *full = s->grad + p->offset, *part = u->shard.grad + q->offset;
       shard_counts(u, p, cnt, disp);
       if (shard_dim(p) == 0) {
-        MPI_Reduce_scatter(full, part, cnt, MPI_FLOAT, MPI_SUM, g->dp_comm);
+        comm_reduce_scatter(be, full, part, cnt, g->dp_comm);
       } else { /* column blocks are not contiguous: reduce all, keep mine */
-        MPI_Allreduce(MPI_IN_PLACE, full, icount(p->numel), MPI_FLOAT, MPI_SUM, g->dp_comm);
-        if (q->local) block_copy(full, part, p, q, 1);
+        comm_allreduce(be, full, p->numel, MPI_FLOAT, MPI_SUM, 0, g->dp_comm);
+        if (q->local) block_copy(be, full, part, p, q, 1);
       }
       if (q->primary) sq += be->sumsq(part, q->numel);
     }

@@ -73,10 +73,10 @@ START_TEST(test_init_deterministic) {
   struct kd_model a, b;
   model_build(&a, &be, &c, 0);
   model_build(&b, &be, &c, 0);
-  model_init_random(&a, 7);
-  model_init_random(&b, 7);
+  model_init_random(&a, &be, 7);
+  model_init_random(&b, &be, 7);
   ck_assert_int_eq(memcmp(a.master, b.master, a.numel * sizeof(float)), 0);
-  model_init_random(&b, 8);
+  model_init_random(&b, &be, 8);
   ck_assert_int_ne(memcmp(a.master, b.master, a.numel * sizeof(float)), 0);
   ck_assert_float_eq(a.pw.layer[0].ln1[3], 1.0f);
   model_free(&a, &be);
@@ -119,7 +119,7 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
   memset(&f, 0, sizeof f);
   backend_cpu_init(&f.be, 0);
   model_build(&f.s, &f.be, &sc, 0);
-  model_init_random(&f.s, 11);
+  model_init_random(&f.s, &f.be, 11);
   for (size_t i = 0; i < f.s.numel; i++) f.s.master[i] *= 8.0f; /* larger signal than std 0.02 */
   for (int k = 0; k < f.s.nparams; k++) /* non-trivial norms and biases */
     if (f.s.params[k].role == ROLE_NORM || f.s.params[k].role == ROLE_BIAS) {
@@ -135,7 +135,7 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
   f.spec.t2_scale = 1;
   if (distill) {
     model_build(&f.t, &f.be, &tc, 1);
-    model_init_random(&f.t, 5);
+    model_init_random(&f.t, &f.be, 5);
     for (size_t i = 0; i < f.t.numel; i++) f.t.w[i] *= 10.0f;
     acts_build(&f.ta, &f.be, &f.t, B, T);
   }
@@ -226,7 +226,7 @@ START_TEST(test_frozen_forward_matches) {
   struct kd_model a, b;
   model_build(&a, &be, &c, 0);
   model_build(&b, &be, &c, 1);
-  model_init_random(&a, 4);
+  model_init_random(&a, &be, 4);
   memcpy(b.w, a.master, a.numel * sizeof(float));
   struct kd_acts aa, ba;
   acts_build(&aa, &be, &a, 2, 9);
