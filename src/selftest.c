@@ -1,10 +1,13 @@
-/* selftest.c: `kdtrain --selftest`. Every op of the CUDA backend runs on the same
- * random inputs as the CPU backend (the reference); the table prints, per op, the
- * largest difference relative to the largest magnitude of the CPU result,
+/* selftest.c: `kdtrain --selftest`. Every op of the CUDA backend (each member of
+ * struct kd_backend) runs on the same random inputs as the CPU backend (the
+ * reference), and the memory ops are checked against their contracts (zeroed,
+ * counted, bit-exact, visible after sync). The table prints, per op, the largest
+ * difference relative to the largest magnitude of the CPU result,
  *     err = max_i |gpu_i - cpu_i| / max_i |cpu_i|,
  * against a tolerance for FP32 and one for BF16 runs (doc/cuda.md explains them).
- * Then a small model takes two training steps (distillation, both backends) and
- * the losses are compared. Exit 0 only when every line passes.
+ * Then a small model takes two training steps (distillation, both backends, device
+ * memory reached only through the op table) and the losses are compared. Exit 0
+ * only when every line passes.
  *
  * Builds without CUDA compile only the "no CUDA device" answer. */
 #include "kdtrain_config.h"
@@ -44,8 +47,8 @@ static struct dual dual_raw(struct st *x, size_t bytes, const void *host) {
   struct dual d = {x->cpu->alloc(x->cpu, KD_MEM_ACTS, bytes),
                    x->gpu->alloc(x->gpu, KD_MEM_ACTS, bytes), bytes};
   if (host) {
-    memcpy(d.c, host, bytes);
-    backend_cuda_upload(x->gpu, d.g, host, bytes);
+    x->cpu->upload(x->cpu, d.c, host, bytes);
+    x->gpu->upload(x->gpu, d.g, host, bytes);
   }
   return d;
 }
@@ -79,7 +82,7 @@ static void dual_free(struct st *x, struct dual *d) {
 /* max |g - c| / max |c| over a float (dbl = 0) or double (dbl = 1) tensor. */
 static double dual_err(struct st *x, const struct dual *d, int dbl) {
   void *h = kd_malloc(d->bytes + 1);
-  backend_cuda_download(x->gpu, h, d->g, d->bytes);
+  x->gpu->download(x->gpu, h, d->g, d->bytes);
   size_t n = d->bytes / (dbl ? sizeof(double) : sizeof(float));
   double diff = 0.0, mag = 0.0;
   for (size_t i = 0; i < n; i++) {
@@ -108,6 +111,70 @@ static void report(struct st *x, const char *op, double err, double tol32, doubl
 #define TOL_ATT 5e-5, 8e-3
 #define TOL_ATT_BWD 1e-4, 1e-4
 #define TOL_GEMM 2e-5, 1e-2  /* BF16: inputs rounded to 8-bit mantissa, FP32 accumulate */
+
+/* alloc/free (zeroed, counted in the arena, flags), upload/download round trips,
+ * copy2d between strided blocks, and sync (pinned results visible to the host). */
+static void test_memory(struct st *x) {
+  struct kd_backend *g = x->gpu;
+  const size_t nb = 12347; /* bytes: odd, copied at an odd offset */
+  size_t live0 = g->arena.live[KD_MEM_ACTS];
+  unsigned char *blk = g->alloc(g, KD_MEM_ACTS, nb), *pin = g->alloc(g, KD_MEM_HOST, nb);
+  unsigned char *h = kd_malloc(nb), *h2 = kd_malloc(nb);
+  int ok = g->arena.live[KD_MEM_ACTS] == live0 + nb && g->device == 1 &&
+           g->mpi_device == cuda_mpi_aware();
+  memset(h, 0xab, nb);
+  g->download(g, h, blk, nb);
+  for (size_t i = 0; i < nb; i++) ok &= h[i] == 0 && pin[i] == 0;
+  /* random bytes through a device block and a pinned block; bit-identical */
+  for (size_t i = 0; i < nb; i++) h[i] = (unsigned char)(kd_uniform(&x->rng) * 256.0);
+  memset(h2, 0, nb);
+  g->upload(g, blk + 3, h, nb - 3);
+  g->download(g, h2, blk + 3, nb - 3);
+  int rt = memcmp(h, h2, nb - 3) == 0;
+  memset(h2, 0, nb);
+  g->upload(g, pin, h, nb);
+  g->download(g, h2, pin, nb);
+  rt &= memcmp(h, h2, nb) == 0;
+  g->free(g, blk);
+  g->free(g, pin);
+  ok &= g->arena.live[KD_MEM_ACTS] == live0;
+  free(h), free(h2);
+  report(x, "alloc, free (zeroed, counted)", ok ? 0.0 : 1.0, 0.0, 0.0);
+  report(x, "upload, download round trip", rt ? 0.0 : 1.0, 0.0, 0.0);
+  /* copy2d: a rows x cols sub-block between blocks of different row strides, at
+   * offsets; the rest of dst must stay as it was. Then from a pinned source. */
+  const size_t lds = 53, ldd = 41, rows = 37, cols = 29, os = 3 * lds + 7, od = 2 * ldd + 5;
+  struct dual src = dual_rand(x, 45 * lds, 1.0f), dst = dual_rand(x, 40 * ldd, 1.0f);
+  x->cpu->copy2d((float *)dst.c + od, ldd, (float *)src.c + os, lds, rows, cols);
+  g->copy2d((float *)dst.g + od, ldd, (float *)src.g + os, lds, rows, cols);
+  double e = dual_err(x, &dst, 0);
+  float *pins = g->alloc(g, KD_MEM_HOST, src.bytes);
+  memcpy(pins, src.c, src.bytes);
+  x->cpu->copy2d((float *)dst.c + 1, ldd, (float *)src.c + 2, lds, 40, ldd - 1);
+  g->copy2d((float *)dst.g + 1, ldd, pins + 2, lds, 40, ldd - 1);
+  e = fmax(e, dual_err(x, &dst, 0));
+  g->free(g, pins);
+  report(x, "copy2d (device, pinned source)", e, 0.0, 0.0);
+  dual_free(x, &src), dual_free(x, &dst);
+  /* sync: a pinned block written by a device -> host copy (16 MiB) queued behind
+   * eight scale ops is complete once sync returns; without the wait the host would
+   * read it long before the copy ends */
+  const size_t n = (size_t)1 << 22;
+  struct dual a = dual_rand(x, n, 1.0f);
+  float *pa = g->alloc(g, KD_MEM_HOST, a.bytes);
+  for (int k = 0; k < 8; k++) x->cpu->scale(a.c, 1.5f, n), g->scale(a.g, 1.5f, n);
+  g->copy(pa, a.g, n);
+  g->sync(g);
+  double diff = 0.0, mag = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double c = ((float *)a.c)[i], d = fabs((double)pa[i] - c);
+    if (!(d <= diff)) diff = d;
+    if (fabs(c) > mag) mag = fabs(c);
+  }
+  g->free(g, pa);
+  dual_free(x, &a);
+  report(x, "sync (pinned copy after ops)", diff / (mag > 0.0 ? mag : 1.0), TOL_EXACT);
+}
 
 static void test_gemm(struct st *x) {
   const int M = 67, N = 45, K = 129, pad = 3;
@@ -143,14 +210,14 @@ static void test_elementwise(struct st *x) {
   int f1 = x->cpu->all_finite(b.c, n) == x->gpu->all_finite(b.g, n);
   float inf = INFINITY;
   memcpy((float *)b.c + n / 3, &inf, sizeof inf);
-  backend_cuda_upload(x->gpu, (float *)b.g + n / 3, &inf, sizeof inf);
+  x->gpu->upload(x->gpu, (float *)b.g + n / 3, &inf, sizeof inf);
   int f2 = x->cpu->all_finite(b.c, n) == x->gpu->all_finite(b.g, n) && !x->cpu->all_finite(b.c, n);
   report(x, "all_finite", f1 && f2 ? 0.0 : 1.0, 0.0, 0.0);
   struct dual p = dual_rand(x, n, 0.1f), m = dual_rand(x, n, 0.01f), g = dual_rand(x, n, 1.0f);
   struct dual v = dual_rand(x, n, 0.01f);
   float *vh = v.c; /* second moments are non-negative */
   for (size_t i = 0; i < n; i++) vh[i] = fabsf(vh[i]);
-  backend_cuda_upload(x->gpu, v.g, v.c, v.bytes);
+  x->gpu->upload(x->gpu, v.g, v.c, v.bytes);
   x->cpu->adamw(p.c, m.c, v.c, g.c, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f, 0.5f);
   x->gpu->adamw(p.g, m.g, v.g, g.g, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f, 0.5f);
   report(x, "adamw (param, m, v)",
@@ -217,8 +284,8 @@ static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) 
   snprintf(name, sizeof name, "attention_forward hd=%d T=%d", hd, T);
   report(x, name, fmax(dual_err(x, &out, 0), dual_err(x, &lse, 0)), TOL_ATT);
   /* backward from the CPU's forward results on both sides */
-  backend_cuda_upload(x->gpu, out.g, out.c, out.bytes);
-  backend_cuda_upload(x->gpu, lse.g, lse.c, lse.bytes);
+  x->gpu->upload(x->gpu, out.g, out.c, out.bytes);
+  x->gpu->upload(x->gpu, lse.g, lse.c, lse.bytes);
   struct dual dout = dual_rand(x, N * ldo, 1.0f), dqkv = dual_rand(x, N * ld, 1.0f);
   x->cpu->attention_backward(dqkv.c, dout.c, qkv.c, out.c, lse.c, B, T, nh, nkv, hd);
   x->gpu->attention_backward(dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, nh, nkv, hd);
@@ -243,7 +310,7 @@ static void test_loss(struct st *x) {
   x->cpu->softmax_stats(ss_c + 4 * n, zs.c, n, V, 1.0f);
   x->gpu->softmax_stats(ss_g + 4 * n, zs.g, n, V, 1.0f);
   report(x, "softmax_stats", dual_err(x, &st, 0), TOL_BWD);
-  backend_cuda_upload(x->gpu, st.g, st.c, st.bytes); /* same stats on both sides */
+  x->gpu->upload(x->gpu, st.g, st.c, st.bytes); /* same stats on both sides */
   struct dual part = dual_raw(x, n * 3 * sizeof(double), NULL);
   struct dual g = dual_raw(x, zs.bytes, NULL);
   for (int k = -1; k < 3; k++) {
@@ -256,9 +323,9 @@ static void test_loss(struct st *x) {
     char name[64];
     snprintf(name, sizeof name, "loss_partials %s", k < 0 ? "ce only" : kinds[k]);
     report(x, name, dual_err(x, &part, 1), TOL_BWD);
-    backend_cuda_upload(x->gpu, part.g, part.c, part.bytes);
+    x->gpu->upload(x->gpu, part.g, part.c, part.bytes);
     memcpy(g.c, zs.c, zs.bytes);
-    backend_cuda_upload(x->gpu, g.g, zs.c, zs.bytes);
+    x->gpu->upload(x->gpu, g.g, zs.c, zs.bytes);
     x->cpu->loss_grad(g.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, part.c, lab.c, n, V, lo, kind,
                       inv_t, beta, 0.7f, 0.3f);
     x->gpu->loss_grad(g.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, part.g, lab.g, n, V, lo, kind,
@@ -268,6 +335,18 @@ static void test_loss(struct st *x) {
   }
   dual_free(x, &zs), dual_free(x, &zt), dual_free(x, &lab), dual_free(x, &st);
   dual_free(x, &part), dual_free(x, &g);
+  /* loss_accumulate: non-negative partials like the loss values, two calls (+=) */
+  const size_t na = 5003;
+  double *hp = kd_malloc(na * 3 * sizeof(double)), acc0[2] = {1.25, 0.5};
+  for (size_t i = 0; i < 3 * na; i++) hp[i] = kd_uniform(&x->rng);
+  struct dual pa = dual_raw(x, na * 3 * sizeof(double), hp);
+  struct dual acc = dual_raw(x, sizeof acc0, acc0);
+  free(hp);
+  x->cpu->loss_accumulate(acc.c, pa.c, na), x->gpu->loss_accumulate(acc.g, pa.g, na);
+  x->cpu->loss_accumulate(acc.c, (double *)pa.c + 300, 37);
+  x->gpu->loss_accumulate(acc.g, (double *)pa.g + 300, 37);
+  report(x, "loss_accumulate", dual_err(x, &acc, 1), 1e-12, 1e-12);
+  dual_free(x, &pa), dual_free(x, &acc);
 }
 
 /* A small Qwen2-shaped card for the training comparison. */
@@ -291,7 +370,8 @@ static struct kd_card selftest_card(int teacher) {
 }
 
 /* Two distillation steps (forward, chunked loss, backward, AdamW) on backend `be`;
- * loss[s] is the objective of step s. Uses layers.c and loss.c as train.c does. */
+ * loss[s] is the objective of step s. Uses layers.c and loss.c as train.c does:
+ * tokens and labels are host arrays (model_forward and loss_chunked upload them). */
 static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
   const int B = 2, T = 48;
   const size_t N = (size_t)B * T;
@@ -300,17 +380,16 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
   struct kd_acts ta, sa;
   model_build(&t, be, &ct, 1);
   model_build(&s, be, &cs, 0);
-  model_init_random(&t, 11);
-  model_init_random(&s, 12);
+  model_init_random(&t, be, 11);
+  model_init_random(&s, be, 12);
   if (bf16) be->round_bf16(t.w, t.numel); /* frozen: w is the only copy */
   model_sync_working(&s, be);
   acts_build(&ta, be, &t, B, T);
   acts_build(&sa, be, &s, B, T);
   int *tokens = kd_malloc((N + 1) * sizeof(int));
-  int *labels = be->alloc(be, KD_MEM_ACTS, N * sizeof(int)); /* read by the loss ops */
+  const int *labels = tokens + 1; /* next-token labels */
   uint64_t rng = 99;
   for (size_t i = 0; i <= N; i++) tokens[i] = (int)(kd_uniform(&rng) * cs.vocab_size);
-  memcpy(labels, tokens + 1, N * sizeof(int));
   struct loss_spec spec = {1, LOSS_FKL, 2.0f, 0.5f, 0.5f, 1};
   for (int step = 0; step < 2; step++) {
     be->zero(s.grad, s.numel);
@@ -329,7 +408,6 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
     model_sync_working(&s, be);
   }
   free(tokens);
-  be->free(be, labels);
   acts_free(&sa, be);
   acts_free(&ta, be);
   model_free(&s, be);
@@ -339,9 +417,7 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
 static void test_training(struct st *x) {
   double lc[2], lg[2];
   train_two_steps(x->cpu, x->bf16, lc);
-  backend_cuda_host_access(x->gpu, 1); /* layers.c/loss.c still touch buffers from the host */
   train_two_steps(x->gpu, x->bf16, lg);
-  backend_cuda_host_access(x->gpu, 0);
   for (int s = 0; s < 2; s++) {
     char name[64];
     snprintf(name, sizeof name, "train step %d loss (cpu %.5f)", s + 1, lc[s]);
@@ -379,10 +455,11 @@ static int selftest_cuda(const struct kd_config *cfg) {
   if (x.print) {
     printf("kdtrain --selftest: CUDA backend (%s) against the CPU backend, precision %s\n",
            dev, x.bf16 ? "bf16" : "fp32");
-    printf("MPI with device buffers: %s\n", cuda_mpi_aware() ? "CUDA-aware MPI"
-                                                             : "staged through host memory");
+    printf("MPI with device buffers: %s\n",
+           gpu.mpi_device ? "CUDA-aware MPI" : "staged through pinned host memory");
     printf("  %-30s %12s %11s   %s\n", "op", "max rel err", "tolerance", "result");
   }
+  test_memory(&x);
   test_gemm(&x);
   test_elementwise(&x);
   test_rows(&x);

@@ -1,11 +1,13 @@
 /* cuda.cu: the CUDA backend's core: device selection, streams and events, the
- * cuBLAS handle, counted device memory, GEMM (cublasGemmEx) and host transfers.
- * The layer kernels live in cuda_ops.cu, cuda_attention.cu and cuda_loss.cu.
+ * cuBLAS handle, counted device memory, copies (copy, copy2d, upload, download),
+ * sync, GEMM (cublasGemmEx) and the offload transfers. The layer kernels live in
+ * cuda_ops.cu, cuda_attention.cu and cuda_loss.cu.
  *
- * Memory: every block is one cudaMalloc (cudaHostAlloc for KD_MEM_HOST, cudaMallocManaged
- * in host-access mode), zeroed on the compute stream, and recorded in a small host
- * hash table (pointer -> size, category, kind) so that free() keeps the arena's
- * live and peak counters exact, exactly as the CPU arena does.
+ * Memory: every block is one cudaMalloc (cudaHostAlloc for KD_MEM_HOST), zeroed on
+ * the compute stream, and recorded in a small host hash table (pointer -> size,
+ * category, kind) so that free() keeps the arena's live and peak counters exact,
+ * exactly as the CPU arena does. Host code never dereferences a device block: it
+ * reaches them through the ops, upload and download (be->device = 1).
  *
  * GEMM: row-major C = alpha op(A) op(B) + beta C is computed by cuBLAS (column-major)
  * as C^T = op(B)^T op(A)^T, i.e. with the operands swapped. In BF16 mode A and B are
@@ -22,7 +24,7 @@ struct cuda_ctx kd_cuda;
 
 /* --- the allocation table ------------------------------------------------------------- */
 
-enum blk_kind { BLK_DEVICE, BLK_HOST, BLK_MANAGED };
+enum blk_kind { BLK_DEVICE, BLK_HOST };
 
 struct blk {
   void *p;
@@ -60,21 +62,16 @@ static void arena_count(struct kd_arena *a, int cat, size_t bytes, int sign) {
 static void *cuda_alloc(struct kd_backend *be, enum kd_mem cat, size_t bytes) {
   void *p = NULL;
   size_t real = bytes ? bytes : 1;
-  int kind = cat == KD_MEM_HOST ? BLK_HOST : kd_cuda.host_access ? BLK_MANAGED : BLK_DEVICE;
-  cudaError_t e = kind == BLK_HOST      ? cudaHostAlloc(&p, real, cudaHostAllocPortable)
-                  : kind == BLK_MANAGED ? cudaMallocManaged(&p, real, cudaMemAttachGlobal)
-                                        : cudaMalloc(&p, real);
+  int kind = cat == KD_MEM_HOST ? BLK_HOST : BLK_DEVICE;
+  cudaError_t e = kind == BLK_HOST ? cudaHostAlloc(&p, real, cudaHostAllocPortable)
+                                   : cudaMalloc(&p, real);
   if (e != cudaSuccess)
     kd_fail(KD_EXIT_IO, "CUDA out of memory allocating %zu bytes of %s on device %d: %s "
             "(live total %zu bytes; lower micro_batch or memory%%budget_mb)",
             bytes, kd_mem_names[cat], kd_cuda.device, cudaGetErrorString(e),
             be->arena.live_total);
-  if (kind == BLK_HOST) {
-    memset(p, 0, real);
-  } else {
-    CUDA_CHECK(cudaMemsetAsync(p, 0, real, kd_cuda.compute));
-    if (kind == BLK_MANAGED) CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
-  }
+  if (kind == BLK_HOST) memset(p, 0, real);
+  else CUDA_CHECK(cudaMemsetAsync(p, 0, real, kd_cuda.compute));
   struct blk *b = (struct blk *)kd_malloc(sizeof *b);
   size_t h = blk_hash(p);
   *b = (struct blk){p, bytes, (int)cat, kind, blk_table[h]};
@@ -104,6 +101,37 @@ static void cuda_zero(float *x, size_t n) {
 static void cuda_copy(float *dst, const float *src, size_t n) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, kd_cuda.compute));
   CUDA_OP_DONE();
+}
+
+/* One strided 2-D copy on the compute stream; pitches and widths in bytes. */
+static void cuda_copy2d(float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                        size_t cols) {
+  if (!rows || !cols) return;
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, ldd * sizeof(float), src, lds * sizeof(float),
+                               cols * sizeof(float), rows, cudaMemcpyDefault, kd_cuda.compute));
+  CUDA_OP_DONE();
+}
+
+/* Host <-> block copies on the compute stream (ordered after every op issued so far),
+ * synchronous: on return the bytes have arrived (pageable host memory is fine). */
+static void cuda_upload(struct kd_backend *be, void *dev, const void *host, size_t bytes) {
+  (void)be;
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyDefault, kd_cuda.compute));
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+}
+
+static void cuda_download(struct kd_backend *be, void *host, const void *dev, size_t bytes) {
+  (void)be;
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDefault, kd_cuda.compute));
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+}
+
+/* Every op is issued on the compute stream (offload uploads join it by event). */
+static void cuda_sync(struct kd_backend *be) {
+  (void)be;
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
 }
 
 /* --- GEMM ------------------------------------------------------------------------------- */
@@ -176,6 +204,8 @@ void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank) {
   memset(&kd_cuda, 0, sizeof kd_cuda);
   be->name = "cuda";
   be->bf16 = bf16 ? 1 : 0;
+  be->device = 1;
+  be->mpi_device = cuda_mpi_aware();
   kd_cuda.be = be;
   kd_cuda.bf16 = be->bf16;
   kd_cuda.device = (local_rank < 0 ? 0 : local_rank) % n;
@@ -194,6 +224,10 @@ void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank) {
   be->free = cuda_free;
   be->zero = cuda_zero;
   be->copy = cuda_copy;
+  be->copy2d = cuda_copy2d;
+  be->upload = cuda_upload;
+  be->download = cuda_download;
+  be->sync = cuda_sync;
   be->gemm = cuda_gemm;
   cuda_ops_init(be);
   cuda_attention_init(be);
@@ -223,24 +257,6 @@ void backend_cuda_finalize(struct kd_backend *be) {
   memset(&kd_cuda, 0, sizeof kd_cuda);
 }
 
-void backend_cuda_host_access(struct kd_backend *be, int on) {
-  (void)be;
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
-  kd_cuda.host_access = on ? 1 : 0;
-}
-
-void backend_cuda_upload(struct kd_backend *be, void *dev, const void *host, size_t bytes) {
-  (void)be;
-  CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyDefault, kd_cuda.compute));
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
-}
-
-void backend_cuda_download(struct kd_backend *be, void *host, const void *dev, size_t bytes) {
-  (void)be;
-  CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDefault, kd_cuda.compute));
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
-}
-
 void backend_cuda_to_host_async(struct kd_backend *be, void *host, const void *dev, size_t bytes) {
   (void)be;
   CUDA_CHECK(cudaEventRecord(kd_cuda.ev_compute, kd_cuda.compute));
@@ -259,9 +275,4 @@ void backend_cuda_to_device_async(struct kd_backend *be, void *dev, const void *
 void backend_cuda_copy_sync(struct kd_backend *be) {
   (void)be;
   CUDA_CHECK(cudaStreamSynchronize(kd_cuda.copy));
-}
-
-void backend_cuda_sync(struct kd_backend *be) {
-  (void)be;
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
 }

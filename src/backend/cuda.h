@@ -1,10 +1,11 @@
 /* cuda.h: the CUDA backend (built with configure --with-cuda) and its host-side
  * helpers: device selection, asynchronous host <-> device copies on the copy
- * stream, synchronisation, and whether MPI accepts device buffers.
+ * stream (activation offload), and whether MPI accepts device buffers.
  *
- * The op table's pointers are device pointers on this backend (allocations of
- * category KD_MEM_HOST are pinned host memory). Plain C header; the .cu files
- * include it inside extern "C". */
+ * The op table's pointers are device pointers on this backend (be->device = 1;
+ * allocations of category KD_MEM_HOST are pinned host memory): the host reaches
+ * them only through the ops, be->upload and be->download; be->sync waits for the
+ * compute stream. Plain C header; the .cu files include it inside extern "C". */
 #ifndef KD_CUDA_H
 #define KD_CUDA_H
 
@@ -20,9 +21,9 @@
 int backend_cuda_device_count(char *why, size_t whylen);
 
 /* Fill `be` with the CUDA ops on device local_rank % device_count: cuBLAS handle,
- * a compute stream and a copy stream. bf16: GEMMs take BF16 inputs (FP32
- * accumulate) and forward ops round what they store, as the CPU backend emulates.
- * One CUDA backend per process. Fails (kd_fail) when no device is usable. */
+ * a compute stream and a copy stream; be->mpi_device = cuda_mpi_aware() (call after
+ * MPI_Init). bf16: GEMMs take BF16 inputs (FP32 accumulate) and forward ops round
+ * what they store, as the CPU backend emulates. One CUDA backend per process. Fails (kd_fail) when no device is usable. */
 void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank);
 
 /* One line describing the device in use: "device N: NAME (sm_XY, G GiB)". */
@@ -30,16 +31,6 @@ void backend_cuda_describe(char *buf, size_t len);
 
 /* Release the handle, streams and workspaces (every be->alloc block must be freed). */
 void backend_cuda_finalize(struct kd_backend *be);
-
-/* Host-access mode (on = 1): later allocations are CUDA managed memory and every op
- * waits for its stream before returning, so host code may read and write backend
- * buffers directly. For code that still touches buffers from the host (see
- * doc/cuda.md); slow, never the production path. */
-void backend_cuda_host_access(struct kd_backend *be, int on);
-
-/* Synchronous copies on the compute stream (ordered after every op issued so far). */
-void backend_cuda_upload(struct kd_backend *be, void *dev, const void *host, size_t bytes);
-void backend_cuda_download(struct kd_backend *be, void *host, const void *dev, size_t bytes);
 
 /* Asynchronous copies on the copy stream (activation offload). to_host starts after
  * every op issued so far on the compute stream; the compute stream waits for
@@ -51,8 +42,6 @@ void backend_cuda_to_device_async(struct kd_backend *be, void *dev, const void *
                                   size_t bytes);
 /* Wait for every copy issued on the copy stream. */
 void backend_cuda_copy_sync(struct kd_backend *be);
-/* Wait for every op issued on the compute stream. */
-void backend_cuda_sync(struct kd_backend *be);
 
 /* 1 when the MPI library reports that it accepts CUDA device buffers
  * (MPIX_Query_cuda_support), 0 otherwise: then device data must be staged through

@@ -18,7 +18,6 @@ struct cuda_ctx {
   struct kd_backend *be;
   int bf16;            /* BF16 GEMM inputs, rounded stored activations */
   int device;          /* device ordinal in use */
-  int host_access;     /* managed allocations, every op synchronised */
   cudaStream_t compute;
   cudaStream_t copy;   /* host <-> device transfers (offload) */
   cudaEvent_t ev_compute, ev_copy;
@@ -57,13 +56,9 @@ void *cuda_scratch(int slot, size_t bytes);
                  cublasGetStatusString(s_));                                                \
   } while (0)
 
-/* After every launch: report a bad launch here (file:line of the op), and in
- * host-access mode wait for the stream so host code may touch the results. */
-#define CUDA_OP_DONE()                                                                      \
-  do {                                                                                      \
-    CUDA_CHECK(cudaGetLastError());                                                         \
-    if (kd_cuda.host_access) CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));            \
-  } while (0)
+/* After every launch: report a bad launch here (file:line of the op). Ops never wait
+ * for the stream; be->sync, upload and download do. */
+#define CUDA_OP_DONE() CUDA_CHECK(cudaGetLastError())
 
 /* Blocks of `threads` covering n items, capped for grid-stride loops. */
 static inline unsigned cuda_blocks(size_t n, int threads) {

@@ -1,10 +1,12 @@
 /* cuda_loss.cu: the loss-chunk row ops on the GPU, one block per row of V columns
  * (the vocabulary slice), semantics of cpu_loss.c: log-probabilities z*inv_t - lse
  * from the (global) stats pairs; exponentials in float, every vocabulary sum in
- * double (block reductions). Kind codes: 0 fkl, 1 rkl, 2 jsd. */
+ * double (block reductions). Kind codes: 0 fkl, 1 rkl, 2 jsd. loss_accumulate sums
+ * the chunk's per-row partials into the device totals in one block (no host trip). */
 #include "cuda_common.cuh"
 
-#define LOSS_THREADS 256
+#define LOSS_THREADS 256 /* threads per row block */
+#define ACC_THREADS 512  /* threads of the one-block loss_accumulate */
 
 __device__ __forceinline__ float d_logaddexp(float a, float b) {
   float m = a > b ? a : b;
@@ -134,7 +136,30 @@ static void cuda_loss_grad(float *zs, const float *zt, const float *ss, const fl
   CUDA_OP_DONE();
 }
 
+/* acc[0] += sum_r part[r][0] (KD), acc[1] += sum_r part[r][2] (CE): one block, each
+ * thread a strided share of the rows, then double block sums (deterministic). */
+__global__ void k_loss_accumulate(double *acc, const double *part, size_t n) {
+  double kd = 0.0, ce = 0.0;
+  for (size_t r = threadIdx.x; r < n; r += blockDim.x) {
+    kd += part[3 * r];
+    ce += part[3 * r + 2];
+  }
+  kd = block_sum(kd);
+  ce = block_sum(ce);
+  if (threadIdx.x == 0) {
+    acc[0] += kd;
+    acc[1] += ce;
+  }
+}
+
+static void cuda_loss_accumulate(double *acc, const double *part, size_t n) {
+  if (!n) return;
+  k_loss_accumulate<<<1, ACC_THREADS, 0, kd_cuda.compute>>>(acc, part, n);
+  CUDA_OP_DONE();
+}
+
 void cuda_loss_init(struct kd_backend *be) {
+  be->loss_accumulate = cuda_loss_accumulate;
   be->softmax_stats = cuda_softmax_stats;
   be->loss_partials = cuda_loss_partials;
   be->loss_grad = cuda_loss_grad;
