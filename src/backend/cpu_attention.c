@@ -10,7 +10,9 @@
  * threaded (backend_cpu_init), so every thread calls it on its own tile.
  *
  * As cpu.c, this file keeps the backend (for scratch) and the bf16 flag in
- * file-static values set by backend_cpu_attention_init. */
+ * file-static values set by backend_cpu_attention_init. Scratch comes from that
+ * backend's arena directly, not through its alloc op: the kernels dereference it,
+ * so it must be host memory also when the table wraps these ops (devsim.c). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -107,7 +109,8 @@ static void cpu_attention_forward(float *out, float *lse, const float *qkv, int 
   int nt = omp_get_max_threads();
   if (njob < nt) nt = (int)njob;
   if (nt < 1) return;
-  float *scr = att_be->alloc(att_be, KD_MEM_SCRATCH, (size_t)nt * ATT_TILE * T * sizeof(float));
+  float *scr =
+      arena_alloc(&att_be->arena, KD_MEM_SCRATCH, (size_t)nt * ATT_TILE * T * sizeof(float));
 #pragma omp parallel num_threads(nt)
   {
     float *S = scr + (size_t)omp_get_thread_num() * ATT_TILE * T;
@@ -119,7 +122,7 @@ static void cpu_attention_forward(float *out, float *lse, const float *qkv, int 
       att_forward_tile(out, lse, qkv, &s, (int)(bh / nh), (int)(bh % nh), tile * ATT_TILE, S);
     }
   }
-  att_be->free(att_be, scr);
+  arena_free(&att_be->arena, scr);
 }
 
 /* One backward tile of q head h in sequence b; P and dP are ATT_TILE x T scratch. */
@@ -170,7 +173,7 @@ static void cpu_attention_backward(float *dqkv, const float *dout, const float *
   if (njob < nt) nt = njob;
   if (nt < 1 || T < 1) return;
   size_t per = (size_t)2 * ATT_TILE * T;
-  float *scr = att_be->alloc(att_be, KD_MEM_SCRATCH, (size_t)nt * per * sizeof(float));
+  float *scr = arena_alloc(&att_be->arena, KD_MEM_SCRATCH, (size_t)nt * per * sizeof(float));
 #pragma omp parallel num_threads(nt)
   {
     float *P = scr + (size_t)omp_get_thread_num() * per, *dP = P + (size_t)ATT_TILE * T;
@@ -182,7 +185,7 @@ static void cpu_attention_backward(float *dqkv, const float *dout, const float *
           att_backward_tile(dqkv, dout, qkv, out, lse, &s, b, h, tile * ATT_TILE, P, dP);
     }
   }
-  att_be->free(att_be, scr);
+  arena_free(&att_be->arena, scr);
 }
 
 void backend_cpu_attention_init(struct kd_backend *be) {
