@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
+#include "grid.h"
 #include "layers.h"
 #include "loss.h"
 #include "model.h"
@@ -425,16 +426,6 @@ static void test_training(struct st *x) {
   }
 }
 
-/* Rank within the node: selects the device as training would. */
-static int local_rank(void) {
-  MPI_Comm node;
-  int r;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &r);
-  MPI_Comm_free(&node);
-  return r;
-}
-
 static int selftest_cuda(const struct kd_config *cfg) {
   char why[256];
   int ndev = backend_cuda_device_count(why, sizeof why), any = 0;
@@ -449,7 +440,7 @@ static int selftest_cuda(const struct kd_config *cfg) {
   struct st x = {&cpu, &gpu, 0x5eed5eedULL + (uint64_t)kd_rank(), 0, 0, kd_rank() == 0};
   x.bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
   backend_cpu_init(&cpu, x.bf16);
-  backend_cuda_init(&gpu, x.bf16, local_rank());
+  backend_cuda_init(&gpu, x.bf16, grid_node_rank()); /* as training selects it */
   char dev[256];
   backend_cuda_describe(dev, sizeof dev);
   if (x.print) {
