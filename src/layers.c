@@ -308,6 +308,7 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
   be->add(l->x_mid, l->x_in, N * C);
   maybe_round(be, l->x_mid, N * C);
   be->rmsnorm_forward(l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
+  if (a->d.pol.offload) be->copy_wait(be); /* out may be x_in's buffer, still being offloaded */
   mlp_forward(be, mdl, w, l, out, a);
   if (!out) return;
   tp_allreduce(be, mdl, out, N * C);
@@ -333,8 +334,8 @@ void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_
       if (i > 0) l.x_in = a->x_out[(i - 1) & 1];
       out = a->x_out[i & 1];
     } else {
-      if (a->d.pol.offload && a->keep[i].x_in) /* to host as soon as it exists */
-        be->copy(a->keep[i].x_in, l.x_in, N * C);
+      if (a->d.pol.offload && a->keep[i].x_in) /* to host as soon as it exists; the copy */
+        be->copy_async(a->keep[i].x_in, l.x_in, N * C); /* overlaps layer i's compute */
       out = i + 1 < L ? xin_fwd(a, i + 1) : a->x_out[0];
     }
     layer_forward(be, mdl, &mdl->pw.layer[i], &l, out, a);

@@ -172,9 +172,27 @@ static void test_memory(struct st *x) {
     if (!(d <= diff)) diff = d;
     if (fabs(c) > mag) mag = fabs(c);
   }
+  report(x, "sync (pinned copy after ops)", diff / (mag > 0.0 ? mag : 1.0), TOL_EXACT);
+  /* copy_async on the copy stream: it must see the ops issued before it, and after
+   * copy_wait the ops issued later must see it (and must not overwrite its source
+   * first): device -> pinned, then a scale of the source; pinned -> device, then a
+   * download of the target. */
+  float *back = g->alloc(g, KD_MEM_ACTS, a.bytes), *hb = kd_malloc(a.bytes);
+  memset(pa, 0, a.bytes);
+  for (int k = 0; k < 8; k++) x->cpu->scale(a.c, 0.75f, n), g->scale(a.g, 0.75f, n);
+  g->copy_async(pa, a.g, n);
+  g->copy_wait(g);
+  g->scale(a.g, 2.0f, n);
+  g->copy_async(back, pa, n);
+  g->copy_wait(g);
+  g->download(g, hb, back, a.bytes);
+  g->sync(g);
+  int same = memcmp(pa, a.c, a.bytes) == 0 && memcmp(hb, a.c, a.bytes) == 0;
+  free(hb);
+  g->free(g, back);
   g->free(g, pa);
   dual_free(x, &a);
-  report(x, "sync (pinned copy after ops)", diff / (mag > 0.0 ? mag : 1.0), TOL_EXACT);
+  report(x, "copy_async, copy_wait (copy stream)", same ? 0.0 : 1.0, 0.0, 0.0);
 }
 
 static void test_gemm(struct st *x) {

@@ -36,6 +36,13 @@ struct kd_backend {
   void (*download)(struct kd_backend *be, void *host, const void *src, size_t bytes);
   /* Wait until every op issued so far has finished (before MPI reads or writes blocks). */
   void (*sync)(struct kd_backend *be);
+  /* Copy n floats on the transfer queue (activation offload, usually device <-> a
+   * KD_MEM_HOST block): it starts after every op issued so far, and later ops do not
+   * wait for it, so it overlaps them, until copy_wait. Until then nothing may write
+   * src or read dst. */
+  void (*copy_async)(float *dst, const float *src, size_t n);
+  /* Ops issued after this call wait for every copy_async issued before it. */
+  void (*copy_wait)(struct kd_backend *be);
 
   /* --- dense algebra -------------------------------------------------------------- */
   /* C (M x N, leading dim ldc) = alpha * op(A) * op(B) + beta * C, row-major;

@@ -82,6 +82,9 @@ static void cpu_transfer(struct kd_backend *be, void *dst, const void *src, size
 
 static void cpu_sync(struct kd_backend *be) { (void)be; }
 
+/* One queue: an asynchronous copy is a copy, done when it returns. */
+static void cpu_copy_wait(struct kd_backend *be) { (void)be; }
+
 /* --- dense algebra ------------------------------------------------------------------------ */
 
 /* One thread pool: the BLAS runs single-threaded and cpu_gemm splits a product over
@@ -393,6 +396,8 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   be->upload = cpu_transfer;
   be->download = cpu_transfer;
   be->sync = cpu_sync;
+  be->copy_async = cpu_copy;
+  be->copy_wait = cpu_copy_wait;
   be->mpi_device = 1;
   be->gemm = cpu_gemm;
   be->add = cpu_add;

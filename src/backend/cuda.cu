@@ -132,6 +132,23 @@ static void cuda_download(struct kd_backend *be, void *host, const void *dev, si
 static void cuda_sync(struct kd_backend *be) {
   (void)be;
   CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.copy));
+}
+
+/* On the copy stream, after the compute work issued so far (event ev_compute); ev_copy
+ * marks the last copy for cuda_copy_wait. */
+static void cuda_copy_async(float *dst, const float *src, size_t n) {
+  CUDA_CHECK(cudaEventRecord(kd_cuda.ev_compute, kd_cuda.compute));
+  CUDA_CHECK(cudaStreamWaitEvent(kd_cuda.copy, kd_cuda.ev_compute, 0));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, kd_cuda.copy));
+  CUDA_CHECK(cudaEventRecord(kd_cuda.ev_copy, kd_cuda.copy));
+}
+
+/* The compute stream waits (on the device, not the host) for the copies issued so far:
+ * the copy stream is in order, so its last event covers them all. */
+static void cuda_copy_wait(struct kd_backend *be) {
+  (void)be;
+  CUDA_CHECK(cudaStreamWaitEvent(kd_cuda.compute, kd_cuda.ev_copy, 0));
 }
 
 /* --- GEMM ------------------------------------------------------------------------------- */
@@ -228,6 +245,8 @@ void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank) {
   be->upload = cuda_upload;
   be->download = cuda_download;
   be->sync = cuda_sync;
+  be->copy_async = cuda_copy_async;
+  be->copy_wait = cuda_copy_wait;
   be->gemm = cuda_gemm;
   cuda_ops_init(be);
   cuda_attention_init(be);
@@ -257,22 +276,3 @@ void backend_cuda_finalize(struct kd_backend *be) {
   memset(&kd_cuda, 0, sizeof kd_cuda);
 }
 
-void backend_cuda_to_host_async(struct kd_backend *be, void *host, const void *dev, size_t bytes) {
-  (void)be;
-  CUDA_CHECK(cudaEventRecord(kd_cuda.ev_compute, kd_cuda.compute));
-  CUDA_CHECK(cudaStreamWaitEvent(kd_cuda.copy, kd_cuda.ev_compute, 0));
-  CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, kd_cuda.copy));
-}
-
-void backend_cuda_to_device_async(struct kd_backend *be, void *dev, const void *host,
-                                  size_t bytes) {
-  (void)be;
-  CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, kd_cuda.copy));
-  CUDA_CHECK(cudaEventRecord(kd_cuda.ev_copy, kd_cuda.copy));
-  CUDA_CHECK(cudaStreamWaitEvent(kd_cuda.compute, kd_cuda.ev_copy, 0));
-}
-
-void backend_cuda_copy_sync(struct kd_backend *be) {
-  (void)be;
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.copy));
-}

@@ -1,11 +1,11 @@
 /* cuda.h: the CUDA backend (built with configure --with-cuda) and its host-side
- * helpers: device selection, asynchronous host <-> device copies on the copy
- * stream (activation offload), and whether MPI accepts device buffers.
+ * helpers: device selection, description, teardown, and whether MPI accepts device
+ * buffers.
  *
  * The op table's pointers are device pointers on this backend (be->device = 1;
  * allocations of category KD_MEM_HOST are pinned host memory): the host reaches
  * them only through the ops, be->upload and be->download; be->sync waits for the
- * compute stream. Plain C header; the .cu files include it inside extern "C". */
+ * compute and copy streams. Plain C header; the .cu files include it inside extern "C". */
 #ifndef KD_CUDA_H
 #define KD_CUDA_H
 
@@ -31,17 +31,6 @@ void backend_cuda_describe(char *buf, size_t len);
 
 /* Release the handle, streams and workspaces (every be->alloc block must be freed). */
 void backend_cuda_finalize(struct kd_backend *be);
-
-/* Asynchronous copies on the copy stream (activation offload). to_host starts after
- * every op issued so far on the compute stream; the compute stream waits for
- * to_device before its next op. `host` should be a KD_MEM_HOST (pinned) block and
- * stay untouched until backend_cuda_copy_sync; to_device's `dev` must not be in use
- * by ops already issued. */
-void backend_cuda_to_host_async(struct kd_backend *be, void *host, const void *dev, size_t bytes);
-void backend_cuda_to_device_async(struct kd_backend *be, void *dev, const void *host,
-                                  size_t bytes);
-/* Wait for every copy issued on the copy stream. */
-void backend_cuda_copy_sync(struct kd_backend *be);
 
 /* 1 when the MPI library reports that it accepts CUDA device buffers
  * (MPIX_Query_cuda_support), 0 otherwise: then device data must be staged through

@@ -63,6 +63,12 @@ static void ds_download(struct kd_backend *be, void *host, const void *src, size
 static void ds_sync(struct kd_backend *be) {
   cpu.sync(be);
 }
+static void ds_copy_async(float *dst, const float *src, size_t n) {
+  cpu.copy_async(to_host(dst), to_host(src), n);
+}
+static void ds_copy_wait(struct kd_backend *be) {
+  cpu.copy_wait(be);
+}
 
 /* --- dense algebra ------------------------------------------------------------------------ */
 
@@ -171,6 +177,7 @@ static void ds_adamw(float *param, float *m, float *v, const float *grad, size_t
 /* clang-format off */
 #define DEVSIM_OPS(X)                                                                        \
   X(alloc) X(free) X(zero) X(copy) X(copy2d) X(upload) X(download) X(sync)                   \
+  X(copy_async) X(copy_wait)                                                                 \
   X(gemm) X(add) X(scale) X(round_bf16) X(sumsq) X(all_finite)                               \
   X(embedding_forward) X(embedding_backward) X(rmsnorm_forward) X(rmsnorm_backward)          \
   X(bias_forward) X(bias_backward) X(rope_forward) X(rope_backward)                          \
@@ -200,6 +207,8 @@ void backend_devsim_init(struct kd_backend *be, int bf16) {
   be->upload = ds_upload;
   be->download = ds_download;
   be->sync = ds_sync;
+  be->copy_async = ds_copy_async;
+  be->copy_wait = ds_copy_wait;
   be->gemm = ds_gemm;
   be->add = ds_add;
   be->scale = ds_scale;
