@@ -82,18 +82,23 @@ static int loss_nstats(int distill, float temperature) {
 /* Bytes of loss buffers per chunk row (the most stats blocks a run can need). */
 static size_t loss_row_bytes(int V, int distill) {
   return (size_t)V * sizeof(float) * (distill ? 2 : 1) + 3 * 2 * sizeof(float) +
-         PART_W * sizeof(double) + sizeof(int);
+         PART_W * sizeof(double);
 }
 
-size_t loss_buffer_bytes(size_t chunk, int V, int distill, float temperature) {
+/* Bytes of loss buffers that do not depend on the chunk: the labels of all N rows
+ * (uploaded once per call) and the two totals. */
+static size_t loss_fixed_bytes(size_t N) { return N * sizeof(int) + 2 * sizeof(double); }
+
+size_t loss_buffer_bytes(size_t chunk, size_t N, int V, int distill, float temperature) {
   const size_t stats = (size_t)loss_nstats(distill, temperature) * 2 * sizeof(float);
   return chunk * ((size_t)V * sizeof(float) * (distill ? 2 : 1) + stats +
-                  PART_W * sizeof(double) + sizeof(int)) +
-         2 * sizeof(double);
+                  PART_W * sizeof(double)) +
+         loss_fixed_bytes(N);
 }
 
-size_t loss_chunk_from_budget(size_t budget_bytes, int V, int distill) {
-  size_t n = budget_bytes / loss_row_bytes(V, distill);
+size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill) {
+  const size_t fixed = loss_fixed_bytes(N);
+  size_t n = (budget_bytes > fixed ? budget_bytes - fixed : 0) / loss_row_bytes(V, distill);
   return n > 0 ? n : 1;
 }
 
@@ -119,14 +124,15 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
   float *zt = distill ? be->alloc(be, KD_MEM_LOSS, chunk * (size_t)V * sizeof(float)) : NULL;
   float *stats = be->alloc(be, KD_MEM_LOSS, chunk * (size_t)nstats * 2 * sizeof(float));
   double *part = be->alloc(be, KD_MEM_LOSS, chunk * PART_W * sizeof(double));
-  int *lab = be->alloc(be, KD_MEM_LOSS, chunk * sizeof(int));
+  int *lab = be->alloc(be, KD_MEM_LOSS, N * sizeof(int)); /* all labels: one upload */
   double *acc = be->alloc(be, KD_MEM_LOSS, 2 * sizeof(double)); /* (KD, CE) sums */
+  be->upload(be, lab, labels, N * sizeof(int));
 
   for (size_t r0 = 0; r0 < N; r0 += chunk) {
     const size_t n = N - r0 < chunk ? N - r0 : chunk;
     const int ni = (int)n;
     const float *hs_c = hs + r0 * (size_t)Cs;
-    be->upload(be, lab, labels + r0, n * sizeof(int));
+    const int *lab_c = lab + r0;
     /* stats blocks of this chunk, contiguous so one all-reduce covers them */
     float *ss = distill ? stats : NULL, *st = distill ? stats + 2 * n : NULL;
     float *s1 = need_s1 ? stats + 2 * n * (size_t)(nstats - 1) : ss; /* tau 1: shared */
@@ -145,13 +151,13 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
     if (need_s1) be->softmax_stats(s1, zs, n, V, 1.0f);
     if (tp > 1) comm_allreduce(be, stats, (size_t)nstats * n, stats_type, stats_op, 1, tp_comm);
 
-    be->loss_partials(part, zs, zt, ss, st, s1, lab, n, V, vocab_lo, spec->kind, inv_t,
+    be->loss_partials(part, zs, zt, ss, st, s1, lab_c, n, V, vocab_lo, spec->kind, inv_t,
                       spec->beta);
     if (tp > 1) comm_allreduce(be, part, PART_W * n, MPI_DOUBLE, MPI_SUM, 0, tp_comm);
     be->loss_accumulate(acc, part, n);
 
     if (!dhs) continue; /* forward only */
-    be->loss_grad(zs, zt, ss, st, s1, part, lab, n, V, vocab_lo, spec->kind, inv_t, spec->beta,
+    be->loss_grad(zs, zt, ss, st, s1, part, lab_c, n, V, vocab_lo, spec->kind, inv_t, spec->beta,
                   wkd, wce);
     be->gemm(0, 0, ni, Cs, V, 1.0f, zs, V, ws, Cs, 1.0f, dhs + r0 * (size_t)Cs, Cs);
     if (dws) be->gemm(1, 0, V, Cs, ni, 1.0f, zs, V, hs_c, Cs, 1.0f, dws, Cs);

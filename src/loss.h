@@ -36,7 +36,7 @@ int loss_kind_parse(const char *s);
  *   hs: (N, Cs) student final hidden (after the final norm); ws: (V, Cs) student
  *   LM head rows of this rank's vocabulary slice [vocab_lo, vocab_lo + V);
  *   ht: (N, Ct), wt: (V, Ct) teacher (ignored unless spec->distill);
- *   labels: (N) global token ids, in HOST memory (each chunk's are uploaded).
+ *   labels: (N) global token ids, in HOST memory (uploaded once per call).
  * hs, ws, ht, wt, dhs, dws are backend blocks; the sums come back to the host.
  * Gradient of  grad_scale * sum_rows (alpha * kd_row + (1 - alpha) * ce_row)
  * (or grad_scale * sum ce_row without distillation) is ACCUMULATED into
@@ -48,11 +48,11 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
                   const float *wt, const int *labels, size_t N, int Cs, int Ct, int V,
                   int vocab_lo, size_t chunk, float grad_scale, MPI_Comm tp_comm);
 
-/* Largest chunk (rows) whose loss buffers fit in `budget_bytes` (at least 1). */
-size_t loss_chunk_from_budget(size_t budget_bytes, int V, int distill);
+/* Largest chunk (rows) whose loss buffers for N rows fit in `budget_bytes` (at least 1). */
+size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill);
 
 /* Bytes of KD_MEM_LOSS that loss_chunked allocates for chunks of `chunk` rows (the
  * memory planner's figure). */
-size_t loss_buffer_bytes(size_t chunk, int V, int distill, float temperature);
+size_t loss_buffer_bytes(size_t chunk, size_t N, int V, int distill, float temperature);
 
 #endif

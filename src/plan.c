@@ -118,11 +118,11 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
       chunk = loss_chunk_from_budget(cfg->mem_budget_mb == 0 ? (size_t)1 << 30
                                      : budget > before      ? budget - before
                                                             : 0,
-                                     cfg->student.vocab_size, distill);
+                                     N, cfg->student.vocab_size, distill);
     }
     if (chunk > N) chunk = N;
     bytes[KD_MEM_LOSS] =
-        loss_buffer_bytes(chunk, s.vocab, distill, (float)cfg->loss_temperature);
+        loss_buffer_bytes(chunk, N, s.vocab, distill, (float)cfg->loss_temperature);
   }
 }
 

@@ -150,6 +150,8 @@ static void backend_select(struct run *r, const struct kd_config *cfg) {
     snprintf(where, sizeof where, " (rank 0: %s)", d);
   }
 #endif
+  if (strcmp(dev, "auto") == 0 && ncuda == 0)
+    snprintf(where, sizeof where, " (run%%device='auto', no CUDA device: %s)", why);
   kd_info("kdtrain: backend %s%s | MPI %s\n", r->be.name, where,
           !r->be.device      ? "on host memory"
           : r->be.mpi_device ? "on device buffers (CUDA-aware MPI)"
@@ -233,7 +235,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   const size_t N = (size_t)mb * T;
   r->chunk = cfg->loss_chunk_tokens > 0
                  ? (size_t)cfg->loss_chunk_tokens
-                 : loss_chunk_from_budget(loss_budget(r), cfg->student.vocab_size, r->distill);
+                 : loss_chunk_from_budget(loss_budget(r), N, cfg->student.vocab_size, r->distill);
   if (r->chunk > N) r->chunk = N;
   const int nmicro = cfg->par_global_batch / (dp * mb);
   const int nvalid = (cfg->data_valid_batches + dp - 1) / dp;
