@@ -77,7 +77,8 @@ void comm_reduce_scatter(struct kd_backend *be, const float *full, float *part, 
     return;
   }
   size_t total = 0;
-  for (int d = 0; d < size; d++) total += (size_t)cnt[d];
+  for (int d = 0; d < size; d++)
+    total += (size_t)cnt[d];
   float *h = stage(be, (total + (size_t)cnt[rank]) * sizeof(float));
   be->download(be, h, full, total * sizeof(float));
   MPI_Reduce_scatter(h, h + total, cnt, MPI_FLOAT, MPI_SUM, comm);
@@ -113,19 +114,24 @@ void comm_post(struct comm_xfer *x, struct kd_backend *be, int send, float *buf,
   float *b = buf;
   if (!be->mpi_device) {
     KD_CHECK(stage, "comm_post: no staging buffer for a transfer of %zu floats", n);
-    if (send) be->download(be, stage, buf, n * sizeof(float));
-    else x->up[x->nup++] = (struct comm_upload){buf, stage, n * sizeof(float)};
+    if (send)
+      be->download(be, stage, buf, n * sizeof(float));
+    else
+      x->up[x->nup++] = (struct comm_upload){buf, stage, n * sizeof(float)};
     b = stage;
   } else {
     be->sync(be); /* MPI does not know the backend's queue */
   }
-  if (send) MPI_Isend(b, icount(n), MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
-  else MPI_Irecv(b, icount(n), MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
+  if (send)
+    MPI_Isend(b, icount(n), MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
+  else
+    MPI_Irecv(b, icount(n), MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
 }
 
 void comm_wait(struct comm_xfer *x, struct kd_backend *be) {
   MPI_Status st[4];
   if (x->n) MPI_Waitall(x->n, x->req, st);
-  for (int i = 0; i < x->nup; i++) be->upload(be, x->up[i].dev, x->up[i].host, x->up[i].bytes);
+  for (int i = 0; i < x->nup; i++)
+    be->upload(be, x->up[i].dev, x->up[i].host, x->up[i].bytes);
   x->n = x->nup = 0;
 }

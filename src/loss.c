@@ -87,12 +87,13 @@ static size_t loss_row_bytes(int V, int distill) {
 
 /* Bytes of loss buffers that do not depend on the chunk: the labels of all N rows
  * (uploaded once per call) and the two totals. */
-static size_t loss_fixed_bytes(size_t N) { return N * sizeof(int) + 2 * sizeof(double); }
+static size_t loss_fixed_bytes(size_t N) {
+  return N * sizeof(int) + 2 * sizeof(double);
+}
 
 size_t loss_buffer_bytes(size_t chunk, size_t N, int V, int distill, float temperature) {
   const size_t stats = (size_t)loss_nstats(distill, temperature) * 2 * sizeof(float);
-  return chunk * ((size_t)V * sizeof(float) * (distill ? 2 : 1) + stats +
-                  PART_W * sizeof(double)) +
+  return chunk * ((size_t)V * sizeof(float) * (distill ? 2 : 1) + stats + PART_W * sizeof(double)) +
          loss_fixed_bytes(N);
 }
 
@@ -124,7 +125,7 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
   float *zt = distill ? be->alloc(be, KD_MEM_LOSS, chunk * (size_t)V * sizeof(float)) : NULL;
   float *stats = be->alloc(be, KD_MEM_LOSS, chunk * (size_t)nstats * 2 * sizeof(float));
   double *part = be->alloc(be, KD_MEM_LOSS, chunk * PART_W * sizeof(double));
-  int *lab = be->alloc(be, KD_MEM_LOSS, N * sizeof(int)); /* all labels: one upload */
+  int *lab = be->alloc(be, KD_MEM_LOSS, N * sizeof(int));       /* all labels: one upload */
   double *acc = be->alloc(be, KD_MEM_LOSS, 2 * sizeof(double)); /* (KD, CE) sums */
   be->upload(be, lab, labels, N * sizeof(int));
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "ckpt.h"
 #include "util.h"
 
@@ -217,11 +218,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_resolve);
   tcase_add_test(tc, test_refusals);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = check_run(s);
   if (!getenv("KD_KEEP_TMP")) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "config.h"
 #include "util.h"
 
@@ -272,11 +273,7 @@ int main(int argc, char **argv) {
   snprintf(train, sizeof train, "%s/train.bin", dir);
   FILE *f = fopen(train, "w");
   if (!f || fputs("some bytes\n", f) < 0 || fclose(f)) return perror(train), 1;
-  SRunner *sr = srunner_create(config_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = check_run(config_suite());
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

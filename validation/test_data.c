@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "data.h"
 #include "util.h"
 
@@ -267,11 +268,7 @@ int main(int argc, char **argv) {
     perror("mkdtemp");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  SRunner *sr = srunner_create(data_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = check_run(data_suite());
   for (int i = 0; i < nwritten; i++)
     unlink(written[i]);
   if (rmdir(tmpdir) != 0) perror(tmpdir);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "check_run.h"
 #include "util.h"
 
 #define DEVSIM_OFFSET ((uintptr_t)1 << 55) /* as in devsim.c */
@@ -353,11 +354,7 @@ static Suite *devsim_suite(void) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  SRunner *sr = srunner_create(devsim_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = check_run(devsim_suite());
   MPI_Finalize();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

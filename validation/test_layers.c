@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_math.h"
+#include "check_run.h"
 #include "util.h"
 
 #define FWD_TOL 1e-5
@@ -525,11 +526,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_adamw);
   tcase_add_test(tc, test_arena);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = check_run(s);
   MPI_Finalize();
   return failed ? 1 : 0;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "loss.h"
 #include "util.h"
 
@@ -309,11 +310,7 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   setup_data();
   backend_cpu_init(&be, 0);
-  SRunner *sr = srunner_create(loss_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = check_run(loss_suite());
   MPI_Finalize();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

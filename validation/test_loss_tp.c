@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "loss.h"
 #include "util.h"
 
@@ -119,11 +120,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_tp_matches_single_rank);
   tcase_add_test(tc, test_tp_forward_only);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = check_run(s);
   if (nranks < 2 && rank == 0) fprintf(stderr, "test_loss_tp: run with mpiexec -n 2\n");
   MPI_Finalize();
   return failed || nranks < 2 ? EXIT_FAILURE : EXIT_SUCCESS;

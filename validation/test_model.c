@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "layers.h"
 #include "loss.h"
 #include "model.h"
@@ -255,11 +256,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_grad_distill);
   tcase_add_test(tc, test_frozen_forward_matches);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = check_run(s);
   MPI_Finalize();
   return failed ? 1 : 0;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "optim.h"
 
 /* A configuration holding only what the schedule reads. */
@@ -143,11 +144,7 @@ static Suite *optim_suite(void) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  SRunner *sr = srunner_create(optim_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = check_run(optim_suite());
   MPI_Finalize();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "util.h"
 #include "weights.h"
 
@@ -502,11 +503,7 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Bcast(tmpdir, sizeof tmpdir, MPI_CHAR, 0, MPI_COMM_WORLD);
-  SRunner *sr = srunner_create(weights_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
-  int failed = srunner_ntests_failed(sr), anyfailed = 0;
-  srunner_free(sr);
+  int failed = check_run(weights_suite()), anyfailed = 0;
   MPI_Allreduce(&failed, &anyfailed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0 && !getenv("KD_KEEP_TMP")) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
