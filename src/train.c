@@ -64,11 +64,14 @@ static double measure_gemm_peak(struct kd_backend *be) {
   float *A = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
   float *B = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
   float *Cm = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
-  float *h = kd_malloc(nn * sizeof(float));
-  for (size_t i = 0; i < nn; i++) h[i] = (float)(i % 7) * 0.1f;
-  be->upload(be, A, h, nn * sizeof(float));
-  for (size_t i = 0; i < nn; i++) h[i] = (float)(i % 5) * 0.1f;
-  be->upload(be, B, h, nn * sizeof(float));
+  const size_t piece = 64 * (size_t)n; /* uploaded 64 rows at a time: a small host buffer */
+  float *h = kd_malloc(piece * sizeof(float));
+  for (size_t at = 0; at < nn; at += piece) {
+    for (size_t i = 0; i < piece; i++) h[i] = (float)((at + i) % 7) * 0.1f;
+    be->upload(be, A + at, h, piece * sizeof(float));
+    for (size_t i = 0; i < piece; i++) h[i] = (float)((at + i) % 5) * 0.1f;
+    be->upload(be, B + at, h, piece * sizeof(float));
+  }
   free(h);
   for (int w = 0; w < 3; w++) /* warm-up: threads spun up, caches and clocks settled */
     be->gemm(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
