@@ -2,7 +2,7 @@
  *
  * Collectives stage through one host buffer that grows on demand and is kept until
  * comm_release (counted as KD_MEM_HOST). All-reduces larger than a piece go in pieces
- * of at most COMM_PIECE bytes, the same pieces on every rank, so the staging buffer
+ * of at most 64 MiB (comm_set_piece_bytes), the same pieces on every rank, so the staging buffer
  * stays small whatever the gradient size. */
 #include "comm.h"
 
@@ -10,7 +10,11 @@
 
 #include "util.h"
 
-#define COMM_PIECE ((size_t)64 << 20)
+static size_t piece_bytes = (size_t)64 << 20; /* staged all-reduce pieces */
+
+void comm_set_piece_bytes(size_t bytes) {
+  piece_bytes = bytes > 0 ? bytes : 1;
+}
 
 static struct kd_backend *stage_be; /* owner of the staging buffer */
 static void *stage_buf;
@@ -49,7 +53,7 @@ void comm_allreduce(struct kd_backend *be, void *buf, size_t count, MPI_Datatype
                     int host_op, MPI_Comm comm) {
   const int direct = be->mpi_device && !(host_op && be->device);
   const size_t esize = type_bytes(type);
-  size_t per = direct ? (size_t)INT_MAX : COMM_PIECE / esize;
+  size_t per = direct ? (size_t)INT_MAX : piece_bytes / esize;
   if (per == 0) per = 1;
   char *b = buf;
   void *h = direct ? NULL : stage(be, (count < per ? count : per) * esize);

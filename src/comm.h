@@ -50,6 +50,9 @@ void comm_wait(struct comm_xfer *x, struct kd_backend *be);
  * hands its blocks to MPI directly. */
 float *comm_stage_alloc(struct kd_backend *be, size_t n);
 
+/* Largest piece of a staged all-reduce (default 64 MiB; tests make it small). */
+void comm_set_piece_bytes(size_t bytes);
+
 /* Free the collectives' staging buffer (end of run; before the backend goes away). */
 void comm_release(struct kd_backend *be);
 
