@@ -458,15 +458,14 @@ static float *host_view(struct kd_backend *be, float *blk, size_t n, int fetch) 
   return x;
 }
 
-/* End of a host view: upload it into the block (when `store`), then free a copy. Safe to
- * call twice: the second call (store = 0) only frees. */
-static void host_done(struct kd_backend *be, float *blk, float *x, size_t n, int store) {
-  if (!be || !be->device || x == blk) return;
-  if (store) {
-    be->upload(be, blk, x, n * sizeof(float));
-    return;
-  }
-  free(x);
+/* Write a host view's n floats back into its block (nothing when it is the block). */
+static void host_store(struct kd_backend *be, float *blk, const float *x, size_t n) {
+  if (x != blk) be->upload(be, blk, x, n * sizeof(float));
+}
+
+/* End of a host view: free it when it is a copy. */
+static void host_release(const float *blk, float *x) {
+  if (x != blk) free(x);
 }
 
 /* --- save ---------------------------------------------------------------------------------- */
@@ -493,7 +492,7 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
   int ok = d >= 0 &&
            attr_put(d, "checksum_idxmix64", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum) >= 0 &&
            transfer(d, &b, x, own, 1, comm) == 0;
-  host_done(be, (float *)buf + p->offset, x, p->numel, 0);
+  host_release(buf + p->offset, x);
   if (d >= 0 && H5Dclose(d) < 0) ok = 0;
   H5Pclose(dcpl);
   H5Sclose(space);
@@ -651,7 +650,7 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
 
   x = host_view(be, buf + p->offset, p->numel, 0);
   int bad = transfer(d, &b, x, 1, 0, comm) != 0;
-  if (!bad) host_done(be, buf + p->offset, x, p->numel, 1);
+  if (!bad) host_store(be, buf + p->offset, x, p->numel);
   if (bad) kd_seterr(err, errlen, "%s: reading /%s/%s failed", path, gname, p->name);
   if ((st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
 
@@ -668,7 +667,7 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
     }
   }
 out:
-  if (x) host_done(be, buf + p->offset, x, p->numel, 0);
+  if (x) host_release(buf + p->offset, x);
   if (d >= 0) H5Dclose(d);
   return st;
 }
