@@ -446,12 +446,10 @@ static void test_training(struct st *x) {
 
 static int selftest_cuda(const struct kd_config *cfg) {
   char why[256];
-  int ndev = backend_cuda_device_count(why, sizeof why), any = 0;
-  MPI_Allreduce(&ndev, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (any == 0) {
+  if (cuda_devices_all_ranks(why, sizeof why) == 0) {
     if (kd_rank() == 0)
       fprintf(stderr, "kdtrain --selftest: no CUDA device: %s; nothing to compare with the CPU "
-                      "backend (run it on a GPU node)\n", ndev ? "not on every rank" : why);
+                      "backend (run it on a GPU node)\n", why);
     return KD_EXIT_INPUT;
   }
   static struct kd_backend cpu, gpu;

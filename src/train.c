@@ -28,9 +28,7 @@
 #include "util.h"
 #include "weights.h"
 #include "zero.h"
-#ifdef KD_HAVE_CUDA
 #include "backend/cuda.h"
-#endif
 
 struct run {
   const struct kd_config *cfg;
@@ -111,27 +109,13 @@ static size_t loss_budget(const struct run *r) {
   return budget > used ? budget - used : 0;
 }
 
-/* Every rank's CUDA device count, the smallest (0 in builds without CUDA); collective.
- * why: this rank's reason when it has none. */
-static int cuda_devices_everywhere(char *why, size_t whylen) {
-  int mine = 0, least = 0;
-#ifdef KD_HAVE_CUDA
-  mine = backend_cuda_device_count(why, whylen);
-#else
-  snprintf(why, whylen, "this kdtrain was built without the CUDA backend (configure --with-cuda)");
-#endif
-  MPI_Allreduce(&mine, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (mine > 0 && least == 0) snprintf(why, whylen, "not every rank sees a CUDA device");
-  return least;
-}
-
 /* The compute backend named by run%device ('auto': CUDA when every rank has a device). */
 static void backend_select(struct run *r, const struct kd_config *cfg) {
   const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
   const char *dev = cfg->run_device;
   char why[256] = "";
   const int want_cuda = strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0;
-  const int ncuda = want_cuda ? cuda_devices_everywhere(why, sizeof why) : 0;
+  const int ncuda = want_cuda ? cuda_devices_all_ranks(why, sizeof why) : 0;
   if (strcmp(dev, "cuda") == 0 && ncuda == 0)
     kd_fail(KD_EXIT_INPUT, "%s: run%%device='cuda' but no CUDA device: %s; use "
             "run%%device='cpu' or 'auto'", cfg->source, why);

@@ -13,7 +13,7 @@
 
 #include "backend.h"
 
-/* The functions below up to cuda_mpi_aware exist only in builds configured with
+/* The functions below up to cuda_devices_all_ranks exist only in builds configured with
  * --with-cuda (KD_HAVE_CUDA defined in kdtrain_config.h). */
 
 /* Number of CUDA devices visible to this process (0 without a driver or a device);
@@ -31,6 +31,11 @@ void backend_cuda_describe(char *buf, size_t len);
 
 /* Release the handle, streams and workspaces (every be->alloc block must be freed). */
 void backend_cuda_finalize(struct kd_backend *be);
+
+/* The smallest CUDA device count over the ranks of MPI_COMM_WORLD (0 in builds without
+ * CUDA); collective. When it is 0, `why` says why for this rank. Available in every
+ * build. */
+int cuda_devices_all_ranks(char *why, size_t whylen);
 
 /* 1 when the MPI library reports that it accepts CUDA device buffers
  * (MPIX_Query_cuda_support), 0 otherwise: then device data must be staged through
