@@ -411,15 +411,18 @@ int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64
 }
 
 int ckpt_resume(const struct kd_config *cfg, struct kd_model *mdl, struct ckpt_state *st,
-                MPI_Comm comm) {
+                char *from, size_t pathlen, MPI_Comm comm) {
   char path[KD_PATH_MAX + 300], err[1024];
   memset(st, 0, sizeof *st);
+  if (pathlen) from[0] = '\0';
   if (cfg->ckpt_on_signal) ckpt_signals_install();
   int rc = ckpt_resolve(cfg, path, sizeof path, comm, err, sizeof err);
   if (rc) kd_fail(rc, "%s", err);
   if (!path[0]) return 0;
   rc = ckpt_load(path, mdl, st, comm, err, sizeof err);
   if (rc) kd_fail(rc, "cannot resume: %s", err);
+  if (pathlen) snprintf(from, pathlen, "%s", path);
+
   if (st->seed != cfg->run_seed)
     kd_info("kdtrain: warning: %s was written with run%%seed = %lld but this run has %lld: "
             "the data order follows this run's seed\n",

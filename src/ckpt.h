@@ -58,9 +58,10 @@ int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64
                   MPI_Comm comm);
 
 /* Startup hook, collective: resolve checkpoint%resume and, when there is a checkpoint,
- * load it into `mdl` and `st` and return 1 (0: fresh start, st zeroed). A refused
- * checkpoint ends the run with its status. */
+ * load it into `mdl` and `st`, copy its path to `from` (pathlen bytes; '' on a fresh
+ * start) and return 1 (0: fresh start, st zeroed). A refused checkpoint ends the run
+ * with its status. */
 int ckpt_resume(const struct kd_config *cfg, struct kd_model *mdl, struct ckpt_state *st,
-                MPI_Comm comm);
+                char *from, size_t pathlen, MPI_Comm comm);
 
 #endif

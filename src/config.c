@@ -37,9 +37,12 @@ static const struct namelist_key cfg_keys[] = {
     CI(parallel, micro_batch, par_micro_batch, "1", NL_GE, 1, 0),
     CI(parallel, global_batch, par_global_batch, "8", NL_GE, 1, 0),
     CI(parallel, zero, par_zero, "0", NL_GE | NL_LE, 0, 1),
-    CS(data, train, data_train, "''", NULL, NL_PATH),
+    NAMELIST_LIST(kd_config, data, train, NL_STR, data_train, data_ntrain, "''", NL_PATH, 0, 0,
+                  NULL),
+    NAMELIST_LIST(kd_config, data, weights, NL_REAL, data_weights, data_nweights, "1.0", NL_GT, 0,
+                  0, NULL),
     CS(data, valid, data_valid, "''", NULL, NL_PATH),
-    CS(data, format, data_format, "'bytes'", "bytes|u16|u32|h5", 0),
+    CS(data, format, data_format, "'bytes'", "bytes|u16|u32|h5|megatron|llmc", 0),
     CI(data, seq_len, data_seq_len, "256", NL_GE, 1, 0),
     CI(data, valid_every, data_valid_every, "0", NL_GE, 0, 0),
     CI(data, valid_batches, data_valid_batches, "8", NL_GE, 1, 0),
@@ -229,24 +232,37 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
                               card_keys[i].key, namelist_type_words(card_keys[i].type));
   size_t ab = (size_t)namelist_find_key(&c, "model", "attention_bias");
   if (!c.line[ab]) card->attention_bias = strcmp(card->arch, "qwen2") == 0;
-  size_t kv = (size_t)namelist_find_key(&c, "model", "num_key_value_heads");
-  size_t hs = (size_t)namelist_find_key(&c, "model", "hidden_size");
-  if (card->num_attention_heads % card->num_key_value_heads)
-    return namelist_key_err(&c, kv, -1,
-                            "num_attention_heads = %d is not divisible by %d; expected a "
-                            "divisor of num_attention_heads",
-                            card->num_attention_heads, card->num_key_value_heads);
-  if (card->hidden_size % card->num_attention_heads)
-    return namelist_key_err(&c, hs, -1,
-                            "%d is not divisible by num_attention_heads = %d; expected a "
-                            "multiple of the head count",
-                            card->hidden_size, card->num_attention_heads);
-  if ((card->hidden_size / card->num_attention_heads) % 2)
-    return namelist_key_err(&c, hs, -1,
-                            "head dimension hidden_size / num_attention_heads = %d is odd; "
-                            "expected an even head dimension (rotary embeddings)",
-                            card->hidden_size / card->num_attention_heads);
+  char why[512];
+  const char *key = card_check(card, why, sizeof why);
+  if (key) return namelist_key_err(&c, (size_t)namelist_find_key(&c, "model", key), -1, "%s", why);
   return 0;
+}
+
+const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
+  long i = namelist_check_values(card_keys, NKEYS(card_keys), card, why, whylen);
+  if (i >= 0) return card_keys[i].key;
+  if (card->num_attention_heads % card->num_key_value_heads) {
+    snprintf(why, whylen,
+             "num_attention_heads = %d is not divisible by %d; expected a divisor of "
+             "num_attention_heads",
+             card->num_attention_heads, card->num_key_value_heads);
+    return "num_key_value_heads";
+  }
+  if (card->hidden_size % card->num_attention_heads) {
+    snprintf(why, whylen,
+             "%d is not divisible by num_attention_heads = %d; expected a multiple of the head "
+             "count",
+             card->hidden_size, card->num_attention_heads);
+    return "hidden_size";
+  }
+  if ((card->hidden_size / card->num_attention_heads) % 2) {
+    snprintf(why, whylen,
+             "head dimension hidden_size / num_attention_heads = %d is odd; expected an even "
+             "head dimension (rotary embeddings)",
+             card->hidden_size / card->num_attention_heads);
+    return "hidden_size";
+  }
+  return NULL;
 }
 
 int config_load_card(struct kd_card *card, const char *name, const char *relative_to, char *err,
@@ -280,14 +296,16 @@ static int word_in(const char *list, const char *w) {
 static int resolve_paths(struct namelist_ctx *c, struct kd_config *cfg) {
   for (size_t i = 0; i < c->n; i++) {
     const struct namelist_key *k = &c->keys[i];
-    char *f = FIELD(c, i);
-    if (!(k->flags & NL_PATH) || !f[0]) continue;
-    if (k->choices && word_in(k->choices, f)) continue; /* 'random', 'auto', 'none' */
-    if (!absolute(f, k->size, f))
-      return namelist_key_err(c, i, -1,
-                              "'%s' is too long as an absolute path; expected at most %zu "
-                              "characters",
-                              f, k->size - 1);
+    for (size_t e = 0; e < namelist_count(k, c->base); e++) {
+      char *f = namelist_field(k, c->base, e);
+      if (!(k->flags & NL_PATH) || !f[0]) continue;
+      if (k->choices && word_in(k->choices, f)) continue; /* 'random', 'auto', 'none' */
+      if (!absolute(f, k->size, f))
+        return namelist_key_err(c, i, -1,
+                                "'%s' is too long as an absolute path; expected at most %zu "
+                                "characters",
+                                f, k->size - 1);
+    }
   }
   if (!cfg->ckpt_dir[0] && snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "%s/checkpoints",
                                     cfg->run_out_dir) >= (int)sizeof cfg->ckpt_dir)
@@ -298,10 +316,11 @@ static int resolve_paths(struct namelist_ctx *c, struct kd_config *cfg) {
   return 0;
 }
 
-/* Key i names a file (or, with dir_ok, a directory) that must exist. */
-static int check_exists(struct namelist_ctx *c, size_t i, const char *what, int dir_ok) {
+/* Key i (element e of a list) names a file (or, with dir_ok, a directory) that must exist. */
+static int check_exists_at(struct namelist_ctx *c, size_t i, size_t e, const char *what,
+                           int dir_ok) {
   struct stat st;
-  const char *p = FIELD(c, i);
+  const char *p = namelist_field(&c->keys[i], c->base, e);
   if (stat(p, &st) != 0)
     return namelist_key_err(c, i, -1,
                             "%s '%s' not found (%s); expected an existing file (relative paths "
@@ -311,6 +330,41 @@ static int check_exists(struct namelist_ctx *c, size_t i, const char *what, int 
     return namelist_key_err(c, i, -1, "%s '%s' is not a regular file; expected a file", what, p);
   if (access(p, R_OK) != 0)
     return namelist_key_err(c, i, -1, "%s '%s' is not readable; expected a readable file", what, p);
+  return 0;
+}
+
+static int check_exists(struct namelist_ctx *c, size_t i, const char *what, int dir_ok) {
+  return check_exists_at(c, i, 0, what, dir_ok);
+}
+
+/* Element e of data key i names a token file; a Megatron dataset may be given by its
+ * prefix (PREFIX.bin must then exist). */
+static int check_data_path(struct namelist_ctx *c, size_t i, size_t e) {
+  const struct kd_config *cfg = c->base;
+  const char *p = namelist_field(&c->keys[i], c->base, e);
+  char bin[KD_PATH_MAX + 8];
+  snprintf(bin, sizeof bin, "%s.bin", p);
+  if (!strcmp(cfg->data_format, "megatron") && !is_file(p) && is_file(bin)) return 0;
+  return check_exists_at(c, i, e, "data file", 0);
+}
+
+/* The blend: at most one weight per train path, missing weights mean equal weights. */
+static int check_blend(struct namelist_ctx *c, struct kd_config *cfg) {
+  size_t wk = key_index(c, "data", "weights"), train = key_index(c, "data", "train");
+  if (cfg->data_ntrain == 1 && !cfg->data_train[0][0]) cfg->data_ntrain = 0; /* train = '' */
+  for (int e = 0; e < cfg->data_ntrain; e++)
+    if (!cfg->data_train[e][0])
+      return namelist_key_err(c, train, -1, "value %d is empty; expected a file path", e + 1);
+  const int given = c->line[wk] || c->setby[wk];
+  if (!given) {
+    cfg->data_nweights = cfg->data_ntrain > 1 ? cfg->data_ntrain : 1;
+    for (int e = 0; e < cfg->data_nweights; e++)
+      cfg->data_weights[e] = 1.0;
+  } else if (cfg->data_ntrain > 0 && cfg->data_nweights != cfg->data_ntrain) {
+    return namelist_key_err(c, wk, (long)train,
+                            "%d weights for %d train files; expected one weight per train file",
+                            cfg->data_nweights, cfg->data_ntrain);
+  }
   return 0;
 }
 
@@ -327,7 +381,9 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
     return namelist_key_err(c, scard, (long)mode,
                             "missing; expected the student model card (a name in "
                             "mod/ or a path)");
-  if (!eval && !cfg->data_train[0])
+  int rc = check_blend(c, cfg);
+  if (rc) return rc;
+  if (!eval && !cfg->data_ntrain)
     return namelist_key_err(c, train, (long)mode,
                             "missing; mode '%s' needs training data, expected a "
                             "file path",
@@ -336,9 +392,9 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
     return namelist_key_err(c, valid, (long)mode,
                             "missing; mode 'eval' needs validation data, expected "
                             "a file path");
-  int rc = 0;
-  if (!rc && cfg->data_train[0]) rc = check_exists(c, train, "data file", 0);
-  if (!rc && cfg->data_valid[0]) rc = check_exists(c, valid, "data file", 0);
+  for (int e = 0; e < cfg->data_ntrain && !rc; e++)
+    rc = check_data_path(c, train, (size_t)e);
+  if (!rc && cfg->data_valid[0]) rc = check_data_path(c, valid, 0);
   if (!rc && distill && cfg->teacher_init[0])
     rc = check_exists(c, key_index(c, "teacher", "init"), "weights file", 0);
   if (!rc && strcmp(cfg->student_init, "random"))

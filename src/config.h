@@ -8,6 +8,7 @@
 
 #define KD_PATH_MAX 512
 #define KD_WORD_MAX 32
+#define KD_DATA_MAX 16 /* most training files of a blend */
 
 /* A model card (&model group of mod/NAME.nml); keys are Hugging Face config.json keys. */
 struct kd_card {
@@ -39,8 +40,12 @@ struct kd_config {
   int par_tp, par_pp, par_dp; /* dp = 0: world / (tp * pp) */
   int par_micro_batch, par_global_batch, par_zero;
   /* &data */
-  char data_train[KD_PATH_MAX], data_valid[KD_PATH_MAX];
-  char data_format[KD_WORD_MAX]; /* 'bytes' | 'u16' | 'u32' | 'h5' */
+  char data_train[KD_DATA_MAX][KD_PATH_MAX]; /* data_ntrain paths (a blend when > 1) */
+  int data_ntrain;
+  double data_weights[KD_DATA_MAX]; /* data_nweights blend weights (one per train path) */
+  int data_nweights;
+  char data_valid[KD_PATH_MAX];
+  char data_format[KD_WORD_MAX]; /* 'bytes' | 'u16' | 'u32' | 'h5' | 'megatron' | 'llmc' */
   int data_seq_len, data_valid_every, data_valid_batches;
   /* &loss */
   char loss_kind[KD_WORD_MAX]; /* 'fkl' | 'rkl' | 'jsd' */
@@ -94,6 +99,10 @@ int config_load_card(struct kd_card *card, const char *name, const char *relativ
 /* Print the complete effective configuration as a namelist that config_load reads
  * back to the identical configuration (and gfortran accepts). */
 void config_print(FILE *f, const struct kd_config *cfg);
+
+/* Check a card's values as a card file is checked (bounds, allowed words, head counts):
+ * NULL when valid, else the name of the first offending key with the reason in `why`. */
+const char *card_check(const struct kd_card *card, char *why, size_t whylen);
 
 /* Print a model card as a &model namelist. */
 void card_print(FILE *f, const struct kd_card *card);

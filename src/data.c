@@ -1,181 +1,210 @@
-/* data.c: memory-mapped token files, the seeded per-epoch sample permutation and
- * batch assembly. The order depends only on (seed, epoch, g), so every rank and
- * every data-parallel layout draws the same global batches. */
+/* data.c: the sampler above the token readers (data_source.h): fixed windows of
+ * seq_len + 1 tokens per file, a seeded per-epoch permutation per file, the blend's
+ * deterministic file choice per global sample, and batch assembly with masked labels.
+ * The order depends only on (seed, weights, g), so every rank and every data-parallel
+ * layout draws the same global batches, and a resumed run continues exactly. */
 #include "data.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "util.h"
 
-int data_format_parse(const char *s) {
-  if (!s) return -1;
-  if (strcmp(s, "bytes") == 0) return DATA_BYTES;
-  if (strcmp(s, "u16") == 0) return DATA_U16;
-  if (strcmp(s, "u32") == 0) return DATA_U32;
-  return -1;
-}
-
-/* Bytes per token of a format. */
-static size_t data_token_bytes(enum data_format f) {
-  return f == DATA_U32 ? 4 : f == DATA_U16 ? 2 : 1;
-}
-
-/* Token k of the file (little-endian, read byte by byte: no alignment needs). */
-static uint32_t data_token(const struct kd_data *d, size_t k) {
-  const unsigned char *p = d->map + k * data_token_bytes(d->format);
-  switch (d->format) {
-  case DATA_U16:
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
-  case DATA_U32:
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-  default:
-    return p[0];
+int data_open_blend(struct kd_data *d, int n, const char *const *paths, const double *weights,
+                    const char *format, int seq_len, int vocab_size, uint64_t seed, char *err,
+                    size_t errlen) {
+  memset(d, 0, sizeof *d);
+  if (n < 1 || n > DATA_MAX_SETS) {
+    kd_seterr(err, errlen, "%d data files; expected 1 to %d", n, DATA_MAX_SETS);
+    return KD_EXIT_INPUT;
   }
+  if (seq_len < 1) {
+    kd_seterr(err, errlen, "%s: seq_len must be at least 1 (got %d)", paths[0], seq_len);
+    return KD_EXIT_INPUT;
+  }
+  d->seq_len = seq_len;
+  double wsum = 0;
+  for (int i = 0; i < n; i++) {
+    const double w = weights ? weights[i] : 1.0;
+    if (!(w > 0)) {
+      kd_seterr(err, errlen, "%s: blend weight %g; expected a positive weight", paths[i], w);
+      return KD_EXIT_INPUT;
+    }
+    wsum += w;
+  }
+  for (int i = 0; i < n; i++) {
+    struct data_set *s = &d->set[i];
+    d->weight[i] = (weights ? weights[i] : 1.0) / wsum;
+    s->perm_epoch = -1;
+    /* file 0 keeps the single-file order of (seed, epoch); others get their own */
+    s->seed = seed ^ (uint64_t)i * 0xD1B54A32D192ED03ull;
+    int rc = data_source_open(&s->src, paths[i], format, vocab_size, err, errlen);
+    if (rc) {
+      data_close(d);
+      return rc;
+    }
+    d->nsets = i + 1;
+    if (s->src.ntok < (size_t)seq_len + 1) {
+      kd_seterr(err, errlen, "%s: holds %zu tokens, fewer than one sample needs (seq_len + 1 = %d)",
+                s->src.path, s->src.ntok, seq_len + 1);
+      data_close(d);
+      return KD_EXIT_INPUT;
+    }
+    s->nsamples = (s->src.ntok - 1) / (size_t)seq_len;
+    if (s->nsamples > UINT32_MAX) {
+      kd_seterr(err, errlen, "%s: %zu samples exceed the supported 2^32 - 1", s->src.path,
+                s->nsamples);
+      data_close(d);
+      return KD_EXIT_INPUT;
+    }
+    s->perm = kd_malloc(s->nsamples * sizeof *s->perm);
+    d->has_mask |= s->src.mask != NULL;
+  }
+  d->mbuf = kd_malloc((size_t)seq_len + 1);
+  return KD_EXIT_OK;
 }
 
 int data_open(struct kd_data *d, const char *path, const char *format, int seq_len, int vocab_size,
               uint64_t seed, char *err, size_t errlen) {
-  memset(d, 0, sizeof *d);
-  d->perm_epoch = -1;
-  int fmt = data_format_parse(format);
-  if (fmt < 0) {
-    snprintf(err, errlen, "%s: unsupported data format '%s' (use 'bytes', 'u16' or 'u32')", path,
-             format ? format : "");
-    return KD_EXIT_INPUT;
-  }
-  if (seq_len < 1) {
-    snprintf(err, errlen, "%s: seq_len must be at least 1 (got %d)", path, seq_len);
-    return KD_EXIT_INPUT;
-  }
-  if (strlen(path) >= sizeof d->path) {
-    snprintf(err, errlen, "%.200s...: data file path longer than %zu characters", path,
-             sizeof d->path - 1);
-    return KD_EXIT_INPUT;
-  }
-  snprintf(d->path, sizeof d->path, "%s", path);
-  d->format = (enum data_format)fmt;
-  d->seq_len = seq_len;
-  d->seed = seed;
-
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) {
-    snprintf(err, errlen, "%s: cannot open data file: %s", path, strerror(errno));
-    return KD_EXIT_INPUT;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    snprintf(err, errlen, "%s: cannot stat data file: %s", path, strerror(errno));
-    close(fd);
-    return KD_EXIT_INPUT;
-  }
-  size_t bytes = (size_t)st.st_size, tb = data_token_bytes(d->format);
-  if (bytes % tb != 0) {
-    snprintf(err, errlen,
-             "%s: size %zu bytes is not a multiple of the %zu-byte token of format '%s'", path,
-             bytes, tb, format);
-    close(fd);
-    return KD_EXIT_INPUT;
-  }
-  d->ntok = bytes / tb;
-  if (d->ntok < (size_t)seq_len + 1) {
-    snprintf(err, errlen, "%s: holds %zu tokens, fewer than one sample needs (seq_len + 1 = %d)",
-             path, d->ntok, seq_len + 1);
-    close(fd);
-    return KD_EXIT_INPUT;
-  }
-  void *m = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (m == MAP_FAILED) {
-    snprintf(err, errlen, "%s: cannot mmap data file: %s", path, strerror(errno));
-    return KD_EXIT_INPUT;
-  }
-  d->map = m;
-  d->map_bytes = bytes;
-
-  for (size_t k = 0; k < d->ntok; k++) {
-    uint32_t t = data_token(d, k);
-    if (vocab_size > 0 && t >= (uint32_t)vocab_size) {
-      snprintf(err, errlen,
-               "%s: token %u at token offset %zu (byte %zu) is outside the model card's "
-               "vocab_size %d",
-               path, t, k, k * tb, vocab_size);
-      data_close(d);
-      return KD_EXIT_INPUT;
-    }
-  }
-
-  d->nsamples = (d->ntok - 1) / (size_t)seq_len;
-  if (d->nsamples > UINT32_MAX) {
-    snprintf(err, errlen, "%s: %zu samples exceed the supported 2^32 - 1", path, d->nsamples);
-    data_close(d);
-    return KD_EXIT_INPUT;
-  }
-  d->perm = kd_malloc(d->nsamples * sizeof *d->perm);
-  return KD_EXIT_OK;
+  return data_open_blend(d, 1, &path, NULL, format, seq_len, vocab_size, seed, err, errlen);
 }
 
 void data_close(struct kd_data *d) {
-  if (d->map) munmap((void *)d->map, d->map_bytes);
-  free(d->perm);
-  d->map = NULL;
-  d->perm = NULL;
-  d->map_bytes = 0;
-  d->perm_epoch = -1;
+  for (int i = 0; i < d->nsets; i++) {
+    data_source_close(&d->set[i].src);
+    free(d->set[i].perm);
+    d->set[i].perm = NULL;
+  }
+  free(d->mbuf);
+  d->mbuf = NULL;
+  d->nsets = 0;
 }
 
-/* Fill d->perm with the Fisher-Yates permutation of epoch e, seeded by (seed, e). */
-static void data_permute(struct kd_data *d, int64_t e) {
-  uint64_t st = d->seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)e + 1);
+/* Fill s->perm with the Fisher-Yates permutation of epoch e, seeded by (s->seed, e). */
+static void data_permute(struct data_set *s, int64_t e) {
+  uint64_t st = s->seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)e + 1);
   for (int i = 0; i < 4; i++)
     st = kd_splitmix64(&st);
-  for (size_t i = 0; i < d->nsamples; i++)
-    d->perm[i] = (uint32_t)i;
-  for (size_t i = d->nsamples; i > 1; i--) {
+  for (size_t i = 0; i < s->nsamples; i++)
+    s->perm[i] = (uint32_t)i;
+  for (size_t i = s->nsamples; i > 1; i--) {
     size_t j = (size_t)(kd_uniform(&st) * (double)i);
     if (j >= i) j = i - 1;
-    uint32_t t = d->perm[i - 1];
-    d->perm[i - 1] = d->perm[j];
-    d->perm[j] = t;
+    uint32_t t = s->perm[i - 1];
+    s->perm[i - 1] = s->perm[j];
+    s->perm[j] = t;
   }
-  d->perm_epoch = e;
+  s->perm_epoch = e;
+}
+
+/* Megatron's greedy blend (build_blending_indices): sample g goes to the file with the
+ * largest weight * max(g, 1) - draws so far (first on ties); *k is that file's draw count
+ * before g. Walks the counter from a cached cursor (from 0 when g is behind it). */
+static int data_blend(struct kd_data *d, int64_t g, int64_t *k) {
+  if (d->nsets == 1) return *k = g, 0;
+  if (g < d->blend_g) {
+    d->blend_g = 0;
+    memset(d->blend_n, 0, sizeof d->blend_n);
+  }
+  for (;;) {
+    const double at = d->blend_g > 1 ? (double)d->blend_g : 1.0;
+    int best = 0;
+    double best_err = d->weight[0] * at - (double)d->blend_n[0];
+    for (int i = 1; i < d->nsets; i++) {
+      const double e = d->weight[i] * at - (double)d->blend_n[i];
+      if (e > best_err) best = i, best_err = e;
+    }
+    if (d->blend_g == g) return *k = d->blend_n[best], best;
+    d->blend_n[best]++;
+    d->blend_g++;
+  }
+}
+
+void data_draw(struct kd_data *d, int64_t g, int *set, size_t *sample) {
+  KD_CHECK(g >= 0, "data_draw: negative global sample %lld", (long long)g);
+  int64_t k;
+  *set = data_blend(d, g, &k);
+  struct data_set *s = &d->set[*set];
+  const int64_t n = (int64_t)s->nsamples, e = k / n;
+  if (e != s->perm_epoch) data_permute(s, e);
+  *sample = s->perm[k % n];
 }
 
 size_t data_sample_index(struct kd_data *d, int64_t g) {
-  KD_CHECK(g >= 0, "data_sample_index: negative global sample %lld", (long long)g);
-  int64_t n = (int64_t)d->nsamples, e = g / n;
-  if (e != d->perm_epoch) data_permute(d, e);
-  return d->perm[g % n];
+  int set;
+  size_t s;
+  data_draw(d, g, &set, &s);
+  return s;
 }
 
-/* Copy sample s (file order) into inputs/labels (seq_len each). */
-static void data_copy_sample(const struct kd_data *d, size_t s, int *inputs, int *labels) {
-  size_t base = s * (size_t)d->seq_len;
-  for (int t = 0; t < d->seq_len; t++) {
-    inputs[t] = (int)data_token(d, base + (size_t)t);
-    labels[t] = (int)data_token(d, base + (size_t)t + 1);
-  }
+/* Window w of file `set` into inputs/labels (seq_len each); masked labels become -1. */
+static void data_copy_window(struct kd_data *d, int set, size_t w, int *inputs, int *labels) {
+  const struct data_source *src = &d->set[set].src;
+  const size_t T = (size_t)d->seq_len, base = w * T;
+  data_source_tokens(src, base, T, inputs);
+  data_source_tokens(src, base + 1, T, labels);
+  if (!src->mask) return;
+  data_source_mask(src, base + 1, T, d->mbuf);
+  for (size_t t = 0; t < T; t++)
+    if (!d->mbuf[t]) labels[t] = -1;
+}
+
+/* Counted labels of window w of file `set`. */
+static int64_t data_window_counted(struct kd_data *d, int set, size_t w) {
+  const struct data_source *src = &d->set[set].src;
+  const size_t T = (size_t)d->seq_len;
+  if (!src->mask) return (int64_t)T;
+  data_source_mask(src, w * T + 1, T, d->mbuf);
+  int64_t c = 0;
+  for (size_t t = 0; t < T; t++)
+    c += d->mbuf[t];
+  return c;
+}
+
+/* File-order window of validation batch position i (wrapping). */
+static size_t data_sequential_window(const struct kd_data *d, int64_t i) {
+  const int64_t n = (int64_t)d->set[0].nsamples;
+  return (size_t)((i % n + n) % n);
 }
 
 void data_batch(struct kd_data *d, int64_t g0, int mb, int *inputs, int *labels) {
-  size_t T = (size_t)d->seq_len;
+  const size_t T = (size_t)d->seq_len;
   for (int j = 0; j < mb; j++) {
-    size_t s = data_sample_index(d, g0 + j);
-    data_copy_sample(d, s, inputs + (size_t)j * T, labels + (size_t)j * T);
+    int set;
+    size_t w;
+    data_draw(d, g0 + j, &set, &w);
+    data_copy_window(d, set, w, inputs + (size_t)j * T, labels + (size_t)j * T);
   }
 }
 
 void data_batch_sequential(struct kd_data *d, int64_t i0, int mb, int *inputs, int *labels) {
-  size_t T = (size_t)d->seq_len;
-  int64_t n = (int64_t)d->nsamples;
-  for (int j = 0; j < mb; j++) {
-    int64_t i = ((i0 + j) % n + n) % n;
-    data_copy_sample(d, (size_t)i, inputs + (size_t)j * T, labels + (size_t)j * T);
+  const size_t T = (size_t)d->seq_len;
+  for (int j = 0; j < mb; j++)
+    data_copy_window(d, 0, data_sequential_window(d, i0 + j), inputs + (size_t)j * T,
+                     labels + (size_t)j * T);
+}
+
+int64_t data_count_labels(struct kd_data *d, int64_t g0, int64_t n) {
+  if (!d->has_mask || n <= 0) return n > 0 ? n * d->seq_len : 0;
+  int64_t c = 0, at_g = 0, at_n[DATA_MAX_SETS];
+  for (int64_t j = 0; j < n; j++) {
+    int set;
+    size_t w;
+    data_draw(d, g0 + j, &set, &w);
+    if (j == 0) /* the blend cursor now stands at g0: keep it for the batches that follow */
+      at_g = d->blend_g, memcpy(at_n, d->blend_n, sizeof at_n);
+    c += data_window_counted(d, set, w);
   }
+  d->blend_g = at_g;
+  memcpy(d->blend_n, at_n, sizeof at_n);
+  return c;
+}
+
+int64_t data_count_labels_sequential(struct kd_data *d, int64_t i0, int64_t n) {
+  if (!d->has_mask) return n * d->seq_len;
+  int64_t c = 0;
+  for (int64_t j = 0; j < n; j++)
+    c += data_window_counted(d, 0, data_sequential_window(d, i0 + j));
+  return c;
 }

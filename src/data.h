@@ -1,45 +1,70 @@
-/* data.h: token datasets, the seeded global sample order, batches. */
+/* data.h: training and validation data: one or several token files (a blend), fixed
+ * windows of seq_len + 1 tokens, the seeded per-epoch sample order of each file, the
+ * blend's deterministic choice of file per global sample, batches with masked labels. */
 #ifndef KD_DATA_H
 #define KD_DATA_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-enum data_format { DATA_BYTES = 0, DATA_U16, DATA_U32 };
+#include "data_source.h"
 
-struct kd_data {
-  char path[512];
-  enum data_format format;
-  const unsigned char *map; /* mmap of the file */
-  size_t map_bytes;
-  size_t ntok;      /* tokens in the file */
-  int seq_len;      /* tokens per sample input (a sample reads seq_len + 1 tokens) */
-  size_t nsamples;  /* non-overlapping samples: (ntok - 1) / seq_len */
-  uint64_t seed;
+#define DATA_MAX_SETS 16 /* files of one blend (config.h KD_DATA_MAX) */
+
+/* One file of a blend: its tokens, its windows, its permutation. */
+struct data_set {
+  struct data_source src;
+  size_t nsamples;    /* non-overlapping windows: (ntok - 1) / seq_len */
+  uint64_t seed;      /* permutation seed of this file */
   int64_t perm_epoch; /* epoch whose permutation is in perm (-1: none) */
   uint32_t *perm;     /* nsamples entries */
 };
 
-/* Parse 'bytes' | 'u16' | 'u32'; -1 when unknown. */
-int data_format_parse(const char *s);
+struct kd_data {
+  int nsets;
+  struct data_set set[DATA_MAX_SETS];
+  double weight[DATA_MAX_SETS]; /* normalised blend weights (sum 1) */
+  int seq_len;                  /* tokens per sample input (a sample reads seq_len + 1 tokens) */
+  int has_mask;                 /* some file carries a loss mask */
+  int64_t blend_g;              /* blend cursor: draws per file before global sample blend_g */
+  int64_t blend_n[DATA_MAX_SETS];
+  unsigned char *mbuf; /* seq_len + 1 mask bytes of scratch */
+};
 
-/* Open (mmap) a token file. Fails with a message in err and returns KD_EXIT_INPUT
- * when the file is missing, has a size that is not a whole number of tokens, holds
- * fewer than seq_len + 1 tokens, or holds a token >= vocab_size. Not collective. */
-int data_open(struct kd_data *d, const char *path, const char *format, int seq_len,
-              int vocab_size, uint64_t seed, char *err, size_t errlen);
+/* Open `n` token files of `format` as a blend with (positive, not necessarily normalised)
+ * `weights` (NULL: equal). Fails with a message in err and returns KD_EXIT_INPUT when a
+ * file is missing, truncated or foreign, holds fewer than seq_len + 1 tokens, or holds a
+ * token outside [0, vocab_size) (data_source.h). Not collective. */
+int data_open_blend(struct kd_data *d, int n, const char *const *paths, const double *weights,
+                    const char *format, int seq_len, int vocab_size, uint64_t seed, char *err,
+                    size_t errlen);
+
+/* data_open_blend of the single file `path`. */
+int data_open(struct kd_data *d, const char *path, const char *format, int seq_len, int vocab_size,
+              uint64_t seed, char *err, size_t errlen);
 void data_close(struct kd_data *d);
 
-/* File sample (0 .. nsamples-1) drawn as global sample number g: epoch e = g /
- * nsamples uses a Fisher-Yates permutation seeded by (seed, e); g % nsamples
- * indexes it. Any rank computes the same answer for the same g. */
+/* Global sample g -> (file *set, its window *sample). The file is Megatron's greedy blend
+ * over the sample counter (the file whose share lags its weight most), a function of g and
+ * the weights only; the file's k-th draw is window perm_e[k % nsamples] of its epoch e =
+ * k / nsamples, a Fisher-Yates permutation seeded by (seed, file, e). Any rank computes the
+ * same answer for the same g, in any query order. */
+void data_draw(struct kd_data *d, int64_t g, int *set, size_t *sample);
+
+/* The window of file 0 drawn as global sample g (single-file use and tests). */
 size_t data_sample_index(struct kd_data *d, int64_t g);
 
-/* Inputs and next-token labels of `mb` consecutive global samples g0 .. g0+mb-1
- * (permuted order): inputs, labels (mb * seq_len). */
+/* Inputs and next-token labels of `mb` consecutive global samples g0 .. g0+mb-1:
+ * inputs, labels (mb * seq_len). Label t is token t + 1 of the window, or -1 when the
+ * loss mask of that token is 0 (not counted). */
 void data_batch(struct kd_data *d, int64_t g0, int mb, int *inputs, int *labels);
 
-/* Same for file samples i0 .. i0+mb-1 in file order, wrapping around (validation). */
+/* Same for windows i0 .. i0+mb-1 of file 0 in file order, wrapping around (validation). */
 void data_batch_sequential(struct kd_data *d, int64_t i0, int mb, int *inputs, int *labels);
+
+/* Counted labels (mask != 0) of global samples g0 .. g0+n-1 / of file-order windows
+ * i0 .. i0+n-1 of file 0: n * seq_len without a mask. Every rank computes it alone. */
+int64_t data_count_labels(struct kd_data *d, int64_t g0, int64_t n);
+int64_t data_count_labels_sequential(struct kd_data *d, int64_t i0, int64_t n);
 
 #endif

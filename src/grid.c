@@ -53,6 +53,11 @@ void grid_block(long long n, int parts, int r, long long *start, long long *len)
   *len = base + (r < extra ? 1 : 0);
 }
 
+void grid_vocab_block(long long V, long long Vc, int tp, int r, long long *start, long long *len) {
+  grid_block(Vc, tp, r, start, len);
+  if (r == tp - 1) *len += V - Vc;
+}
+
 void grid_stage_layers(int layers, int pp, int stage, int *first, int *count) {
   long long s, n;
   grid_block(layers, pp, stage, &s, &n);

@@ -37,4 +37,10 @@ void grid_stage_layers(int layers, int pp, int stage, int *first, int *count);
  * blocks hold one more). */
 void grid_block(long long n, int parts, int r, long long *start, long long *len);
 
+/* Start and length of TP rank r's slice of a vocabulary of V ids of which the first Vc
+ * (the ids teacher and student share) are split by grid_block(Vc, tp, r) and the
+ * padding ids [Vc, V) go to the last rank: both models' slices then begin with the
+ * same common ids. Vc == V is plain grid_block. */
+void grid_vocab_block(long long V, long long Vc, int tp, int r, long long *start, long long *len);
+
 #endif

@@ -18,10 +18,14 @@
 #include "comm.h"
 #include "util.h"
 
-/* y (N, out) = x (N, in) W^T */
-static void linear_fwd(struct kd_backend *be, float *y, const float *x, const float *W, size_t N,
-                       int in, int out) {
-  be->gemm(0, 1, (int)N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+/* y (N, out) = x (N, in) W^T, with W in FP32 or, when W16 is set (MODEL_FROZEN16), in
+ * packed BF16. */
+static void linear_fwd(struct kd_backend *be, float *y, const float *x, const float *W,
+                       const uint16_t *W16, size_t N, int in, int out) {
+  if (W16)
+    be->gemm_w16(0, (int)N, out, in, 1.0f, x, in, W16, in, 0.0f, y, out);
+  else
+    be->gemm(0, 1, (int)N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
 }
 
 /* dx (N, in) = dy W + beta dx ; dW (out, in) += dy^T x */
@@ -274,10 +278,10 @@ static void mlp_forward(struct kd_backend *be, const struct kd_model *mdl,
   if (!out && a->d.pol.tiled_mlp) return;
   for (size_t r0 = 0; r0 < N; r0 += tile) {
     const size_t n = N - r0 < tile ? N - r0 : tile;
-    linear_fwd(be, l->gu, l->h2 + r0 * C, w->wgu, n, C, 2 * I);
+    linear_fwd(be, l->gu, l->h2 + r0 * C, w->wgu, w->wgu16, n, C, 2 * I);
     maybe_round(be, l->gu, n * 2 * I);
     be->swiglu_forward(l->mlp, l->gu, n, I);
-    if (out) linear_fwd(be, out + r0 * C, l->mlp, w->wd, n, I, C);
+    if (out) linear_fwd(be, out + r0 * C, l->mlp, w->wd, w->wd16, n, I, C);
   }
 }
 
@@ -297,13 +301,13 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
   const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
 
   be->rmsnorm_forward(l->h1, l->rstd1, l->x_in, w->ln1, N, C, eps);
-  linear_fwd(be, l->qkv, l->h1, w->wqkv, N, C, QKV);
+  linear_fwd(be, l->qkv, l->h1, w->wqkv, w->wqkv16, N, C, QKV);
   if (w->bqkv) be->bias_forward(l->qkv, w->bqkv, N, QKV, QKV);
   maybe_round(be, l->qkv, N * QKV);
   be->rope_forward(l->qkv, N, T, nh, hd, QKV, theta);
   be->rope_forward(l->qkv + Q, N, T, nkv, hd, QKV, theta);
   be->attention_forward(l->att, l->lse, l->qkv, B, T, nh, nkv, hd);
-  linear_fwd(be, l->x_mid, l->att, w->wo, N, Q, C);
+  linear_fwd(be, l->x_mid, l->att, w->wo, w->wo16, N, Q, C);
   tp_allreduce(be, mdl, l->x_mid, N * C);
   be->add(l->x_mid, l->x_in, N * C);
   maybe_round(be, l->x_mid, N * C);
@@ -324,7 +328,10 @@ void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_
   if (mdl->has_embed) {
     float *x0 = acts_stage_input(a);
     be->upload(be, a->tokens, tokens, N * sizeof(int));
-    be->embedding_forward(x0, a->tokens, mdl->pw.wte, N, C, mdl->vocab_lo, mdl->vocab);
+    if (mdl->pw.wte16)
+      be->embedding_forward_w16(x0, a->tokens, mdl->pw.wte16, N, C, mdl->vocab_lo, mdl->vocab);
+    else
+      be->embedding_forward(x0, a->tokens, mdl->pw.wte, N, C, mdl->vocab_lo, mdl->vocab);
     tp_allreduce(be, mdl, x0, N * C);
   }
   for (int i = 0; i < L; i++) {
@@ -358,7 +365,7 @@ static void mlp_backward(struct kd_backend *be, const struct kd_model *mdl,
     const size_t n = N - r0 < tile ? N - r0 : tile;
     const float *h2 = l->h2 + r0 * C, *dy = a->dres + r0 * C;
     if (tiled) {
-      linear_fwd(be, l->gu, h2, w->wgu, n, C, 2 * I);
+      linear_fwd(be, l->gu, h2, w->wgu, w->wgu16, n, C, 2 * I);
       maybe_round(be, l->gu, n * 2 * I);
       be->swiglu_forward(l->mlp, l->gu, n, I);
     }

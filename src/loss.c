@@ -5,7 +5,9 @@
  * in two KD_MEM_LOSS buffers; per-row softmax stats; with tensor parallelism one
  * all-reduce of the (max, sum) pairs (user-defined op) and one all-reduce (SUM)
  * of the per-row partial sums; then the gradient is written over zs and pushed
- * into dhs and dws by two gemms. The full (N x V) logits never exist. */
+ * into dhs and dws by two gemms. The full (N x V) logits never exist. When the
+ * student has ids the teacher lacks (or the reverse), zt covers only the common ids:
+ * the first voc->common columns of the slice (grid_vocab_block puts them first). */
 #include "loss.h"
 
 #include <limits.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "grid.h"
 #include "util.h"
 
 /* Partial sums per row (see loss_partials): KD, sum p_s g (jsd), CE. */
@@ -73,10 +76,21 @@ int loss_kind_parse(const char *s) {
   return -1;
 }
 
-/* Stats blocks of a chunk: student at tau, teacher at tau, student at 1 (CE; shared
- * with the student's when tau is 1). */
-static int loss_nstats(int distill, float temperature) {
-  return (distill ? 2 : 0) + (!distill || temperature != 1.0f);
+void loss_vocab_slice(struct loss_vocab *v, int V, int vocab_common, int tp, int r) {
+  long long lo, n, clo, cn;
+  grid_vocab_block(V, vocab_common, tp, r, &lo, &n);
+  grid_block(vocab_common, tp, r, &clo, &cn);
+  v->lo = (int)lo;
+  v->n = (int)n;
+  v->common = (int)cn;
+  v->split = vocab_common < V;
+}
+
+/* Stats blocks of a chunk: student at tau over the KD columns, teacher at tau, student
+ * at 1 over all its columns (CE; shared with the first when tau is 1 and the two
+ * column ranges are the same on every rank). */
+static int loss_nstats(int distill, float temperature, int split) {
+  return (distill ? 2 : 0) + (!distill || temperature != 1.0f || split);
 }
 
 /* Bytes of loss buffers per chunk row (the most stats blocks a run can need). */
@@ -91,10 +105,11 @@ static size_t loss_fixed_bytes(size_t N) {
   return N * sizeof(int) + 2 * sizeof(double);
 }
 
-size_t loss_buffer_bytes(size_t chunk, size_t N, int V, int distill, float temperature) {
-  const size_t stats = (size_t)loss_nstats(distill, temperature) * 2 * sizeof(float);
-  return chunk * ((size_t)V * sizeof(float) * (distill ? 2 : 1) + stats + PART_W * sizeof(double)) +
-         loss_fixed_bytes(N);
+size_t loss_buffer_bytes(size_t chunk, size_t N, const struct loss_vocab *voc, int distill,
+                         float temperature) {
+  const size_t stats = (size_t)loss_nstats(distill, temperature, voc->split) * 2 * sizeof(float);
+  const size_t cols = (size_t)voc->n + (distill ? (size_t)voc->common : 0); /* zs, zt */
+  return chunk * (cols * sizeof(float) + stats + PART_W * sizeof(double)) + loss_fixed_bytes(N);
 }
 
 size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill) {
@@ -105,16 +120,19 @@ size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill)
 
 void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
                   float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
-                  const float *wt, const int *labels, size_t N, int Cs, int Ct, int V, int vocab_lo,
-                  size_t chunk, float grad_scale, MPI_Comm tp_comm) {
+                  const float *wt, const uint16_t *wt16, const int *labels, size_t N, int Cs,
+                  int Ct, const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                  MPI_Comm tp_comm) {
   const int distill = spec->distill;
+  const int V = voc->n, Vk = distill ? voc->common : V, vocab_lo = voc->lo; /* CE, KD columns */
   const float tau = distill ? spec->temperature : 1.0f, inv_t = 1.0f / tau;
-  const int need_s1 = !distill || tau != 1.0f;
-  const int nstats = loss_nstats(distill, tau);
+  const int need_s1 = !distill || tau != 1.0f || voc->split;
+  const int nstats = loss_nstats(distill, tau, voc->split);
   const float t2 = distill && spec->t2_scale ? tau * tau : 1.0f;
   const float wkd = distill ? grad_scale * spec->alpha * t2 : 0.0f;
   const float wce = distill ? grad_scale * (1.0f - spec->alpha) : grad_scale;
   KD_CHECK(chunk > 0, "loss_chunked: chunk must be at least 1 row");
+  KD_CHECK(Vk <= V && (Vk == V || voc->split), "loss_chunked: %d KD columns of %d", Vk, V);
   if (chunk > N) chunk = N > 0 ? N : 1;
   KD_CHECK(chunk * (size_t)nstats <= INT_MAX / PART_W, "loss_chunked: chunk %zu too large", chunk);
   int tp = 1;
@@ -122,7 +140,7 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
   if (tp > 1) stats_op_init();
 
   float *zs = be->alloc(be, KD_MEM_LOSS, chunk * (size_t)V * sizeof(float));
-  float *zt = distill ? be->alloc(be, KD_MEM_LOSS, chunk * (size_t)V * sizeof(float)) : NULL;
+  float *zt = distill ? be->alloc(be, KD_MEM_LOSS, chunk * (size_t)Vk * sizeof(float)) : NULL;
   float *stats = be->alloc(be, KD_MEM_LOSS, chunk * (size_t)nstats * 2 * sizeof(float));
   double *part = be->alloc(be, KD_MEM_LOSS, chunk * PART_W * sizeof(double));
   int *lab = be->alloc(be, KD_MEM_LOSS, N * sizeof(int));       /* all labels: one upload */
@@ -136,30 +154,33 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
     const int *lab_c = lab + r0;
     /* stats blocks of this chunk, contiguous so one all-reduce covers them */
     float *ss = distill ? stats : NULL, *st = distill ? stats + 2 * n : NULL;
-    float *s1 = need_s1 ? stats + 2 * n * (size_t)(nstats - 1) : ss; /* tau 1: shared */
+    float *s1 = need_s1 ? stats + 2 * n * (size_t)(nstats - 1) : ss; /* shared */
 
     be->gemm(0, 1, ni, V, Cs, 1.0f, hs_c, Cs, ws, Cs, 0.0f, zs, V);
-    if (distill) be->gemm(0, 1, ni, V, Ct, 1.0f, ht + r0 * (size_t)Ct, Ct, wt, Ct, 0.0f, zt, V);
+    if (distill && wt16) /* the teacher's first Vk rows: the same ids as the student's first Vk */
+      be->gemm_w16(0, ni, Vk, Ct, 1.0f, ht + r0 * (size_t)Ct, Ct, wt16, Ct, 0.0f, zt, Vk);
+    else if (distill)
+      be->gemm(0, 1, ni, Vk, Ct, 1.0f, ht + r0 * (size_t)Ct, Ct, wt, Ct, 0.0f, zt, Vk);
     if (be->bf16) {
       be->round_bf16(zs, n * (size_t)V);
-      if (distill) be->round_bf16(zt, n * (size_t)V);
+      if (distill) be->round_bf16(zt, n * (size_t)Vk);
     }
 
     if (distill) {
-      be->softmax_stats(ss, zs, n, V, inv_t);
-      be->softmax_stats(st, zt, n, V, inv_t);
+      be->softmax_stats(ss, zs, n, Vk, V, inv_t);
+      be->softmax_stats(st, zt, n, Vk, Vk, inv_t);
     }
-    if (need_s1) be->softmax_stats(s1, zs, n, V, 1.0f);
+    if (need_s1) be->softmax_stats(s1, zs, n, V, V, 1.0f);
     if (tp > 1) comm_allreduce(be, stats, (size_t)nstats * n, stats_type, stats_op, 1, tp_comm);
 
-    be->loss_partials(part, zs, zt, ss, st, s1, lab_c, n, V, vocab_lo, spec->kind, inv_t,
+    be->loss_partials(part, zs, zt, ss, st, s1, lab_c, n, V, Vk, vocab_lo, spec->kind, inv_t,
                       spec->beta);
     if (tp > 1) comm_allreduce(be, part, PART_W * n, MPI_DOUBLE, MPI_SUM, 0, tp_comm);
     be->loss_accumulate(acc, part, n);
 
     if (!dhs) continue; /* forward only */
-    be->loss_grad(zs, zt, ss, st, s1, part, lab_c, n, V, vocab_lo, spec->kind, inv_t, spec->beta,
-                  wkd, wce);
+    be->loss_grad(zs, zt, ss, st, s1, part, lab_c, n, V, Vk, vocab_lo, spec->kind, inv_t,
+                  spec->beta, wkd, wce);
     be->gemm(0, 0, ni, Cs, V, 1.0f, zs, V, ws, Cs, 1.0f, dhs + r0 * (size_t)Cs, Cs);
     if (dws) be->gemm(1, 0, V, Cs, ni, 1.0f, zs, V, hs_c, Cs, 1.0f, dws, Cs);
   }

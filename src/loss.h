@@ -28,31 +28,54 @@ struct loss_sums {
   double kd, ce;
 };
 
+/* This rank's slice of the vocabulary (grid_vocab_block). The KD term runs over the
+ * ids both models have, the student's CE over all of its own ids. */
+struct loss_vocab {
+  int lo;     /* first global id of the slice */
+  int n;      /* student LM-head rows of the slice: the CE columns */
+  int common; /* the first `common` of them are ids the teacher has too: the KD columns,
+                 and the teacher LM-head rows used */
+  int split;  /* 1 when common < n on some rank of tp_comm (the student has ids the
+                 teacher lacks): the CE then needs its own softmax stats on every rank */
+};
+
 /* Parse 'fkl' | 'rkl' | 'jsd'; returns -1 when unknown. */
 int loss_kind_parse(const char *s);
 
+/* Rank r of tp's slice of a student vocabulary of V ids of which the first
+ * vocab_common are shared with the teacher (vocab_common == V: no padding). */
+void loss_vocab_slice(struct loss_vocab *v, int V, int vocab_common, int tp, int r);
+
 /* Forward (and backward when dhs != NULL) of the loss over N token rows, in
  * chunks of `chunk` rows.
- *   hs: (N, Cs) student final hidden (after the final norm); ws: (V, Cs) student
- *   LM head rows of this rank's vocabulary slice [vocab_lo, vocab_lo + V);
- *   ht: (N, Ct), wt: (V, Ct) teacher (ignored unless spec->distill);
- *   labels: (N) global token ids, in HOST memory (uploaded once per call).
+ *   hs: (N, Cs) student final hidden (after the final norm); ws: (voc->n, Cs) student
+ *   LM head rows of this rank's vocabulary slice [voc->lo, voc->lo + voc->n);
+ *   ht: (N, Ct) teacher hidden, wt: teacher LM head rows of the same slice, of which
+ *   the first voc->common are read (both ignored unless spec->distill); wt16: the
+ *   teacher head in packed BF16 instead of wt (MODEL_FROZEN16), else NULL;
+ *   labels: (N) global token ids, in HOST memory (uploaded once per call); a label < 0
+ *   masks its row out: it adds nothing to the sums or the gradients.
+ * KD compares the teacher's and the student's softmax over the common ids (each
+ * normalised over that range); CE uses the student's softmax over all its ids.
  * hs, ws, ht, wt, dhs, dws are backend blocks; the sums come back to the host.
  * Gradient of  grad_scale * sum_rows (alpha * kd_row + (1 - alpha) * ce_row)
  * (or grad_scale * sum ce_row without distillation) is ACCUMULATED into
- * dhs (N, Cs) and dws (V, Cs). Collective over tp_comm (MPI_COMM_SELF for one rank):
- * the per-row (max, sum-of-exponentials) pairs are combined by one all-reduce per
- * chunk with a user-defined reduction. Uses arena category KD_MEM_LOSS. */
+ * dhs (N, Cs) and dws (voc->n, Cs). Collective over tp_comm (MPI_COMM_SELF for one
+ * rank): the per-row (max, sum-of-exponentials) pairs are combined by one all-reduce
+ * per chunk with a user-defined reduction. Uses arena category KD_MEM_LOSS. */
 void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
                   float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
-                  const float *wt, const int *labels, size_t N, int Cs, int Ct, int V,
-                  int vocab_lo, size_t chunk, float grad_scale, MPI_Comm tp_comm);
+                  const float *wt, const uint16_t *wt16, const int *labels, size_t N, int Cs,
+                  int Ct, const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                  MPI_Comm tp_comm);
 
-/* Largest chunk (rows) whose loss buffers for N rows fit in `budget_bytes` (at least 1). */
+/* Largest chunk (rows) whose loss buffers for N rows fit in `budget_bytes` (at least 1)
+ * for a slice of at most V ids. */
 size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill);
 
 /* Bytes of KD_MEM_LOSS that loss_chunked allocates for chunks of `chunk` rows (the
  * memory planner's figure). */
-size_t loss_buffer_bytes(size_t chunk, size_t N, int V, int distill, float temperature);
+size_t loss_buffer_bytes(size_t chunk, size_t N, const struct loss_vocab *voc, int distill,
+                         float temperature);
 
 #endif

@@ -1,4 +1,5 @@
-/* main.c: command line, MPI start and stop, dispatch to the run. */
+/* main.c: command line, MPI start and stop, dispatch to the run; --print-config,
+ * --dry-run, --help and --version run as one process without MPI. */
 #include "kdtrain_config.h"
 
 #include <mpi.h>
@@ -21,7 +22,8 @@ static void usage(FILE *f) {
           "\n"
           "options:\n"
           "  --print-config  print the complete effective configuration as a namelist, exit\n"
-          "  --dry-run       print the parallel layout and the per-rank memory plan, exit\n"
+          "  --dry-run       print the parallel layout and the per-rank memory plan for the\n"
+          "                  ranks of the launch (mpiexec -n N), exit\n"
           "  --selftest      compare every op of the selected backend with the CPU op\n"
           "  --version       print the version\n"
           "  --help          this text\n"
@@ -30,8 +32,27 @@ static void usage(FILE *f) {
           "documentation: doc/user-guide.md, doc/input.md\n");
 }
 
+/* This process's rank and the world size of the launch (MPICH/Hydra and Slurm's PMI,
+ * Open MPI, a Slurm step), read from the launcher's environment without MPI: the
+ * single-process commands run before, and instead of, MPI_Init. 0 of 1 without a launcher. */
+static int launch_size(int *rank) {
+  static const char *const vars[][2] = {{"PMI_SIZE", "PMI_RANK"},
+                                        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                        {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
+  *rank = 0;
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *size = getenv(vars[i][0]), *r = getenv(vars[i][1]);
+    if (size && r && atoi(size) > 0) {
+      *rank = atoi(r);
+      return atoi(size);
+    }
+  }
+  return 1;
+}
+
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int lrank;
+  const int lsize = launch_size(&lrank);
   int print_config = 0, dry_run = 0, selftest = 0;
   const char *input = NULL;
   int first_override = argc;
@@ -41,19 +62,16 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--dry-run") == 0) dry_run = 1;
     else if (strcmp(a, "--selftest") == 0) selftest = 1;
     else if (strcmp(a, "--version") == 0) {
-      kd_info("kdtrain %s\n", PACKAGE_VERSION);
-      MPI_Finalize();
-      return 0;
+      if (lrank == 0) printf("kdtrain %s\n", PACKAGE_VERSION);
+      return KD_EXIT_OK;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      if (kd_rank() == 0) usage(stdout);
-      MPI_Finalize();
-      return 0;
+      if (lrank == 0) usage(stdout);
+      return KD_EXIT_OK;
     } else if (a[0] == '-') {
-      if (kd_rank() == 0) {
+      if (lrank == 0) {
         fprintf(stderr, "kdtrain: unknown option '%s'\n", a);
         usage(stderr);
       }
-      MPI_Finalize();
       return KD_EXIT_INPUT;
     } else if (!input && !strchr(a, '%')) {
       input = a;
@@ -63,13 +81,17 @@ int main(int argc, char **argv) {
     }
   }
   if (!input) {
-    if (kd_rank() == 0) {
+    if (lrank == 0) {
       fprintf(stderr, "kdtrain: no input file given\n");
       usage(stderr);
     }
-    MPI_Finalize();
     return KD_EXIT_INPUT;
   }
+  /* --print-config and --dry-run write their product to stdout: one process, and no
+   * MPI_Init, at which some MPI transports print warnings there. Other ranks end here. */
+  const int product = print_config || dry_run;
+  if (product && lrank != 0) return KD_EXIT_OK;
+  if (!product) MPI_Init(&argc, &argv);
   static struct kd_config cfg;
   config_load_bcast(&cfg, input, argc - first_override, argv + first_override);
   if (strcmp(cfg.run_mode, "distill") == 0 && cfg.teacher.hidden_size == 0) {
@@ -79,13 +101,12 @@ int main(int argc, char **argv) {
       kd_fail(KD_EXIT_INPUT, "%s: &teacher init: %s", cfg.source, err);
   }
   int status = KD_EXIT_OK;
-  if (print_config) {
-    if (kd_rank() == 0) config_print(stdout, &cfg);
-  } else if (selftest) {
-    status = selftest_run(&cfg);
-  } else {
-    status = dry_run ? train_dry_run(&cfg) : train_run(&cfg);
-  }
-  MPI_Finalize();
+  if (print_config) config_print(stdout, &cfg);
+  else if (dry_run) status = train_dry_run(&cfg, lsize);
+  else if (selftest) status = selftest_run(&cfg);
+  else status = train_run(&cfg);
+  if (!product) MPI_Finalize();
+  else if (fflush(stdout) != 0 || ferror(stdout))
+    kd_fail(KD_EXIT_IO, "writing to standard output failed");
   return status;
 }

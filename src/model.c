@@ -43,36 +43,73 @@ static void table_add(struct kd_model *mdl, int cap, enum param_role role, int l
   mdl->numel += p->numel;
 }
 
-/* Point a model_ptrs view at a parameter-sized buffer, following the table order
+/* Element offset of 1-D tensor p in a MODEL_FROZEN16 model's wvec: the 1-D tensors
+ * before it in table order. */
+static size_t vec_offset(const struct kd_model *mdl, const struct kd_param *p) {
+  size_t off = 0;
+  for (const struct kd_param *q = mdl->params; q < p; q++)
+    if (q->ndim == 1) off += q->numel;
+  return off;
+}
+
+/* What a view points into: a parameter-sized FP32 buffer (buf16 NULL), or a
+ * MODEL_FROZEN16 model's packed w16 (buf16) and 1-D block wvec (buf). */
+struct view_src {
+  const struct kd_model *mdl;
+  float *buf;
+  uint16_t *buf16;
+};
+
+/* FP32 view of tensor p (NULL: a matrix held packed). */
+static float *vf(const struct view_src *s, const struct kd_param *p) {
+  if (!s->buf16) return s->buf + p->offset;
+  return p->ndim == 1 ? s->buf + vec_offset(s->mdl, p) : NULL;
+}
+
+/* Packed view of tensor p (NULL: the model is not packed). */
+static uint16_t *vh(const struct view_src *s, const struct kd_param *p) {
+  return s->buf16 ? s->buf16 + p->offset : NULL;
+}
+
+/* Point a model_ptrs view at a buffer (see struct view_src), following the table order
  * over the tensors this rank holds. */
-static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float *buf) {
+static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float *buf,
+                        uint16_t *buf16) {
+  const struct view_src s = {mdl, buf, buf16};
   const struct kd_card *c = &mdl->card;
   const struct kd_param *p = mdl->params;
   const int tied = c->tie_word_embeddings;
   memset(v->layer, 0, (size_t)mdl->nlayers * sizeof *v->layer);
-  v->wte = p->local ? buf + p->offset : NULL;
+  v->wte = p->local ? vf(&s, p) : NULL;
+  v->wte16 = p->local ? vh(&s, p) : NULL;
   p++;
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const int li = l - mdl->layer0;
     const int mine = li >= 0 && li < mdl->nlayers;
     struct layer_ptrs dummy, *L = mine ? &v->layer[li] : &dummy;
-    L->ln1 = buf + (p++)->offset;
-    L->wqkv = buf + p->offset;
+    L->ln1 = vf(&s, p++);
+    L->wqkv = vf(&s, p);
+    L->wqkv16 = vh(&s, p);
     p += 3;
     L->bqkv = NULL;
     if (c->attention_bias) {
-      L->bqkv = buf + p->offset;
+      L->bqkv = vf(&s, p);
       p += 3;
     }
-    L->wo = buf + (p++)->offset;
-    L->ln2 = buf + (p++)->offset;
-    L->wgu = buf + p->offset;
+    L->wo = vf(&s, p);
+    L->wo16 = vh(&s, p++);
+    L->ln2 = vf(&s, p++);
+    L->wgu = vf(&s, p);
+    L->wgu16 = vh(&s, p);
     p += 2;
-    L->wd = buf + (p++)->offset;
+    L->wd = vf(&s, p);
+    L->wd16 = vh(&s, p++);
   }
-  v->norm = mdl->has_head ? buf + p->offset : NULL;
+  v->norm = mdl->has_head ? vf(&s, p) : NULL;
   p++;
-  v->head = !mdl->has_head ? NULL : tied ? buf + mdl->params[0].offset : buf + p->offset;
+  const struct kd_param *h = tied ? &mdl->params[0] : p;
+  v->head = mdl->has_head ? vf(&s, h) : NULL;
+  v->head16 = mdl->has_head ? vh(&s, h) : NULL;
 }
 
 int model_check_layout(const struct kd_card *c, const char *who, int tp, int pp, char *err,
@@ -108,10 +145,10 @@ int model_check_layout(const struct kd_card *c, const char *who, int tp, int pp,
 }
 
 void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
-                      int kind, const struct kd_grid *g) {
+                      int kind, int vocab_common, const struct kd_grid *g) {
   memset(mdl, 0, sizeof *mdl);
   mdl->card = *card;
-  const int frozen = kind == MODEL_FROZEN;
+  const int frozen = kind == MODEL_FROZEN || kind == MODEL_TABLE || kind == MODEL_FROZEN16;
   mdl->frozen = frozen;
   const int tp = g ? g->tp : 1, r = g ? g->tp_rank : 0;
   const int pp = g ? g->pp : 1, stage = g ? g->pp_rank : 0;
@@ -134,8 +171,11 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   mdl->kv_heads = kv_split ? nkv / tp : 1;
   mdl->q_dim = mdl->heads * hd;
   mdl->kv_dim = mdl->kv_heads * hd;
+  KD_CHECK(vocab_common <= V, "model_build_grid: %d common ids exceed vocab_size %lld",
+           vocab_common, (long long)V);
+  mdl->vocab_common = vocab_common > 0 ? vocab_common : (int)V;
   long long s0, n0;
-  grid_block(V, tp, r, &s0, &n0);
+  grid_vocab_block(V, mdl->vocab_common, tp, r, &s0, &n0);
   mdl->vocab_lo = (int)s0;
   mdl->vocab = (int)n0;
   long long f0, fn;
@@ -189,9 +229,21 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
     MPI_Comm_split(g->pp_comm, ends ? 0 : MPI_UNDEFINED, stage, &mdl->emb_comm);
   }
 
+  mdl->be = be;
+  if (kind == MODEL_TABLE) return;
   const size_t bytes = mdl->numel * sizeof(float);
   const int bf16 = be->bf16;
-  mdl->be = be;
+  const size_t nl = (size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1);
+  mdl->pw.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
+  mdl->pg.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
+  if (kind == MODEL_FROZEN16) { /* packed BF16 + the FP32 1-D tensors; no w, no master */
+    for (int k = 0; k < mdl->nparams; k++)
+      if (mdl->params[k].ndim == 1) mdl->nvec += mdl->params[k].numel;
+    mdl->w16 = be->alloc(be, KD_MEM_WEIGHTS, mdl->numel * sizeof(uint16_t));
+    mdl->wvec = be->alloc(be, KD_MEM_WEIGHTS, mdl->nvec * sizeof(float));
+    model_views(mdl, &mdl->pw, mdl->wvec, mdl->w16);
+    return;
+  }
   mdl->w = be->alloc(be, KD_MEM_WEIGHTS, bytes);
   mdl->master = mdl->w; /* frozen and sharded: loaded straight into the compute copy */
   if (!frozen) mdl->grad = be->alloc(be, KD_MEM_GRADS, bytes);
@@ -200,16 +252,13 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
     mdl->m = be->alloc(be, KD_MEM_OPTIM, bytes);
     mdl->v = be->alloc(be, KD_MEM_OPTIM, bytes);
   }
-  const size_t nl = (size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1);
-  mdl->pw.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
-  mdl->pg.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
-  model_views(mdl, &mdl->pw, mdl->w);
-  if (mdl->grad) model_views(mdl, &mdl->pg, mdl->grad);
+  model_views(mdl, &mdl->pw, mdl->w, NULL);
+  if (mdl->grad) model_views(mdl, &mdl->pg, mdl->grad, NULL);
 }
 
 void model_build(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
                  int frozen) {
-  model_build_grid(mdl, be, card, frozen, NULL);
+  model_build_grid(mdl, be, card, frozen, 0, NULL);
 }
 
 void model_free(struct kd_model *mdl, struct kd_backend *be) {
@@ -217,6 +266,8 @@ void model_free(struct kd_model *mdl, struct kd_backend *be) {
   if (mdl->emb_comm != MPI_COMM_NULL) MPI_Comm_free(&mdl->emb_comm);
   if (mdl->master != mdl->w) be->free(be, mdl->master);
   be->free(be, mdl->w);
+  be->free(be, mdl->w16);
+  be->free(be, mdl->wvec);
   be->free(be, mdl->grad);
   be->free(be, mdl->m);
   be->free(be, mdl->v);
@@ -266,9 +317,35 @@ void model_init_random(struct kd_model *mdl, struct kd_backend *be, uint64_t see
     const struct kd_param *p = &mdl->params[k];
     if (!p->local) continue;
     init_values(p, x, std, resid_std, seed);
-    be->upload(be, mdl->master + p->offset, x, p->numel * sizeof(float));
+    if (mdl->w16)
+      model_store_packed(mdl, p, x);
+    else
+      be->upload(be, (mdl->master ? mdl->master : mdl->w) + p->offset, x, p->numel * sizeof(float));
   }
   free(x);
+}
+
+void model_store_packed(const struct kd_model *mdl, const struct kd_param *p, const float *x) {
+  struct kd_backend *be = mdl->be;
+  KD_CHECK(mdl->w16, "model_store_packed: %s is not held in BF16", p->name);
+  if (!p->local) return;
+  uint16_t *h = kd_malloc(p->numel * sizeof *h + 1);
+  for (size_t i = 0; i < p->numel; i++)
+    h[i] = kd_bf16_pack(x[i]);
+  be->upload(be, mdl->w16 + p->offset, h, p->numel * sizeof *h);
+  if (p->ndim == 1) { /* the FP32 copy the norm and bias ops read */
+    float *f = kd_malloc(p->numel * sizeof *f + 1);
+    for (size_t i = 0; i < p->numel; i++)
+      f[i] = kd_bf16_unpack(h[i]);
+    be->upload(be, mdl->wvec + vec_offset(mdl, p), f, p->numel * sizeof *f);
+    free(f);
+  }
+  free(h);
+}
+
+size_t model_weight_bytes(const struct kd_model *mdl) {
+  if (mdl->w16) return mdl->numel * sizeof(uint16_t) + mdl->nvec * sizeof(float);
+  return mdl->numel * sizeof(float);
 }
 
 void model_sync_working(struct kd_model *mdl, struct kd_backend *be) {

@@ -14,6 +14,8 @@
 #include "config.h"
 #include "grid.h"
 
+struct tokset;
+
 /* What a tensor is: drives initialisation and weight decay. */
 enum param_role { ROLE_EMBED, ROLE_LINEAR, ROLE_BIAS, ROLE_NORM, ROLE_HEAD };
 
@@ -42,12 +44,15 @@ struct kd_param {
  * rows adjacent so that wgu is one (2 I, C) matrix: fused GEMMs for free. */
 struct layer_ptrs {
   float *ln1, *wqkv, *bqkv, *wo, *ln2, *wgu, *wd;
+  /* MODEL_FROZEN16: the matrices as packed BF16 (the float ones above are NULL) */
+  uint16_t *wqkv16, *wo16, *wgu16, *wd16;
 };
 struct model_ptrs {
   float *wte;          /* (V, C) */
   struct layer_ptrs *layer; /* nlayers entries: this stage's layers */
   float *norm;         /* (C) */
   float *head;         /* (V, C); == wte when tied */
+  uint16_t *wte16, *head16; /* MODEL_FROZEN16: packed BF16 (wte, head NULL) */
 };
 
 /* Activation memory policy of a model (memory%*): applied by layers.c. */
@@ -60,6 +65,8 @@ struct kd_mem_policy {
 
 struct kd_model {
   struct kd_card card;
+  const struct tokset *tokenizer; /* tokenizer files every file written of this model carries
+                                    (NULL: none; weights_create writes them; tokfiles.h) */
   struct kd_backend *be;    /* the backend owning w, master, grad, m, v */
   struct kd_mem_policy mem; /* all 0 after model_build_grid: keep everything */
   int frozen;          /* teacher: no gradients, no optimizer state */
@@ -73,12 +80,20 @@ struct kd_model {
   int has_head;        /* last stage: final norm and LM head */
   int heads, kv_heads; /* per rank */
   int ffn;             /* intermediate size per rank */
-  int vocab_lo, vocab; /* vocabulary slice of this rank */
+  int vocab_lo, vocab; /* vocabulary slice of this rank (grid_vocab_block) */
+  int vocab_common;    /* global ids [0, vocab_common) shared with the other model: split
+                          over TP alone, the padding ids beyond go to the last TP rank */
   int nparams;
   struct kd_param *params;
   size_t numel;        /* elements of all parameters on this rank */
   int head_dim, q_dim, kv_dim; /* per-rank widths: q_dim = heads * head_dim */
-  float *w;            /* working weights (what the forward reads; BF16-rounded in bf16 runs) */
+  float *w;      /* working weights (what the forward reads; BF16-rounded in bf16 runs);
+                    NULL in a MODEL_FROZEN16 model */
+  uint16_t *w16; /* MODEL_FROZEN16: every tensor as packed BF16 at its offset (2 bytes
+                    per element; the forward reads the matrices from here) */
+  float *wvec;   /* MODEL_FROZEN16: the 1-D tensors (norms, biases) in FP32, BF16-rounded
+                    values, one after another in table order (nvec elements) */
+  size_t nvec;   /* elements of wvec */
   float *master;       /* FP32 master (== w in fp32 runs; NULL when frozen) */
   float *grad;         /* FP32 gradients (NULL when frozen) */
   float *m, *v;        /* AdamW moments (NULL when frozen) */
@@ -90,26 +105,40 @@ int model_check_layout(const struct kd_card *card, const char *who, int tp, int 
                        size_t errlen);
 
 /* Build the parameter table for `card` as cut by the grid and allocate this rank's
- * buffers from the backend's arena. Collective over MPI_COMM_WORLD (creates kv_comm
- * and emb_comm); the caller checked model_check_layout. */
+ * buffers from the backend's arena. vocab_common: the ids shared with the other model
+ * of the run (min of both vocab_size; 0 or the card's vocab_size: all of them), which
+ * fixes the vocabulary cut (grid_vocab_block). Collective over MPI_COMM_WORLD (creates
+ * kv_comm and emb_comm); the caller checked model_check_layout. */
 enum model_kind {
   MODEL_TRAIN = 0,   /* working weights, FP32 master, gradients, AdamW moments */
   MODEL_FROZEN = 1,  /* working weights only (the teacher) */
-  MODEL_SHARDED = 2  /* working weights and gradients; master and moments live in a ZeRO-1
+  MODEL_SHARDED = 2, /* working weights and gradients; master and moments live in a ZeRO-1
                         shard (optim.h); `master` aliases `w` until the shard is built */
+  MODEL_TABLE = 3,   /* the parameter table only, no buffers (w, master, views: NULL):
+                        tools that stream tensors one at a time (kdconvert) */
+  MODEL_FROZEN16 = 4 /* frozen, held in BF16 (the teacher of a bf16 run): w16 and wvec, no w;
+                       load with weights_load(buf = NULL) or model_init_random */
 };
 void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
-                      int kind, const struct kd_grid *grid);
+                      int kind, int vocab_common, const struct kd_grid *grid);
 
 /* model_build_grid for one rank holding the whole model (not collective). */
 void model_build(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
                  int frozen);
 void model_free(struct kd_model *mdl, struct kd_backend *be);
 
-/* Initialise the master weights from `seed` (normal(0, 0.02) for matrices, scaled
+/* Initialise the master weights (the working weights of a frozen model) from `seed` (normal(0, 0.02) for matrices, scaled
  * by 1/sqrt(2 * layers) for the residual projections, zeros for biases, ones for
  * norms); each tensor's values depend only on the seed and its name. */
 void model_init_random(struct kd_model *mdl, struct kd_backend *be, uint64_t seed);
+
+/* Store tensor p's values x (p->numel FP32 values in host memory, unchanged) into a
+ * MODEL_FROZEN16 model: rounded to BF16 and packed into w16 (1-D tensors also into wvec
+ * as FP32). Needs host memory for the one tensor only. */
+void model_store_packed(const struct kd_model *mdl, const struct kd_param *p, const float *x);
+
+/* Bytes of this rank's weights (w, or w16 + wvec) of a model. */
+size_t model_weight_bytes(const struct kd_model *mdl);
 
 /* Refresh the working copy from the master (BF16 rounding in bf16 runs). */
 void model_sync_working(struct kd_model *mdl, struct kd_backend *be);

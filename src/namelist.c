@@ -243,23 +243,25 @@ static int read_item(struct namelist_ctx *c, struct nl_src *s, struct nl_item *i
 }
 
 /* The values after 'key =', up to the next key, '/', '&' or the end. Keeps the first
- * item in *it and the number of values (repeat counts included) in *count. */
-static int read_values(struct namelist_ctx *c, struct nl_src *s, struct nl_item *it, long *count,
-                       const char *group, const char *key) {
+ * `max` values (repeat counts expanded, a null value as IT_NULL) in items[] and the number
+ * of values in *count. */
+static int read_values(struct namelist_ctx *c, struct nl_src *s, struct nl_item *items, size_t max,
+                       long *count, const char *group, const char *key) {
   struct nl_item tmp;
   *count = 0;
-  it->kind = IT_NULL;
   for (;;) {
     skip_blank(s);
     if (s->p >= s->end || *s->p == '/' || *s->p == '&' || at_key(s)) return 0;
-    if (*s->p == ',') { /* a null value: leaves the key unchanged */
+    if (*s->p == ',') { /* a null value: leaves the key (element) unchanged */
       s->p++;
-      if ((*count)++ == 0) it->kind = IT_NULL, it->repeat = 1;
+      if ((size_t)*count < max) items[*count].kind = IT_NULL, items[*count].repeat = 1;
+      (*count)++;
       continue;
     }
-    int rc = read_item(c, s, *count ? &tmp : it, group, key);
+    int rc = read_item(c, s, &tmp, group, key);
     if (rc) return rc;
-    *count += (*count ? tmp.repeat : it->repeat);
+    for (long r = 0; r < tmp.repeat; r++, (*count)++)
+      if ((size_t)*count < max) items[*count] = tmp, items[*count].repeat = 1;
     skip_blank(s);
     if (s->p < s->end && *s->p == ',') s->p++;
   }
@@ -336,10 +338,10 @@ static int in_range(const struct namelist_key *k, double v) {
 }
 
 /* Store one value into key i (raw_ok: unquoted strings allowed, as on the command line). */
-static int assign(struct namelist_ctx *c, size_t i, const struct nl_item *it, int line,
+static int assign(struct namelist_ctx *c, size_t i, size_t e, const struct nl_item *it, int line,
                   int raw_ok) {
   const struct namelist_key *k = &c->keys[i];
-  char *field = (char *)c->base + k->off, words[256], more[NAMELIST_STR_MAX + 32];
+  char *field = namelist_field(k, c->base, e), words[256], more[NAMELIST_STR_MAX + 32];
   const char *t = it->text;
   if (it->kind == IT_NULL) return 0;
   if (k->type != NL_STR && it->kind == IT_STR)
@@ -409,20 +411,38 @@ static int assign(struct namelist_ctx *c, size_t i, const struct nl_item *it, in
   return 0;
 }
 
-/* Key i gets a value list: exactly one value (a repeat count of 1 is allowed). */
+char *namelist_field(const struct namelist_key *k, void *base, size_t e) {
+  return (char *)base + k->off + e * k->size;
+}
+
+size_t namelist_count(const struct namelist_key *k, const void *base) {
+  return k->maxn ? (size_t) * (const int *)((const char *)base + k->count_off) : 1;
+}
+
+/* Key i gets a value list: exactly one value (a repeat count of 1 is allowed), or for a
+ * list key 1 to maxn values (the count is stored; null values keep their element). */
 static int assign_values(struct namelist_ctx *c, size_t i, struct nl_src *s, int line, int raw_ok) {
   const struct namelist_key *k = &c->keys[i];
-  struct nl_item it;
+  struct nl_item items[NAMELIST_MAXLIST];
+  const size_t max = k->maxn ? k->maxn : 1;
   long count;
-  int rc = read_values(c, s, &it, &count, k->group, k->key);
+  KD_CHECK(max <= NAMELIST_MAXLIST, "&%s %s: list of %zu > NAMELIST_MAXLIST", k->group, k->key,
+           max);
+  int rc = read_values(c, s, items, max, &count, k->group, k->key);
   if (rc) return rc;
   if (count == 0)
     return namelist_err(c, line, k->group, k->key, "no value; expected %s after '='",
                         namelist_type_words(k->type));
-  if (count > 1)
+  if (count > 1 && !k->maxn)
     return namelist_err(c, line, k->group, k->key, "%ld values given; expected one value, %s",
                         count, namelist_type_words(k->type));
-  return assign(c, i, &it, line, raw_ok);
+  if ((size_t)count > max)
+    return namelist_err(c, line, k->group, k->key, "%ld values given; expected at most %zu", count,
+                        max);
+  for (long e = 0; e < count; e++)
+    if ((rc = assign(c, i, (size_t)e, &items[e], line, raw_ok))) return rc;
+  if (k->maxn) *(int *)((char *)c->base + k->count_off) = (int)count;
+  return 0;
 }
 
 /* ---- groups, files, overrides --------------------------------------------------------------- */
@@ -589,7 +609,8 @@ static int apply_override(struct namelist_ctx *c, const char *word) {
     if (strlen(v) >= sizeof it.text)
       return namelist_err(c, 0, key->group, key->key, "value too long");
     strcpy(it.text, v);
-    return assign(c, (size_t)ki, &it, 0, 1);
+    if (key->maxn) *(int *)((char *)c->base + key->count_off) = 1;
+    return assign(c, (size_t)ki, 0, &it, 0, 1);
   }
   struct nl_src s = {v, v + strlen(v), 0};
   int rc = assign_values(c, (size_t)ki, &s, 0, 1);
@@ -617,9 +638,7 @@ void namelist_defaults(const struct namelist_key *keys, size_t n, void *base, si
   for (size_t i = 0; i < n; i++) {
     if (!keys[i].def) continue;
     struct nl_src s = {keys[i].def, keys[i].def + strlen(keys[i].def), 0};
-    struct nl_item it;
-    int rc = read_item(&c, &s, &it, keys[i].group, keys[i].key);
-    KD_CHECK(rc == 0 && assign(&c, i, &it, 0, 1) == 0, "bad default: %s", err);
+    KD_CHECK(assign_values(&c, i, &s, 0, 1) == 0, "bad default: %s", err);
   }
 }
 
@@ -642,28 +661,76 @@ static void format_real(char *out, size_t len, double v) {
     snprintf(out, len, "%s", tmp);
 }
 
-void namelist_print(FILE *f, const struct namelist_key *keys, size_t n, const void *base) {
+/* Print element e of key k (a string quoted, quotes doubled; a real that reads back exactly). */
+static void print_value(FILE *f, const struct namelist_key *k, const void *base, size_t e) {
+  const char *field = namelist_field(k, (void *)base, e);
   char num[64];
+  if (k->type == NL_STR) {
+    fputc('\'', f);
+    for (const char *p = field; *p; p++)
+      fputs(*p == '\'' ? "''" : (char[]){*p, 0}, f);
+    fputc('\'', f);
+  } else if (k->type == NL_INT) {
+    if (k->size == sizeof(int))
+      fprintf(f, "%d", *(const int *)field);
+    else
+      fprintf(f, "%" PRId64, *(const int64_t *)field);
+  } else if (k->type == NL_REAL) {
+    format_real(num, sizeof num, *(const double *)field);
+    fputs(num, f);
+  } else
+    fputs(*(const int *)field ? ".true." : ".false.", f);
+}
+
+void namelist_print(FILE *f, const struct namelist_key *keys, size_t n, const void *base) {
   for (size_t i = 0; i < n; i++) {
-    const char *field = (const char *)base + keys[i].off;
     if (group_first(keys, i) == i) fprintf(f, "&%s\n", keys[i].group);
     fprintf(f, "  %s = ", keys[i].key);
-    if (keys[i].type == NL_STR) {
-      fputc('\'', f);
-      for (const char *p = field; *p; p++)
-        fputs(*p == '\'' ? "''" : (char[]){*p, 0}, f);
-      fputc('\'', f);
-    } else if (keys[i].type == NL_INT) {
-      if (keys[i].size == sizeof(int))
-        fprintf(f, "%d", *(const int *)field);
-      else
-        fprintf(f, "%" PRId64, *(const int64_t *)field);
-    } else if (keys[i].type == NL_REAL) {
-      format_real(num, sizeof num, *(const double *)field);
-      fputs(num, f);
-    } else
-      fputs(*(const int *)field ? ".true." : ".false.", f);
+    size_t count = namelist_count(&keys[i], base);
+    if (count == 0) count = 1; /* an empty list prints its first (empty) element */
+    for (size_t e = 0; e < count; e++) {
+      if (e) fputs(", ", f);
+      print_value(f, &keys[i], base, e);
+    }
     fputc('\n', f);
     if (i + 1 == n || strcmp(keys[i + 1].group, keys[i].group)) fputs("/\n", f);
   }
+}
+
+long namelist_check_values(const struct namelist_key *keys, size_t n, const void *base, char *why,
+                           size_t whylen) {
+  char words[256];
+  for (size_t i = 0; i < n; i++) {
+    const struct namelist_key *k = &keys[i];
+    const char *f = (const char *)base + k->off;
+    if (k->type == NL_STR) {
+      if (!memchr(f, '\0', k->size)) {
+        snprintf(why, whylen, "an unterminated string: expected at most %zu characters",
+                 k->size - 1);
+        return (long)i;
+      }
+      if (k->choices && !(k->flags & NL_PATH)) {
+        int ok = 0;
+        for (const char *p = k->choices; *p && !ok;) {
+          size_t l = strcspn(p, "|");
+          ok = strlen(f) == l && !strncmp(p, f, l);
+          p += l + (p[l] == '|');
+        }
+        if (!ok) {
+          snprintf(why, whylen, "'%s': expected one of %s", f, k->choices);
+          return (long)i;
+        }
+      }
+    } else if (k->type == NL_INT || k->type == NL_REAL) {
+      double v = k->type == NL_REAL           ? *(const double *)f
+                 : k->size == sizeof(int64_t) ? (double)*(const int64_t *)f
+                                              : (double)*(const int *)f;
+      if (!in_range(k, v)) {
+        range_words(words, sizeof words, k);
+        snprintf(why, whylen, "%.17g: %s", v, words);
+        return (long)i;
+      }
+    }
+  }
+  return -1;
 }

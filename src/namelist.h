@@ -13,6 +13,7 @@
 
 #define NAMELIST_STR_MAX 512 /* longest string field a table may describe (with its NUL) */
 #define NAMELIST_MAXKEYS 64  /* most keys in one table */
+#define NAMELIST_MAXLIST 16  /* most values of a list key */
 
 enum namelist_type { NL_STR, NL_INT, NL_REAL, NL_BOOL }; /* NL_INT: int or int64_t by field size */
 enum {
@@ -33,11 +34,31 @@ struct namelist_key {
   unsigned flags;
   double lo, hi;
   const char *choices; /* "a|b|c": allowed words (NL_PATH: words that are not paths) */
+  size_t maxn;         /* list keys: the field is an array of maxn elements of `size` bytes */
+  size_t count_off;    /* list keys: offset of the int that receives the number of values */
 };
 
 /* A table entry for field `f` of `struct st` as key `k` of group `g`. */
 #define NAMELIST_KEY(st, g, k, t, f, d, fl, lo, hi, ch)                                            \
-  { #g, #k, t, offsetof(struct st, f), sizeof(((struct st *)0)->f), d, fl, lo, hi, ch }
+  { #g, #k, t, offsetof(struct st, f), sizeof(((struct st *)0)->f), d, fl, lo, hi, ch, 0, 0 }
+
+/* A list key (`key = v1, v2, ...`, at most N values) for array field `f[N]` of `struct st`,
+ * with the number of values given stored in the int field `nf`. */
+/* clang-format off */
+#define NAMELIST_LIST(st, g, k, t, f, nf, d, fl, lo, hi, ch)                                       \
+  { #g,                                                                                          \
+    #k,                                                                                          \
+    t,                                                                                           \
+    offsetof(struct st, f),                                                                      \
+    sizeof(((struct st *)0)->f[0]),                                                              \
+    d,                                                                                           \
+    fl,                                                                                          \
+    lo,                                                                                          \
+    hi,                                                                                          \
+    ch,                                                                                          \
+    sizeof(((struct st *)0)->f) / sizeof(((struct st *)0)->f[0]),                                \
+    offsetof(struct st, nf) }
+/* clang-format on */
 
 /* Reading state: the caller fills keys, n, base, file, err, errlen (the rest zero) and
  * may then read line/setby/gline to say where a key came from. */
@@ -85,6 +106,19 @@ void namelist_suggest(char *out, size_t outlen, const char *word, const char *li
 
 /* What a value of type t looks like, for messages ("an integer", ...). */
 const char *namelist_type_words(enum namelist_type t);
+
+/* Check the values of an already filled struct against the table (bounds, finiteness, allowed
+ * words), as the reader would have: -1 when all hold, else the index of the first key that
+ * does not, with "VALUE: expected ..." in `why`. For structs not read from a namelist (a
+ * model card stored in a weights file). */
+long namelist_check_values(const struct namelist_key *keys, size_t n, const void *base, char *why,
+                           size_t whylen);
+
+/* Element e of key i's field in the struct at base (e = 0 for scalar keys). */
+char *namelist_field(const struct namelist_key *k, void *base, size_t e);
+
+/* Number of values of key k in the struct at base (1 for scalar keys). */
+size_t namelist_count(const struct namelist_key *k, const void *base);
 
 /* Print the table's struct at `base` as namelist groups that read back to the same values. */
 void namelist_print(FILE *f, const struct namelist_key *keys, size_t n, const void *base);

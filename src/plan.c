@@ -3,7 +3,6 @@
  * walker, so they are exact), and the measured peaks to compare them with. */
 #include "plan.h"
 
-#include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,10 +27,11 @@ struct cut {
   struct acts_dims d;
   int vocab, has_embed;
   size_t numel, maxblock;
+  size_t nvec; /* elements of the 1-D tensors (norms, biases) */
 };
 
-static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int tp, int tp_rank,
-                      int pp, int stage) {
+static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vocab_common, int tp,
+                      int tp_rank, int pp, int stage) {
   memset(m, 0, sizeof *m);
   struct acts_dims *d = &m->d;
   const int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->hidden_size / nh;
@@ -44,7 +44,7 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int tp
   d->kv_dim = (nkv % tp == 0 ? nkv / tp : 1) * hd;
   grid_block(c->intermediate_size, tp, tp_rank, &s0, &n);
   d->ffn = (int)n;
-  grid_block(c->vocab_size, tp, tp_rank, &s0, &n);
+  grid_vocab_block(c->vocab_size, vocab_common, tp, tp_rank, &s0, &n);
   m->vocab = (int)n;
   d->frozen = frozen;
   d->has_head = stage == pp - 1;
@@ -57,6 +57,13 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int tp
   m->numel = (m->has_embed || (tied && d->has_head) ? emb : 0) + (size_t)d->layers * layer +
              (d->has_head ? C + (tied ? 0 : emb) : 0);
   m->maxblock = emb > 2 * (size_t)d->ffn * C ? emb : 3 * (size_t)d->ffn * C;
+  m->nvec = (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0)) + (d->has_head ? C : 0);
+}
+
+/* Weight bytes of a frozen model: FP32, or in bf16 runs packed BF16 plus the FP32 1-D
+ * tensors (MODEL_FROZEN16). */
+static size_t frozen_bytes(const struct cut *m, int bf16) {
+  return bf16 ? m->numel * 2 + m->nvec * sizeof(float) : m->numel * sizeof(float);
 }
 
 void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[KD_MEM_NCAT]) {
@@ -68,15 +75,18 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   const int train = strcmp(cfg->run_mode, "eval") != 0, zero = cfg->par_zero && train;
   const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
   const int B = cfg->par_micro_batch, T = cfg->data_seq_len;
+  const int Vs = cfg->student.vocab_size, Vt = distill ? cfg->teacher.vocab_size : Vs;
+  const int vc = Vt < Vs ? Vt : Vs; /* the ids both models have */
   struct cut s, t;
-  cut_model(&s, &cfg->student, 0, tp, tp_rank, pp, stage);
+  cut_model(&s, &cfg->student, !train, vc, tp, tp_rank, pp, stage);
   plan_policy(&s.d.pol, cfg, 0);
   s.d.B = B;
   s.d.T = T;
   const size_t ps = s.numel * sizeof(float);
   bytes[KD_MEM_WEIGHTS] = ps;
-  bytes[KD_MEM_GRADS] = ps;
-  if (zero) { /* ZeRO-1: master, gradient and moments of a 1/dp shard */
+  bytes[KD_MEM_GRADS] = train ? ps : 0;
+  if (!train) { /* mode 'eval': weights only */
+  } else if (zero) { /* ZeRO-1: master, gradient and moments of a 1/dp shard */
     const size_t shard = (s.numel + (size_t)dp - 1) / (size_t)dp * sizeof(float);
     bytes[KD_MEM_WEIGHTS] += shard;
     bytes[KD_MEM_GRADS] += shard;
@@ -91,12 +101,12 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   for (int k = 0; k < KD_MEM_NCAT; k++)
     if (k != KD_MEM_HOST) before += bytes[k];
   if (distill) {
-    cut_model(&t, &cfg->teacher, 1, tp, tp_rank, pp, stage);
+    cut_model(&t, &cfg->teacher, 1, vc, tp, tp_rank, pp, stage);
     plan_policy(&t.d.pol, cfg, 1);
     t.d.B = B;
     t.d.T = T;
-    bytes[KD_MEM_WEIGHTS] += t.numel * sizeof(float);
-    before += t.numel * sizeof(float);
+    bytes[KD_MEM_WEIGHTS] += frozen_bytes(&t, bf16);
+    before += frozen_bytes(&t, bf16);
     acts_plan(&t.d, 1, bytes);
   }
   const int micro = cfg->par_global_batch / (dp * B);
@@ -121,8 +131,9 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
                                      N, cfg->student.vocab_size, distill);
     }
     if (chunk > N) chunk = N;
-    bytes[KD_MEM_LOSS] =
-        loss_buffer_bytes(chunk, N, s.vocab, distill, (float)cfg->loss_temperature);
+    struct loss_vocab voc;
+    loss_vocab_slice(&voc, Vs, vc, tp, tp_rank);
+    bytes[KD_MEM_LOSS] = loss_buffer_bytes(chunk, N, &voc, distill, (float)cfg->loss_temperature);
   }
 }
 
@@ -133,9 +144,7 @@ static size_t total_of(const size_t *b) {
   return t;
 }
 
-int plan_dry_run(const struct kd_config *cfg) {
-  int nranks;
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+int plan_dry_run(const struct kd_config *cfg, int nranks) {
   const int distill = strcmp(cfg->run_mode, "distill") == 0;
   const int tp = cfg->par_tp, pp = cfg->par_pp;
   const int dp = cfg->par_dp > 0 ? cfg->par_dp : nranks / (tp * pp);
@@ -146,8 +155,10 @@ int plan_dry_run(const struct kd_config *cfg) {
   kd_info("  student %s: %lld parameters", cfg->student_card,
           (long long)model_count_params(&cfg->student));
   if (distill)
-    kd_info("; teacher %s: %lld parameters", cfg->teacher_card,
-            (long long)model_count_params(&cfg->teacher));
+    kd_info("; teacher %s: %lld parameters, held in %s", cfg->teacher_card,
+            (long long)model_count_params(&cfg->teacher),
+            strcmp(cfg->prec_compute, "bf16") == 0 ? "BF16 (2 bytes each; norms and biases FP32)"
+                                                   : "FP32");
   kd_info("\n  predicted per-rank memory (bytes; doc/memory.md):\n  %4s", "rank");
   static const int cols[] = {KD_MEM_WEIGHTS, KD_MEM_GRADS, KD_MEM_OPTIM, KD_MEM_ACTS,
                              KD_MEM_LOSS,    KD_MEM_COMM,  KD_MEM_HOST};

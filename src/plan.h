@@ -15,8 +15,8 @@ void plan_policy(struct kd_mem_policy *pol, const struct kd_config *cfg, int fro
  * `nranks` ranks (KD_MEM_SCRATCH is not predicted: short-lived op workspace). */
 void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[KD_MEM_NCAT]);
 
-/* Print the parallel layout and every rank's predicted memory (rank 0 prints;
- * collective over MPI_COMM_WORLD). Returns the exit status. */
-int plan_dry_run(const struct kd_config *cfg);
+/* Print the parallel layout and every rank's predicted memory for `nranks` ranks on
+ * stdout; one process, no MPI call. Returns the exit status. */
+int plan_dry_run(const struct kd_config *cfg, int nranks);
 
 #endif

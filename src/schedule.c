@@ -50,6 +50,9 @@ void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *
     p->inputs[k] = kd_malloc(N * sizeof(int));
     p->labels[k] = kd_malloc(N * sizeof(int));
   }
+  KD_CHECK(!teacher || (teacher->vocab_common == student->vocab_common &&
+                        teacher->vocab_lo == student->vocab_lo),
+           "pipe_build: teacher and student vocabularies are cut differently");
   if (teacher) acts_build(&p->tacts, be, teacher, B, T);
   const size_t ct = teacher ? (size_t)teacher->card.hidden_size : 0;
   p->fwd_len = N * (ct + (size_t)student->card.hidden_size);
@@ -146,10 +149,12 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   spec.distill = t != NULL && spec.distill;
   struct loss_sums ms = {0, 0};
   if (train) be->zero(sa->dhn, N * cs);
+  struct loss_vocab voc; /* both models are cut on the common ids (grid_vocab_block) */
+  loss_vocab_slice(&voc, s->card.vocab_size, s->vocab_common, s->tp, s->tp_rank);
   loss_chunked(be, &spec, &ms, train ? sa->dhn : NULL, train ? s->pg.head : NULL, sa->hn,
-               s->pw.head, spec.distill ? p->tacts.hn : NULL,
-               spec.distill ? t->pw.head : NULL, p->labels[k], N, (int)cs, (int)ct, s->vocab,
-               s->vocab_lo, p->chunk, grad_scale, s->tp_comm);
+               s->pw.head, spec.distill ? p->tacts.hn : NULL, spec.distill ? t->pw.head : NULL,
+               spec.distill ? t->pw.head16 : NULL, p->labels[k], N, (int)cs, (int)ct, &voc,
+               p->chunk, grad_scale, s->tp_comm);
   if (train && s->tp > 1) /* each rank's vocabulary slice gave a partial dhn */
     comm_allreduce(be, sa->dhn, N * cs, MPI_FLOAT, MPI_SUM, 0, s->tp_comm);
   sums->kd += ms.kd;

@@ -212,6 +212,40 @@ static void test_gemm(struct st *x) {
   }
 }
 
+/* n packed BF16 weights on both sides, from uniform values in [-scale, scale). */
+static struct dual dual_rand16(struct st *x, size_t n, float scale) {
+  uint16_t *h = kd_malloc(n * sizeof(uint16_t) + 1);
+  for (size_t i = 0; i < n; i++)
+    h[i] = kd_bf16_pack((float)((2.0 * kd_uniform(&x->rng) - 1.0) * scale));
+  struct dual d = dual_raw(x, n * sizeof(uint16_t), h);
+  free(h);
+  return d;
+}
+
+/* The ops on a weight held in packed BF16 (MODEL_FROZEN16): gemm_w16 (the device
+ * converts only A, the CPU unpacks the weight) and embedding_forward_w16. */
+static void test_w16(struct st *x) {
+  const int M = 67, N = 45, K = 129, pad = 3;
+  for (int ta = 0; ta < 2; ta++) {
+    const int lda = (ta ? M : K) + pad, ldb = K + pad, ldc = N + pad;
+    struct dual A = dual_rand(x, (size_t)(ta ? K : M) * lda, 1.0f);
+    struct dual B = dual_rand16(x, (size_t)N * ldb, 1.0f);
+    struct dual C = dual_rand(x, (size_t)M * ldc, 1.0f);
+    x->cpu->gemm_w16(ta, M, N, K, 0.7f, A.c, lda, B.c, ldb, 0.5f, C.c, ldc);
+    x->gpu->gemm_w16(ta, M, N, K, 0.7f, A.g, lda, B.g, ldb, 0.5f, C.g, ldc);
+    report(x, ta ? "gemm_w16 T" : "gemm_w16 N", dual_err(x, &C, 0), TOL_GEMM);
+    dual_free(x, &A), dual_free(x, &B), dual_free(x, &C);
+  }
+  const size_t N2 = 93;
+  const int C2 = 200, V = 50, lo = 10;
+  struct dual tok = dual_tokens(x, N2, 0, 70), wte = dual_rand16(x, (size_t)V * C2, 1.0f);
+  struct dual out = dual_rand(x, N2 * C2, 1.0f);
+  x->cpu->embedding_forward_w16(out.c, tok.c, wte.c, N2, C2, lo, V);
+  x->gpu->embedding_forward_w16(out.g, tok.g, wte.g, N2, C2, lo, V);
+  report(x, "embedding_forward_w16", dual_err(x, &out, 0), TOL_EXACT);
+  dual_free(x, &tok), dual_free(x, &wte), dual_free(x, &out);
+}
+
 static void test_elementwise(struct st *x) {
   const size_t n = 10007; /* odd: exercises the float4 tail */
   struct dual a = dual_rand(x, n, 2.0f), b = dual_rand(x, n, 2.0f);
@@ -314,46 +348,60 @@ static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) 
   dual_free(x, &dqkv);
 }
 
-static void test_loss(struct st *x) {
+/* The loss-chunk ops on one slice of V columns whose first Vk are the KD columns
+ * (Vk < V: the student has ids the teacher lacks); some labels masked (-1). */
+static void test_loss_cols(struct st *x, int Vk) {
   const size_t n = 37;
   const int V = 1000, lo = 200;
   const float inv_t = 0.5f, beta = 0.3f;
   static const char *const kinds[] = {"fkl", "rkl", "jsd"};
-  struct dual zs = dual_rand(x, n * V, 8.0f), zt = dual_rand(x, n * V, 8.0f);
-  struct dual lab = dual_tokens(x, n, 0, 1500); /* some labels outside the slice */
+  const char *tag = Vk < V ? " Vk<V" : "";
+  struct dual zs = dual_rand(x, n * V, 8.0f), zt = dual_rand(x, n * (size_t)Vk, 8.0f);
+  int *hl = kd_malloc(n * sizeof(int));
+  for (size_t r = 0; r < n; r++) /* some labels outside the slice, every 5th masked */
+    hl[r] = r % 5 == 3 ? -1 : (int)(kd_uniform(&x->rng) * 1500);
+  struct dual lab = dual_raw(x, n * sizeof(int), hl);
+  free(hl);
   struct dual st = dual_raw(x, n * 6 * sizeof(float), NULL);
   float *ss_c = st.c, *ss_g = st.g;
-  x->cpu->softmax_stats(ss_c, zs.c, n, V, inv_t), x->gpu->softmax_stats(ss_g, zs.g, n, V, inv_t);
-  x->cpu->softmax_stats(ss_c + 2 * n, zt.c, n, V, inv_t);
-  x->gpu->softmax_stats(ss_g + 2 * n, zt.g, n, V, inv_t);
-  x->cpu->softmax_stats(ss_c + 4 * n, zs.c, n, V, 1.0f);
-  x->gpu->softmax_stats(ss_g + 4 * n, zs.g, n, V, 1.0f);
-  report(x, "softmax_stats", dual_err(x, &st, 0), TOL_BWD);
+  x->cpu->softmax_stats(ss_c, zs.c, n, Vk, V, inv_t);
+  x->gpu->softmax_stats(ss_g, zs.g, n, Vk, V, inv_t);
+  x->cpu->softmax_stats(ss_c + 2 * n, zt.c, n, Vk, Vk, inv_t);
+  x->gpu->softmax_stats(ss_g + 2 * n, zt.g, n, Vk, Vk, inv_t);
+  x->cpu->softmax_stats(ss_c + 4 * n, zs.c, n, V, V, 1.0f);
+  x->gpu->softmax_stats(ss_g + 4 * n, zs.g, n, V, V, 1.0f);
+  char name[64];
+  snprintf(name, sizeof name, "softmax_stats%s", tag);
+  report(x, name, dual_err(x, &st, 0), TOL_BWD);
   x->gpu->upload(x->gpu, st.g, st.c, st.bytes); /* same stats on both sides */
   struct dual part = dual_raw(x, n * 3 * sizeof(double), NULL);
   struct dual g = dual_raw(x, zs.bytes, NULL);
   for (int k = -1; k < 3; k++) {
     const float *zt_c = k < 0 ? NULL : zt.c, *zt_g = k < 0 ? NULL : zt.g;
     int kind = k < 0 ? 0 : k;
-    x->cpu->loss_partials(part.c, zs.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, lab.c, n, V, lo,
+    x->cpu->loss_partials(part.c, zs.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, lab.c, n, V, Vk, lo,
                           kind, inv_t, beta);
-    x->gpu->loss_partials(part.g, zs.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, lab.g, n, V, lo,
+    x->gpu->loss_partials(part.g, zs.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, lab.g, n, V, Vk, lo,
                           kind, inv_t, beta);
-    char name[64];
-    snprintf(name, sizeof name, "loss_partials %s", k < 0 ? "ce only" : kinds[k]);
+    snprintf(name, sizeof name, "loss_partials %s%s", k < 0 ? "ce only" : kinds[k], tag);
     report(x, name, dual_err(x, &part, 1), TOL_BWD);
     x->gpu->upload(x->gpu, part.g, part.c, part.bytes);
     memcpy(g.c, zs.c, zs.bytes);
     x->gpu->upload(x->gpu, g.g, zs.c, zs.bytes);
-    x->cpu->loss_grad(g.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, part.c, lab.c, n, V, lo, kind,
-                      inv_t, beta, 0.7f, 0.3f);
-    x->gpu->loss_grad(g.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, part.g, lab.g, n, V, lo, kind,
-                      inv_t, beta, 0.7f, 0.3f);
-    snprintf(name, sizeof name, "loss_grad %s", k < 0 ? "ce only" : kinds[k]);
+    x->cpu->loss_grad(g.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, part.c, lab.c, n, V, Vk, lo,
+                      kind, inv_t, beta, 0.7f, 0.3f);
+    x->gpu->loss_grad(g.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, part.g, lab.g, n, V, Vk, lo,
+                      kind, inv_t, beta, 0.7f, 0.3f);
+    snprintf(name, sizeof name, "loss_grad %s%s", k < 0 ? "ce only" : kinds[k], tag);
     report(x, name, dual_err(x, &g, 0), TOL_BWD);
   }
   dual_free(x, &zs), dual_free(x, &zt), dual_free(x, &lab), dual_free(x, &st);
   dual_free(x, &part), dual_free(x, &g);
+}
+
+static void test_loss(struct st *x) {
+  test_loss_cols(x, 1000);
+  test_loss_cols(x, 937);
   /* loss_accumulate: non-negative partials like the loss values, two calls (+=) */
   const size_t na = 5003;
   double *hp = kd_malloc(na * 3 * sizeof(double)), acc0[2] = {1.25, 0.5};
@@ -397,11 +445,10 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
   struct kd_card ct = selftest_card(1), cs = selftest_card(0);
   struct kd_model t, s;
   struct kd_acts ta, sa;
-  model_build(&t, be, &ct, 1);
+  model_build(&t, be, &ct, bf16 ? MODEL_FROZEN16 : MODEL_FROZEN); /* as train.c holds it */
   model_build(&s, be, &cs, 0);
   model_init_random(&t, be, 11);
   model_init_random(&s, be, 12);
-  if (bf16) be->round_bf16(t.w, t.numel); /* frozen: w is the only copy */
   model_sync_working(&s, be);
   acts_build(&ta, be, &t, B, T);
   acts_build(&sa, be, &s, B, T);
@@ -416,9 +463,10 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
     model_forward(be, &s, &sa, tokens);
     be->zero(sa.dhn, N * (size_t)cs.hidden_size);
     struct loss_sums sums = {0, 0};
-    loss_chunked(be, &spec, &sums, sa.dhn, s.pg.head, sa.hn, s.pw.head, ta.hn, t.pw.head, labels,
-                 N, cs.hidden_size, ct.hidden_size, cs.vocab_size, 0, 40, 1.0f / (float)N,
-                 MPI_COMM_SELF);
+    const struct loss_vocab voc = {0, cs.vocab_size, cs.vocab_size, 0};
+    loss_chunked(be, &spec, &sums, sa.dhn, s.pg.head, sa.hn, s.pw.head, ta.hn, t.pw.head,
+                 t.pw.head16, labels, N,
+                 cs.hidden_size, ct.hidden_size, &voc, 40, 1.0f / (float)N, MPI_COMM_SELF);
     model_backward(be, &s, &sa);
     loss[step] = (spec.alpha * sums.kd + (1.0 - spec.alpha) * sums.ce) / (double)N;
     const float b1 = 0.9f, b2 = 0.95f;
@@ -468,6 +516,7 @@ static int selftest_cuda(const struct kd_config *cfg) {
   }
   test_memory(&x);
   test_gemm(&x);
+  test_w16(&x);
   test_elementwise(&x);
   test_rows(&x);
   test_attention(&x, 2, 77, 4, 2, 32);

@@ -25,15 +25,20 @@
 #include "optim.h"
 #include "plan.h"
 #include "schedule.h"
+#include "tokfiles.h"
 #include "util.h"
 #include "weights.h"
 #include "zero.h"
 #include "backend/cuda.h"
 
+_Static_assert(KD_DATA_MAX == DATA_MAX_SETS, "a blend holds as many files as data%train");
+
 struct run {
   const struct kd_config *cfg;
   struct kd_backend be;
   int rank, nranks, distill;
+  int eval; /* mode 'eval': the student holds weights only */
+  struct tokset *tok; /* the student's tokenizer files (NULL: none) */
   struct kd_grid grid;
   struct kd_model student, teacher;
   struct kd_pipe pipe;
@@ -146,6 +151,34 @@ static void backend_select(struct run *r, const struct kd_config *cfg) {
   (void)node_rank;
 }
 
+/* The student's tokenizer files (the resumed checkpoint's, else its init file's, else the
+ * teacher's: a random student learns the teacher's ids) are held in memory and written into
+ * every checkpoint and final.h5; a teacher whose tokenizer differs from the student's is
+ * refused (cross-tokenizer distillation is not supported). Collective. */
+static void tokenizer_setup(struct run *r, const char *resumed) {
+  const struct kd_config *cfg = r->cfg;
+  char err[1024];
+  const char *own = resumed[0]                            ? resumed
+                    : strcmp(cfg->student_init, "random") ? cfg->student_init
+                                                          : "";
+  struct tokset *ts = NULL, *tt = NULL;
+  if (own[0]) fail_input(tokfiles_load(own, MPI_COMM_WORLD, &ts, err, sizeof err), err);
+  if (r->distill)
+    fail_input(tokfiles_load(cfg->teacher_init, MPI_COMM_WORLD, &tt, err, sizeof err), err);
+  const char *which = ts && tt ? tokfiles_differ(ts, tt) : NULL; /* every rank holds both */
+  if (which)
+    kd_fail(KD_EXIT_INPUT,
+            "the teacher's tokenizer (%s) differs from the student's (%s) in %s: both models "
+            "must use the same tokenizer (cross-tokenizer distillation is not supported)",
+            cfg->teacher_init, own, which);
+  r->tok = ts ? ts : tt;
+  tokfiles_free(ts ? tt : NULL);
+  r->student.tokenizer = r->tok;
+  update_state(&r->update)->tokenizer = r->tok;
+  if (r->tok) kd_info("kdtrain: the tokenizer files of %s travel into checkpoints and final.h5\n",
+                      ts ? own : cfg->teacher_init);
+}
+
 static void run_setup(struct run *r, const struct kd_config *cfg) {
   char err[1024];
   memset(r, 0, sizeof *r);
@@ -168,45 +201,58 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   backend_select(r, cfg);
   r->distill = strcmp(cfg->run_mode, "distill") == 0;
 
-  /* student */
-  const int zero = cfg->par_zero && strcmp(cfg->run_mode, "eval") != 0;
-  model_build_grid(&r->student, &r->be, &cfg->student, zero ? MODEL_SHARDED : MODEL_TRAIN,
-                   &r->grid);
+  /* student: in mode 'eval' weights only (compute precision, no gradients or optimizer) */
+  r->eval = strcmp(cfg->run_mode, "eval") == 0;
+  const int zero = cfg->par_zero && !r->eval;
+  /* differing padded vocabularies: distil over the common ids [0, vc) */
+  const int vt = r->distill ? cfg->teacher.vocab_size : cfg->student.vocab_size;
+  const int vc = vt < cfg->student.vocab_size ? vt : cfg->student.vocab_size;
+  model_build_grid(&r->student, &r->be, &cfg->student,
+                   r->eval ? MODEL_FROZEN : zero ? MODEL_SHARDED : MODEL_TRAIN, vc, &r->grid);
+  float *dst = r->eval ? r->student.w : r->student.master;
+  char resumed[KD_PATH_MAX + 300] = "";
   if (strcmp(cfg->student_init, "random") == 0) {
     model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
   } else {
-    fail_input(weights_load(cfg->student_init, &r->student, r->student.master, MPI_COMM_WORLD,
-                            err, sizeof err),
+    fail_input(weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err),
                err);
   }
   plan_policy(&r->student.mem, cfg, 0);
-  update_build(&r->update, &r->be, &r->student, &r->grid, zero);
-  if (strcmp(cfg->run_mode, "eval") != 0) /* checkpoint%resume */
-    ckpt_resume(cfg, update_state(&r->update), &r->resume, MPI_COMM_WORLD);
-  update_refresh_weights(&r->update, &r->be);
-  /* teacher: frozen, compute precision only */
+  if (r->eval) {
+    if (r->be.bf16) r->be.round_bf16(r->student.w, r->student.numel);
+  } else {
+    update_build(&r->update, &r->be, &r->student, &r->grid, zero);
+    ckpt_resume(cfg, update_state(&r->update), &r->resume, resumed, sizeof resumed,
+                MPI_COMM_WORLD); /* checkpoint%resume */
+    update_refresh_weights(&r->update, &r->be);
+  }
+  /* teacher: frozen, compute precision only (bf16 runs: held in packed BF16) */
   if (r->distill) {
-    model_build_grid(&r->teacher, &r->be, &cfg->teacher, MODEL_FROZEN, &r->grid);
+    model_build_grid(&r->teacher, &r->be, &cfg->teacher, r->be.bf16 ? MODEL_FROZEN16 : MODEL_FROZEN,
+                     vc, &r->grid);
     plan_policy(&r->teacher.mem, cfg, 1);
     fail_input(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
                             sizeof err),
                err);
-    if (r->be.bf16) r->be.round_bf16(r->teacher.w, r->teacher.numel);
-    if (r->teacher.card.vocab_size != r->student.card.vocab_size)
-      kd_fail(KD_EXIT_INPUT, "teacher vocab_size %d differs from student vocab_size %d",
-              r->teacher.card.vocab_size, r->student.card.vocab_size);
+    kd_info("kdtrain: teacher held in %s: %zu bytes of weights on rank 0\n",
+            r->be.bf16 ? "BF16" : "FP32", model_weight_bytes(&r->teacher));
   }
+  if (!r->eval) tokenizer_setup(r, resumed);
 
   /* data */
   const int T = cfg->data_seq_len;
   int st = 0;
-  if (strcmp(cfg->run_mode, "eval") != 0 || !cfg->data_valid[0])
-    st = data_open(&r->train, cfg->data_train, cfg->data_format, T, cfg->student.vocab_size,
-                   (uint64_t)cfg->run_seed, err, sizeof err);
+  if (strcmp(cfg->run_mode, "eval") != 0 || !cfg->data_valid[0]) {
+    const char *paths[KD_DATA_MAX];
+    for (int i = 0; i < cfg->data_ntrain; i++)
+      paths[i] = cfg->data_train[i];
+    st = data_open_blend(&r->train, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format,
+                         T, vc, (uint64_t)cfg->run_seed, err, sizeof err);
+  }
   fail_input(st, err);
   if (cfg->data_valid[0]) {
-    fail_input(data_open(&r->valid, cfg->data_valid, cfg->data_format, T,
-                         cfg->student.vocab_size, (uint64_t)cfg->run_seed, err, sizeof err),
+    fail_input(data_open(&r->valid, cfg->data_valid, cfg->data_format, T, vc,
+                         (uint64_t)cfg->run_seed, err, sizeof err),
                err);
     r->have_valid = 1;
   }
@@ -239,7 +285,8 @@ static void run_teardown(struct run *r) {
   if (r->metrics) fclose(r->metrics);
   pipe_free(&r->pipe);
   if (r->distill) model_free(&r->teacher, &r->be);
-  update_free(&r->update, &r->be);
+  if (!r->eval) update_free(&r->update, &r->be);
+  tokfiles_free(r->tok);
   model_free(&r->student, &r->be);
   comm_release(&r->be);
 #ifdef KD_HAVE_CUDA
@@ -277,7 +324,8 @@ static void reduce_sums(const struct run *r, struct loss_sums *sums) {
   sums->ce = v[1];
 }
 
-/* Hard-label cross entropy of the student on the validation set (collective). */
+/* Hard-label cross entropy of the student on the validation set, a mean over its counted
+ * labels (collective); NAN when the validation batches hold no counted label. */
 static double validate(struct run *r) {
   const struct kd_config *cfg = r->cfg;
   struct loss_sums sums = {0, 0};
@@ -287,7 +335,8 @@ static double validate(struct run *r) {
   struct fetch_ctx f = {&r->valid, 0, r->grid.dp_rank, mb, dp, 1};
   pipe_eval(&r->pipe, mine, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
-  return sums.ce / ((double)nb * mb * cfg->data_seq_len);
+  const int64_t counted = data_count_labels_sequential(&r->valid, 0, (int64_t)nb * mb);
+  return counted > 0 ? sums.ce / (double)counted : NAN;
 }
 
 /* One metrics row (rank 0); NAN fields are written empty. */
@@ -326,7 +375,11 @@ static void open_metrics(struct run *r) {
 static void log_validation(struct run *r, int64_t step) {
   if (!r->have_valid) return;
   double vl = validate(r);
-  kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
+  if (isnan(vl))
+    kd_info("step %lld | val_loss: no counted label in the validation batches (all masked)\n",
+            (long long)step);
+  else
+    kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
   double v[11];
   for (int i = 0; i < 11; i++) v[i] = NAN;
   v[10] = vl;
@@ -362,14 +415,24 @@ static int train_loop(struct run *r) {
     be->zero(s->grad, s->numel);
     struct loss_sums sums = {0, 0};
     struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0};
-    pipe_train(&r->pipe, nmicro, scale / (float)gtokens, fetch_batch, &f, &sums);
+    /* losses are means over the counted labels of the whole global batch: every rank
+     * counts them from the data alone (no communication), so all agree */
+    const double counted = (double)data_count_labels(&r->train, consumed, gb);
+    const int empty = counted == 0;
+    if (empty)
+      kd_info("kdtrain: warning: step %lld: no counted label in the global batch (every "
+              "label masked); update skipped\n",
+              (long long)step);
+    else
+      pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
     reduce_sums(r, &sums);
-    const double loss_kd = sums.kd / gtokens, loss_ce = sums.ce / gtokens;
+    const double loss_kd = empty ? NAN : sums.kd / counted;
+    const double loss_ce = empty ? NAN : sums.ce / counted;
     const double loss = r->distill ? cfg->loss_alpha * loss_kd + (1 - cfg->loss_alpha) * loss_ce
                                    : loss_ce;
-    const double gnorm = update_reduce_grads(&r->update, be) / scale;
+    const double gnorm = empty ? 0.0 : update_reduce_grads(&r->update, be) / scale;
     const int finite = isfinite(gnorm) && isfinite(loss);
-    if (scaler_update(&scaler, finite)) {
+    if (!empty && scaler_update(&scaler, finite)) {
       const double clip = optim_clip_coef(gnorm, cfg->optim_clip);
       update_apply(&r->update, be, lr, (float)(clip / scale), ++updates, cfg->optim_beta1,
                    cfg->optim_beta2, cfg->optim_eps, cfg->optim_weight_decay);
@@ -384,12 +447,14 @@ static int train_loop(struct run *r) {
       char eta[32];
       format_eta(eta, sizeof eta, (kd_now() - t_start) / (double)(step - first + 1) *
                                       (double)(cfg->run_steps - step));
-      char parts[64] = "";
-      if (r->distill) snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", loss_kd, loss_ce);
-      kd_info("step %lld/%lld | loss %.4f%s | lr %.3e | gnorm %.3f%s | "
+      char parts[64] = "", lossw[48] = "- (no counted label)";
+      if (r->distill && !empty)
+        snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", loss_kd, loss_ce);
+      if (!empty) snprintf(lossw, sizeof lossw, "%.4f", loss);
+      kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
               "%.0f tok/s | mfu %.1f%% | peak %.1f MiB | eta %s\n",
-              (long long)step, (long long)cfg->run_steps, loss, parts, lr, gnorm,
-              finite ? "" : " (skipped)", tok_s, 100 * mfu, (double)peak / 1048576.0, eta);
+              (long long)step, (long long)cfg->run_steps, lossw, parts, lr, gnorm,
+              finite || empty ? "" : " (skipped)", tok_s, 100 * mfu, (double)peak / 1048576.0, eta);
       double v[11] = {loss, r->distill ? loss_kd : NAN, loss_ce, lr, gnorm, (double)scaler.skipped,
                       (double)consumed * T, tok_s, mfu, (double)peak, NAN};
       metrics_row(r, step, v, 11);
@@ -472,12 +537,17 @@ int train_run(const struct kd_config *cfg) {
   MPI_Barrier(MPI_COMM_WORLD);
   run_setup(&r, cfg);
   const int T = cfg->data_seq_len;
+  char vocab[160] = "";
+  if (r.distill && cfg->teacher.vocab_size != cfg->student.vocab_size)
+    snprintf(vocab, sizeof vocab,
+             " | vocabularies differ: teacher %d, student %d: distilling over the %d common ids",
+             cfg->teacher.vocab_size, cfg->student.vocab_size, r.student.vocab_common);
   kd_info("kdtrain: mode %s | %d rank(s): tp=%d pp=%d dp=%d zero=%d | student %s (%.2fM "
-          "params)%s%s | seq_len %d, global batch %d x %d tokens, micro-batch %d | loss chunk "
+          "params)%s%s%s | seq_len %d, global batch %d x %d tokens, micro-batch %d | loss chunk "
           "%zu tokens | %s | GEMM peak %.1f GFLOP/s/rank\n",
           cfg->run_mode, r.nranks, r.grid.tp, r.grid.pp, r.grid.dp, r.update.zero,
           cfg->student_card, (double)model_count_params(&cfg->student) / 1e6,
-          r.distill ? " | teacher " : "", r.distill ? cfg->teacher_card : "", T,
+          r.distill ? " | teacher " : "", r.distill ? cfg->teacher_card : "", vocab, T,
           cfg->par_global_batch, T, cfg->par_micro_batch, r.chunk, cfg->prec_compute,
           r.gemm_peak / 1e9);
   int status = KD_EXIT_OK;
@@ -494,4 +564,6 @@ int train_run(const struct kd_config *cfg) {
   return status;
 }
 
-int train_dry_run(const struct kd_config *cfg) { return plan_dry_run(cfg); }
+int train_dry_run(const struct kd_config *cfg, int nranks) {
+  return plan_dry_run(cfg, nranks);
+}

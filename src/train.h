@@ -8,7 +8,8 @@
 /* Run `cfg` (collective over MPI_COMM_WORLD). Returns the process exit status. */
 int train_run(const struct kd_config *cfg);
 
-/* Print the parallel layout and the per-rank memory plan of `cfg`; touches no data. */
-int train_dry_run(const struct kd_config *cfg);
+/* Print the parallel layout and the per-rank memory plan of `cfg` on `nranks` ranks; touches
+ * no data and needs no MPI (one process prints it). */
+int train_dry_run(const struct kd_config *cfg, int nranks);
 
 #endif

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int kd_rank(void) {
   int init = 0, fin = 0, r = 0;
@@ -18,14 +20,36 @@ int kd_rank(void) {
   return r;
 }
 
-void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
-  va_list ap;
-  fprintf(stderr, "[%d] %s:%d: ", kd_rank(), file, line);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
+/* One console line "[rank] PREFIX MESSAGE\n" (newline added where missing) written
+ * with a single write(2): a rank killed by another rank's MPI_Abort right after it
+ * leaves either the whole line or nothing, never a prefix without its message, and
+ * the lines of ranks that fail together do not interleave. */
+static void line_out(const char *prefix, const char *fmt, va_list ap) {
+  char buf[4096];
+  int n = snprintf(buf, sizeof buf, "[%d] %s", kd_rank(), prefix);
+  if (n < 0) n = 0;
+  if ((size_t)n < sizeof buf) {
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    n = m < 0 ? n : n + m;
+  }
+  if ((size_t)n > sizeof buf - 2) n = (int)(sizeof buf - 2);
+  if (n == 0 || buf[n - 1] != '\n') buf[n++] = '\n';
   fflush(stderr);
+  for (size_t off = 0; off < (size_t)n;) {
+    ssize_t w = write(STDERR_FILENO, buf + off, (size_t)n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+}
+
+void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
+  char where[512];
+  snprintf(where, sizeof where, "%s:%d: ", file, line);
+  va_list ap;
+  va_start(ap, fmt);
+  line_out(where, fmt, ap);
+  va_end(ap);
   int init = 0, fin = 0, size = 1;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
@@ -48,11 +72,9 @@ void kd_info(const char *fmt, ...) {
 
 void kd_warn(const char *fmt, ...) {
   va_list ap;
-  fprintf(stderr, "[%d] ", kd_rank());
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  line_out("", fmt, ap);
   va_end(ap);
-  fflush(stderr);
 }
 
 void *kd_malloc(size_t bytes) {

@@ -64,4 +64,22 @@ static inline float kd_round_bf16(float x) {
   return v.f;
 }
 
+/* Packed BF16 (the upper 16 bits of a float) of x rounded as kd_round_bf16 does. */
+static inline uint16_t kd_bf16_pack(float x) {
+  union {
+    float f;
+    uint32_t u;
+  } v = {kd_round_bf16(x)};
+  return (uint16_t)(v.u >> 16);
+}
+
+/* The float value of a packed BF16 (exact). */
+static inline float kd_bf16_unpack(uint16_t h) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {(uint32_t)h << 16};
+  return v.f;
+}
+
 #endif

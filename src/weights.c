@@ -6,6 +6,7 @@
 #include <hdf5.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tokfiles.h"
 #include "util.h"
 
 static size_t piece_bytes = (size_t)1 << 30;
@@ -77,16 +79,16 @@ struct card_key {
   { #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req }
 static const struct card_key card_keys[] = {
     CARD_KEY(name, KEY_STR, 0, 0),
-    CARD_KEY(arch, KEY_STR, 0, 1),
+    CARD_KEY(arch, KEY_STR, 1, 1),
     CARD_KEY(vocab_size, KEY_INT, 1, 1),
     CARD_KEY(hidden_size, KEY_INT, 1, 1),
     CARD_KEY(intermediate_size, KEY_INT, 1, 1),
     CARD_KEY(num_hidden_layers, KEY_INT, 1, 1),
     CARD_KEY(num_attention_heads, KEY_INT, 1, 1),
     CARD_KEY(num_key_value_heads, KEY_INT, 1, 1),
-    CARD_KEY(max_position_embeddings, KEY_INT, 0, 1),
-    CARD_KEY(rope_theta, KEY_REAL, 0, 1),
-    CARD_KEY(rms_norm_eps, KEY_REAL, 0, 1),
+    CARD_KEY(max_position_embeddings, KEY_INT, 1, 1),
+    CARD_KEY(rope_theta, KEY_REAL, 1, 1),
+    CARD_KEY(rms_norm_eps, KEY_REAL, 1, 1),
     CARD_KEY(tie_word_embeddings, KEY_BOOL, 1, 1),
     CARD_KEY(attention_bias, KEY_BOOL, 1, 1),
 };
@@ -221,22 +223,50 @@ static int config_read(hid_t cfg, const char *path, struct kd_card *card, char *
       return KD_EXIT_INPUT;
     }
   }
+  char why[512];
+  const char *bad = card_check(card, why, sizeof why);
+  if (bad) {
+    kd_seterr(err, errlen, "%s: /config is not a valid model card: %s = %s", path, bad, why);
+    return KD_EXIT_INPUT;
+  }
   return 0;
 }
 
-/* Refuse a file whose card differs from the model's in any key that shapes the model. */
+/* Refuse a file whose card differs from the model's in any key that changes the computation
+ * (every key but the name), naming the key and both values. */
 static int config_compare(const struct kd_card *file, const struct kd_card *model, const char *path,
                           char *err, size_t errlen) {
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     if (!ck->compare) continue;
-    int a = *(const int *)((const char *)file + ck->off);
-    int b = *(const int *)((const char *)model + ck->off);
-    if (a != b) {
+    const char *fa = (const char *)file + ck->off, *fb = (const char *)model + ck->off;
+    char va[80], vb[80];
+    int differ;
+    if (ck->kind == KEY_STR) {
+      differ = strcmp(fa, fb) != 0;
+      snprintf(va, sizeof va, "'%.60s'", fa);
+      snprintf(vb, sizeof vb, "'%.60s'", fb);
+    } else if (ck->kind == KEY_REAL) {
+      double a = *(const double *)fa, b = *(const double *)fb;
+      differ = !(fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b))); /* decimal round trips */
+      snprintf(va, sizeof va, "%.17g", a);
+      snprintf(vb, sizeof vb, "%.17g", b);
+    } else {
+      int a = *(const int *)fa, b = *(const int *)fb;
+      differ = a != b;
+      if (ck->kind == KEY_BOOL) {
+        snprintf(va, sizeof va, "%s", a ? ".true." : ".false.");
+        snprintf(vb, sizeof vb, "%s", b ? ".true." : ".false.");
+      } else {
+        snprintf(va, sizeof va, "%d", a);
+        snprintf(vb, sizeof vb, "%d", b);
+      }
+    }
+    if (differ) {
       kd_seterr(err, errlen,
-             "%s was written for a different model: %s = %d in the file but %d in the model "
-             "card %s; use the card the file was written with",
-             path, ck->name, a, b, model->path[0] ? model->path : model->name);
+                "%s was written for a different model: %s = %s in its /config but %s in the "
+                "model card %s; use the card the file was written with",
+                path, ck->name, va, vb, model->path[0] ? model->path : model->name);
       return KD_EXIT_INPUT;
     }
   }
@@ -470,12 +500,13 @@ static void host_release(const float *blk, float *x) {
 
 /* --- save ---------------------------------------------------------------------------------- */
 
-/* Create /<gname>/<name>, its checksum attribute, and write the owners' slices. */
-static int save_param(hid_t group, const char *gname, const struct kd_param *p, const float *buf,
+/* Create /<gname>/<name>, its checksum attribute, and write the owners' slices from `blk`
+ * (this rank's p->numel floats, in memory of backend `be`; NULL: host memory). */
+static int save_param(hid_t group, const char *gname, const struct kd_param *p, const float *blk,
                       struct kd_backend *be, int own, const char *path, MPI_Comm comm,
                       char *err, size_t errlen) {
   struct block b = param_block(p);
-  float *x = host_view(be, (float *)buf + p->offset, p->numel, 1);
+  float *x = host_view(be, (float *)blk, p->numel, 1);
   if ((size_t)(b.rows * b.cols) != p->numel) {
     kd_seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64, p->name,
            p->numel, b.rows, b.cols);
@@ -492,7 +523,7 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
   int ok = d >= 0 &&
            attr_put(d, "checksum_idxmix64", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum) >= 0 &&
            transfer(d, &b, x, own, 1, comm) == 0;
-  host_release(buf + p->offset, x);
+  host_release(blk, x);
   if (d >= 0 && H5Dclose(d) < 0) ok = 0;
   H5Pclose(dcpl);
   H5Sclose(space);
@@ -561,23 +592,63 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, io->rank) == 0;
   if (!ok) kd_seterr(err, errlen, "%s: writing the file's attributes and /config failed", path);
   st = agree(ok ? 0 : KD_EXIT_IO, err, errlen, comm);
+  /* the model's tokenizer files travel with its weights (checkpoints, final.h5) */
+  if (!st) st = tokfiles_put(mdl->tokenizer, io->file, comm, err, errlen);
 out:
   if (cfg >= 0) H5Gclose(cfg);
   free(namelist);
   return st;
 }
 
+/* Open /<group>, creating it (and intermediate groups) when `create` and it is absent;
+ * -1 and a message when that fails. Collective. */
+static hid_t group_open(struct weights_io *io, const char *group, int create, char *err,
+                        size_t errlen) {
+  hid_t g = -1;
+  if (H5Lexists(io->file, group, H5P_DEFAULT) > 0) {
+    g = H5Gopen2(io->file, group, H5P_DEFAULT);
+  } else if (create) {
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    g = H5Gcreate2(io->file, group, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    H5Pclose(lcpl);
+  }
+  if (g < 0 && create) kd_seterr(err, errlen, "%s: creating group /%s failed", io->path, group);
+  if (g < 0 && !create)
+    kd_seterr(err, errlen, "%s has no /%s group (not a complete kdtrain %s)", io->path, group,
+              strcmp(group, "params") ? "checkpoint" : "weights file");
+  return g;
+}
+
+/* 0 when `p` is an entry of the table, else KD_EXIT_IO and a message. */
+static int entry_check(const struct weights_io *io, int p, char *err, size_t errlen) {
+  if (p >= 0 && p < io->mdl->nparams) return 0;
+  kd_seterr(err, errlen, "weights: entry %d outside the parameter table (%d entries)", p,
+            io->mdl->nparams);
+  return KD_EXIT_IO;
+}
+
 int weights_write_group(struct weights_io *io, const char *group, const float *buf, char *err,
                         size_t errlen) {
-  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
-  H5Pset_create_intermediate_group(lcpl, 1);
-  hid_t g = H5Gcreate2(io->file, group, lcpl, H5P_DEFAULT, H5P_DEFAULT);
-  H5Pclose(lcpl);
-  if (g < 0) kd_seterr(err, errlen, "%s: creating group /%s failed", io->path, group);
+  hid_t g = group_open(io, group, 1, err, errlen);
   int st = agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
   for (int p = 0; p < io->mdl->nparams && !st; p++)
-    st = agree(save_param(g, group, &io->mdl->params[p], buf, io->mdl->be, io->own[p], io->path, io->comm, err,
-                          errlen),
+    st = agree(save_param(g, group, &io->mdl->params[p], buf + io->mdl->params[p].offset,
+                          io->mdl->be, io->own[p], io->path, io->comm, err, errlen),
+               err, errlen, io->comm);
+  if (g >= 0) H5Gclose(g);
+  return st;
+}
+
+int weights_write_tensor(struct weights_io *io, const char *group, int p, const float *x,
+                         char *err, size_t errlen) {
+  int st = entry_check(io, p, err, errlen);
+  if (st) return st;
+  hid_t g = group_open(io, group, 1, err, errlen);
+  st = agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
+  if (!st)
+    st = agree(save_param(g, group, &io->mdl->params[p], x, NULL, io->own[p], io->path, io->comm,
+                          err, errlen),
                err, errlen, io->comm);
   if (g >= 0) H5Gclose(g);
   return st;
@@ -607,9 +678,12 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
 
 /* --- load ---------------------------------------------------------------------------------- */
 
-/* Check /<gname>/<name>'s type and shape, read this rank's block, verify the checksum. */
-static int load_param(hid_t group, const char *gname, const struct kd_param *p, float *buf,
-                      struct kd_backend *be, int own, const char *path, MPI_Comm comm,
+/* Check /<gname>/<name>'s type and shape, read this rank's block into `blk` (p->numel
+ * floats in memory of backend `be`; NULL: host memory), verify the checksum. packed != NULL
+ * (blk NULL): into the packed BF16 storage of that MODEL_FROZEN16 model (model_store_packed). */
+static int load_param(hid_t group, const char *gname, const struct kd_param *p, float *blk,
+                      struct kd_backend *be, const struct kd_model *packed, int own,
+                      const char *path, MPI_Comm comm,
                       char *err, size_t errlen) {
   struct block b = param_block(p);
   int64_t want[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
@@ -648,9 +722,10 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
   }
   if ((st = agree(st, err, errlen, comm))) goto out;
 
-  x = host_view(be, buf + p->offset, p->numel, 0);
+  x = packed ? kd_malloc(p->numel * sizeof *x + 1) : host_view(be, blk, p->numel, 0);
   int bad = transfer(d, &b, x, 1, 0, comm) != 0;
-  if (!bad) host_store(be, buf + p->offset, x, p->numel);
+  if (!bad && !packed) host_store(be, blk, x, p->numel);
+  if (!bad && packed) model_store_packed(packed, p, x);
   if (bad) kd_seterr(err, errlen, "%s: reading /%s/%s failed", path, gname, p->name);
   if ((st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
 
@@ -667,7 +742,8 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
     }
   }
 out:
-  if (x) host_release(buf + p->offset, x);
+  if (x && !packed) host_release(blk, x);
+  if (x && packed) free(x);
   if (d >= 0) H5Dclose(d);
   return st;
 }
@@ -709,15 +785,25 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
 
 int weights_read_group(struct weights_io *io, const char *group, float *buf, char *err,
                        size_t errlen) {
-  hid_t g = H5Lexists(io->file, group, H5P_DEFAULT) > 0 ? H5Gopen2(io->file, group, H5P_DEFAULT)
-                                                         : -1;
-  if (g < 0)
-    kd_seterr(err, errlen, "%s has no /%s group (not a complete kdtrain %s)", io->path, group,
-           strcmp(group, "params") ? "checkpoint" : "weights file");
+  hid_t g = group_open(io, group, 0, err, errlen);
   int st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
   for (int p = 0; p < io->mdl->nparams && !st; p++)
-    st = load_param(g, group, &io->mdl->params[p], buf, io->mdl->be, io->own[p], io->path, io->comm, err,
+    st = load_param(g, group, &io->mdl->params[p], buf ? buf + io->mdl->params[p].offset : NULL,
+                    io->mdl->be, buf ? NULL : io->mdl, io->own[p], io->path, io->comm, err,
                     errlen);
+  if (g >= 0) H5Gclose(g);
+  return st;
+}
+
+int weights_read_tensor(struct weights_io *io, const char *group, int p, float *x, char *err,
+                        size_t errlen) {
+  int st = entry_check(io, p, err, errlen);
+  if (st) return st;
+  hid_t g = group_open(io, group, 0, err, errlen);
+  st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
+  if (!st)
+    st = load_param(g, group, &io->mdl->params[p], x, NULL, NULL, io->own[p], io->path, io->comm,
+                    err, errlen);
   if (g >= 0) H5Gclose(g);
   return st;
 }

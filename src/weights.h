@@ -30,9 +30,10 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
 
 /* Read this rank's slice of every table entry from `path` into `buf`, after checking
  * the format, its version, the model card and every shape, and verifying every
- * tensor's checksum. Collective over `comm`. Returns 0, KD_EXIT_INPUT (missing,
- * foreign, damaged or mismatching file) or KD_EXIT_IO, the same on every rank, with
- * the message in `err`. */
+ * tensor's checksum. buf NULL: into a MODEL_FROZEN16 model's packed storage, each
+ * tensor rounded to BF16 on the host as it arrives. Collective over `comm`. Returns 0,
+ * KD_EXIT_INPUT (missing, foreign, damaged or mismatching file) or KD_EXIT_IO, the same on every
+ * rank, with the message in `err`. */
 int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_Comm comm, char *err,
                  size_t errlen);
 
@@ -58,12 +59,24 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
  * groups created), each dataset with its checksum. Collective. */
 int weights_write_group(struct weights_io *io, const char *group, const float *buf, char *err,
                         size_t errlen);
+/* Streaming one tensor at a time (kdconvert): write entry `p` of the table as
+ * /<group>/<name> with its checksum, from `x` in host memory holding this rank's slice
+ * (params[p].numel floats); /<group> is created on first use. The datasets come out as
+ * weights_write_group writes them. Collective; 0 or KD_EXIT_IO. */
+int weights_write_tensor(struct weights_io *io, const char *group, int p, const float *x,
+                         char *err, size_t errlen);
+/* Read this rank's slice of entry `p` from /<group>/<name> into host memory `x`
+ * (params[p].numel floats), checking shape and checksum. Collective; 0 or KD_EXIT_INPUT /
+ * KD_EXIT_IO. */
+int weights_read_tensor(struct weights_io *io, const char *group, int p, float *x, char *err,
+                        size_t errlen);
 /* Open `path` and check format, version and model card (weights_load's first half).
  * Collective. Call weights_close in every case. */
 int weights_open(struct weights_io *io, const char *path, const struct kd_model *mdl,
                  MPI_Comm comm, char *err, size_t errlen);
-/* Read this rank's slices of /<group>/<name> into the parameter-sized `buf`, checking
- * shapes and checksums. Collective. 0 or KD_EXIT_INPUT / KD_EXIT_IO. */
+/* Read this rank's slices of /<group>/<name> into the parameter-sized `buf` (NULL: the
+ * packed storage of a MODEL_FROZEN16 model), checking shapes and checksums. Collective. 0 or
+ * KD_EXIT_INPUT / KD_EXIT_IO. */
 int weights_read_group(struct weights_io *io, const char *group, float *buf, char *err,
                        size_t errlen);
 /* Close the file; returns `st`, or KD_EXIT_IO when st == 0 and closing failed. Collective. */

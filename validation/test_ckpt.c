@@ -196,7 +196,7 @@ START_TEST(test_refusals) {
   struct kd_card c1 = card(1);
   model_build(&b, &be, &c1, 0);
   ck_assert_int_eq(ckpt_load(src, &b, &st, MPI_COMM_WORLD, err, sizeof err), KD_EXIT_INPUT);
-  ck_assert_msg(strstr(err, "num_hidden_layers = 2 in the file but 1"), "%s", err);
+  ck_assert_msg(strstr(err, "num_hidden_layers = 2 in its /config but 1"), "%s", err);
   model_free(&b, &be);
   model_free(&a, &be);
 }

@@ -252,6 +252,91 @@ START_TEST(test_bad) {
 }
 END_TEST
 
+/* Load `text` alone (no data%train word), from dir. */
+static int load_plain(const char *text, int nextra, const char **extra) {
+  char *words[16] = {"teacher%card=test-teacher", "student%card='test-student'"};
+  for (int i = 0; i < nextra; i++)
+    words[2 + i] = (char *)extra[i];
+  return config_load(&cfg, put("in.nml", text), 2 + nextra, words, err, sizeof err);
+}
+
+START_TEST(test_lists) {
+  char text[2048], a[600], b[600];
+  snprintf(a, sizeof a, "%s/train.bin", dir);
+  snprintf(b, sizeof b, "%s/second.bin", dir);
+  put("second.bin", "more bytes\n");
+  put("mg.bin", "megatron tokens\n"); /* a Megatron prefix: mg.bin exists, mg does not */
+  /* a blend in the file: strings and reals, a repeat count, continuation lines */
+  snprintf(text, sizeof text, "&data train = '%s',\n  '%s', '%s' weights = 0.5, 2*0.25 /\n", a, b,
+           a);
+  ck_assert_msg(load_plain(text, 0, NULL) == 0, "%s", err);
+  ck_assert_int_eq(cfg.data_ntrain, 3);
+  ck_assert_str_eq(cfg.data_train[1], b);
+  ck_assert_int_eq(cfg.data_nweights, 3);
+  ck_assert(cfg.data_weights[0] == 0.5 && cfg.data_weights[1] == 0.25 &&
+            cfg.data_weights[2] == 0.25);
+  /* no weights: equal weights, one per file */
+  snprintf(text, sizeof text, "&data train = '%s', '%s' /\n", a, b);
+  ck_assert_msg(load_plain(text, 0, NULL) == 0, "%s", err);
+  ck_assert_int_eq(cfg.data_nweights, 2);
+  ck_assert(cfg.data_weights[0] == 1.0 && cfg.data_weights[1] == 1.0);
+  /* one file: one weight; relative paths resolved from the current directory */
+  const char *rel[] = {"data%train=train.bin"};
+  char cwd[512];
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  ck_assert_int_eq(chdir(dir), 0);
+  int rc = load_plain("", 1, rel);
+  ck_assert_int_eq(chdir(cwd), 0);
+  ck_assert_msg(rc == 0, "%s", err);
+  ck_assert_int_eq(cfg.data_ntrain, 1);
+  ck_assert_str_eq(cfg.data_train[0], a);
+  ck_assert_int_eq(cfg.data_nweights, 1);
+  /* command-line lists replace the file's */
+  char w1[1300];
+  snprintf(w1, sizeof w1, "data%%train='%s','%s'", b, a);
+  const char *cl[] = {w1, "data%weights=3.0,1"};
+  snprintf(text, sizeof text, "&data train = '%s' /\n", a);
+  ck_assert_msg(load_plain(text, 2, cl) == 0, "%s", err);
+  ck_assert_int_eq(cfg.data_ntrain, 2);
+  ck_assert_str_eq(cfg.data_train[0], b);
+  ck_assert(cfg.data_weights[0] == 3.0 && cfg.data_weights[1] == 1.0);
+  /* the blend prints and reads back identically */
+  struct kd_config first = cfg;
+  char path[512];
+  snprintf(path, sizeof path, "%s/printed.nml", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  config_print(f, &cfg);
+  fclose(f);
+  memset(&cfg, 0x5a, sizeof cfg);
+  ck_assert_msg(config_load(&cfg, path, 0, NULL, err, sizeof err) == 0, "%s", err);
+  memset(first.source, 0, sizeof first.source), memset(cfg.source, 0, sizeof cfg.source);
+  ck_assert_int_eq(memcmp(&first, &cfg, sizeof cfg), 0);
+  /* a Megatron dataset named by its prefix */
+  snprintf(text, sizeof text, "&data train = '%s/mg', format = 'megatron' /\n", dir);
+  ck_assert_msg(load_plain(text, 0, NULL) == 0, "%s", err);
+  snprintf(text, sizeof text, "&data train = '%s/mg', format = 'u16' /\n", dir);
+  ck_assert_int_eq(load_plain(text, 0, NULL), KD_EXIT_INPUT);
+  ck_assert_ptr_nonnull(strstr(err, "not found"));
+  /* bad lists */
+  snprintf(text, sizeof text, "&data train = '%s', '%s' weights = 1.0 /\n", a, b);
+  ck_assert_int_eq(load_plain(text, 0, NULL), KD_EXIT_INPUT);
+  ck_assert_msg(strstr(err, "in.nml:1: &data weights: 1 weights for 2 train files"), "%s", err);
+  snprintf(text, sizeof text, "&data train = 17*'%s' /\n", a);
+  ck_assert_int_eq(load_plain(text, 0, NULL), KD_EXIT_INPUT);
+  ck_assert_msg(strstr(err, "&data train: 17 values given; expected at most 16"), "%s", err);
+  snprintf(text, sizeof text, "&data train = '%s', '%s' weights = 1.0, 0 /\n", a, b);
+  ck_assert_int_eq(load_plain(text, 0, NULL), KD_EXIT_INPUT);
+  ck_assert_msg(strstr(err, "&data weights: 0 is out of range; expected weights > 0"), "%s", err);
+  snprintf(text, sizeof text, "&data train = '%s', '%s/nope.bin' /\n", a, dir);
+  ck_assert_int_eq(load_plain(text, 0, NULL), KD_EXIT_INPUT);
+  ck_assert_msg(strstr(err, "nope.bin' not found"), "%s", err);
+  snprintf(text, sizeof text, "&data train = '%s', '' /\n", a);
+  ck_assert_int_eq(load_plain(text, 0, NULL), KD_EXIT_INPUT);
+  ck_assert_msg(strstr(err, "value 2 is empty"), "%s", err);
+}
+END_TEST
+
 static Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -261,6 +346,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_cards);
   tcase_add_test(tc, test_round_trip);
   tcase_add_test(tc, test_bad);
+  tcase_add_test(tc, test_lists);
   suite_add_tcase(s, tc);
   return s;
 }

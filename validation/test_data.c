@@ -1,7 +1,11 @@
-/* test_data.c: token files (bytes/u16/u32), sample contents, the seeded global
- * order (a permutation per epoch, deterministic, independent of query order and
- * of the data-parallel split) and the input error messages. */
+/* test_data.c: token files of every format (bytes/u16/u32, Megatron .bin/.idx with and
+ * without a loss mask, llm.c shards v1 and v2, HDF5 /tokens with and without /loss_mask),
+ * sample contents, masked labels, the seeded global order (a permutation per epoch,
+ * deterministic, independent of query order and of the data-parallel split), blends, and
+ * the input error messages (damaged and foreign headers included). */
 #include <check.h>
+#include <hdf5.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +17,7 @@
 #include "util.h"
 
 static char tmpdir[256];
-static char written[16][512]; /* files to remove at the end */
+static char written[128][512]; /* files to remove at the end */
 static int nwritten;
 
 /* Write `n` tokens of width `tb` bytes (little-endian) to tmpdir/name; returns the path. */
@@ -29,7 +33,18 @@ static const char *write_tokens(const char *name, const uint32_t *tok, size_t n,
   int seen = 0;
   for (int i = 0; i < nwritten; i++)
     seen |= strcmp(written[i], path) == 0;
-  if (!seen && nwritten < 16) snprintf(written[nwritten++], sizeof written[0], "%s", path);
+  if (!seen && nwritten < 128) snprintf(written[nwritten++], sizeof written[0], "%s", path);
+  return path;
+}
+
+/* Remember tmpdir/name for removal; returns its path (static). */
+static const char *scratch(const char *name) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  int seen = 0;
+  for (int i = 0; i < nwritten; i++)
+    seen |= strcmp(written[i], path) == 0;
+  if (!seen && nwritten < 128) snprintf(written[nwritten++], sizeof written[0], "%s", path);
   return path;
 }
 
@@ -60,8 +75,8 @@ static void check_format(const char *fmt, int tb, uint32_t mul, uint32_t add, ui
   const char *path = write_tokens(name, tok, n, tb);
   struct kd_data d;
   open_ok(&d, path, fmt, T, vocab, 42);
-  ck_assert_uint_eq(d.ntok, n);
-  ck_assert_uint_eq(d.nsamples, (n - 1) / T);
+  ck_assert_uint_eq(d.set[0].src.ntok, n);
+  ck_assert_uint_eq(d.set[0].nsamples, (n - 1) / T);
   int in[7 * 10], lab[7 * 10];
   /* permuted order: each row is the file sample data_sample_index names */
   for (int64_t g0 = 0; g0 < 300; g0 += mb) {
@@ -75,9 +90,10 @@ static void check_format(const char *fmt, int tb, uint32_t mul, uint32_t add, ui
     }
   }
   /* sequential order wraps around the file */
-  data_batch_sequential(&d, (int64_t)d.nsamples - 3, mb, in, lab);
+  const size_t ns = d.set[0].nsamples;
+  data_batch_sequential(&d, (int64_t)ns - 3, mb, in, lab);
   for (int j = 0; j < mb; j++) {
-    size_t s = (d.nsamples - 3 + (size_t)j) % d.nsamples;
+    size_t s = (ns - 3 + (size_t)j) % ns;
     for (int t = 0; t < T; t++) {
       ck_assert_int_eq(in[j * T + t], (int)tok[s * T + t]);
       ck_assert_int_eq(lab[j * T + t], (int)tok[s * T + t + 1]);
@@ -92,11 +108,13 @@ static void check_format(const char *fmt, int tb, uint32_t mul, uint32_t add, ui
 }
 
 START_TEST(test_formats) {
-  ck_assert_int_eq(data_format_parse("bytes"), DATA_BYTES);
-  ck_assert_int_eq(data_format_parse("u16"), DATA_U16);
-  ck_assert_int_eq(data_format_parse("u32"), DATA_U32);
-  ck_assert_int_eq(data_format_parse("h5"), -1);
-  ck_assert_int_eq(data_format_parse("u8"), -1);
+  ck_assert_int_eq(data_source_format_ok("bytes"), 0);
+  ck_assert_int_eq(data_source_format_ok("u16"), 0);
+  ck_assert_int_eq(data_source_format_ok("u32"), 0);
+  ck_assert_int_eq(data_source_format_ok("h5"), 0);
+  ck_assert_int_eq(data_source_format_ok("megatron"), 0);
+  ck_assert_int_eq(data_source_format_ok("llmc"), 0);
+  ck_assert_int_eq(data_source_format_ok("u8"), -1);
   check_format("bytes", 1, 37, 5, 256, 256);
   check_format("u16", 2, 7919, 300, 60000, 60000);       /* uses the high byte */
   check_format("u32", 4, 104729, 70000, 151936, 151936); /* beyond 16 bits */
@@ -116,7 +134,7 @@ START_TEST(test_permutation) {
   open_bytes(&a, 2001, 4, 7); /* 500 samples */
   open_bytes(&b, 2001, 4, 7);
   open_bytes(&c, 2001, 4, 8);
-  size_t n = a.nsamples;
+  size_t n = a.set[0].nsamples;
   ck_assert_uint_eq(n, 500);
   char *seen = calloc(n, 1);
   size_t *e0 = malloc(n * sizeof *e0);
@@ -156,7 +174,7 @@ START_TEST(test_query_order) {
   struct kd_data ref, q;
   open_bytes(&ref, 1234, 5, 99); /* 246 samples */
   open_bytes(&q, 1234, 5, 99);
-  size_t n = ref.nsamples, G = 4 * n;
+  size_t n = ref.set[0].nsamples, G = 4 * n;
   size_t *want = malloc(G * sizeof *want);
   for (size_t g = 0; g < G; g++)
     want[g] = data_sample_index(&ref, (int64_t)g);
@@ -237,12 +255,408 @@ START_TEST(test_errors) {
   expect_error(p, "u16", 4, 500, "vocab_size 500");
   /* 101 tokens cannot hold one sample of 101 + 1 */
   expect_error(p, "u16", 101, 1000, "fewer than one sample");
-  expect_error(p, "h5", 4, 1000, "unsupported data format 'h5'");
+  expect_error(p, "u8", 4, 1000, "unsupported data format 'u8'");
   /* exactly seq_len + 1 tokens is one sample */
   struct kd_data d;
   open_ok(&d, p, "u16", 100, 1000, 1);
-  ck_assert_uint_eq(d.nsamples, 1);
+  ck_assert_uint_eq(d.set[0].nsamples, 1);
   data_close(&d);
+  free(tok);
+}
+END_TEST
+
+/* ---- the formats with headers ---------------------------------------------------------- */
+
+/* Store value v as one element of Megatron dtype code dt (little-endian). */
+static void put_elem(FILE *f, int dt, uint32_t v) {
+  unsigned char b[8];
+  size_t es = data_dtype_size(dt);
+  if (dt == DATA_DT_F32) {
+    float x = (float)v;
+    memcpy(b, &x, 4);
+  } else if (dt == DATA_DT_F64) {
+    double x = v;
+    memcpy(b, &x, 8);
+  } else {
+    uint64_t x = v;
+    memcpy(b, &x, 8);
+  }
+  fwrite(b, 1, es, f);
+}
+
+/* Write a Megatron indexed dataset tmpdir/NAME.bin/.idx of the n tokens split into
+ * documents of `per_doc` tokens (the last one shorter), dtype code dt (one sequence per
+ * document, as preprocess_data.py writes). */
+static void write_megatron(const char *name, const uint32_t *tok, size_t n, size_t per_doc,
+                           int dt) {
+  char b[256];
+  snprintf(b, sizeof b, "%s.bin", name);
+  FILE *f = fopen(scratch(b), "wb");
+  ck_assert_ptr_nonnull(f);
+  for (size_t k = 0; k < n; k++)
+    put_elem(f, dt, tok[k]);
+  fclose(f);
+  snprintf(b, sizeof b, "%s.idx", name);
+  f = fopen(scratch(b), "wb");
+  ck_assert_ptr_nonnull(f);
+  uint64_t nseq = (n + per_doc - 1) / per_doc, ndoc = nseq + 1, version = 1;
+  fwrite("MMIDIDX\0\0", 1, 9, f);
+  fwrite(&version, 8, 1, f);
+  fputc(dt, f);
+  fwrite(&nseq, 8, 1, f);
+  fwrite(&ndoc, 8, 1, f);
+  for (uint64_t i = 0; i < nseq; i++) {
+    int32_t l = (int32_t)(i + 1 < nseq ? per_doc : n - i * per_doc);
+    fwrite(&l, 4, 1, f);
+  }
+  for (uint64_t i = 0; i < nseq; i++) {
+    int64_t p = (int64_t)(i * per_doc * data_dtype_size(dt));
+    fwrite(&p, 8, 1, f);
+  }
+  for (uint64_t i = 0; i < ndoc; i++)
+    fwrite(&i, 8, 1, f);
+  fclose(f);
+}
+
+/* Write an llm.c shard (256 int32 header, then uint16 or uint32 tokens). */
+static const char *write_llmc(const char *name, const uint32_t *tok, size_t n, int version) {
+  int32_t h[256] = {20240520, version, (int32_t)n};
+  const char *path = scratch(name);
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  fwrite(h, 4, 256, f);
+  for (size_t k = 0; k < n; k++)
+    put_elem(f, version == 1 ? DATA_DT_U16 : DATA_DT_U32, tok[k]);
+  fclose(f);
+  return path;
+}
+
+/* Write an HDF5 file with /tokens (int32) and, when mask != NULL, /loss_mask (uint8) of
+ * mask_n values. */
+static const char *write_h5(const char *name, const uint32_t *tok, size_t n,
+                            const unsigned char *mask, size_t mask_n) {
+  const char *path = scratch(name);
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ck_assert_int_ge(f, 0);
+  hsize_t dim = n;
+  hid_t sp = H5Screate_simple(1, &dim, NULL);
+  hid_t d = H5Dcreate2(f, "tokens", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  int32_t *t = malloc(n * sizeof *t);
+  for (size_t k = 0; k < n; k++)
+    t[k] = (int32_t)tok[k];
+  H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, t);
+  free(t);
+  H5Dclose(d);
+  H5Sclose(sp);
+  if (mask) {
+    dim = mask_n;
+    sp = H5Screate_simple(1, &dim, NULL);
+    d = H5Dcreate2(f, "loss_mask", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, mask);
+    H5Dclose(d);
+    H5Sclose(sp);
+  }
+  H5Fclose(f);
+  return path;
+}
+
+/* Every batch of an opened single file against the tokens it was written from: inputs are
+ * the window, label t is token t + 1 or -1 where mask (NULL: none) is 0; the counted
+ * labels match. */
+static void check_stream(struct kd_data *d, const uint32_t *tok, size_t n,
+                         const unsigned char *mask) {
+  const int T = d->seq_len, mb = 5;
+  ck_assert_uint_eq(d->set[0].src.ntok, n);
+  ck_assert_int_eq(d->has_mask, mask != NULL);
+  int *in = malloc((size_t)mb * T * sizeof(int)), *lab = malloc((size_t)mb * T * sizeof(int));
+  int64_t masked = 0;
+  for (int64_t g0 = 0; g0 < 3 * (int64_t)d->set[0].nsamples; g0 += mb) {
+    data_batch(d, g0, mb, in, lab);
+    int64_t counted = 0;
+    for (int j = 0; j < mb; j++) {
+      size_t w = data_sample_index(d, g0 + j);
+      for (int t = 0; t < T; t++) {
+        size_t k = w * (size_t)T + (size_t)t;
+        ck_assert_int_eq(in[j * T + t], (int)tok[k]);
+        int want = mask && !mask[k + 1] ? -1 : (int)tok[k + 1];
+        ck_assert_int_eq(lab[j * T + t], want);
+        counted += want >= 0;
+        masked += want < 0;
+      }
+    }
+    ck_assert_int_eq(data_count_labels(d, g0, mb), counted);
+  }
+  if (mask) ck_assert_msg(masked > 0, "the mask never applied: the test cannot fail");
+  free(in);
+  free(lab);
+}
+
+START_TEST(test_megatron) {
+  const size_t n = 777;
+  uint32_t *tok = make_tokens(n, 7919, 11, 30000);
+  static const int codes[] = {DATA_DT_U16, DATA_DT_I32, DATA_DT_I64, DATA_DT_F32, DATA_DT_U8};
+  for (size_t c = 0; c < sizeof codes / sizeof codes[0]; c++) {
+    uint32_t *t = codes[c] == DATA_DT_U8 ? make_tokens(n, 37, 5, 256) : tok;
+    char name[64], path[512];
+    snprintf(name, sizeof name, "mg%d", codes[c]);
+    write_megatron(name, t, n, 50, codes[c]);
+    struct kd_data d;
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name); /* the prefix */
+    open_ok(&d, path, "megatron", 8, 30000, 5);
+    check_stream(&d, t, n, NULL);
+    data_close(&d);
+    snprintf(path, sizeof path, "%s/%s.bin", tmpdir, name); /* or the .bin */
+    open_ok(&d, path, "megatron", 8, 30000, 5);
+    ck_assert_uint_eq(d.set[0].src.ntok, n);
+    data_close(&d);
+    if (t != tok) free(t);
+  }
+  /* with a loss mask dataset PREFIX_mask: the prompt part of every 50-token document */
+  unsigned char *mask = malloc(n);
+  uint32_t *m32 = malloc(n * sizeof *m32);
+  for (size_t k = 0; k < n; k++)
+    mask[k] = (k % 50) >= 20, m32[k] = mask[k];
+  write_megatron("mgm", tok, n, 50, DATA_DT_U16);
+  write_megatron("mgm_mask", m32, n, 50, DATA_DT_U8);
+  struct kd_data d;
+  char path[512];
+  snprintf(path, sizeof path, "%s/mgm", tmpdir);
+  open_ok(&d, path, "megatron", 8, 30000, 5);
+  check_stream(&d, tok, n, mask);
+  data_close(&d);
+  free(mask);
+  free(m32);
+  free(tok);
+}
+END_TEST
+
+START_TEST(test_llmc_h5) {
+  const size_t n = 901;
+  uint32_t *tok = make_tokens(n, 104729, 70000, 151936);
+  uint32_t *t16 = make_tokens(n, 7919, 300, 50257);
+  struct kd_data d;
+  open_ok(&d, write_llmc("v1.llmc", t16, n, 1), "llmc", 9, 50257, 2);
+  ck_assert_int_eq(d.set[0].src.dtype, DATA_DT_U16);
+  check_stream(&d, t16, n, NULL);
+  data_close(&d);
+  open_ok(&d, write_llmc("v2.llmc", tok, n, 2), "llmc", 9, 151936, 2);
+  ck_assert_int_eq(d.set[0].src.dtype, DATA_DT_U32);
+  check_stream(&d, tok, n, NULL);
+  data_close(&d);
+  open_ok(&d, write_h5("plain.h5", tok, n, NULL, 0), "h5", 9, 151936, 2);
+  check_stream(&d, tok, n, NULL);
+  data_close(&d);
+  unsigned char *mask = malloc(n);
+  for (size_t k = 0; k < n; k++)
+    mask[k] = (k * 7) % 5 != 0;
+  open_ok(&d, write_h5("masked.h5", tok, n, mask, n), "h5", 9, 151936, 2);
+  check_stream(&d, tok, n, mask);
+  data_close(&d);
+  free(mask);
+  free(tok);
+  free(t16);
+}
+END_TEST
+
+/* Overwrite `len` bytes at `off` of tmpdir/name. */
+static void patch(const char *name, long off, const void *bytes, size_t len) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  FILE *f = fopen(path, "r+b");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, off, SEEK_SET);
+  fwrite(bytes, 1, len, f);
+  fclose(f);
+}
+
+/* Cut tmpdir/name to `len` bytes. */
+static void cut(const char *name, long len) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  ck_assert_int_eq(truncate(path, len), 0);
+}
+
+/* data_open of tmpdir/name must fail naming tmpdir/named and saying `what`. */
+static void expect_bad(const char *name, const char *named, const char *fmt, int vocab,
+                       const char *what) {
+  char path[512], want[512];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  snprintf(want, sizeof want, "%s/%s", tmpdir, named);
+  struct kd_data d;
+  char err[1024] = "";
+  ck_assert_int_eq(data_open(&d, path, fmt, 4, vocab, 1, err, sizeof err), KD_EXIT_INPUT);
+  ck_assert_msg(strstr(err, want) != NULL, "message '%s' does not name %s", err, want);
+  ck_assert_msg(strstr(err, what) != NULL, "message '%s' does not say '%s'", err, what);
+}
+
+START_TEST(test_damaged) {
+  const size_t n = 300;
+  uint32_t *tok = make_tokens(n, 13, 1, 1000);
+  /* Megatron: magic, version, dtype code, truncated index, short .bin, token >= vocab */
+  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  expect_bad("bad", "bad.bin", "megatron", 500, "vocab_size 500");
+  patch("bad.idx", 0, "XMIDIDX", 7);
+  expect_bad("bad", "bad.idx", "megatron", 1000, "MMIDIDX");
+  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  patch("bad.idx", 9, "\x02", 1);
+  expect_bad("bad", "bad.idx", "megatron", 1000, "version 2");
+  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  patch("bad.idx", 17, "\x0b", 1);
+  expect_bad("bad", "bad.idx", "megatron", 1000, "dtype code 11");
+  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  cut("bad.idx", 60);
+  expect_bad("bad", "bad.idx", "megatron", 1000, "truncated");
+  cut("bad.idx", 20);
+  expect_bad("bad", "bad.idx", "megatron", 1000, "shorter than the 34-byte");
+  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  cut("bad.bin", 2 * (long)n - 2);
+  expect_bad("bad", "bad.bin", "megatron", 1000, "truncated");
+  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  int32_t big = 41;
+  patch("bad.idx", 34, &big, 4); /* sequence 0 longer: pointers no longer agree */
+  expect_bad("bad", "bad.idx", "megatron", 1000, "sequence 1");
+  write_megatron("bad", tok, n, 40, DATA_DT_U16); /* a mask of the wrong dtype */
+  write_megatron("bad_mask", tok, n, 40, DATA_DT_U16);
+  expect_bad("bad", "bad_mask.idx", "megatron", 1000, "expected dtype code 1");
+  write_megatron("bad_mask", tok, n, 30, DATA_DT_U8); /* ... or other sequences */
+  expect_bad("bad", "bad_mask.idx", "megatron", 1000, "sequences");
+  expect_bad("nothing", "nothing.idx", "megatron", 1000, "No such file");
+  /* llm.c: magic, version, truncated, header only partly there */
+  write_llmc("bad.llmc", tok, n, 1);
+  expect_bad("bad.llmc", "bad.llmc", "llmc", 500, "vocab_size 500");
+  int32_t v = 20240521;
+  patch("bad.llmc", 0, &v, 4);
+  expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "magic 20240521");
+  write_llmc("bad.llmc", tok, n, 3);
+  expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "version 3");
+  write_llmc("bad.llmc", tok, n, 2);
+  cut("bad.llmc", 1024 + 4 * (long)n - 1);
+  expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "truncated");
+  cut("bad.llmc", 1000);
+  expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "1024-byte");
+  /* HDF5: not HDF5, no /tokens, a mask of another length, a token >= vocab */
+  expect_bad("bad.llmc", "bad.llmc", "h5", 1000, "cannot open as HDF5");
+  unsigned char *mask = calloc(n, 1);
+  write_h5("bad.h5", tok, n, mask, n - 1);
+  expect_bad("bad.h5", "bad.h5", "h5", 1000, "/loss_mask holds 299");
+  write_h5("bad.h5", tok, n, mask, n);
+  expect_bad("bad.h5", "bad.h5", "h5", 500, "vocab_size 500");
+  hid_t f = H5Fcreate(scratch("empty.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  H5Fclose(f);
+  expect_bad("empty.h5", "empty.h5", "h5", 1000, "no dataset /tokens");
+  free(mask);
+  free(tok);
+}
+END_TEST
+
+START_TEST(test_blend) {
+  /* three files of different sizes blended 0.5 / 0.3 / 0.2 */
+  const int T = 4;
+  const size_t len[3] = {4 * 50 + 1, 4 * 23 + 1, 4 * 7 + 1};
+  const double w[3] = {5, 3, 2};
+  const char *paths[3];
+  char p[3][512];
+  for (int i = 0; i < 3; i++) {
+    uint32_t *t = make_tokens(len[i], 1, (uint32_t)(1000 * (i + 1)), 60000);
+    char name[32];
+    snprintf(name, sizeof name, "blend%d.u16", i);
+    snprintf(p[i], sizeof p[i], "%s", write_tokens(name, t, len[i], 2));
+    paths[i] = p[i];
+    free(t);
+  }
+  struct kd_data a, b;
+  char err[1024] = "";
+  ck_assert_int_eq(data_open_blend(&a, 3, paths, w, "u16", T, 60000, 9, err, sizeof err), 0);
+  ck_assert_int_eq(data_open_blend(&b, 3, paths, w, "u16", T, 60000, 9, err, sizeof err), 0);
+  const int64_t G = 2000;
+  int64_t count[3] = {0, 0, 0};
+  int *set = malloc(G * sizeof *set);
+  size_t *win = malloc(G * sizeof *win);
+  for (int64_t g = 0; g < G; g++) {
+    data_draw(&a, g, &set[g], &win[g]);
+    /* the k-th draw of a file is its own permutation's k-th entry: each epoch complete */
+    int i = set[g];
+    ck_assert_uint_lt(win[g], a.set[i].nsamples);
+    count[i]++;
+    for (int j = 0; j < 3; j++) /* greedy: never more than one sample off its weight */
+      ck_assert_msg(fabs((double)count[j] - w[j] / 10.0 * (double)(g + 1)) <= 1.0,
+                    "file %d has %lld of %lld samples", j, (long long)count[j], (long long)g + 1);
+  }
+  /* the same draws in any query order (backwards, interleaved "ranks") on another handle */
+  for (int64_t k = 0; k < G; k++) {
+    int64_t g = k % 2 ? G - 1 - k / 2 : (k / 2) * 7 % G;
+    int s;
+    size_t x;
+    data_draw(&b, g, &s, &x);
+    ck_assert_int_eq(s, set[g]);
+    ck_assert_uint_eq(x, win[g]);
+  }
+  /* inputs come from the chosen file: tokens 1000 (i + 1) + window offset */
+  int in[2 * T], lab[2 * T];
+  for (int64_t g = 0; g < 50; g += 2) {
+    data_batch(&a, g, 2, in, lab);
+    for (int j = 0; j < 2; j++)
+      ck_assert_int_eq(in[j * T], (int)(1000 * (set[g + j] + 1) + win[g + j] * T));
+  }
+  /* per file: every window once per epoch */
+  for (int i = 0; i < 3; i++) {
+    size_t ns = a.set[i].nsamples;
+    char *seen = calloc(ns, 1);
+    int64_t k = 0;
+    for (int64_t g = 0; g < G && k < (int64_t)ns; g++)
+      if (set[g] == i) {
+        ck_assert_msg(!seen[win[g]], "file %d window %zu twice in an epoch", i, win[g]);
+        seen[win[g]] = 1, k++;
+      }
+    free(seen);
+  }
+  free(set);
+  free(win);
+  data_close(&a);
+  data_close(&b);
+  /* a weight that is not positive is refused */
+  const double bad[3] = {1, 0, 1};
+  ck_assert_int_eq(data_open_blend(&a, 3, paths, bad, "u16", T, 60000, 9, err, sizeof err),
+                   KD_EXIT_INPUT);
+  ck_assert_msg(strstr(err, "positive") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_blend_mask) {
+  /* a masked HDF5 file blended with an unmasked one: the counted labels of any range of
+   * global samples equal the labels >= 0 of its batches, in any call order (DP ranks) */
+  const size_t n = 600;
+  const int T = 6, gb = 8;
+  uint32_t *tok = make_tokens(n, 31, 7, 200);
+  unsigned char *mask = malloc(n);
+  for (size_t k = 0; k < n; k++)
+    mask[k] = (k * 13) % 7 < 3;
+  char hp[512], up[512];
+  snprintf(hp, sizeof hp, "%s", write_h5("bm.h5", tok, n, mask, n));
+  snprintf(up, sizeof up, "%s", write_h5("bu.h5", tok, n / 2, NULL, 0));
+  const char *paths[2] = {hp, up};
+  const double w[2] = {0.6, 0.4};
+  struct kd_data d;
+  char err[1024] = "";
+  ck_assert_int_eq(data_open_blend(&d, 2, paths, w, "h5", T, 200, 4, err, sizeof err), 0);
+  ck_assert_int_eq(d.has_mask, 1);
+  int in[8 * 6], lab[8 * 6];
+  int64_t masked = 0;
+  for (int64_t step = 0; step < 40; step++) {
+    const int64_t g0 = step * gb;
+    const int64_t c = data_count_labels(&d, g0, gb);
+    int64_t want = 0;
+    for (int r = 3; r >= 0; r--) { /* four "ranks" of two samples, last first */
+      data_batch(&d, g0 + 2 * r, 2, in, lab);
+      for (int i = 0; i < 2 * T; i++)
+        want += lab[i] >= 0, masked += lab[i] < 0;
+    }
+    ck_assert_int_eq(c, want);
+  }
+  ck_assert_msg(masked > 0, "no label masked: the test cannot fail");
+  ck_assert_int_eq(data_count_labels(&d, 5, 0), 0);
+  data_close(&d);
+  free(mask);
   free(tok);
 }
 END_TEST
@@ -256,6 +670,11 @@ static Suite *data_suite(void) {
   tcase_add_test(tc, test_query_order);
   tcase_add_test(tc, test_dp_split);
   tcase_add_test(tc, test_errors);
+  tcase_add_test(tc, test_megatron);
+  tcase_add_test(tc, test_llmc_h5);
+  tcase_add_test(tc, test_damaged);
+  tcase_add_test(tc, test_blend);
+  tcase_add_test(tc, test_blend_mask);
   suite_add_tcase(s, tc);
   return s;
 }

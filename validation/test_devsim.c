@@ -195,13 +195,13 @@ static void run_ops(struct run *r) {
   double *acc = run_alloc(r, KD_MEM_LOSS, 2 * sizeof(double));
   be->gemm(0, 1, (int)N, V, F, 1.0f, h, F, wout, F, 0.0f, z, V);
   be->copy2d(zt, V, zwide + 1, V + 3, N, V);
-  be->softmax_stats(ss, z, N, V, 0.5f);
-  be->softmax_stats(st, zt, N, V, 0.5f);
-  be->softmax_stats(s1, z, N, V, 1.0f);
-  be->loss_partials(part, z, zt, ss, st, s1, labels, N, V, 0, 2, 0.5f, 0.4f);
+  be->softmax_stats(ss, z, N, V, V, 0.5f);
+  be->softmax_stats(st, zt, N, V, V, 0.5f);
+  be->softmax_stats(s1, z, N, V, V, 1.0f);
+  be->loss_partials(part, z, zt, ss, st, s1, labels, N, V, V, 0, 2, 0.5f, 0.4f);
   be->loss_accumulate(acc, part, N);
   be->copy(dz, z, N * V);
-  be->loss_grad(dz, zt, ss, st, s1, part, labels, N, V, 0, 2, 0.5f, 0.4f, 0.7f, 0.3f);
+  be->loss_grad(dz, zt, ss, st, s1, part, labels, N, V, V, 0, 2, 0.5f, 0.4f, 0.7f, 0.3f);
   GET(r, z, N * V);
   GET(r, zt, N * V);
   GET(r, ss, 2 * N);

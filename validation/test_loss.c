@@ -3,7 +3,8 @@
  * differences: every KD kind, temperatures, T^2 scaling, alpha, JSD beta, the
  * CE-only mode, chunk sizes (1, non-divisor, N, > N), an odd vocabulary,
  * gradient accumulation, forward-only calls, BF16 logits, large logits and the
- * chunk-from-budget rule (checked against the arena's real peak). */
+ * chunk-from-budget rule (checked against the arena's real peak); masked rows
+ * (label < 0) add nothing and get a zero gradient row. */
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
@@ -21,6 +22,7 @@
 
 static float hs[N * CS], ws[V * CS], ht[N * CT], wt[V * CT];
 static int labels[N];
+static const struct loss_vocab full = {0, V, V, 0}; /* one rank, one vocabulary */
 
 /* Fill x (n) with normal values of standard deviation sd. */
 static void fill(float *x, size_t n, double sd, uint64_t seed) {
@@ -60,6 +62,7 @@ static double ref_loss(const struct loss_spec *sp, double *kd_out, double *ce_ou
   *kd_out = *ce_out = 0.0;
   if (dh) memset(dh, 0, sizeof(double) * N * CS), memset(dw, 0, sizeof(double) * V * CS);
   for (int r = 0; r < N; r++) {
+    if (labels[r] < 0) continue; /* masked row */
     for (int j = 0; j < V; j++) {
       zs[j] = zt[j] = 0.0;
       for (int c = 0; c < CS; c++)
@@ -133,8 +136,8 @@ static void check_case(struct kd_backend *be, const struct loss_spec *sp, size_t
   ref_loss(sp, &kd_r, &ce_r, dh_r, dw_r, h, w, gs);
   memset(dhs, 0, sizeof dhs), memset(dws, 0, sizeof dws);
   struct loss_sums s = {-1, -1};
-  loss_chunked(be, sp, &s, dhs, dws, hs, ws, sp->distill ? ht : NULL, sp->distill ? wt : NULL,
-               labels, N, CS, CT, V, 0, chunk, gs, MPI_COMM_SELF);
+  loss_chunked(be, sp, &s, dhs, dws, hs, ws, sp->distill ? ht : NULL, sp->distill ? wt : NULL, NULL,
+               labels, N, CS, CT, &full, chunk, gs, MPI_COMM_SELF);
   ck_assert_msg(be->arena.live[KD_MEM_LOSS] == 0, "loss buffers leaked");
   if (sp->distill)
     ck_assert_msg(rel(s.kd, kd_r) < tol_sum,
@@ -210,11 +213,11 @@ START_TEST(test_accumulate_and_forward_only) {
   struct loss_sums s1, s2, s3;
   memset(dh1, 0, sizeof dh1), memset(dw1, 0, sizeof dw1);
   memset(dh2, 0, sizeof dh2), memset(dw2, 0, sizeof dw2);
-  loss_chunked(&be, &sp, &s1, dh1, dw1, hs, ws, ht, wt, labels, N, CS, CT, V, 0, 3, 1.0f,
+  loss_chunked(&be, &sp, &s1, dh1, dw1, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
                MPI_COMM_SELF);
-  loss_chunked(&be, &sp, &s2, dh2, dw2, hs, ws, ht, wt, labels, N, CS, CT, V, 0, 3, 1.0f,
+  loss_chunked(&be, &sp, &s2, dh2, dw2, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
                MPI_COMM_SELF);
-  loss_chunked(&be, &sp, &s2, dh2, dw2, hs, ws, ht, wt, labels, N, CS, CT, V, 0, 2, 1.0f,
+  loss_chunked(&be, &sp, &s2, dh2, dw2, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 2, 1.0f,
                MPI_COMM_SELF);
   for (int i = 0; i < N * CS; i++)
     ck_assert_float_eq_tol(dh2[i], 2 * dh1[i], 1e-5);
@@ -223,11 +226,42 @@ START_TEST(test_accumulate_and_forward_only) {
   /* sums are per call (not accumulated); forward only touches nothing else */
   ck_assert(rel(s2.kd, s1.kd) < 1e-6 && rel(s2.ce, s1.ce) < 1e-6);
   memcpy(dw2, dw1, sizeof dw1);
-  loss_chunked(&be, &sp, &s3, NULL, dw2, hs, ws, ht, wt, labels, N, CS, CT, V, 0, 3, 1.0f,
+  loss_chunked(&be, &sp, &s3, NULL, dw2, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
                MPI_COMM_SELF);
   ck_assert(s3.kd == s1.kd && s3.ce == s1.ce);
   ck_assert(memcmp(dw2, dw1, sizeof dw1) == 0);
   ck_assert(be.arena.live[KD_MEM_LOSS] == 0);
+}
+END_TEST
+
+START_TEST(test_masked_rows) {
+  /* rows 2 and 5 masked: the reference skips them; their dhs rows are exactly zero and
+   * every other row's gradient is the one of the unmasked run */
+  static float dh0[N * CS], dw0[V * CS], dh1[N * CS], dw1[V * CS];
+  const int saved[2] = {labels[2], labels[5]};
+  for (int kind = 0; kind < 3; kind++)
+    for (int distill = 0; distill < 2; distill++) {
+      struct loss_spec sp = {distill, kind, 2.5f, 0.3f, 0.2f, 1};
+      struct loss_sums s0, s1;
+      memset(dh0, 0, sizeof dh0), memset(dw0, 0, sizeof dw0);
+      memset(dh1, 0, sizeof dh1), memset(dw1, 0, sizeof dw1);
+      loss_chunked(&be, &sp, &s0, dh0, dw0, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
+                   MPI_COMM_SELF);
+      labels[2] = labels[5] = -1;
+      check_case(&be, &sp, 3, 1e-5, 1e-4);
+      loss_chunked(&be, &sp, &s1, dh1, dw1, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
+                   MPI_COMM_SELF);
+      labels[2] = saved[0], labels[5] = saved[1];
+      ck_assert(s1.ce < s0.ce && (!distill || s1.kd < s0.kd));
+      for (int r = 0; r < N; r++)
+        for (int c = 0; c < CS; c++) {
+          const float a = dh1[r * CS + c], b = dh0[r * CS + c];
+          if (r == 2 || r == 5)
+            ck_assert_msg(a == 0.0f, "masked row %d: dhs %g", r, a);
+          else
+            ck_assert_msg(fabsf(a - b) <= 1e-6f * fabsf(b) + 1e-9f, "row %d: %g vs %g", r, a, b);
+        }
+    }
 }
 END_TEST
 
@@ -242,10 +276,10 @@ START_TEST(test_bf16_logits) {
   check_case(&be, &ce, 3, 1e-2, 1e-2);
   /* and the rounding is really applied: the BF16 sums differ from FP32 ones */
   struct loss_sums a, b;
-  loss_chunked(&be, &ce, &b, NULL, NULL, hs, ws, NULL, NULL, labels, N, CS, CT, V, 0, 3, 1.0f,
+  loss_chunked(&be, &ce, &b, NULL, NULL, hs, ws, NULL, NULL, NULL, labels, N, CS, CT, &full, 3, 1.0f,
                MPI_COMM_SELF);
   be.bf16 = 0;
-  loss_chunked(&be, &ce, &a, NULL, NULL, hs, ws, NULL, NULL, labels, N, CS, CT, V, 0, 3, 1.0f,
+  loss_chunked(&be, &ce, &a, NULL, NULL, hs, ws, NULL, NULL, NULL, labels, N, CS, CT, &full, 3, 1.0f,
                MPI_COMM_SELF);
   ck_assert(a.ce != b.ce);
 }
@@ -277,7 +311,7 @@ START_TEST(test_chunk_budget_and_parse) {
     struct loss_spec sp = {distill, LOSS_FKL, 2.5f, 0.3f, 0.5f, 1};
     struct loss_sums s;
     arena_reset_peaks(&be.arena);
-    loss_chunked(&be, &sp, &s, NULL, NULL, hs, ws, ht, wt, labels, N, CS, CT, V, 0, chunk, 1.0f,
+    loss_chunked(&be, &sp, &s, NULL, NULL, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, chunk, 1.0f,
                  MPI_COMM_SELF);
     ck_assert(chunk >= 2 && chunk < N);
     ck_assert_uint_le(be.arena.peak[KD_MEM_LOSS], budget);
@@ -299,6 +333,7 @@ static Suite *loss_suite(void) {
   tcase_add_test(tc, test_distill_matrix);
   tcase_add_test(tc, test_ce_only);
   tcase_add_test(tc, test_accumulate_and_forward_only);
+  tcase_add_test(tc, test_masked_rows);
   tcase_add_test(tc, test_bf16_logits);
   tcase_add_test(tc, test_large_logits);
   tcase_add_test(tc, test_chunk_budget_and_parse);

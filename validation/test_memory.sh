@@ -7,6 +7,7 @@
 #    GEMMs run on row tiles, so BLAS rounds differently);
 #  - each technique lowers the measured activation peak; offload moves bytes to host;
 #  - --dry-run predicts the measured peaks (weights .. host) within 10%;
+#  - a bf16 distillation holds the teacher in BF16 (about half the bytes), as planned;
 #  - the same with tp=2 and with pp=2 on 2 ranks.
 set -eu
 . "${KD_SRCDIR:?}/validation/test_lib.sh"
@@ -107,14 +108,41 @@ same dnone dall 1e-4
 for v in dfull dsel dall; do lower dnone $v; done
 for v in dnone dfull dsel dall; do plan_ok $v 1; done
 
+echo "== distill in bf16: the teacher held in BF16 (2 bytes per element), as planned"
+run dbf16 1 run%mode=distill precision%compute="'bf16'"
+run dbf16f 1 run%mode=distill precision%compute="'bf16'" memory%recompute="'full'"
+same dbf16 dbf16f 0
+plan_ok dbf16 1
+plan_ok dbf16f 1
+grep -q "teacher held in BF16" dbf16.log || fail "dbf16: no 'teacher held in BF16' line"
+grep -q "held in BF16" dbf16.plan || fail "dbf16: --dry-run does not say the teacher is BF16"
+# teacher weight bytes: fp32 distill minus fp32 train (student w); bf16 distill minus the
+# student's FP32 master and working copy (2x the fp32 train run's): half, plus the FP32
+# norms and biases
+t32=$(( $(peak dnone 0 3) - $(peak none 0 3) ))
+t16=$(( $(peak dbf16 0 3) - 2 * $(peak none 0 3) ))
+echo "teacher weights: $t32 bytes in fp32 runs, $t16 bytes in bf16 runs"
+[ $((2 * t16)) -ge "$t32" ] && [ $((20 * t16)) -le $((11 * t32)) ] \
+  || fail "bf16 distill: teacher weights $t16 bytes, expected about half of $t32"
+
+echo "== eval holds weights only (no gradients, no optimizer state), as planned"
+run eval 1 run%mode=eval student%card=test-teacher student%init="'t/final.h5'" \
+  data%valid="'$KD_SRCDIR/input/corpus/kjv-valid.txt'"
+plan_ok eval 1
+[ "$(peak eval 0 4)" -eq 0 ] && [ "$(peak eval 0 5)" -eq 0 ] \
+  || fail "eval: gradient/optimizer bytes $(peak eval 0 4)/$(peak eval 0 5), expected 0"
+w_eval=$(peak eval 0 3) w_train=$(peak none 0 3)
+echo "eval weights peak $w_eval bytes"
+
 for par in "parallel%tp=2" "parallel%pp=2"; do
   echo "== 2 ranks, $par"
   n=$(echo "$par" | tr -cd 'tp')
   run ${n}none 2 run%mode=distill $par
   run ${n}full 2 run%mode=distill $par memory%recompute="'full'" memory%offload=.true.
   run ${n}all 2 run%mode=distill $par memory%recompute="'selective'" memory%tiled_mlp=.true.
+  run ${n}bf16 2 run%mode=distill $par precision%compute="'bf16'"
   same ${n}none ${n}full 0
   same ${n}none ${n}all 1e-4
-  for v in none full all; do plan_ok ${n}$v 2; done
+  for v in none full all bf16; do plan_ok ${n}$v 2; done
 done
 echo "PASS"

@@ -6,6 +6,7 @@
  * split tensors really split, on 2 (mpiexec -n 2). */
 #include <check.h>
 #include <hdf5.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -335,7 +336,7 @@ START_TEST(test_mismatch) {
   const char *path = save_toy("mismatch.h5");
   char err[512];
   expect_fail(load_toy(path, 6, 4, NULL, err), KD_EXIT_INPUT, err,
-              "num_attention_heads = 2 in the file but 4 in the model card mod/toy.nml");
+              "num_attention_heads = 2 in its /config but 4 in the model card mod/toy.nml");
   expect_fail(load_toy(path, 8, 2, NULL, err), KD_EXIT_INPUT, err,
               "/params/model.layers.0.mlp.up_proj.weight has shape (6, 4) in the file but the "
               "model expects (8, 4)");
@@ -366,6 +367,25 @@ static void set_attr(hid_t f, const char *name, const char *value) {
   R0(a >= 0 && H5Awrite(a, t, value) >= 0);
   H5Aclose(a), H5Sclose(s), H5Tclose(t);
 }
+/* Overwrite a numeric /config attribute (its stored type is kept). */
+static void set_config_num(hid_t f, const char *name, double v) {
+  hid_t g = H5Gopen2(f, "config", H5P_DEFAULT);
+  hid_t a = g >= 0 ? H5Aopen(g, name, H5P_DEFAULT) : -1;
+  hid_t t = a >= 0 ? H5Aget_type(a) : -1;
+  int64_t iv = (int64_t)v;
+  int is_int = t >= 0 && H5Tget_class(t) == H5T_INTEGER;
+  R0(a >= 0 && H5Awrite(a, is_int ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE,
+                        is_int ? (void *)&iv : (void *)&v) >= 0);
+  if (t >= 0) H5Tclose(t);
+  if (a >= 0) H5Aclose(a);
+  if (g >= 0) H5Gclose(g);
+}
+static void heads_zero(hid_t f) {
+  set_config_num(f, "num_attention_heads", 0);
+}
+static void theta_nan(hid_t f) {
+  set_config_num(f, "rope_theta", NAN);
+}
 static void format_other(hid_t f) {
   set_attr(f, "format", "safetensors");
 }
@@ -375,6 +395,49 @@ static void version_2(hid_t f) {
 static void version_1_9(hid_t f) {
   set_attr(f, "format_version", "1.9");
 }
+
+/* Every key that changes the computation is compared (not only the shapes), and a /config
+ * that is not a valid card is refused with the key and value. */
+static int load_toy_card(const char *path, const struct kd_card *c, char *err) {
+  struct kd_model m;
+  struct kd_param tab[NP];
+  toy_model(&m, tab, 6);
+  m.card = *c;
+  float *w = calloc(m.numel + 1, sizeof *w);
+  int st = weights_load(path, &m, w, MPI_COMM_WORLD, err, 512);
+  free(w);
+  return st;
+}
+
+START_TEST(test_config_fields) {
+  const char *path = save_toy("fields.h5");
+  char err[512];
+  struct kd_card c = toy_card();
+  c.rope_theta = 10000.0;
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
+              "rope_theta = 1000000 in its /config but 10000 in the model card mod/toy.nml");
+  c = toy_card();
+  c.rms_norm_eps = 1e-5;
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err, "rms_norm_eps = 9.99999");
+  c = toy_card();
+  snprintf(c.arch, sizeof c.arch, "llama");
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
+              "arch = 'qwen2' in its /config but 'llama'");
+  c = toy_card();
+  c.max_position_embeddings = 64;
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err, "max_position_embeddings = 32");
+  c = toy_card();
+  ck_assert_int_eq(load_toy_card(path, &c, err), 0);
+  edit_file(path, heads_zero);
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
+              "/config is not a valid model card: num_attention_heads = 0: expected "
+              "num_attention_heads >= 1");
+  path = save_toy("fields.h5");
+  edit_file(path, theta_nan);
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
+              "/config is not a valid model card: rope_theta = nan");
+}
+END_TEST
 
 /* Flip one bit of byte `at` of dataset `name`'s data (found with H5Dget_offset). */
 static void flip_byte(const char *path, const char *name, long at) {
@@ -480,6 +543,7 @@ static Suite *weights_suite(void) {
   tcase_add_test(tc, test_replicas);
   tcase_add_test(tc, test_file_contents);
   tcase_add_test(tc, test_mismatch);
+  tcase_add_test(tc, test_config_fields);
   tcase_add_test(tc, test_damaged);
   tcase_add_test(tc, test_format_version);
   tcase_add_test(tc, test_save_errors);
@@ -489,7 +553,7 @@ static Suite *weights_suite(void) {
 
 static const char *files[] = {"round.h5",   "layout.h5",    "mismatch.h5", "missing.h5",
                               "corrupt.h5", "truncated.h5", "text.h5",     "format.h5",
-                              "version.h5", "nobody.h5",    "replicas.h5"};
+                              "version.h5", "nobody.h5",    "replicas.h5", "fields.h5"};
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);

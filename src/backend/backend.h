@@ -11,6 +11,7 @@
 #define KD_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../arena.h"
 
@@ -49,6 +50,12 @@ struct kd_backend {
    * op(A) is M x K (A is K x M when transa), op(B) is K x N (N x K when transb). */
   void (*gemm)(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                int lda, const float *B, int ldb, float beta, float *C, int ldc);
+  /* gemm with transb = 1 and the weight B16 (N x K rows, leading dim ldb) in packed BF16
+   * (uint16_t: the upper half of the FP32 bits, kd_bf16_pack): C = alpha op(A) B^T +
+   * beta C, as gemm on B's FP32 values up to summation order (the forward X W^T of a
+   * model held in BF16: MODEL_FROZEN16). */
+  void (*gemm_w16)(int transa, int M, int N, int K, float alpha, const float *A, int lda,
+                   const uint16_t *B16, int ldb, float beta, float *C, int ldc);
   /* y += x */
   void (*add)(float *y, const float *x, size_t n);
   /* x *= a */
@@ -65,6 +72,9 @@ struct kd_backend {
    * Tokens outside the range give zero rows (vocabulary-parallel embedding). */
   void (*embedding_forward)(float *out, const int *tokens, const float *wte, size_t N, int C,
                             int vocab_lo, int vocab_n);
+  /* embedding_forward with wte16 in packed BF16 (same values as on the unpacked rows) */
+  void (*embedding_forward_w16)(float *out, const int *tokens, const uint16_t *wte16, size_t N,
+                                int C, int vocab_lo, int vocab_n);
   void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, size_t N, int C,
                              int vocab_lo, int vocab_n);
 
@@ -99,21 +109,27 @@ struct kd_backend {
   void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, size_t N, int ffn);
 
   /* --- loss chunk ops (vocabulary may be a TP slice: V columns of the row) ------------- */
-  /* Rows of logits z (n, V) at inverse temperature inv_t. Stats arrays ms (n, 2) hold
-   * per row (max_j z*inv_t, sum_j exp(z*inv_t - max)); after the TP all-reduce they
-   * are global. kind: 0 fkl, 1 rkl, 2 jsd (enum loss_kind). zt == NULL: no KD term
-   * (ss, st unused). s1: student stats at temperature 1 (may equal ss when inv_t = 1). */
-  /* ms (n, 2) := local (max, sum of exponentials) of each row, in one pass. */
-  void (*softmax_stats)(float *ms, const float *z, size_t n, int V, float inv_t);
+  /* Rows of student logits zs (n, V); the KD term covers only their first Vk <= V
+   * columns (the ids the teacher has too) and the teacher logits zt are (n, Vk); the
+   * CE covers all V. Log-probabilities at inverse temperature inv_t. Stats arrays ms
+   * (n, 2) hold per row (max_j z*inv_t, sum_j exp(z*inv_t - max)); after the TP
+   * all-reduce they are global: ss, st over the KD columns, s1 over all V at
+   * temperature 1 (may equal ss when inv_t = 1 and Vk = V on every rank). kind: 0 fkl,
+   * 1 rkl, 2 jsd (enum loss_kind). zt == NULL: no KD term (ss, st unused). A row whose
+   * label is < 0 is masked: its partials and its gradient row are zero. */
+  /* ms (n, 2) := local (max, sum of exponentials) of the first V columns of each row
+   * of z (row stride ld), in one pass. */
+  void (*softmax_stats)(float *ms, const float *z, size_t n, int V, int ld, float inv_t);
   /* part (n, 3) := this slice's share of [KD divergence, sum_j p_s_j g_j (jsd), CE
    * (only on the slice owning the label)]; summed over TP ranks they are the row values. */
   void (*loss_partials)(double *part, const float *zs, const float *zt, const float *ss,
                         const float *st, const float *s1, const int *labels, size_t n, int V,
-                        int vocab_lo, int kind, float inv_t, float beta);
-  /* zs (n, V) := wkd * dKD/dzs + wce * dCE/dzs in place; part: the summed partials. */
-  void (*loss_grad)(float *zs, const float *zt, const float *ss, const float *st,
-                    const float *s1, const double *part, const int *labels, size_t n, int V,
-                    int vocab_lo, int kind, float inv_t, float beta, float wkd, float wce);
+                        int Vk, int vocab_lo, int kind, float inv_t, float beta);
+  /* zs (n, V) := wkd * dKD/dzs + wce * dCE/dzs in place (columns >= Vk: the CE term
+   * only); part: the summed partials. */
+  void (*loss_grad)(float *zs, const float *zt, const float *ss, const float *st, const float *s1,
+                    const double *part, const int *labels, size_t n, int V, int Vk, int vocab_lo,
+                    int kind, float inv_t, float beta, float wkd, float wce);
 
   /* acc (2) += per-row partials part (n, 3) summed over rows: acc[0] += sum_r part[r][0]
    * (KD), acc[1] += sum_r part[r][2] (CE); the loss totals stay on the backend. */

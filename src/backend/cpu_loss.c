@@ -29,12 +29,13 @@ static inline float stats_lse(const float *ms, size_t r) {
   return ms[2 * r] + logf(ms[2 * r + 1]);
 }
 
-/* ms (n, 2) := (max, sum exp(z*inv_t - max)) per row of z (n, V): the row max,
- * then the exponentials against it (the row, 128 KiB at V = 32k, stays in L2). */
-static void cpu_softmax_stats(float *ms, const float *z, size_t n, int V, float inv_t) {
+/* ms (n, 2) := (max, sum exp(z*inv_t - max)) over the first V columns of each row of
+ * z (row stride ld): the row max, then the exponentials against it (the row, 128 KiB
+ * at V = 32k, stays in L2). */
+static void cpu_softmax_stats(float *ms, const float *z, size_t n, int V, int ld, float inv_t) {
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < n; r++) {
-    const float *restrict zr = z + r * (size_t)V;
+    const float *restrict zr = z + r * (size_t)ld;
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (int j = 0; j < V; j++)
@@ -71,25 +72,26 @@ static double kl_row(const float *restrict a, const float *restrict b, int V, fl
   return kd;
 }
 
-/* part (n, 3) := this slice's [KD divergence, sum_j p_s_j g_j, CE of the label]. */
+/* part (n, 3) := this slice's [KD divergence over the first Vk columns, sum_j p_s_j g_j,
+ * CE of the label]; zero for a masked row (label < 0). */
 static void cpu_loss_partials(double *part, const float *zs, const float *zt, const float *ss,
                               const float *st, const float *s1, const int *labels, size_t n, int V,
-                              int vocab_lo, int kind, float inv_t, float beta) {
+                              int Vk, int vocab_lo, int kind, float inv_t, float beta) {
   const float lb = logf(beta), l1b = logf(1.0f - beta);
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < n; r++) {
     const float *a = zs + r * (size_t)V;
     double kd = 0.0, sg = 0.0;
-    if (zt) {
-      const float *b = zt + r * (size_t)V;
+    if (zt && labels[r] >= 0) {
+      const float *b = zt + r * (size_t)Vk;
       const float lse_s = stats_lse(ss, r), lse_t = stats_lse(st, r);
       if (kind == 0) {
-        kd = kl_row(b, a, V, inv_t, lse_t, lse_s);
+        kd = kl_row(b, a, Vk, inv_t, lse_t, lse_s);
       } else if (kind == 1) {
-        kd = kl_row(a, b, V, inv_t, lse_s, lse_t);
+        kd = kl_row(a, b, Vk, inv_t, lse_s, lse_t);
       } else {
         double kt = 0.0;
-        for (int j = 0; j < V; j++) {
+        for (int j = 0; j < Vk; j++) {
           float lps = a[j] * inv_t - lse_s, lpt = b[j] * inv_t - lse_t;
           float lm = logaddexp(lb + lpt, l1b + lps);
           kt += (double)(expf(lpt) * (lpt - lm));
@@ -101,52 +103,60 @@ static void cpu_loss_partials(double *part, const float *zs, const float *zt, co
     }
     int lab = labels[r] - vocab_lo;
     double ce = 0.0;
-    if (lab >= 0 && lab < V) ce = (double)stats_lse(s1, r) - (double)a[lab];
+    if (labels[r] >= 0 && lab >= 0 && lab < V) ce = (double)stats_lse(s1, r) - (double)a[lab];
     part[3 * r] = kd;
     part[3 * r + 1] = sg;
     part[3 * r + 2] = ce;
   }
 }
 
-/* zs (n, V) := wkd * dKD/dzs + wce * (softmax(zs) - onehot(label)), in place. */
+/* zs (n, V) := wkd * dKD/dzs + wce * (softmax(zs) - onehot(label)), in place; the KD
+ * term on the first Vk columns only; a masked row (label < 0) becomes zero. */
 static void cpu_loss_grad(float *zs, const float *zt, const float *ss, const float *st,
                           const float *s1, const double *part, const int *labels, size_t n, int V,
-                          int vocab_lo, int kind, float inv_t, float beta, float wkd, float wce) {
+                          int Vk, int vocab_lo, int kind, float inv_t, float beta, float wkd,
+                          float wce) {
   const float lb = logf(beta), l1b = logf(1.0f - beta), omb = 1.0f - beta;
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < n; r++) {
     float *restrict a = zs + r * (size_t)V;
-    const float lse1 = stats_lse(s1, r);
-    if (!zt) {
-#pragma omp simd
+    if (labels[r] < 0) {
       for (int j = 0; j < V; j++)
-        a[j] = wce * cpu_expf(a[j] - lse1);
-    } else {
-      const float *restrict b = zt + r * (size_t)V;
+        a[j] = 0.0f;
+      continue;
+    }
+    const float lse1 = stats_lse(s1, r);
+    int j0 = 0; /* first column of the CE-only part */
+    if (zt) {
+      const float *restrict b = zt + r * (size_t)Vk;
       const float lse_s = stats_lse(ss, r), lse_t = stats_lse(st, r);
       const float wk = wkd * inv_t;
       if (kind == 0) {
 #pragma omp simd
-        for (int j = 0; j < V; j++) {
+        for (int j = 0; j < Vk; j++) {
           float ps = cpu_expf(a[j] * inv_t - lse_s), pt = cpu_expf(b[j] * inv_t - lse_t);
           a[j] = wk * (ps - pt) + wce * cpu_expf(a[j] - lse1);
         }
       } else if (kind == 1) {
         const float kl = (float)part[3 * r];
 #pragma omp simd
-        for (int j = 0; j < V; j++) {
+        for (int j = 0; j < Vk; j++) {
           float lps = a[j] * inv_t - lse_s, lpt = b[j] * inv_t - lse_t;
           a[j] = wk * cpu_expf(lps) * ((lps - lpt) - kl) + wce * cpu_expf(a[j] - lse1);
         }
       } else {
         const float sg = (float)part[3 * r + 1];
-        for (int j = 0; j < V; j++) {
+        for (int j = 0; j < Vk; j++) {
           float lps = a[j] * inv_t - lse_s, lpt = b[j] * inv_t - lse_t;
           float g = omb * (lps - logaddexp(lb + lpt, l1b + lps));
           a[j] = wk * expf(lps) * (g - sg) + wce * expf(a[j] - lse1);
         }
       }
+      j0 = Vk;
     }
+#pragma omp simd
+    for (int j = j0; j < V; j++)
+      a[j] = wce * cpu_expf(a[j] - lse1);
     int lab = labels[r] - vocab_lo;
     if (lab >= 0 && lab < V) a[lab] -= wce;
   }

@@ -13,7 +13,8 @@
  * as C^T = op(B)^T op(A)^T, i.e. with the operands swapped. In BF16 mode A and B are
  * first converted to packed BF16 copies in a grown-on-demand workspace (cuda_scratch); the product
  * is BF16 x BF16 with FP32 accumulation (CUBLAS_COMPUTE_32F). In FP32 mode the
- * inputs stay FP32 and the compute type is plain CUBLAS_COMPUTE_32F (no TF32). */
+ * inputs stay FP32 and the compute type is plain CUBLAS_COMPUTE_32F (no TF32).
+ * gemm_w16 (a weight held in packed BF16) converts only A and always multiplies in BF16. */
 #include <cuda_bf16.h>
 #include <stdio.h>
 #include <string.h>
@@ -199,6 +200,47 @@ static void cuda_gemm(int transa, int transb, int M, int N, int K, float alpha, 
   CUDA_OP_DONE();
 }
 
+/* dst (rows, cols) FP32 := the packed BF16 src (rows, cols) with leading dimension ld. */
+__global__ void k_from_bf16(float *dst, const uint16_t *src, int rows, int cols, int ld) {
+  size_t n = (size_t)rows * cols;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / (size_t)cols, c = i % (size_t)cols;
+    dst[i] = __uint_as_float((uint32_t)src[r * (size_t)ld + c] << 16);
+  }
+}
+
+/* In BF16 runs the weight B16 is packed BF16 already: only A is converted (one kernel
+ * fewer and a third of the workspace of cuda_gemm's BF16 path), then the same
+ * cublasGemmEx. In FP32 runs (no model is held packed there) B16 is unpacked and the
+ * product is cuda_gemm's FP32 one, so the op always equals gemm on B's values. */
+static void cuda_gemm_w16(int transa, int M, int N, int K, float alpha, const float *A, int lda,
+                          const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) { /* C = beta C: the FP32 path never reads B */
+    cuda_gemm(transa, 1, M, N, K, alpha, A, lda, nullptr, ldb > 0 ? ldb : 1, beta, C, ldc);
+    return;
+  }
+  if (!kd_cuda.bf16) {
+    const size_t nb = (size_t)N * K;
+    float *b32 = (float *)cuda_scratch(WS_GEMM, nb * sizeof(float));
+    k_from_bf16<<<cuda_blocks(nb, 256), 256, 0, kd_cuda.compute>>>(b32, B16, N, K, ldb);
+    CUDA_CHECK(cudaGetLastError());
+    cuda_gemm(transa, 1, M, N, K, alpha, A, lda, b32, K, beta, C, ldc);
+    return;
+  }
+  const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int ar = transa ? K : M, ac = transa ? M : K;
+  const size_t na = (size_t)ar * ac;
+  __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(WS_GEMM, na * sizeof(__nv_bfloat16));
+  k_to_bf16<<<cuda_blocks(na, 256), 256, 0, kd_cuda.compute>>>(a16, A, ar, ac, lda);
+  CUDA_CHECK(cudaGetLastError());
+  CUBLAS_CHECK(cublasGemmEx(kd_cuda.blas, CUBLAS_OP_T, opa, N, M, K, &alpha, B16, CUDA_R_16BF, ldb,
+                            a16, CUDA_R_16BF, ac, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+  CUDA_OP_DONE();
+}
+
 /* --- public ----------------------------------------------------------------------------- */
 
 int backend_cuda_device_count(char *why, size_t whylen) {
@@ -248,6 +290,7 @@ void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank) {
   be->copy_async = cuda_copy_async;
   be->copy_wait = cuda_copy_wait;
   be->gemm = cuda_gemm;
+  be->gemm_w16 = cuda_gemm_w16;
   cuda_ops_init(be);
   cuda_attention_init(be);
   cuda_loss_init(be);

@@ -18,10 +18,11 @@ __device__ __forceinline__ float d_stats_lse(const float *ms, size_t r) {
   return ms[2 * r] + logf(ms[2 * r + 1]);
 }
 
-/* ms[r] := (max_j z*inv_t, sum_j exp(z*inv_t - max)); two passes over the row. */
-__global__ void k_softmax_stats(float *ms, const float *z, int V, float inv_t) {
+/* ms[r] := (max_j z*inv_t, sum_j exp(z*inv_t - max)) over the first V columns of row r
+ * (row stride ld); two passes over the row. */
+__global__ void k_softmax_stats(float *ms, const float *z, int V, int ld, float inv_t) {
   const size_t r = blockIdx.x;
-  const float *zr = z + r * (size_t)V;
+  const float *zr = z + r * (size_t)ld;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, zr[j] * inv_t);
   m = block_max(m);
@@ -34,30 +35,32 @@ __global__ void k_softmax_stats(float *ms, const float *z, int V, float inv_t) {
   }
 }
 
-static void cuda_softmax_stats(float *ms, const float *z, size_t n, int V, float inv_t) {
+static void cuda_softmax_stats(float *ms, const float *z, size_t n, int V, int ld, float inv_t) {
   if (!n) return;
-  k_softmax_stats<<<(unsigned)n, LOSS_THREADS, 0, kd_cuda.compute>>>(ms, z, V, inv_t);
+  k_softmax_stats<<<(unsigned)n, LOSS_THREADS, 0, kd_cuda.compute>>>(ms, z, V, ld, inv_t);
   CUDA_OP_DONE();
 }
 
 struct loss_args {
   const float *zt, *ss, *st, *s1;
   const int *labels;
-  int V, vocab_lo, kind;
+  int V, Vk, vocab_lo, kind; /* CE columns, KD columns (zt row stride) */
   float inv_t, beta;
 };
 
-/* part[r] := this slice's [KD divergence, sum_j p_s_j g_j (jsd), CE of the label]. */
+/* part[r] := this slice's [KD divergence over the first Vk columns, sum_j p_s_j g_j (jsd),
+ * CE of the label]; zero for a masked row (label < 0). */
 __global__ void k_loss_partials(double *part, const float *zs, loss_args a) {
   const size_t r = blockIdx.x;
   const float *za = zs + r * (size_t)a.V;
+  const int masked = a.labels[r] < 0; /* the same in every thread of the block */
   double kd = 0.0, sg = 0.0;
-  if (a.zt) {
-    const float *zb = a.zt + r * (size_t)a.V;
+  if (a.zt && !masked) {
+    const float *zb = a.zt + r * (size_t)a.Vk;
     const float lse_s = d_stats_lse(a.ss, r), lse_t = d_stats_lse(a.st, r);
     const float lb = logf(a.beta), l1b = logf(1.0f - a.beta);
     double kt = 0.0;
-    for (int j = threadIdx.x; j < a.V; j += blockDim.x) {
+    for (int j = threadIdx.x; j < a.Vk; j += blockDim.x) {
       float lps = za[j] * a.inv_t - lse_s, lpt = zb[j] * a.inv_t - lse_t;
       if (a.kind == 0) {
         kd += (double)(expf(lpt) * (lpt - lps));
@@ -79,7 +82,7 @@ __global__ void k_loss_partials(double *part, const float *zs, loss_args a) {
   if (threadIdx.x == 0) {
     int lab = a.labels[r] - a.vocab_lo;
     double ce = 0.0;
-    if (lab >= 0 && lab < a.V) ce = (double)d_stats_lse(a.s1, r) - (double)za[lab];
+    if (!masked && lab >= 0 && lab < a.V) ce = (double)d_stats_lse(a.s1, r) - (double)za[lab];
     part[3 * r] = kd;
     part[3 * r + 1] = sg;
     part[3 * r + 2] = ce;
@@ -87,28 +90,34 @@ __global__ void k_loss_partials(double *part, const float *zs, loss_args a) {
 }
 
 static void cuda_loss_partials(double *part, const float *zs, const float *zt, const float *ss,
-                               const float *st, const float *s1, const int *labels, size_t n,
-                               int V, int vocab_lo, int kind, float inv_t, float beta) {
+                               const float *st, const float *s1, const int *labels, size_t n, int V,
+                               int Vk, int vocab_lo, int kind, float inv_t, float beta) {
   if (!n) return;
-  loss_args a = {zt, ss, st, s1, labels, V, vocab_lo, kind, inv_t, beta};
+  loss_args a = {zt, ss, st, s1, labels, V, Vk, vocab_lo, kind, inv_t, beta};
   k_loss_partials<<<(unsigned)n, LOSS_THREADS, 0, kd_cuda.compute>>>(part, zs, a);
   CUDA_OP_DONE();
 }
 
-/* zs[r] := wkd * dKD/dzs + wce * (softmax(zs) - onehot(label)), in place. */
+/* zs[r] := wkd * dKD/dzs + wce * (softmax(zs) - onehot(label)), in place; the KD term on
+ * the first Vk columns only; a masked row (label < 0) becomes zero. */
 __global__ void k_loss_grad(float *zs, const double *part, loss_args a, float wkd, float wce) {
   const size_t r = blockIdx.x;
   float *za = zs + r * (size_t)a.V;
+  if (a.labels[r] < 0) {
+    for (int j = threadIdx.x; j < a.V; j += blockDim.x)
+      za[j] = 0.0f;
+    return;
+  }
   const float lse1 = d_stats_lse(a.s1, r);
   const int lab = a.labels[r] - a.vocab_lo;
-  const float *zb = a.zt ? a.zt + r * (size_t)a.V : nullptr;
+  const float *zb = a.zt ? a.zt + r * (size_t)a.Vk : nullptr;
   const float lse_s = zb ? d_stats_lse(a.ss, r) : 0.0f, lse_t = zb ? d_stats_lse(a.st, r) : 0.0f;
   const float wk = wkd * a.inv_t, omb = 1.0f - a.beta;
   const float lb = logf(a.beta), l1b = logf(1.0f - a.beta);
   const float kl = (float)part[3 * r], sg = (float)part[3 * r + 1];
   for (int j = threadIdx.x; j < a.V; j += blockDim.x) {
     float z = za[j], g;
-    if (!zb) {
+    if (!zb || j >= a.Vk) {
       g = wce * expf(z - lse1);
     } else {
       float lps = z * a.inv_t - lse_s, lpt = zb[j] * a.inv_t - lse_t;
@@ -127,11 +136,11 @@ __global__ void k_loss_grad(float *zs, const double *part, loss_args a, float wk
 }
 
 static void cuda_loss_grad(float *zs, const float *zt, const float *ss, const float *st,
-                           const float *s1, const double *part, const int *labels, size_t n,
-                           int V, int vocab_lo, int kind, float inv_t, float beta, float wkd,
+                           const float *s1, const double *part, const int *labels, size_t n, int V,
+                           int Vk, int vocab_lo, int kind, float inv_t, float beta, float wkd,
                            float wce) {
   if (!n) return;
-  loss_args a = {zt, ss, st, s1, labels, V, vocab_lo, kind, inv_t, beta};
+  loss_args a = {zt, ss, st, s1, labels, V, Vk, vocab_lo, kind, inv_t, beta};
   k_loss_grad<<<(unsigned)n, LOSS_THREADS, 0, kd_cuda.compute>>>(zs, part, a, wkd, wce);
   CUDA_OP_DONE();
 }

@@ -166,24 +166,44 @@ template <typename F> static void colsum(float *dst, F f, size_t N, int C) {
 
 /* --- embedding ----------------------------------------------------------------------------- */
 
-__global__ void k_embedding_fwd(float *out, const int *tokens, const float *wte, int C,
-                                int vocab_lo, int vocab_n, int rnd) {
+/* An embedding row element as FP32: a float, or a packed BF16 (exact). */
+__device__ __forceinline__ float emb_load(const float *w, int c) {
+  return w[c];
+}
+__device__ __forceinline__ float emb_load(const uint16_t *w, int c) {
+  return __uint_as_float((uint32_t)w[c] << 16);
+}
+
+template <typename W>
+__global__ void k_embedding_fwd(float *out, const int *tokens, const W *wte, int C, int vocab_lo,
+                                int vocab_n, int rnd) {
   size_t n = blockIdx.x;
   int v = tokens[n] - vocab_lo;
   float *o = out + n * C;
-  const float *w = v >= 0 && v < vocab_n ? wte + (size_t)v * C : nullptr;
+  const W *w = v >= 0 && v < vocab_n ? wte + (size_t)v * C : nullptr;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float x = w ? w[c] : 0.0f;
+    float x = w ? emb_load(w, c) : 0.0f;
     o[c] = rnd ? dev_round_bf16(x) : x;
   }
 }
 
-static void cuda_embedding_forward(float *out, const int *tokens, const float *wte, size_t N,
-                                   int C, int vocab_lo, int vocab_n) {
+template <typename W>
+static void embedding_launch(float *out, const int *tokens, const W *wte, size_t N, int C,
+                             int vocab_lo, int vocab_n) {
   if (!N) return;
   k_embedding_fwd<<<(unsigned)N, cuda_row_threads(C) > 256 ? 256 : cuda_row_threads(C), 0,
                     kd_cuda.compute>>>(out, tokens, wte, C, vocab_lo, vocab_n, kd_cuda.bf16);
   CUDA_OP_DONE();
+}
+
+static void cuda_embedding_forward(float *out, const int *tokens, const float *wte, size_t N, int C,
+                                   int vocab_lo, int vocab_n) {
+  embedding_launch(out, tokens, wte, N, C, vocab_lo, vocab_n);
+}
+
+static void cuda_embedding_forward_w16(float *out, const int *tokens, const uint16_t *wte16,
+                                       size_t N, int C, int vocab_lo, int vocab_n) {
+  embedding_launch(out, tokens, wte16, N, C, vocab_lo, vocab_n);
 }
 
 /* Rows of the same token collide in dwte: atomicAdd per element. */
@@ -413,6 +433,7 @@ void cuda_ops_init(struct kd_backend *be) {
   be->sumsq = cuda_sumsq;
   be->all_finite = cuda_all_finite;
   be->embedding_forward = cuda_embedding_forward;
+  be->embedding_forward_w16 = cuda_embedding_forward_w16;
   be->embedding_backward = cuda_embedding_backward;
   be->rmsnorm_forward = cuda_rmsnorm_forward;
   be->rmsnorm_backward = cuda_rmsnorm_backward;

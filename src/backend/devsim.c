@@ -76,6 +76,10 @@ static void ds_gemm(int transa, int transb, int M, int N, int K, float alpha, co
                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   cpu.gemm(transa, transb, M, N, K, alpha, to_host(A), lda, to_host(B), ldb, beta, to_host(C), ldc);
 }
+static void ds_gemm_w16(int transa, int M, int N, int K, float alpha, const float *A, int lda,
+                        const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
+  cpu.gemm_w16(transa, M, N, K, alpha, to_host(A), lda, to_host(B16), ldb, beta, to_host(C), ldc);
+}
 static void ds_add(float *y, const float *x, size_t n) {
   cpu.add(to_host(y), to_host(x), n);
 }
@@ -97,6 +101,10 @@ static int ds_all_finite(const float *x, size_t n) {
 static void ds_embedding_forward(float *out, const int *tokens, const float *wte, size_t N, int C,
                                  int vocab_lo, int vocab_n) {
   cpu.embedding_forward(to_host(out), to_host(tokens), to_host(wte), N, C, vocab_lo, vocab_n);
+}
+static void ds_embedding_forward_w16(float *out, const int *tokens, const uint16_t *wte16, size_t N,
+                                     int C, int vocab_lo, int vocab_n) {
+  cpu.embedding_forward_w16(to_host(out), to_host(tokens), to_host(wte16), N, C, vocab_lo, vocab_n);
 }
 static void ds_embedding_backward(float *dwte, const float *dout, const int *tokens, size_t N,
                                   int C, int vocab_lo, int vocab_n) {
@@ -143,20 +151,21 @@ static void ds_swiglu_backward(float *dgu, const float *dout, const float *gu, s
 /* --- loss chunk ops ------------------------------------------------------------------------------
  */
 
-static void ds_softmax_stats(float *ms, const float *z, size_t n, int V, float inv_t) {
-  cpu.softmax_stats(to_host(ms), to_host(z), n, V, inv_t);
+static void ds_softmax_stats(float *ms, const float *z, size_t n, int V, int ld, float inv_t) {
+  cpu.softmax_stats(to_host(ms), to_host(z), n, V, ld, inv_t);
 }
 static void ds_loss_partials(double *part, const float *zs, const float *zt, const float *ss,
                              const float *st, const float *s1, const int *labels, size_t n, int V,
-                             int vocab_lo, int kind, float inv_t, float beta) {
+                             int Vk, int vocab_lo, int kind, float inv_t, float beta) {
   cpu.loss_partials(to_host(part), to_host(zs), to_host(zt), to_host(ss), to_host(st), to_host(s1),
-                    to_host(labels), n, V, vocab_lo, kind, inv_t, beta);
+                    to_host(labels), n, V, Vk, vocab_lo, kind, inv_t, beta);
 }
 static void ds_loss_grad(float *zs, const float *zt, const float *ss, const float *st,
                          const float *s1, const double *part, const int *labels, size_t n, int V,
-                         int vocab_lo, int kind, float inv_t, float beta, float wkd, float wce) {
+                         int Vk, int vocab_lo, int kind, float inv_t, float beta, float wkd,
+                         float wce) {
   cpu.loss_grad(to_host(zs), to_host(zt), to_host(ss), to_host(st), to_host(s1), to_host(part),
-                to_host(labels), n, V, vocab_lo, kind, inv_t, beta, wkd, wce);
+                to_host(labels), n, V, Vk, vocab_lo, kind, inv_t, beta, wkd, wce);
 }
 static void ds_loss_accumulate(double *acc, const double *part, size_t n) {
   cpu.loss_accumulate(to_host(acc), to_host(part), n);
@@ -178,8 +187,9 @@ static void ds_adamw(float *param, float *m, float *v, const float *grad, size_t
 #define DEVSIM_OPS(X)                                                                        \
   X(alloc) X(free) X(zero) X(copy) X(copy2d) X(upload) X(download) X(sync)                   \
   X(copy_async) X(copy_wait)                                                                 \
-  X(gemm) X(add) X(scale) X(round_bf16) X(sumsq) X(all_finite)                               \
-  X(embedding_forward) X(embedding_backward) X(rmsnorm_forward) X(rmsnorm_backward)          \
+  X(gemm) X(gemm_w16) X(add) X(scale) X(round_bf16) X(sumsq) X(all_finite)                   \
+  X(embedding_forward) X(embedding_forward_w16) X(embedding_backward)                        \
+  X(rmsnorm_forward) X(rmsnorm_backward)                                                     \
   X(bias_forward) X(bias_backward) X(rope_forward) X(rope_backward)                          \
   X(attention_forward) X(attention_backward) X(swiglu_forward) X(swiglu_backward)            \
   X(softmax_stats) X(loss_partials) X(loss_grad) X(loss_accumulate)                          \
@@ -210,12 +220,14 @@ void backend_devsim_init(struct kd_backend *be, int bf16) {
   be->copy_async = ds_copy_async;
   be->copy_wait = ds_copy_wait;
   be->gemm = ds_gemm;
+  be->gemm_w16 = ds_gemm_w16;
   be->add = ds_add;
   be->scale = ds_scale;
   be->round_bf16 = ds_round_bf16;
   be->sumsq = ds_sumsq;
   be->all_finite = ds_all_finite;
   be->embedding_forward = ds_embedding_forward;
+  be->embedding_forward_w16 = ds_embedding_forward_w16;
   be->embedding_backward = ds_embedding_backward;
   be->rmsnorm_forward = ds_rmsnorm_forward;
   be->rmsnorm_backward = ds_rmsnorm_backward;

@@ -31,7 +31,7 @@ static int *read_tokens(const char *path, int vocab, int *B, int *T) {
     if (!strchr(line, '\n') && !feof(f))
       kd_fail(KD_EXIT_INPUT, "%s: line %d is longer than %zu bytes", path, *B + 1, sizeof line);
     int len = 0;
-    for (char *s = line, *end; ; s = end) {
+    for (char *s = line, *end;; s = end) {
       long v = strtol(s, &end, 10);
       if (end == s) break;
       if (v < 0 || v >= vocab)
@@ -60,16 +60,25 @@ static int *read_tokens(const char *path, int vocab, int *B, int *T) {
 /* Write a (B, T, V) little-endian float32 array in NumPy's .npy format (version 1.0). */
 static void write_npy(const char *path, const float *x, int B, int T, int V) {
   char hdr[128];
-  int n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d, %d), }",
-                   B, T, V);
+  int n = snprintf(hdr, sizeof hdr,
+                   "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d, %d), }", B, T, V);
   const int total = 10 + n + 1, pad = (64 - total % 64) % 64; /* header ends on 64 bytes */
   FILE *f = fopen(path, "wb");
   if (!f) kd_fail(KD_EXIT_IO, "cannot write %s", path);
   const unsigned short hlen = (unsigned short)(n + pad + 1);
-  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+  unsigned char pre[10] = {0x93,
+                           'N',
+                           'U',
+                           'M',
+                           'P',
+                           'Y',
+                           1,
+                           0,
+                           (unsigned char)(hlen & 0xff),
                            (unsigned char)(hlen >> 8)};
   int ok = fwrite(pre, 1, sizeof pre, f) == sizeof pre && fwrite(hdr, 1, (size_t)n, f) == (size_t)n;
-  for (int i = 0; i < pad && ok; i++) ok = fputc(' ', f) != EOF;
+  for (int i = 0; i < pad && ok; i++)
+    ok = fputc(' ', f) != EOF;
   ok = ok && fputc('\n', f) != EOF;
   const size_t cnt = (size_t)B * T * V;
   ok = ok && fwrite(x, sizeof *x, cnt, f) == cnt;
@@ -95,7 +104,7 @@ int main(int argc, char **argv) {
             argv[2], T, card.max_position_embeddings);
 
   struct kd_model m;
-  model_build(&m, &be, &card, 1);
+  model_build(&m, &be, &card, MODEL_FROZEN); /* weights only */
   int st = weights_load(argv[1], &m, m.w, MPI_COMM_WORLD, err, sizeof err);
   if (st) kd_fail(st, "%s", err);
   struct kd_acts a;

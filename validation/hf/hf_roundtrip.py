@@ -1,95 +1,223 @@
 #!/usr/bin/env python3
 """Hugging Face round trip of kdconvert and kdtrain's logits (doc/checkpoint.md).
 
-For a small random Qwen2ForCausalLM (q/k/v bias, grouped-query attention 4/2), once with
-tied and once with untied embeddings: save it with transformers, convert it with
-`kdconvert from-hf` to a kdtrain weights file, run kdtrain's forward on it with
-`kdlogits` and compare the logits with transformers' in fp32 (max |diff| / max |logit|
-below 1e-4); convert back with `kdconvert to-hf`, check that every tensor comes back bit
-for bit and that transformers loads the result and gives the same logits.
-Needs: pip install torch transformers safetensors numpy.
+Small random models written by transformers itself (save_pretrained), with a BPE
+tokenizer trained here with `tokenizers` on the KJV corpus and saved beside them:
 
-usage: hf_roundtrip.py PATH/TO/kdconvert PATH/TO/kdlogits [WORKDIR]
+  qwen2    tied, rope_parameters.rope_theta = 1e6, rms_norm_eps = 1e-5, GQA 4/2, fp32
+  llama    untied, rope_theta 5e5, rms_norm_eps 1e-5, GQA 4/2, saved in bf16 and in
+           shards (exercises the index and the BF16 reader)
+  mistral  untied, sliding_window null (computed as Llama)
+
+For each: `kdconvert from-hf`, kdtrain's logits (`kdlogits`) against transformers' in
+fp32 (max |diff| / max |logit| below 1e-4), the tokenizer files stored byte for byte in
+/tokenizer; the transformers-4 spelling of the same config (top-level rope_theta) gives
+the same logits; `kdconvert to-hf --max-shard-size` with a tiny limit (index + shards):
+every tensor back bit for bit, transformers loads it (same logits), AutoTokenizer loads
+and encodes as the original, and generate() runs. Then the refusals: exit status 2 and
+a message naming the key and its value, nothing written.
+
+usage: hf_roundtrip.py KDCONVERT KDLOGITS CORPUS [WORKDIR]
 """
-import os, subprocess, sys, tempfile
+import json, os, shutil, subprocess, sys, tempfile
 
+import h5py
 import numpy as np
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig,
+                          PreTrainedTokenizerFast, Qwen2Config)
 
 TOL = 1e-4
+TEXT = "In the beginning God created the heaven and the earth."
 
 
-def run(cmd, log):
+def run(cmd, log, expect=0):
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}:\n{r.stdout}")
-    log.write(r.stdout)
+    log.write(f"$ {' '.join(cmd)}\n{r.stdout}")
+    if r.returncode != expect:
+        sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}, expected {expect}:\n{r.stdout}")
+    return r.stdout
 
 
-def case(conv, kdlogits, work, tied, seed):
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=tied,
-                      torch_dtype="float32")
-    model = Qwen2ForCausalLM(cfg).eval()
-    with torch.no_grad():  # transformers zero-initialises biases: make them count
+def train_tokenizer(corpus, work):
+    """A byte-level BPE tokenizer trained on the corpus, as a transformers tokenizer."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train([corpus], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")
+
+
+def make_model(kind, vocab):
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                  rms_norm_eps=1e-5)
+    if kind == "qwen2":
+        cfg = Qwen2Config(**common, tie_word_embeddings=True,
+                          rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    elif kind == "llama":
+        cfg = LlamaConfig(**common, tie_word_embeddings=False,
+                          rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    else:
+        cfg = MistralConfig(**common, tie_word_embeddings=False, sliding_window=None,
+                            rope_parameters={"rope_type": "default", "rope_theta": 2e4})
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():  # transformers zero-initialises biases and ones the norms
         for name, p in model.named_parameters():
             if name.endswith("bias") or "norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
-    tag = "tied" if tied else "untied"
-    src = os.path.join(work, f"hf_src_{tag}")
-    model.save_pretrained(src, safe_serialization=True)
-    h5 = os.path.join(work, f"model_{tag}.h5")
-    log = open(os.path.join(work, f"log_{tag}.txt"), "w")
-    run([conv, "from-hf", src, h5], log)
+    return model
 
-    # kdtrain's forward against transformers'
-    ids = torch.randint(0, cfg.vocab_size, (3, 40))
+
+def logits_of(kdlogits, h5, ids, work, tag, log):
     tok = os.path.join(work, f"tokens_{tag}.txt")
     with open(tok, "w") as f:
         for row in ids.tolist():
             f.write(" ".join(map(str, row)) + "\n")
     npy = os.path.join(work, f"logits_{tag}.npy")
     run([kdlogits, h5, tok, npy], log)
-    kd = torch.from_numpy(np.load(npy))
+    return torch.from_numpy(np.load(npy))
+
+
+def rel(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def case(conv, kdlogits, work, kind, tokenizer, log):
+    torch.manual_seed({"qwen2": 0, "llama": 1, "mistral": 2}[kind])
+    model = make_model(kind, len(tokenizer))
+    src = os.path.join(work, f"hf_{kind}")
+    bf16 = kind == "llama"
+    if bf16:  # stored in bf16 and sharded; the reference is its fp32 upcast
+        model = model.to(torch.bfloat16)
+        model.save_pretrained(src, max_shard_size="100KB")
+        # reloaded, not .float(): to(bfloat16) also rounded the RoPE inv_freq buffer
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()
+        assert os.path.exists(os.path.join(src, "model.safetensors.index.json"))
+    else:
+        model.save_pretrained(src)
+    tokenizer.save_pretrained(src)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    assert "rope_parameters" in cfg and cfg["rope_parameters"]["rope_theta"] != 1e4, cfg
+
+    h5 = os.path.join(work, f"{kind}.h5")
+    run([conv, "from-hf", src, h5], log)
+    ids = torch.randint(0, len(tokenizer), (3, 40))
+    kd = logits_of(kdlogits, h5, ids, work, kind, log)
     with torch.no_grad():
         ref = model(ids).logits
     assert kd.shape == ref.shape, (kd.shape, ref.shape)
-    rel = ((kd - ref).abs().max() / ref.abs().max()).item()
-    print(f"{tag}: kdtrain vs transformers logits (fp32, {tuple(ref.shape)}): "
-          f"max relative difference {rel:.3e}")
-    assert rel < TOL, f"{tag}: logits differ by {rel:.3e} > {TOL}"
+    r1 = rel(kd, ref)
+    print(f"{kind}: kdtrain vs transformers logits (fp32, {tuple(ref.shape)}): {r1:.3e}")
+    assert r1 < TOL, f"{kind}: logits differ by {r1:.3e} > {TOL}"
 
-    # back to Hugging Face: tensors bit for bit, same logits
-    back = os.path.join(work, f"hf_back_{tag}")
-    run([conv, "to-hf", h5, back], log)
-    a = load_file(os.path.join(src, "model.safetensors"))
-    b = load_file(os.path.join(back, "model.safetensors"))
-    if tied:
-        a.pop("lm_head.weight", None)  # tied: kdtrain stores only the embedding
+    # the tokenizer files, byte for byte
+    with h5py.File(h5, "r") as f:
+        stored = {k: bytes(f["tokenizer"][k][()]) for k in f["tokenizer"]}
+    assert "tokenizer.json" in stored, sorted(stored)
+    for k, v in stored.items():
+        assert open(os.path.join(src, k), "rb").read() == v, k
+    print(f"{kind}: /tokenizer holds {sorted(stored)} byte for byte")
+
+    # the transformers-4 spelling of the same config gives the same weights file
+    if kind == "qwen2":
+        old = os.path.join(work, "hf_qwen2_tf4")
+        shutil.copytree(src, old)
+        c4 = dict(cfg)
+        c4["rope_theta"] = c4.pop("rope_parameters")["rope_theta"]
+        c4["torch_dtype"] = c4.pop("dtype", "float32")
+        json.dump(c4, open(os.path.join(old, "config.json"), "w"))
+        run([conv, "from-hf", old, os.path.join(work, "qwen2_tf4.h5")], log)
+        kd4 = logits_of(kdlogits, os.path.join(work, "qwen2_tf4.h5"), ids, work, "tf4", log)
+        assert torch.equal(kd4, kd), "transformers-4 spelling gives other logits"
+        print("qwen2: transformers-4 config spelling (top-level rope_theta): same logits")
+
+    # back to Hugging Face, in shards
+    back = os.path.join(work, f"hf_back_{kind}")
+    out = run([conv, "to-hf", "--max-shard-size", "60KB", h5, back], log)
+    index = json.load(open(os.path.join(back, "model.safetensors.index.json")))
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) > 1 and files[0] == f"model-00001-of-{len(files):05d}.safetensors", files
+    b = {}
+    for fn in files:
+        b.update(load_file(os.path.join(back, fn)))
+    total = sum(t.numel() * 4 for t in b.values())
+    assert index["metadata"]["total_size"] == total
+    a = model.state_dict()
+    if kind == "qwen2":
+        a.pop("lm_head.weight")  # tied: kdtrain stores only the embedding
     assert set(a) == set(b), sorted(set(a) ^ set(b))
     for k in a:
-        assert torch.equal(a[k], b[k]), k
-    print(f"{tag}: {len(a)} tensors identical bit for bit after HF -> kdtrain -> HF")
-    again = AutoModelForCausalLM.from_pretrained(back, torch_dtype=torch.float32).eval()
+        assert torch.equal(a[k].float(), b[k]), k
+    print(f"{kind}: {len(a)} tensors bit for bit in {len(files)} shards after HF -> kdtrain -> HF")
+    again = AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32).eval()
+    assert again.config.rope_parameters["rope_theta"] == cfg["rope_parameters"]["rope_theta"]
+    assert again.config.rms_norm_eps == 1e-5
     with torch.no_grad():
-        lb = again(ids).logits
-    rel2 = ((ref - lb).abs().max() / ref.abs().max()).item()
-    print(f"{tag}: logits of the reloaded model: max relative difference {rel2:.3e}")
-    assert rel2 == 0.0
-    return rel
+        r2 = rel(again(ids).logits, ref)
+    print(f"{kind}: logits of the reloaded model: {r2:.3e}")
+    assert r2 == 0.0
+    tk = AutoTokenizer.from_pretrained(back)
+    assert tk(TEXT)["input_ids"] == tokenizer(TEXT)["input_ids"]
+    enc = tk(TEXT, return_tensors="pt")
+    gen = again.generate(**enc, max_new_tokens=5, do_sample=False, pad_token_id=tk.eos_token_id)
+    assert gen.shape[1] == enc["input_ids"].shape[1] + 5, gen.shape
+    print(f"{kind}: AutoTokenizer encodes as the original; generate() -> {tk.decode(gen[0][-5:])!r}")
+    return max(r1, 0.0), src
+
+
+def refusals(conv, work, src, log):
+    """config.json values kdtrain does not compute: exit 2 naming key and value."""
+    base = json.load(open(os.path.join(src, "config.json")))
+    cases = [
+        ("rope_parameters.rope_type", '"yarn"',
+         {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}}),
+        ("rope_scaling.type", '"linear"', {"rope_scaling": {"type": "linear", "factor": 2.0}}),
+        ("use_sliding_window", "true", {"use_sliding_window": True, "sliding_window": 64}),
+        ("layer_types[1]", '"sliding_attention"',
+         {"layer_types": ["full_attention", "sliding_attention"]}),
+        ("model_type", '"gpt2"', {"model_type": "gpt2"}),
+        ("hidden_act", '"gelu"', {"hidden_act": "gelu"}),
+        ("head_dim", "32", {"head_dim": 32}),
+        ("mlp_bias", "true", {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                              "mlp_bias": True}),
+        ("sliding_window", "64", {"model_type": "mistral", "architectures": ["MistralForCausalLM"],
+                                  "sliding_window": 64}),
+        ("partial_rotary_factor", "0.5",
+         {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                              "partial_rotary_factor": 0.5}}),
+    ]
+    for key, value, change in cases:
+        d = os.path.join(work, "refuse")
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        cfg = dict(base, **change)
+        json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+        out = os.path.join(work, "refused.h5")
+        msg = run([conv, "from-hf", d, out], log, expect=2)
+        want = f'"{key}" = {value}'
+        assert want in msg and "config.json" in msg, f"message for {key} lacks {want!r}:\n{msg}"
+        assert not os.path.exists(out) and not os.path.exists(out + ".tmp"), "wrote output"
+        print(f"refused {key} = {value}")
 
 
 def main():
-    if len(sys.argv) < 3:
+    if len(sys.argv) < 4:
         sys.exit(__doc__)
-    conv, kdlogits = sys.argv[1], sys.argv[2]
-    work = sys.argv[3] if len(sys.argv) > 3 else tempfile.mkdtemp(prefix="kd_hf_")
-    worst = max(case(conv, kdlogits, work, tied, seed)
-                for tied, seed in ((True, 0), (False, 1)))
+    conv, kdlogits, corpus = sys.argv[1:4]
+    work = sys.argv[4] if len(sys.argv) > 4 else tempfile.mkdtemp(prefix="kd_hf_")
+    log = open(os.path.join(work, "log.txt"), "w")
+    tokenizer = train_tokenizer(corpus, work)
+    worst, src = 0.0, None
+    for kind in ("qwen2", "llama", "mistral"):
+        r, s = case(conv, kdlogits, work, kind, tokenizer, log)
+        worst, src = max(worst, r), src or s
+    refusals(conv, work, src, log)
     print(f"hf round trip passed (worst logits relative difference {worst:.3e})")
 
 

@@ -1,0 +1,381 @@
+/* convert_hf.c: kdconvert's from-hf and to-hf (convert.h). The model is built as its
+ * parameter table only (MODEL_TABLE); tensors move one at a time through one host buffer
+ * the size of the largest tensor, so the peak memory is about one tensor. */
+#include "tools/convert.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "model.h"
+#include "tokfiles.h"
+#include "tools/hfconfig.h"
+#include "tools/safetensors.h"
+#include "util.h"
+#include "weights.h"
+
+#define ERRLEN 1536
+
+/* The largest tensor of the table, in elements. */
+static size_t largest(const struct kd_model *m) {
+  size_t most = 1;
+  for (int p = 0; p < m->nparams; p++)
+    if (m->params[p].numel > most) most = m->params[p].numel;
+  return most;
+}
+
+/* --- from-hf --------------------------------------------------------------------------- */
+
+/* The safetensors files of a model directory (one file, or the index's shards), opened. */
+static int open_shards(const char *dir, struct st_file **out) {
+  char path[1200], err[ERRLEN];
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+  FILE *f = fopen(path, "rb");
+  char **names = NULL;
+  int n = 0;
+  if (!f) {
+    names = kd_calloc(1, sizeof *names);
+    names[n] = kd_malloc(1200);
+    snprintf(names[n++], 1200, "%s/model.safetensors", dir);
+    if (access(names[0], R_OK) != 0)
+      kd_fail(KD_EXIT_INPUT,
+              "%s: no model.safetensors nor model.safetensors.index.json "
+              "(kdconvert reads safetensors weights only)",
+              dir);
+  } else {
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = kd_calloc((size_t)(len > 0 ? len : 0) + 1, 1);
+    size_t got = len > 0 ? fread(text, 1, (size_t)len, f) : 0;
+    fclose(f);
+    cJSON *o = cJSON_ParseWithLength(text, got);
+    free(text);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(o, "weight_map"), *e;
+    if (!cJSON_IsObject(map)) kd_fail(KD_EXIT_INPUT, "%s: no weight_map object", path);
+    names = kd_calloc((size_t)cJSON_GetArraySize(map) + 1, sizeof *names);
+    cJSON_ArrayForEach(e, map) {
+      if (!cJSON_IsString(e) || strchr(e->valuestring, '/'))
+        kd_fail(KD_EXIT_INPUT, "%s: weight_map[\"%s\"] is not a file name", path, e->string);
+      char full[1200];
+      snprintf(full, sizeof full, "%s/%s", dir, e->valuestring);
+      int seen = 0;
+      for (int i = 0; i < n; i++)
+        seen |= !strcmp(names[i], full);
+      if (seen) continue;
+      names[n] = kd_malloc(1200);
+      snprintf(names[n++], 1200, "%s", full);
+    }
+    cJSON_Delete(o);
+  }
+  struct st_file *sf = kd_calloc((size_t)n + 1, sizeof *sf);
+  for (int i = 0; i < n; i++) {
+    if (st_open(&sf[i], names[i], err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
+    free(names[i]);
+  }
+  free(names);
+  *out = sf;
+  return n;
+}
+
+/* Refuse tensors of the files that the model kdtrain computes has no place for. */
+static void check_no_extra(const struct kd_model *m, const struct st_file *sf, int nsh) {
+  for (int i = 0; i < nsh; i++) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, sf[i].header) {
+      const char *name = e->string;
+      size_t l = strlen(name);
+      if (!strcmp(name, "__metadata__") || model_find(m, name)) continue;
+      if (l > 21 && !strcmp(name + l - 21, ".rotary_emb.inv_freq")) continue;       /* a buffer */
+      if (m->card.tie_word_embeddings && !strcmp(name, "lm_head.weight")) continue; /* tied */
+      kd_fail(KD_EXIT_INPUT,
+              "%s: tensor %s has no place in the model config.json describes "
+              "(kdtrain computes no such tensor)",
+              sf[i].path, name);
+    }
+  }
+}
+
+/* For every table entry, the shard holding it, with shape and byte range checked. */
+static int *locate(const struct kd_model *m, const struct st_file *sf, int nsh, const char *dir) {
+  int *where = kd_calloc((size_t)m->nparams, sizeof *where);
+  char err[ERRLEN];
+  for (int p = 0; p < m->nparams; p++) {
+    const struct kd_param *q = &m->params[p];
+    int nd = 0;
+    int64_t sh[4];
+    where[p] = -1;
+    for (int i = 0; i < nsh && where[p] < 0; i++)
+      if (st_find(&sf[i], q->name, &nd, sh)) where[p] = i;
+    if (where[p] < 0)
+      kd_fail(KD_EXIT_INPUT, "%s: no tensor %s in the safetensors files", dir, q->name);
+    const struct st_file *f = &sf[where[p]];
+    if (nd != q->ndim || sh[0] != q->shape[0] || (nd == 2 && sh[1] != q->shape[1]))
+      kd_fail(KD_EXIT_INPUT,
+              "%s: tensor %s has %d dimension(s) (%lld, ...) but config.json "
+              "implies (%lld, %lld)",
+              f->path, q->name, nd, (long long)sh[0], (long long)q->shape[0],
+              (long long)(q->ndim == 2 ? q->shape[1] : 1));
+    if (st_check(f, q->name, q->numel, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
+  }
+  return where;
+}
+
+int convert_from_hf(const char *dir, const char *out, const char *card_out) {
+  struct kd_backend be;
+  backend_cpu_init(&be, 0);
+  struct kd_card card;
+  struct hf_extra extra;
+  char err[ERRLEN];
+  if (hfconfig_read(&card, &extra, dir, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
+  const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
+  snprintf(card.name, sizeof card.name, "%.*s", (int)strcspn(base, "."), base);
+  struct kd_model m;
+  model_build(&m, &be, &card, MODEL_TABLE);
+  struct st_file *sf;
+  const int nsh = open_shards(dir, &sf);
+  check_no_extra(&m, sf, nsh);
+  int *where = locate(&m, sf, nsh, dir);
+
+  /* everything checked: write OUT.tmp, rename when complete */
+  char tmp[1200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  struct weights_io io;
+  int ntok = 0;
+  int st = weights_create(&io, tmp, &m, NULL, 1, MPI_COMM_WORLD, err, sizeof err);
+  if (!st) st = tokfiles_write_dir(io.file, dir, MPI_COMM_WORLD, &ntok, err, sizeof err);
+  float *x = kd_malloc(largest(&m) * sizeof(float));
+  for (int p = 0; p < m.nparams && !st; p++) {
+    const struct kd_param *q = &m.params[p];
+    if (st_read_f32(&sf[where[p]], q->name, x, q->numel, err, sizeof err)) st = KD_EXIT_IO;
+    if (!st) st = weights_write_tensor(&io, "params", p, x, err, sizeof err);
+  }
+  free(x);
+  st = weights_close(&io, st, err, sizeof err);
+  if (!st && rename(tmp, out) != 0) {
+    kd_seterr(err, sizeof err, "cannot rename %s to %s", tmp, out);
+    st = KD_EXIT_IO;
+  }
+  if (st) {
+    unlink(tmp);
+    kd_fail(st, "%s", err);
+  }
+  FILE *f = fopen(card_out, "w");
+  if (!f) kd_fail(KD_EXIT_IO, "cannot write %s", card_out);
+  fprintf(f, "! converted by kdconvert from %s (model_type '%s'%s%s)\n", dir, extra.model_type,
+          extra.dtype[0] ? ", dtype " : "", extra.dtype);
+  card_print(f, &card);
+  if (fclose(f) != 0) kd_fail(KD_EXIT_IO, "cannot write %s", card_out);
+  printf("kdconvert: %s -> %s (%d tensors, %d tokenizer files) and card %s\n", dir, out, m.nparams,
+         ntok, card_out);
+  if (ntok == 0) fprintf(stderr, "kdconvert: note: %s holds no tokenizer files\n", dir);
+  for (int i = 0; i < nsh; i++)
+    st_close(&sf[i]);
+  free(sf);
+  free(where);
+  model_free(&m, &be);
+  return 0;
+}
+
+/* --- to-hf ----------------------------------------------------------------------------- */
+
+/* One tensor of the exported state dict: table entry p, or zeros (p < 0) for a bias that
+ * transformers' class has and kdtrain's card leaves out. */
+struct xtensor {
+  struct st_tensor t;
+  int p;
+  char name[96];
+  int shard;
+};
+
+/* The exported tensors, in table order, then the zero biases. */
+static int export_list(const struct kd_model *m, struct xtensor **out) {
+  const struct kd_card *c = &m->card;
+  const int L = c->num_hidden_layers, qwen = !strcmp(c->arch, "qwen2");
+  struct xtensor *x = kd_calloc((size_t)m->nparams + 3 * (size_t)L + 1, sizeof *x);
+  int n = 0;
+  for (int p = 0; p < m->nparams; p++, n++) {
+    const struct kd_param *q = &m->params[p];
+    snprintf(x[n].name, sizeof x[n].name, "%s", q->name);
+    x[n].t = (struct st_tensor){NULL, q->ndim, {q->shape[0], q->shape[1]}};
+    x[n].p = p;
+  }
+  const int64_t hd = c->hidden_size / c->num_attention_heads;
+  for (int l = 0; l < L; l++) {
+    if (qwen && !c->attention_bias) { /* Qwen2 always has q/k/v biases */
+      const char *w[3] = {"q", "k", "v"};
+      for (int k = 0; k < 3; k++, n++) {
+        snprintf(x[n].name, sizeof x[n].name, "model.layers.%d.self_attn.%s_proj.bias", l, w[k]);
+        int64_t rows = (k == 0 ? c->num_attention_heads : c->num_key_value_heads) * hd;
+        x[n].t = (struct st_tensor){NULL, 1, {rows, 1}};
+        x[n].p = -1;
+      }
+    }
+    if (!qwen && c->attention_bias) { /* Llama's attention_bias covers o_proj too */
+      snprintf(x[n].name, sizeof x[n].name, "model.layers.%d.self_attn.o_proj.bias", l);
+      x[n].t = (struct st_tensor){NULL, 1, {c->hidden_size, 1}};
+      x[n].p = -1;
+      n++;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    x[i].t.name = x[i].name;
+  *out = x;
+  return n;
+}
+
+/* Cut the list into shards as transformers does: in order, a new shard when the next
+ * tensor would overflow the limit; a tensor above the limit alone. Returns the count. */
+static int plan_shards(struct xtensor *x, int n, int64_t limit) {
+  int shard = 0;
+  int64_t fill = 0;
+  for (int i = 0; i < n; i++) {
+    const int64_t bytes = (int64_t)st_numel(&x[i].t) * 4;
+    if (fill > 0 && fill + bytes > limit) shard++, fill = 0;
+    x[i].shard = shard;
+    fill += bytes;
+  }
+  return n > 0 ? shard + 1 : 0;
+}
+
+static void shard_name(char *out, size_t len, int s, int nshards) {
+  if (nshards == 1)
+    snprintf(out, len, "model.safetensors");
+  else
+    snprintf(out, len, "model-%05d-of-%05d.safetensors", s + 1, nshards);
+}
+
+/* Remove the weights files an earlier export may have left in `dir`. */
+static void remove_stale(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    const char *nm = e->d_name; /* model-00001-of-00003.safetensors */
+    int shard = strlen(nm) == 32 && !strncmp(nm, "model-", 6) && !strncmp(nm + 11, "-of-", 4) &&
+                !strcmp(nm + 20, ".safetensors");
+    if (shard || !strcmp(e->d_name, "model.safetensors") ||
+        !strcmp(e->d_name, "model.safetensors.index.json")) {
+      char path[1200];
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+  }
+  if (d) closedir(d);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0)
+    kd_fail(KD_EXIT_IO, "cannot write %s", path);
+}
+
+/* model.safetensors.index.json for a sharded export. */
+static void write_index(const char *dir, const struct xtensor *x, int n, int nshards) {
+  cJSON *o = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(o, "metadata");
+  int64_t total = 0;
+  for (int i = 0; i < n; i++)
+    total += (int64_t)st_numel(&x[i].t) * 4;
+  cJSON_AddNumberToObject(meta, "total_size", (double)total);
+  cJSON *map = cJSON_AddObjectToObject(o, "weight_map");
+  for (int i = 0; i < n; i++) {
+    char name[64];
+    shard_name(name, sizeof name, x[i].shard, nshards);
+    cJSON_AddStringToObject(map, x[i].name, name);
+  }
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  write_text(dir, "model.safetensors.index.json", text);
+  free(text);
+}
+
+int convert_to_hf(const char *in, const char *dir, int64_t max_shard) {
+  struct kd_backend be;
+  backend_cpu_init(&be, 0);
+  struct kd_card card;
+  char err[ERRLEN];
+  if (weights_read_card(in, &card, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
+  struct kd_model m;
+  model_build(&m, &be, &card, MODEL_TABLE);
+  struct weights_io io;
+  int st = weights_open(&io, in, &m, MPI_COMM_WORLD, err, sizeof err);
+  if (st) kd_fail(weights_close(&io, st, err, sizeof err), "%s", err);
+  if (kd_mkdir_p(dir) != 0 || access(dir, W_OK) != 0)
+    kd_fail(KD_EXIT_IO, "cannot create directory %s", dir);
+  remove_stale(dir);
+  struct xtensor *x;
+  const int n = export_list(&m, &x), nshards = plan_shards(x, n, max_shard);
+  float *buf = kd_malloc(largest(&m) * sizeof(float)); /* zero biases are smaller */
+  for (int s = 0, i = 0; s < nshards && !st; s++) {
+    int lo = i;
+    while (i < n && x[i].shard == s)
+      i++;
+    struct st_tensor *t = kd_calloc((size_t)(i - lo), sizeof *t);
+    for (int k = lo; k < i; k++)
+      t[k - lo] = x[k].t;
+    char name[64], path[1200];
+    shard_name(name, sizeof name, s, nshards);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct st_writer w;
+    if (st_writer_open(&w, path, t, i - lo, err, sizeof err)) st = KD_EXIT_IO;
+    for (int k = lo; k < i && !st; k++) {
+      if (x[k].p >= 0)
+        st = weights_read_tensor(&io, "params", x[k].p, buf, err, sizeof err);
+      else
+        memset(buf, 0, st_numel(&x[k].t) * sizeof(float));
+      if (!st && st_writer_put(&w, buf, err, sizeof err)) st = KD_EXIT_IO;
+    }
+    if (st_writer_close(&w, st ? NULL : err, st ? 0 : sizeof err) && !st) st = KD_EXIT_IO;
+    free(t);
+  }
+  free(buf);
+  st = weights_close(&io, st, err, sizeof err);
+  if (st) kd_fail(st, "%s", err);
+  if (nshards > 1) write_index(dir, x, n, nshards);
+  char *cfg = hfconfig_write(&card);
+  write_text(dir, "config.json", cfg);
+  free(cfg);
+  int ntok = 0;
+  if ((st = tokfiles_extract(in, dir, &ntok, err, sizeof err))) kd_fail(st, "%s", err);
+  printf("kdconvert: %s -> %s (config.json, %d tensors in %d safetensors file%s, %d tokenizer "
+         "files)\n",
+         in, dir, n, nshards, nshards == 1 ? "" : "s", ntok);
+  if (ntok == 0) fprintf(stderr, "kdconvert: note: %s stores no tokenizer: %s has none\n", in, dir);
+  free(x);
+  model_free(&m, &be);
+  return 0;
+}
+
+int64_t convert_parse_size(const char *s) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || !(v > 0) || v > 1e15) return -1;
+  static const struct {
+    const char *unit;
+    double f;
+  } units[] = {{"", 1},
+               {"B", 1},
+               {"KB", 1e3},
+               {"MB", 1e6},
+               {"GB", 1e9},
+               {"TB", 1e12},
+               {"KIB", 1024.0},
+               {"MIB", 1048576.0},
+               {"GIB", 1073741824.0},
+               {"TIB", 1099511627776.0}};
+  char u[8];
+  size_t l = strlen(end);
+  if (l >= sizeof u) return -1;
+  for (size_t i = 0; i <= l; i++)
+    u[i] = (char)toupper((unsigned char)end[i]);
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (!strcmp(u, units[i].unit)) return v * units[i].f >= 1 ? (int64_t)(v * units[i].f) : -1;
+  return -1;
+}

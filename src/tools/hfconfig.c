@@ -1,0 +1,292 @@
+/* hfconfig.c: config.json of a Hugging Face Qwen2 / Llama / Mistral model <-> model card.
+ * Absent keys take the transformers default of the model_type; a key whose value kdtrain
+ * does not compute is refused, never ignored. */
+#include "tools/hfconfig.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* transformers' defaults for the keys that have one, per model_type. */
+struct hf_arch {
+  const char *model_type, *card_arch, *architecture;
+  int kv_heads; /* num_key_value_heads when absent; 0: num_attention_heads */
+  int max_pos;
+};
+static const struct hf_arch archs[] = {
+    {"qwen2", "qwen2", "Qwen2ForCausalLM", 32, 32768},
+    {"llama", "llama", "LlamaForCausalLM", 0, 2048},
+    {"mistral", "llama", "MistralForCausalLM", 8, 4096 * 32},
+};
+#define NARCHS (sizeof archs / sizeof archs[0])
+
+/* Reading state: the file, its JSON, and the error buffer. */
+struct rd {
+  const char *path;
+  const cJSON *o;
+  char *err;
+  size_t errlen;
+};
+
+/* A key's value, NULL when absent or JSON null (transformers treats both as unset). */
+static const cJSON *get(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* Refuse `key` = its value with `why`; returns KD_EXIT_INPUT. */
+static int refuse(const struct rd *r, const char *key, const cJSON *v, const char *why) {
+  char *text = v ? cJSON_PrintUnformatted(v) : NULL;
+  kd_seterr(r->err, r->errlen, "%s: key \"%s\" = %s: %s", r->path, key, text ? text : "(absent)",
+            why);
+  free(text);
+  return KD_EXIT_INPUT;
+}
+
+/* A positive integer key; `dflt` < 0: required. */
+static int get_int(const struct rd *r, const char *key, int dflt, int *out) {
+  const cJSON *v = get(r->o, key);
+  if (!v && dflt >= 0) return *out = dflt, 0;
+  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 ||
+      v->valuedouble > 2147483647.0)
+    return refuse(r, key, v, "expected a positive integer");
+  *out = (int)v->valuedouble;
+  return 0;
+}
+
+/* A positive real key of object `o` (default when absent). */
+static int get_real(const struct rd *r, const cJSON *o, const char *key, double dflt, double *out) {
+  const cJSON *v = get(o, key);
+  if (!v) return *out = dflt, 0;
+  if (!cJSON_IsNumber(v) || !(v->valuedouble > 0))
+    return refuse(r, key, v, "expected a positive number");
+  *out = v->valuedouble;
+  return 0;
+}
+
+/* A logical key (default when absent). */
+static int get_bool(const struct rd *r, const char *key, int dflt, int *out) {
+  const cJSON *v = get(r->o, key);
+  if (!v) return *out = dflt, 0;
+  if (!cJSON_IsBool(v)) return refuse(r, key, v, "expected true or false");
+  *out = cJSON_IsTrue(v);
+  return 0;
+}
+
+/* RoPE: transformers 5 `rope_parameters` {rope_type, rope_theta, ...}, transformers 4
+ * `rope_theta` + `rope_scaling`; a non-null rope_scaling takes precedence as in
+ * transformers 5, and the dict's rope_theta over the top-level one. Only the default
+ * (unscaled) RoPE over the full head dimension is computed. */
+static int read_rope(const struct rd *r, double *theta) {
+  const char *key = "rope_scaling";
+  const cJSON *rp = get(r->o, key);
+  if (rp && cJSON_IsObject(rp) && !rp->child) rp = NULL; /* {} */
+  if (!rp) key = "rope_parameters", rp = get(r->o, key);
+  if (rp && !cJSON_IsObject(rp)) return refuse(r, key, rp, "expected an object");
+  const cJSON *full = rp ? get(rp, "full_attention") : NULL;
+  char k[96];
+  if (full) { /* nested by layer type: every layer is full attention (checked elsewhere) */
+    if (!cJSON_IsObject(full))
+      return refuse(r, "rope_parameters.full_attention", full, "expected an object");
+    rp = full;
+    key = "rope_parameters.full_attention";
+  }
+  int st = get_real(r, r->o, "rope_theta", 10000.0, theta);
+  if (!st && rp) {
+    snprintf(k, sizeof k, "%s.rope_theta", key);
+    const cJSON *t = get(rp, "rope_theta");
+    if (t && (!cJSON_IsNumber(t) || !(t->valuedouble > 0)))
+      return refuse(r, k, t, "expected a positive number");
+    if (t) *theta = t->valuedouble;
+    const cJSON *ty = get(rp, "rope_type");
+    snprintf(k, sizeof k, "%s.rope_type", key);
+    if (!ty) {
+      ty = get(rp, "type");
+      snprintf(k, sizeof k, "%s.type", key);
+    }
+    if (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "default")))
+      return refuse(r, k, ty,
+                    "kdtrain computes the default RoPE only (no linear, dynamic, yarn, llama3, "
+                    "longrope scaling)");
+  }
+  const cJSON *prf = rp && get(rp, "partial_rotary_factor") ? get(rp, "partial_rotary_factor")
+                                                            : get(r->o, "partial_rotary_factor");
+  if (!st && prf && (!cJSON_IsNumber(prf) || prf->valuedouble != 1.0))
+    return refuse(r, "partial_rotary_factor", prf, "kdtrain rotates the full head dimension");
+  return st;
+}
+
+/* Sliding-window attention must be off for every layer. */
+static int read_window(const struct rd *r, const struct hf_arch *a, const struct kd_card *c) {
+  const cJSON *v = get(r->o, "use_sliding_window");
+  if (v && !cJSON_IsBool(v)) return refuse(r, "use_sliding_window", v, "expected true or false");
+  if (!strcmp(a->model_type, "qwen2") && cJSON_IsTrue(v))
+    return refuse(r, "use_sliding_window", v,
+                  "sliding-window attention is not computed by kdtrain");
+  const cJSON *lt = get(r->o, "layer_types"), *e;
+  if (lt && !cJSON_IsArray(lt)) return refuse(r, "layer_types", lt, "expected a list");
+  int i = 0;
+  cJSON_ArrayForEach(e, lt) {
+    if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
+      char k[64];
+      snprintf(k, sizeof k, "layer_types[%d]", i);
+      return refuse(r, k, e, "kdtrain computes full attention in every layer");
+    }
+    i++;
+  }
+  const cJSON *w = get(r->o, "sliding_window");
+  if (!strcmp(a->model_type, "mistral") && w &&
+      !(cJSON_IsNumber(w) && w->valuedouble >= c->max_position_embeddings))
+    return refuse(r, "sliding_window", w,
+                  "sliding-window attention is not computed by kdtrain (null, or a window of "
+                  "at least max_position_embeddings, is)");
+  return 0;
+}
+
+/* The keys that must have the one value kdtrain computes. */
+static int read_fixed(const struct rd *r, const struct hf_arch *a, const struct kd_card *c,
+                      struct hf_extra *x) {
+  const cJSON *v;
+  if ((v = get(r->o, "architectures"))) {
+    const cJSON *first = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, 0) : NULL;
+    if (!cJSON_IsString(first) || strcmp(first->valuestring, a->architecture)) {
+      char why[128];
+      snprintf(why, sizeof why, "expected [\"%s\"] for model_type \"%s\"", a->architecture,
+               a->model_type);
+      return refuse(r, "architectures", v, why);
+    }
+  }
+  if ((v = get(r->o, "quantization_config")))
+    return refuse(r, "quantization_config", v, "kdconvert reads unquantized weights only");
+  v = get(r->o, "hidden_act");
+  if (v &&
+      !(cJSON_IsString(v) && (!strcmp(v->valuestring, "silu") || !strcmp(v->valuestring, "swish"))))
+    return refuse(r, "hidden_act", v, "kdtrain computes the SiLU (SwiGLU) MLP only");
+  v = get(r->o, "mlp_bias");
+  if (v && !cJSON_IsFalse(v)) return refuse(r, "mlp_bias", v, "kdtrain's MLP has no biases");
+  v = get(r->o, "head_dim");
+  if (v &&
+      !(cJSON_IsNumber(v) && v->valuedouble == (double)(c->hidden_size / c->num_attention_heads)))
+    return refuse(r, "head_dim", v, "kdtrain assumes hidden_size / num_attention_heads");
+  const char *dkey = get(r->o, "dtype") ? "dtype" : "torch_dtype";
+  v = get(r->o, dkey);
+  if (v && !(cJSON_IsString(v) &&
+             (!strcmp(v->valuestring, "float32") || !strcmp(v->valuestring, "bfloat16") ||
+              !strcmp(v->valuestring, "float16"))))
+    return refuse(r, dkey, v, "expected float32, bfloat16 or float16");
+  if (v) snprintf(x->dtype, sizeof x->dtype, "%s", v->valuestring);
+  return 0;
+}
+
+int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *err,
+                  size_t errlen) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  memset(c, 0, sizeof *c);
+  memset(x, 0, sizeof *x);
+  FILE *f = fopen(path, "rb");
+  char *text = NULL;
+  size_t len = 0;
+  if (f) {
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = kd_calloc((size_t)(n > 0 ? n : 0) + 1, 1);
+    len = n > 0 ? fread(text, 1, (size_t)n, f) : 0;
+    fclose(f);
+  }
+  if (!f) {
+    kd_seterr(err, errlen, "%s: cannot read (is %s a Hugging Face model directory?)", path, dir);
+    return KD_EXIT_INPUT;
+  }
+  cJSON *o = cJSON_ParseWithLength(text, len);
+  free(text);
+  if (!cJSON_IsObject(o)) {
+    kd_seterr(err, errlen, "%s: not a JSON object", path);
+    cJSON_Delete(o);
+    return KD_EXIT_INPUT;
+  }
+  struct rd r = {path, o, err, errlen};
+  const struct hf_arch *a = NULL;
+  const cJSON *mt = get(o, "model_type");
+  for (size_t i = 0; i < NARCHS && cJSON_IsString(mt); i++)
+    if (!strcmp(mt->valuestring, archs[i].model_type)) a = &archs[i];
+  int st = a ? 0 : refuse(&r, "model_type", mt, "kdtrain computes qwen2, llama and mistral");
+  if (!st) {
+    snprintf(c->arch, sizeof c->arch, "%s", a->card_arch);
+    snprintf(x->model_type, sizeof x->model_type, "%s", a->model_type);
+    st = get_int(&r, "vocab_size", -1, &c->vocab_size);
+  }
+  if (!st) st = get_int(&r, "hidden_size", -1, &c->hidden_size);
+  if (!st) st = get_int(&r, "intermediate_size", -1, &c->intermediate_size);
+  if (!st) st = get_int(&r, "num_hidden_layers", -1, &c->num_hidden_layers);
+  if (!st) st = get_int(&r, "num_attention_heads", -1, &c->num_attention_heads);
+  if (!st)
+    st = get_int(&r, "num_key_value_heads", a->kv_heads ? a->kv_heads : c->num_attention_heads,
+                 &c->num_key_value_heads);
+  if (!st && c->hidden_size % c->num_attention_heads)
+    st = refuse(&r, "num_attention_heads", get(o, "num_attention_heads"),
+                "hidden_size is not a multiple of it");
+  if (!st && c->num_attention_heads % c->num_key_value_heads)
+    st = refuse(&r, "num_key_value_heads", get(o, "num_key_value_heads"),
+                "num_attention_heads is not a multiple of it");
+  if (!st) st = get_int(&r, "max_position_embeddings", a->max_pos, &c->max_position_embeddings);
+  if (!st) st = get_real(&r, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps);
+  if (!st) st = get_bool(&r, "tie_word_embeddings", 0, &c->tie_word_embeddings);
+  if (!st) st = read_rope(&r, &c->rope_theta);
+  if (!st) { /* qwen2: q/k/v biases always (the key is not read by transformers) */
+    c->attention_bias = !strcmp(a->model_type, "qwen2");
+    if (!strcmp(a->model_type, "llama")) {
+      int bias = 0;
+      st = get_bool(&r, "attention_bias", 0, &bias);
+      if (!st && bias)
+        st = refuse(&r, "attention_bias", get(o, "attention_bias"),
+                    "Llama's attention bias includes o_proj, which kdtrain does not compute");
+    }
+  }
+  if (!st) st = read_window(&r, a, c);
+  if (!st) st = read_fixed(&r, a, c, x);
+  cJSON_Delete(o);
+  return st;
+}
+
+char *hfconfig_write(const struct kd_card *c) {
+  const int qwen = !strcmp(c->arch, "qwen2");
+  cJSON *o = cJSON_CreateObject();
+  cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+  cJSON_AddItemToArray(arch, cJSON_CreateString(qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+  cJSON_AddStringToObject(o, "model_type", qwen ? "qwen2" : "llama");
+  cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+  cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
+  cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
+  cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
+  cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
+  cJSON_AddNumberToObject(o, "num_key_value_heads", c->num_key_value_heads);
+  cJSON_AddNumberToObject(o, "head_dim", c->hidden_size / c->num_attention_heads);
+  cJSON_AddStringToObject(o, "hidden_act", "silu");
+  cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
+  cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
+  /* both spellings: transformers 4 reads rope_theta, 5 rope_parameters */
+  cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
+  cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
+  cJSON_AddStringToObject(rp, "rope_type", "default");
+  cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
+  cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
+  if (qwen) {
+    cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+    cJSON_AddNullToObject(o, "sliding_window");
+    cJSON_AddNumberToObject(o, "max_window_layers", c->num_hidden_layers);
+  } else {
+    cJSON_AddBoolToObject(o, "attention_bias", c->attention_bias);
+    cJSON_AddBoolToObject(o, "mlp_bias", 0);
+  }
+  cJSON_AddStringToObject(o, "torch_dtype", "float32");
+  cJSON_AddStringToObject(o, "dtype", "float32");
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  return text;
+}

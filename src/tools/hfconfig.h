@@ -1,0 +1,26 @@
+/* hfconfig.h: a Hugging Face config.json <-> a kdtrain model card (doc/user-guide.md,
+ * "Hugging Face models"). Reading takes every key that changes what the model computes,
+ * in the transformers 4 and 5 spellings, and refuses any value kdtrain does not compute;
+ * writing produces a config.json that transformers 4 and 5 both load. */
+#ifndef KD_HFCONFIG_H
+#define KD_HFCONFIG_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+/* What config.json says beyond the card. */
+struct hf_extra {
+  char model_type[32]; /* as written: qwen2, llama or mistral (card arch: qwen2 or llama) */
+  char dtype[32];      /* torch_dtype / dtype, "" when absent */
+};
+
+/* Read `dir`/config.json into `card` (name and path left empty). 0, or KD_EXIT_INPUT with
+ * one message naming the file, the key and its value in `err`. */
+int hfconfig_read(struct kd_card *card, struct hf_extra *extra, const char *dir, char *err,
+                  size_t errlen);
+
+/* The config.json text for `card` (float32 weights); the caller frees it. */
+char *hfconfig_write(const struct kd_card *card);
+
+#endif
