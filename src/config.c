@@ -77,6 +77,7 @@ static const struct namelist_key cfg_keys[] = {
     CI(log, every, log_every, "1", NL_GE, 1, 0),
     CS(log, metrics, log_metrics, "''", NULL, NL_PATH),
     CS(log, level, log_level, "'info'", "error|warn|info|debug", 0),
+    CR(log, peak_tflops, log_peak_tflops, "0.0", NL_GE, 0, 0),
 };
 
 #define MI(k, d, fl, lo, hi) NAMELIST_KEY(kd_card, model, k, NL_INT, k, d, fl, lo, hi, NULL)

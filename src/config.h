@@ -74,6 +74,7 @@ struct kd_config {
   int log_every;
   char log_metrics[KD_PATH_MAX]; /* '' in the input: resolved to run%out_dir/metrics.csv */
   char log_level[KD_WORD_MAX];
+  double log_peak_tflops; /* one rank's peak for the MFU column; 0: from the hardware */
 
   /* Every path above is absolute after config_load (relative ones are taken from the
    * current directory). Resolved model cards: teacher only in mode 'distill' with a

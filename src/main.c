@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu_hw.h"
 #include "config.h"
 #include "selftest.h"
 #include "train.h"
@@ -51,6 +52,7 @@ static int launch_size(int *rank) {
 }
 
 int main(int argc, char **argv) {
+  kd_blas_select(argv); /* first: it may re-execute this program with a better BLAS kernel */
   int lrank;
   const int lsize = launch_size(&lrank);
   int print_config = 0, dry_run = 0, selftest = 0;

@@ -3,11 +3,13 @@
  * the gradient reduction and update (zero.c), the loss sums over the world, the
  * checkpoint hook (ckpt.c). Data-parallel ranks each take their contiguous share of
  * every global batch. */
+#define _GNU_SOURCE /* sched_getaffinity, cpu_set_t */
 #include "kdtrain_config.h"
 
 #include "train.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -29,6 +31,7 @@
 #include "util.h"
 #include "weights.h"
 #include "zero.h"
+#include "backend/cpu_hw.h"
 #include "backend/cuda.h"
 
 _Static_assert(KD_DATA_MAX == DATA_MAX_SETS, "a blend holds as many files as data%train");
@@ -48,7 +51,10 @@ struct run {
   struct loss_spec spec;
   size_t chunk;
   FILE *metrics;
-  double gemm_peak;     /* measured FLOP/s of this rank's GEMM */
+  double gemm_rate;     /* measured FLOP/s of this rank's GEMM (start line only) */
+  double peak;          /* this rank's share of the hardware's peak FLOP/s (0: unknown) */
+  double peak_all;      /* the sum over ranks: the MFU denominator */
+  char peak_what[320];  /* where rank 0's peak came from */
   double step_flops;    /* model FLOPs of one step over all ranks */
   struct ckpt_state resume; /* state of the checkpoint resumed from (step 0: fresh run) */
 };
@@ -59,9 +65,10 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Sustained FLOP/s of a large square GEMM on this backend (the MFU denominator):
- * the median of 5 timed products of n = 1536 after 3 warm-up products. */
-static double measure_gemm_peak(struct kd_backend *be) {
+/* Sustained FLOP/s of a large square GEMM on this backend (shown next to the peak at
+ * start, as a check of the BLAS): the median of 5 timed products of n = 1536 after 3
+ * warm-up products. */
+static double measure_gemm_rate(struct kd_backend *be) {
   const int n = 1536, reps = 5;
   const size_t nn = (size_t)n * n;
   float *A = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
@@ -100,6 +107,49 @@ static double forward_flops(const struct kd_card *c, double tokens, int T) {
   p -= (double)c->vocab_size * c->hidden_size * (c->tie_word_embeddings ? 0 : 1); /* lookup */
   const double attn = 2.0 * c->num_hidden_layers * (double)T * c->hidden_size; /* causal QK,PV */
   return 2.0 * p * tokens + attn * tokens;
+}
+
+/* CPUs per rank on this node: the union of the affinity masks of the node's ranks
+ * over their number (ranks bound to one core each, or all unbound, both count right). */
+static double node_cores_per_rank(void) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  cpu_set_t mine, all;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_SET(0, &mine);
+  MPI_Allreduce(&mine, &all, (int)sizeof mine, MPI_BYTE, MPI_BOR, node);
+  int size;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  return (double)CPU_COUNT(&all) / size;
+}
+
+/* This rank's share of the hardware's peak FLOP/s in the compute precision, the MFU
+ * denominator, and where it came from: log%peak_tflops when given; the GPU's datasheet;
+ * on the CPU, cores x FP32 FLOP/cycle (FMA units x lanes x 2, from the CPU's features) x
+ * the nominal clock. 0 when unknown (MFU then reads nan). Collective. */
+static double hardware_peak(struct run *r, char *what, size_t n) {
+  const double cores = node_cores_per_rank();
+  if (r->cfg->log_peak_tflops > 0) {
+    snprintf(what, n, "log%%peak_tflops");
+    return r->cfg->log_peak_tflops * 1e12;
+  }
+#ifdef KD_HAVE_CUDA
+  if (strcmp(r->be.name, "cuda") == 0) return backend_cuda_peak(r->be.bf16, what, n);
+#endif
+  struct kd_cpu c;
+  kd_cpu_detect(&c);
+  char how[96], src[64];
+  const double fpc = kd_cpu_flops_per_cycle(&c, how, sizeof how);
+  const double hz = kd_cpu_nominal_hz(&c, src, sizeof src);
+  if (hz <= 0) {
+    snprintf(what, n, "the CPU clock is unknown: set log%%peak_tflops");
+    return 0.0;
+  }
+  snprintf(what, n, "%.3g cores x %.0f FP32 FLOP/cycle (%s, %s) x %.2f GHz (%s)%s", cores, fpc,
+           kd_isa_name(c.isa), how, hz / 1e9, src,
+           r->be.bf16 ? "; bf16 runs FP32 GEMMs on the CPU" : "");
+  return cores * fpc * hz;
 }
 
 static void fail_input(int status, const char *err) {
@@ -144,6 +194,11 @@ static void backend_select(struct run *r, const struct kd_config *cfg) {
 #endif
   if (strcmp(dev, "auto") == 0 && ncuda == 0)
     snprintf(where, sizeof where, " (run%%device='auto', no CUDA device: %s)", why);
+  if (!r->be.device) {
+    char hw[1024];
+    kd_blas_describe(hw, sizeof hw);
+    kd_info("kdtrain: %s\n", hw);
+  }
   kd_info("kdtrain: backend %s%s | MPI %s\n", r->be.name, where,
           !r->be.device      ? "on host memory"
           : r->be.mpi_device ? "on device buffers (CUDA-aware MPI)"
@@ -275,7 +330,9 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill ? &r->teacher : NULL, mb, T,
              nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
 
-  r->gemm_peak = measure_gemm_peak(&r->be);
+  r->gemm_rate = measure_gemm_rate(&r->be);
+  r->peak = hardware_peak(r, r->peak_what, sizeof r->peak_what);
+  MPI_Allreduce(&r->peak, &r->peak_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   const double gtokens = (double)cfg->par_global_batch * T;
   r->step_flops = 3.0 * forward_flops(&cfg->student, gtokens, T);
   if (r->distill) r->step_flops += forward_flops(&cfg->teacher, gtokens, T);
@@ -440,7 +497,7 @@ static int train_loop(struct run *r) {
     consumed += gb;
     const double dt = kd_now() - t0;
     const double tok_s = gtokens / dt;
-    const double mfu = r->step_flops / dt / (r->gemm_peak * r->nranks);
+    const double mfu = r->peak_all > 0 ? r->step_flops / dt / r->peak_all : NAN;
     const int last = step == cfg->run_steps;
     if (step % cfg->log_every == 0 || last || step == first) {
       const size_t peak = mem_peak_all(r);
@@ -544,12 +601,18 @@ int train_run(const struct kd_config *cfg) {
              cfg->teacher.vocab_size, cfg->student.vocab_size, r.student.vocab_common);
   kd_info("kdtrain: mode %s | %d rank(s): tp=%d pp=%d dp=%d zero=%d | student %s (%.2fM "
           "params)%s%s%s | seq_len %d, global batch %d x %d tokens, micro-batch %d | loss chunk "
-          "%zu tokens | %s | GEMM peak %.1f GFLOP/s/rank\n",
+          "%zu tokens | %s\n",
           cfg->run_mode, r.nranks, r.grid.tp, r.grid.pp, r.grid.dp, r.update.zero,
           cfg->student_card, (double)model_count_params(&cfg->student) / 1e6,
           r.distill ? " | teacher " : "", r.distill ? cfg->teacher_card : "", vocab, T,
-          cfg->par_global_batch, T, cfg->par_micro_batch, r.chunk, cfg->prec_compute,
-          r.gemm_peak / 1e9);
+          cfg->par_global_batch, T, cfg->par_micro_batch, r.chunk, cfg->prec_compute);
+  if (r.peak > 0)
+    kd_info("kdtrain: MFU peak %.4g GFLOP/s per rank: %s | sgemm 1536^3 measured %.4g GFLOP/s "
+            "(%.0f%% of that peak)\n",
+            r.peak / 1e9, r.peak_what, r.gemm_rate / 1e9, 100.0 * r.gemm_rate / r.peak);
+  else
+    kd_info("kdtrain: MFU peak unknown (%s): the mfu column reads nan | sgemm 1536^3 measured "
+            "%.4g GFLOP/s\n", r.peak_what, r.gemm_rate / 1e9);
   int status = KD_EXIT_OK;
   if (strcmp(cfg->run_mode, "eval") == 0) {
     open_metrics(&r);

@@ -303,6 +303,29 @@ void backend_cuda_describe(char *buf, size_t len) {
            p.minor, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
 }
 
+/* Datasheet figures (dense, no sparsity), TFLOP/s: NVIDIA's H200, H100 (SXM, PCIe,
+ * NVL), A100 (SXM and PCIe have equal peaks) and L40S data sheets. Matched on the name. */
+static const struct {
+  const char *name, *variant; /* both substrings of cudaDeviceProp.name (variant may be "") */
+  double fp32, bf16;
+} gpu_peaks[] = {
+    {"H200", "", 67.0, 989.0},     {"GH200", "", 67.0, 989.0},    {"H100", "PCIe", 51.0, 756.0},
+    {"H100", "NVL", 60.0, 835.0},  {"H100", "", 67.0, 989.0},     {"H800", "", 67.0, 989.0},
+    {"A100", "", 19.5, 312.0},     {"A800", "", 19.5, 312.0},     {"L40S", "", 91.6, 362.0},
+};
+
+double backend_cuda_peak(int bf16, char *what, size_t len) {
+  cudaDeviceProp p;
+  CUDA_CHECK(cudaGetDeviceProperties(&p, kd_cuda.device));
+  for (size_t i = 0; i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++)
+    if (strstr(p.name, gpu_peaks[i].name) && strstr(p.name, gpu_peaks[i].variant)) {
+      snprintf(what, len, "%s datasheet, dense %s", p.name, bf16 ? "BF16 tensor cores" : "FP32");
+      return 1e12 * (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32);
+    }
+  snprintf(what, len, "%s is not in kdtrain's datasheet table: set log%%peak_tflops", p.name);
+  return 0.0;
+}
+
 void backend_cuda_finalize(struct kd_backend *be) {
   if (kd_cuda.be != be) return;
   CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));

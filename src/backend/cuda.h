@@ -29,6 +29,12 @@ void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank);
 /* One line describing the device in use: "device N: NAME (sm_XY, G GiB)". */
 void backend_cuda_describe(char *buf, size_t len);
 
+/* The device's datasheet peak in FLOP/s for the compute precision (dense BF16 tensor
+ * cores with bf16 = 1, FP32 CUDA cores otherwise: kdtrain's FP32 GEMMs do not use TF32),
+ * and where the figure came from; 0 for a device not in the table (then log%peak_tflops
+ * gives it). */
+double backend_cuda_peak(int bf16, char *what, size_t len);
+
 /* Release the handle, streams and workspaces (every be->alloc block must be freed). */
 void backend_cuda_finalize(struct kd_backend *be);
 
