@@ -30,6 +30,9 @@ extern const char *const kd_mem_names[KD_MEM_NCAT];
 void *arena_alloc(struct kd_arena *a, enum kd_mem cat, size_t bytes);
 /* Free a block from arena_alloc (NULL is fine). */
 void arena_free(struct kd_arena *a, void *p);
+/* Free the large blocks kept for reuse (they are freed anyway when a large request
+ * does not fit one; call at the end of a run to give the memory back). */
+void arena_release_kept(void);
 /* Forget the peaks: peak := live (start of a measured region). */
 void arena_reset_peaks(struct kd_arena *a);
 

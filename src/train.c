@@ -352,6 +352,7 @@ static void run_teardown(struct run *r) {
   data_close(&r->train);
   if (r->have_valid) data_close(&r->valid);
   grid_free(&r->grid);
+  arena_release_kept();
 }
 
 /* Where micro-batch m of the current step comes from: training batches take global
@@ -464,9 +465,11 @@ static int train_loop(struct run *r) {
   if (r->resume.step > 0) ckpt_restore_scaler(&r->resume, &scaler);
   const double t_start = kd_now();
   int status = KD_EXIT_OK;
+  long flt_first = -1, flt_sum = 0, flt_max = 0, flt_n = 0; /* minor page faults per step */
 
   for (int64_t step = first; step <= cfg->run_steps; step++) {
     const double t0 = kd_now();
+    const long flt0 = kd_minor_faults();
     const double lr = optim_lr(cfg, step);
     const float scale = (float)scaler.scale;
     be->zero(s->grad, s->numel);
@@ -496,6 +499,13 @@ static int train_loop(struct run *r) {
     }
     consumed += gb;
     const double dt = kd_now() - t0;
+    const long flt = kd_minor_faults() - flt0;
+    if (flt_first < 0) flt_first = flt;
+    else {
+      flt_sum += flt;
+      flt_n++;
+      if (flt > flt_max) flt_max = flt;
+    }
     const double tok_s = gtokens / dt;
     const double mfu = r->peak_all > 0 ? r->step_flops / dt / r->peak_all : NAN;
     const int last = step == cfg->run_steps;
@@ -531,6 +541,10 @@ static int train_loop(struct run *r) {
     if (cfg->data_valid_every > 0 && step % cfg->data_valid_every == 0 && !last)
       log_validation(r, step);
   }
+  if (flt_first >= 0)
+    kd_info("kdtrain: minor page faults per step on rank 0: %ld in the first, %.1f on average "
+            "and at most %ld in the %ld after it\n",
+            flt_first, flt_n ? (double)flt_sum / flt_n : 0.0, flt_max, flt_n);
   /* with checkpointing on, a run always ends on a checkpoint of its last step (also
    * when it resumed at run%steps and had nothing left to do: a re-shard) */
   const int64_t done = first > cfg->run_steps ? r->resume.step : cfg->run_steps;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -87,6 +88,11 @@ void *kd_calloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size ? size : 1);
   if (!p) kd_fail(KD_EXIT_IO, "out of host memory allocating %zu x %zu bytes", n, size);
   return p;
+}
+
+long kd_minor_faults(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : 0;
 }
 
 double kd_now(void) {

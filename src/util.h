@@ -46,6 +46,8 @@ int kd_mkdir_p(const char *path);
 
 /* Wall clock in seconds. */
 double kd_now(void);
+/* Minor page faults of this process so far (getrusage): a fault per fresh page touched. */
+long kd_minor_faults(void);
 
 /* Counter-based RNG: splitmix64 step and a uniform/normal generator on it. */
 uint64_t kd_splitmix64(uint64_t *state);

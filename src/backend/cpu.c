@@ -13,6 +13,7 @@
  * attention). One CPU backend per process is therefore the contract. */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../util.h"
@@ -368,10 +369,26 @@ static void cpu_bias_backward(float *dbias, const float *dout, size_t N, int C, 
 
 /* --- rotary embedding ----------------------------------------------------------------------- */
 
-/* cos/sin table (T, hd/2) from scratch: angle t * theta^(-2i/hd), computed in double. */
-static float *rope_table(int T, int hd, float theta) {
+/* cos/sin tables (T, hd/2): angle t * theta^(-2i/hd), computed in double once per run
+ * for each (T, hd, theta) in use (teacher and student, training and validation lengths)
+ * and kept: libm's cos/sin/pow are not redone on every call. A few tables of T * hd
+ * floats each, outside the counted categories (like the process's other small host
+ * state); the oldest is replaced when more shapes are in use than slots. */
+#define ROPE_SLOTS 8
+static struct {
+  int T, hd;
+  float theta;
+  float *tab;
+} rope_cache[ROPE_SLOTS];
+static int rope_next;
+
+static const float *rope_table(int T, int hd, float theta) {
+  for (int k = 0; k < ROPE_SLOTS; k++)
+    if (rope_cache[k].tab && rope_cache[k].T == T && rope_cache[k].hd == hd &&
+        rope_cache[k].theta == theta)
+      return rope_cache[k].tab;
   int half = hd / 2;
-  float *tab = scratch_alloc((size_t)2 * T * half * sizeof(float));
+  float *tab = kd_malloc((size_t)2 * T * half * sizeof(float));
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; t++) {
     for (int i = 0; i < half; i++) {
@@ -380,6 +397,13 @@ static float *rope_table(int T, int hd, float theta) {
       tab[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
     }
   }
+  const int k = rope_next;
+  rope_next = (rope_next + 1) % ROPE_SLOTS;
+  free(rope_cache[k].tab);
+  rope_cache[k].T = T;
+  rope_cache[k].hd = hd;
+  rope_cache[k].theta = theta;
+  rope_cache[k].tab = tab;
   return tab;
 }
 
@@ -388,7 +412,7 @@ static void rope_apply(float *x, size_t N, int T, int nh, int hd, int ld, float 
                        int round) {
   KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
   int half = hd / 2;
-  float *tab = rope_table(T, hd, theta);
+  const float *tab = rope_table(T, hd, theta);
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     const float *restrict cs = tab + (size_t)(n % (size_t)T) * half * 2;
@@ -403,7 +427,6 @@ static void rope_apply(float *x, size_t N, int T, int nh, int hd, int ld, float 
       if (round) store_round(x1, (size_t)hd);
     }
   }
-  scratch_free(tab);
 }
 
 static void cpu_rope_forward(float *x, size_t N, int T, int nh, int hd, int ld, float theta) {

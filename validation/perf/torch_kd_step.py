@@ -1,7 +1,15 @@
 #!/usr/bin/env python3
-"""The kdtrain distillation step written in plain PyTorch, for side-by-side timing.
+"""The kdtrain distillation step in PyTorch, for side-by-side timing.
 
-Same architecture as kdtrain's decoder (src/layers.c, Qwen2 style): token
+--impl hf (the default, the baseline kd_step reports): the model is Hugging Face
+transformers' own Qwen2ForCausalLM / LlamaForCausalLM built from the same card with
+attn_implementation="sdpa" (what a user distilling with transformers runs), loading
+kdtrain's weights by their state-dict names; teacher under torch.no_grad, one
+log_softmax-based KL, AdamW with foreach=True. --compile wraps both models in
+torch.compile (an extra row where it works on the CPU).
+
+--impl plain: a hand-written decoder of the same architecture, kept as a reference:
+same architecture as kdtrain's decoder (src/layers.c, Qwen2 style): token
 embedding, per layer RMSNorm -> fused-free q/k/v projections with bias ->
 rotary embedding (Hugging Face rotate_half) -> causal grouped-query attention
 (F.scaled_dot_product_attention) -> o_proj -> residual -> RMSNorm -> SwiGLU MLP
@@ -159,6 +167,65 @@ class Decoder(nn.Module):
         self.load_state_dict(sd)
 
 
+def hf_model(cd):
+    """transformers' causal LM for a kdtrain card (qwen2 or llama), SDPA attention, fp32."""
+    import transformers
+    arch = cd.get("arch", "qwen2")
+    common = dict(vocab_size=cd["vocab_size"], hidden_size=cd["hidden_size"],
+                  intermediate_size=cd["intermediate_size"],
+                  num_hidden_layers=cd["num_hidden_layers"],
+                  num_attention_heads=cd["num_attention_heads"],
+                  num_key_value_heads=cd["num_key_value_heads"],
+                  rms_norm_eps=cd.get("rms_norm_eps", 1e-6),
+                  rope_theta=float(cd.get("rope_theta", 10000.0)),
+                  max_position_embeddings=cd.get("max_position_embeddings", 4096),
+                  tie_word_embeddings=cd.get("tie_word_embeddings", False),
+                  hidden_act="silu", attn_implementation="sdpa", torch_dtype=torch.float32)
+    if arch == "qwen2":
+        cfg = transformers.Qwen2Config(**common, use_sliding_window=False)
+        model = transformers.Qwen2ForCausalLM(cfg)
+    else:
+        cfg = transformers.LlamaConfig(**common, attention_bias=cd.get("attention_bias", False),
+                                       mlp_bias=False)
+        model = transformers.LlamaForCausalLM(cfg)
+    # transformers 5 may keep rope_theta only in rope_parameters: check what it uses
+    model.config.use_cache = False
+    return model.float()
+
+
+class HFDecoder(nn.Module):
+    """transformers' model behind the interface of Decoder: logits of tokens."""
+
+    def __init__(self, cd):
+        super().__init__()
+        self.m = hf_model(cd)
+
+    def forward(self, tokens):
+        return self.m(input_ids=tokens, use_cache=False).logits
+
+    def load_h5(self, path):
+        import h5py
+
+        sd = self.m.state_dict()
+        with h5py.File(path, "r") as f:
+            new = {k: torch.from_numpy(np.asarray(f["params"][k], dtype=np.float32))
+                   for k in sd if k in f["params"]}
+        missing = [k for k in sd if k not in new and not k.endswith("rotary_emb.inv_freq")]
+        if self_tied(self.m) and "lm_head.weight" in missing:
+            missing.remove("lm_head.weight")
+        if missing:
+            sys.exit(f"{path}: missing tensors {sorted(missing)[:3]} ...")
+        self.m.load_state_dict(new, strict=False)
+
+
+def self_tied(m):
+    return bool(getattr(m.config, "tie_word_embeddings", False))
+
+
+def make_model(impl, cd):
+    return HFDecoder(cd) if impl == "hf" else Decoder(cd)
+
+
 def read_tokens(path, fmt):
     dt = {"bytes": np.uint8, "u16": np.dtype("<u2"), "u32": np.dtype("<u4")}[fmt]
     return np.fromfile(path, dtype=dt).astype(np.int64)
@@ -211,6 +278,9 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--eval-batches", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--impl", default="hf", choices=["hf", "plain"],
+                    help="hf: transformers with SDPA attention (default); plain: hand-written")
+    ap.add_argument("--compile", action="store_true", help="torch.compile both models")
     a = ap.parse_args()
 
     if a.threads > 0:
@@ -218,7 +288,7 @@ def main():
     torch.manual_seed(a.seed)
     tok = read_tokens(a.data, a.format)
     T, B = a.seq_len, a.batch
-    student = Decoder(read_card(a.student_card))
+    student = make_model(a.impl, read_card(a.student_card))
     if a.student_weights:
         student.load_h5(a.student_weights)
     amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.precision == "bf16" \
@@ -234,7 +304,7 @@ def main():
         print(json.dumps({"eval_ce": ce / a.eval_batches}))
         return
 
-    teacher = Decoder(read_card(a.teacher_card))
+    teacher = make_model(a.impl, read_card(a.teacher_card))
     if a.teacher_weights:
         teacher.load_h5(a.teacher_weights)
     teacher.requires_grad_(False)
@@ -243,7 +313,10 @@ def main():
     nodecay = [p for n, p in student.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": nodecay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    if a.compile:
+        teacher = torch.compile(teacher)
+        student = torch.compile(student)
 
     times, losses = [], []
     for step in range(a.steps):
@@ -262,7 +335,7 @@ def main():
         times.append(time.perf_counter() - t0)
         del zt, zs, loss
     tps = [B * T / t for t in times[1:]] or [B * T / times[0]]
-    print(json.dumps({"impl": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+    print(json.dumps({"impl": a.impl + ("+compile" if a.compile else ""), "torch": torch.__version__, "threads": torch.get_num_threads(),
                       "precision": a.precision, "tokens_per_step": B * T, "step_s": times,
                       "tok_per_s": statistics.median(tps), "loss": losses,
                       "peak_rss_mib": peak_rss_mib()}))
