@@ -6,12 +6,15 @@
  * Times cblas_sgemm (row-major, C = A B^T as kdtrain's linear layers call it)
  * after one warm-up call and prints one line: "gemm M N K median_gflops
  * max_gflops". Threads: whatever the BLAS uses (OPENBLAS_NUM_THREADS /
- * OMP_NUM_THREADS). */
+ * OMP_NUM_THREADS). The OpenBLAS kernel: the one kdtrain would run (kd_blas_select,
+ * src/backend/cpu_hw.c), named on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include <cblas.h>
+
+#include "backend/cpu_hw.h"
 
 static double now(void) {
   struct timespec ts;
@@ -25,6 +28,10 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+  kd_blas_select(argv); /* may re-execute with the kernel kdtrain would choose */
+  char line[1024];
+  kd_blas_describe(line, sizeof line);
+  fprintf(stderr, "gemm_rate: %s\n", line);
   int M = 2048, N = 2048, K = 2048, reps = 7;
   if (argc >= 4) {
     M = atoi(argv[1]);

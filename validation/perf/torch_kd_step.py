@@ -183,14 +183,23 @@ def hf_model(cd):
                   hidden_act="silu", attn_implementation="sdpa", torch_dtype=torch.float32)
     if arch == "qwen2":
         cfg = transformers.Qwen2Config(**common, use_sliding_window=False)
+        _set_theta(cfg, common["rope_theta"])
         model = transformers.Qwen2ForCausalLM(cfg)
     else:
         cfg = transformers.LlamaConfig(**common, attention_bias=cd.get("attention_bias", False),
                                        mlp_bias=False)
+        _set_theta(cfg, common["rope_theta"])
         model = transformers.LlamaForCausalLM(cfg)
-    # transformers 5 may keep rope_theta only in rope_parameters: check what it uses
     model.config.use_cache = False
     return model.float()
+
+
+def _set_theta(cfg, theta):
+    """transformers 5 reads the RoPE base from config.rope_parameters, 4 from rope_theta."""
+    rp = getattr(cfg, "rope_parameters", None)
+    if isinstance(rp, dict):
+        rp["rope_theta"] = theta
+    cfg.rope_theta = theta
 
 
 class HFDecoder(nn.Module):
@@ -318,8 +327,10 @@ def main():
         teacher = torch.compile(teacher)
         student = torch.compile(student)
 
-    times, losses = [], []
+    import resource
+    times, losses, faults = [], [], []
     for step in range(a.steps):
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         x, y = batch(tok, step * B, B, T)
         t0 = time.perf_counter()
         with amp():
@@ -333,12 +344,14 @@ def main():
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
         del zt, zs, loss
     tps = [B * T / t for t in times[1:]] or [B * T / times[0]]
     print(json.dumps({"impl": a.impl + ("+compile" if a.compile else ""), "torch": torch.__version__, "threads": torch.get_num_threads(),
                       "precision": a.precision, "tokens_per_step": B * T, "step_s": times,
                       "tok_per_s": statistics.median(tps), "loss": losses,
-                      "peak_rss_mib": peak_rss_mib()}))
+                      "peak_rss_mib": peak_rss_mib(),
+                      "minflt_per_step": statistics.median(faults[1:] or faults)}))
 
 
 if __name__ == "__main__":
