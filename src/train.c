@@ -185,19 +185,10 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   r->cfg = cfg;
   MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
   MPI_Comm_size(MPI_COMM_WORLD, &r->nranks);
+  int dp;
+  if (plan_check(cfg, r->nranks, &dp, err, sizeof err)) /* what --dry-run --ranks checks */
+    kd_fail_all(KD_EXIT_INPUT, "%s", err);
   fail_input(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
-  const int dp = r->grid.dp;
-  if (cfg->par_global_batch % (dp * cfg->par_micro_batch) != 0)
-    kd_fail(KD_EXIT_INPUT,
-            "%s: &parallel global_batch = %d is not divisible by micro_batch = %d times dp = %d",
-            cfg->source, cfg->par_global_batch, cfg->par_micro_batch, dp);
-  fail_input(model_check_layout(&cfg->student, "student", cfg->par_tp, cfg->par_pp, err,
-                                sizeof err),
-             err);
-  if (strcmp(cfg->run_mode, "distill") == 0)
-    fail_input(model_check_layout(&cfg->teacher, "teacher", cfg->par_tp, cfg->par_pp, err,
-                                  sizeof err),
-               err);
   backend_select(r, cfg);
   r->distill = strcmp(cfg->run_mode, "distill") == 0;
 
@@ -564,6 +555,6 @@ int train_run(const struct kd_config *cfg) {
   return status;
 }
 
-int train_dry_run(const struct kd_config *cfg, int nranks) {
-  return plan_dry_run(cfg, nranks);
+int train_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
+  return plan_dry_run(cfg, nranks, device_bytes);
 }

@@ -20,19 +20,13 @@ int kd_rank(void) {
   return r;
 }
 
-/* One console line "[rank] PREFIX MESSAGE\n" (newline added where missing) written
- * with a single write(2): a rank killed by another rank's MPI_Abort right after it
- * leaves either the whole line or nothing, never a prefix without its message, and
- * the lines of ranks that fail together do not interleave. */
-static void line_out(const char *prefix, const char *fmt, va_list ap) {
-  char buf[4096];
-  int n = snprintf(buf, sizeof buf, "[%d] %s", kd_rank(), prefix);
+/* Write the n bytes of one console line to stderr with a single write(2) (retried only
+ * where the kernel took part of it): a rank killed by another rank's MPI_Abort right
+ * after it leaves either the whole line or nothing, never a prefix without its message,
+ * and the lines of ranks that fail together do not interleave. */
+static void line_write(char *buf, int n, size_t cap) {
   if (n < 0) n = 0;
-  if ((size_t)n < sizeof buf) {
-    int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
-    n = m < 0 ? n : n + m;
-  }
-  if ((size_t)n > sizeof buf - 2) n = (int)(sizeof buf - 2);
+  if ((size_t)n > cap - 2) n = (int)(cap - 2);
   if (n == 0 || buf[n - 1] != '\n') buf[n++] = '\n';
   fflush(stderr);
   for (size_t off = 0; off < (size_t)n;) {
@@ -43,9 +37,25 @@ static void line_out(const char *prefix, const char *fmt, va_list ap) {
   }
 }
 
+/* One console line "kdtrain: rank R: MESSAGE[SUFFIX]\n" (newline added where missing). */
+static void line_out(const char *suffix, const char *fmt, va_list ap) {
+  char buf[4096];
+  int n = snprintf(buf, sizeof buf, "kdtrain: rank %d: ", kd_rank());
+  if (n >= 0 && (size_t)n < sizeof buf) {
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    n = m < 0 ? n : n + m;
+    if (n > 0 && (size_t)n < sizeof buf && buf[n - 1] == '\n') n--;
+    if ((size_t)n < sizeof buf) {
+      m = snprintf(buf + n, sizeof buf - (size_t)n, "%s", suffix);
+      n = m < 0 ? n : n + m;
+    }
+  }
+  line_write(buf, n, sizeof buf);
+}
+
 void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
   char where[512];
-  snprintf(where, sizeof where, "%s:%d: ", file, line);
+  snprintf(where, sizeof where, " (%s:%d)", file, line);
   va_list ap;
   va_start(ap, fmt);
   line_out(where, fmt, ap);
@@ -58,6 +68,23 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
     if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
     MPI_Finalize();
   }
+  exit(status);
+}
+
+void kd_fail_all(int status, const char *fmt, ...) {
+  if (kd_rank() == 0) {
+    char buf[4096];
+    int n = snprintf(buf, sizeof buf, "kdtrain: ");
+    va_list ap;
+    va_start(ap, fmt);
+    const int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    va_end(ap);
+    line_write(buf, m < 0 ? n : n + m, sizeof buf);
+  }
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Finalize();
   exit(status);
 }
 
