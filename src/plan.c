@@ -181,15 +181,6 @@ int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size
   return 0;
 }
 
-/* "1.23 GiB", "45.6 MiB", "7.8 KiB" or "512 B" */
-static const char *mem_str(char *buf, size_t n, double bytes) {
-  if (bytes >= 1024.0 * 1048576) snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1048576));
-  else if (bytes >= 1048576) snprintf(buf, n, "%.1f MiB", bytes / 1048576);
-  else if (bytes >= 1024) snprintf(buf, n, "%.1f KiB", bytes / 1024);
-  else snprintf(buf, n, "%.0f B", bytes);
-  return buf;
-}
-
 int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   const int distill = strcmp(cfg->run_mode, "distill") == 0;
   const int tp = cfg->par_tp, pp = cfg->par_pp;
@@ -246,20 +237,20 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
     }
     kd_info("    stage %d: student layers %d, teacher layers %d%s%s | per rank %s .. %s\n", st,
             ls, lt, st == 0 ? ", embedding" : "", st == pp - 1 ? ", head and loss" : "",
-            mem_str(m1, sizeof m1, (double)lo), mem_str(m2, sizeof m2, (double)hi));
+            kd_fmt_bytes(m1, sizeof m1, (double)lo), kd_fmt_bytes(m2, sizeof m2, (double)hi));
   }
   const size_t need = total_of(cut[(big / (tp * dp)) * tp + big % tp]);
   kd_info("  largest rank: %d (stage %d, tp rank %d): %s | all %d ranks: %s", big,
-          big / (tp * dp), big % tp, mem_str(m1, sizeof m1, (double)need), nranks,
-          mem_str(m2, sizeof m2, sum));
-  if (host > 0) kd_info(" (+ %s offloaded to host memory)", mem_str(m3, sizeof m3, host));
+          big / (tp * dp), big % tp, kd_fmt_bytes(m1, sizeof m1, (double)need), nranks,
+          kd_fmt_bytes(m2, sizeof m2, sum));
+  if (host > 0) kd_info(" (+ %s offloaded to host memory)", kd_fmt_bytes(m3, sizeof m3, host));
   kd_info("\n");
   const double have = device_bytes > 0 ? device_bytes : (double)cfg->mem_budget_mb * 1048576.0;
   const char *what = device_bytes > 0 ? "the device memory named (--device-mem)"
                                       : "memory%budget_mb";
   if (have > 0)
-    kd_info("  fit: the largest rank needs %s of %s %s: %s\n", mem_str(m1, sizeof m1, (double)need),
-            what, mem_str(m2, sizeof m2, have),
+    kd_info("  fit: the largest rank needs %s of %s %s: %s\n", kd_fmt_bytes(m1, sizeof m1, (double)need),
+            what, kd_fmt_bytes(m2, sizeof m2, have),
             (double)need <= have ? "fits" : "DOES NOT FIT (more ranks, tp or pp, recompute, or "
                                             "a smaller micro_batch; doc/memory.md)");
   else

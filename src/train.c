@@ -179,6 +179,23 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
                       ts ? own : cfg->teacher_init);
 }
 
+/* Start of a long set-up phase: "kdtrain: WHAT [PATH (SIZE)] ..." on rank 0; returns the
+ * start time for phase_end. */
+static double phase_begin(const char *what, const char *path) {
+  struct stat sb;
+  char size[32] = "";
+  if (path && stat(path, &sb) == 0) kd_fmt_bytes(size, sizeof size, (double)sb.st_size);
+  kd_info("kdtrain: %s%s%s%s%s ...\n", what, path ? " " : "", path ? path : "", size[0] ? ", " : "",
+          size);
+  return kd_now();
+}
+
+/* "kdtrain: WHAT: S s" on rank 0, S counted from t0 (after every rank finished). */
+static void phase_end(const char *what, double t0) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  kd_info("kdtrain: %s: %.1f s\n", what, kd_now() - t0);
+}
+
 static void run_setup(struct run *r, const struct kd_config *cfg) {
   char err[1024];
   memset(r, 0, sizeof *r);
@@ -205,8 +222,10 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   if (strcmp(cfg->student_init, "random") == 0) {
     model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
   } else {
+    const double t0 = phase_begin("loading student", cfg->student_init);
     fail_input(weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err),
                err);
+    phase_end("student loaded", t0);
   }
   plan_policy(&r->student.mem, cfg, 0);
   if (r->eval) {
@@ -222,11 +241,14 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     model_build_grid(&r->teacher, &r->be, &cfg->teacher, r->be.bf16 ? MODEL_FROZEN16 : MODEL_FROZEN,
                      vc, &r->grid);
     plan_policy(&r->teacher.mem, cfg, 1);
+    const double t0 = phase_begin("loading teacher", cfg->teacher_init);
     fail_input(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
                             sizeof err),
                err);
-    kd_info("kdtrain: teacher held in %s: %zu bytes of weights on rank 0\n",
-            r->be.bf16 ? "BF16" : "FP32", model_weight_bytes(&r->teacher));
+    phase_end("teacher loaded", t0);
+    char wb[32];
+    kd_info("kdtrain: teacher held in %s: %s of weights on rank 0\n", r->be.bf16 ? "BF16" : "FP32",
+            kd_fmt_bytes(wb, sizeof wb, (double)model_weight_bytes(&r->teacher)));
   }
   if (!r->eval) tokenizer_setup(r, resumed);
 
@@ -266,7 +288,9 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill ? &r->teacher : NULL, mb, T,
              nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
 
+  const double t0 = phase_begin("measuring the GEMM rate of every rank", NULL);
   r->gemm_peak = measure_gemm_peak(&r->be);
+  phase_end("GEMM rate measured", t0);
   const double gtokens = (double)cfg->par_global_batch * T;
   r->step_flops = 3.0 * forward_flops(&cfg->student, gtokens, T);
   if (r->distill) r->step_flops += forward_flops(&cfg->teacher, gtokens, T);

@@ -166,3 +166,11 @@ int kd_mkdir_p(const char *path) {
   }
   return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
 }
+
+const char *kd_fmt_bytes(char *buf, size_t n, double bytes) {
+  if (bytes >= 1024.0 * 1048576) snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1048576));
+  else if (bytes >= 1048576) snprintf(buf, n, "%.1f MiB", bytes / 1048576);
+  else if (bytes >= 1024) snprintf(buf, n, "%.1f KiB", bytes / 1024);
+  else snprintf(buf, n, "%.0f B", bytes);
+  return buf;
+}

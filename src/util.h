@@ -50,6 +50,9 @@ void kd_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((fo
 /* Create a directory and its parents (mkdir -p); 0 or -1 with errno set. */
 int kd_mkdir_p(const char *path);
 
+/* "1.23 GiB", "45.6 MiB", "7.8 KiB" or "512 B" into buf (n bytes); returns buf. */
+const char *kd_fmt_bytes(char *buf, size_t n, double bytes);
+
 /* Wall clock in seconds. */
 double kd_now(void);
 

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "tokfiles.h"
+#include "mpi_yield.h"
 #include "util.h"
 
 static size_t piece_bytes = (size_t)1 << 30;
@@ -444,7 +445,9 @@ static int transfer(hid_t dset, const struct block *b, float *x, int active, int
   hsize_t nmem = (hsize_t)(rows * b->cols > 0 ? rows * b->cols : 1);
   hid_t fs = H5Dget_space(dset), ms = H5Screate_simple(1, &nmem, NULL);
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  /* oversubscribed: independent transfers (ROMIO's collective ones busy-wait inside MPI
+   * where mpi_yield.c cannot reach; doc/scale.md) */
+  H5Pset_dxpl_mpio(dxpl, mpi_yield_on() ? H5FD_MPIO_INDEPENDENT : H5FD_MPIO_COLLECTIVE);
   int ok = fs >= 0 && ms >= 0;
   float dummy = 0.0f;
   for (int64_t k = 0; k < npieces; k++) {
