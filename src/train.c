@@ -232,8 +232,10 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     if (r->be.bf16) r->be.round_bf16(r->student.w, r->student.numel);
   } else {
     update_build(&r->update, &r->be, &r->student, &r->grid, zero);
+    const double t0 = kd_now();
     ckpt_resume(cfg, update_state(&r->update), &r->resume, resumed, sizeof resumed,
                 MPI_COMM_WORLD); /* checkpoint%resume */
+    if (r->resume.step > 0) phase_end("checkpoint read", t0);
     update_refresh_weights(&r->update, &r->be);
   }
   /* teacher: frozen, compute precision only (bf16 runs: held in packed BF16) */
@@ -360,7 +362,8 @@ static void metrics_row(struct run *r, int64_t step, const double *v, int nv) {
   fprintf(r->metrics, "%lld", (long long)step);
   for (int i = 0; i < nv; i++) {
     if (isnan(v[i])) fputs(",", r->metrics);
-    else fprintf(r->metrics, ",%.9g", v[i]);
+    else if (v[i] == floor(v[i]) && fabs(v[i]) < 1e15) fprintf(r->metrics, ",%.0f", v[i]);
+    else fprintf(r->metrics, ",%.9g", v[i]); /* counts and bytes never in e-notation */
   }
   fputc('\n', r->metrics);
   fflush(r->metrics);
@@ -399,6 +402,19 @@ static void log_validation(struct run *r, int64_t step) {
   for (int i = 0; i < 11; i++) v[i] = NAN;
   v[10] = vl;
   metrics_row(r, step, v, 11);
+}
+
+/* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
+static const char *format_rate(char *buf, size_t n, double x) {
+  static const char *const sfx[] = {"", "k", "M", "G", "T"};
+  int k = 0;
+  while (fabs(x) >= 999.5 && k < 4) {
+    x /= 1000;
+    k++;
+  }
+  const int digits = fabs(x) >= 99.95 ? 0 : fabs(x) >= 9.995 ? 1 : 2;
+  snprintf(buf, n, "%.*f%s", k == 0 && fabs(x) < 1 ? 3 : digits, x, sfx[k]);
+  return buf;
 }
 
 static void format_eta(char *buf, size_t n, double sec) {
@@ -462,14 +478,15 @@ static int train_loop(struct run *r) {
       char eta[32];
       format_eta(eta, sizeof eta, (kd_now() - t_start) / (double)(step - first + 1) *
                                       (double)(cfg->run_steps - step));
-      char parts[64] = "", lossw[48] = "- (no counted label)";
+      char parts[64] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
       if (r->distill && !empty)
         snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", loss_kd, loss_ce);
       if (!empty) snprintf(lossw, sizeof lossw, "%.4f", loss);
       kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
-              "%.0f tok/s | mfu %.1f%% | peak %.1f MiB | eta %s\n",
+              "%s tok/s | mfu %.1f%% | peak %s | eta %s\n",
               (long long)step, (long long)cfg->run_steps, lossw, parts, lr, gnorm,
-              finite || empty ? "" : " (skipped)", tok_s, 100 * mfu, (double)peak / 1048576.0, eta);
+              finite || empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s), 100 * mfu,
+              kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
       double v[11] = {loss, r->distill ? loss_kd : NAN, loss_ce, lr, gnorm, (double)scaler.skipped,
                       (double)consumed * T, tok_s, mfu, (double)peak, NAN};
       metrics_row(r, step, v, 11);

@@ -174,3 +174,13 @@ const char *kd_fmt_bytes(char *buf, size_t n, double bytes) {
   else snprintf(buf, n, "%.0f B", bytes);
   return buf;
 }
+
+void kd_progress(const char *what, double done, double total, double t0, double *last) {
+  const double now = kd_now();
+  if (now - *last < 10.0 || total <= 0 || done >= total) return;
+  *last = now;
+  char a[32], b[32];
+  const double left = (now - t0) / (done > 0 ? done : 1) * (total - done);
+  kd_info("kdtrain: %s: %.0f%% (%s of %s), about %.0f s left\n", what, 100 * done / total,
+          kd_fmt_bytes(a, sizeof a, done), kd_fmt_bytes(b, sizeof b, total), left);
+}
