@@ -15,7 +15,7 @@
  * by a polite barrier, so their own spinning starts only when every rank is there.
  * Results are those of the same MPI library's nonblocking collectives.
  *
- * On only when this node's ranks outnumber its CPUs (decided in MPI_Init), or when
+ * On only when this node's ranks outnumber its CPUs (from the launcher's environment), or when
  * KD_MPI_YIELD=1; KD_MPI_YIELD=0 turns it off. Otherwise every call goes straight to
  * its PMPI_ form. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
@@ -26,9 +26,11 @@
 
 #include "mpi_yield.h"
 
-static int polite; /* 1: wait politely */
+static int polite = -1; /* 1: wait politely, 0: not, -1: not decided yet */
+static void decide(void);
 
 int mpi_yield_on(void) {
+  if (polite < 0) decide();
   return polite;
 }
 
@@ -56,19 +58,21 @@ static int polite_barrier(MPI_Comm c) {
   return rc != MPI_SUCCESS ? rc : wait_req(&q, MPI_STATUS_IGNORE);
 }
 
-/* The node's ranks outnumber the CPUs this process may run on (collective). */
+/* Decide on the first MPI call (not collective: MPI_Init itself stays MPICH's, so tools
+ * that interpose it keep working): the node's rank count from the launcher's
+ * environment (MPICH Hydra, Open MPI, Slurm) against the CPUs this process may use. */
 static void decide(void) {
   const char *env = getenv("KD_MPI_YIELD");
   if (env && *env) {
     polite = atoi(env) != 0;
     return;
   }
-  MPI_Comm node;
+  static const char *const vars[] = {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                     "SLURM_STEP_TASKS_PER_NODE"};
   int n = 1;
-  if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-      MPI_SUCCESS) {
-    PMPI_Comm_size(node, &n);
-    PMPI_Comm_free(&node);
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0] && n == 1; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > 1) n = atoi(v);
   }
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -76,27 +80,15 @@ static void decide(void) {
   polite = n > cpus;
 }
 
-int MPI_Init(int *argc, char ***argv) {
-  const int rc = PMPI_Init(argc, argv);
-  if (rc == MPI_SUCCESS) decide();
-  return rc;
-}
-
-int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
-  const int rc = PMPI_Init_thread(argc, argv, required, provided);
-  if (rc == MPI_SUCCESS) decide();
-  return rc;
-}
-
 int MPI_Finalize(void) {
-  if (polite) polite_barrier(MPI_COMM_WORLD);
+  if (mpi_yield_on()) polite_barrier(MPI_COMM_WORLD);
   return PMPI_Finalize();
 }
 
 /* CALL(nonblocking call with &q as its last argument) or the blocking PMPI form */
 #define POLITE(blocking, ...)                                                                  \
   do {                                                                                         \
-    if (!polite) return blocking;                                                              \
+    if (!mpi_yield_on()) return blocking;                                                      \
     MPI_Request q;                                                                             \
     const int rc_ = __VA_ARGS__;                                                               \
     return rc_ != MPI_SUCCESS ? rc_ : wait_req(&q, MPI_STATUS_IGNORE);                         \
@@ -165,12 +157,12 @@ int MPI_Alltoall(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Da
 }
 
 int MPI_Wait(MPI_Request *q, MPI_Status *st) {
-  if (!polite) return PMPI_Wait(q, st);
+  if (!mpi_yield_on()) return PMPI_Wait(q, st);
   return wait_req(q, st);
 }
 
 int MPI_Waitall(int n, MPI_Request *qs, MPI_Status *sts) {
-  if (!polite) return PMPI_Waitall(n, qs, sts);
+  if (!mpi_yield_on()) return PMPI_Waitall(n, qs, sts);
   int done = 0;
   long ns = 20000;
   for (unsigned k = 0;; k++) {
@@ -187,7 +179,7 @@ int MPI_Waitall(int n, MPI_Request *qs, MPI_Status *sts) {
 }
 
 int MPI_Recv(void *b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Status *st) {
-  if (!polite) return PMPI_Recv(b, n, t, src, tag, c, st);
+  if (!mpi_yield_on()) return PMPI_Recv(b, n, t, src, tag, c, st);
   MPI_Request q;
   const int rc = PMPI_Irecv(b, n, t, src, tag, c, &q);
   return rc != MPI_SUCCESS ? rc : wait_req(&q, st);
@@ -195,7 +187,7 @@ int MPI_Recv(void *b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_S
 
 int MPI_Sendrecv(const void *sb, int sn, MPI_Datatype st, int dst, int stag, void *rb, int rn,
                  MPI_Datatype rt, int src, int rtag, MPI_Comm c, MPI_Status *status) {
-  if (!polite) return PMPI_Sendrecv(sb, sn, st, dst, stag, rb, rn, rt, src, rtag, c, status);
+  if (!mpi_yield_on()) return PMPI_Sendrecv(sb, sn, st, dst, stag, rb, rn, rt, src, rtag, c, status);
   MPI_Request q[2];
   MPI_Status s2[2];
   int rc = PMPI_Irecv(rb, rn, rt, src, rtag, c, &q[0]);
@@ -207,21 +199,21 @@ int MPI_Sendrecv(const void *sb, int sn, MPI_Datatype st, int dst, int stag, voi
 
 /* collectives without a nonblocking form: start them when every rank has arrived */
 int MPI_Comm_split(MPI_Comm c, int color, int key, MPI_Comm *out) {
-  if (polite) polite_barrier(c);
+  if (mpi_yield_on()) polite_barrier(c);
   return PMPI_Comm_split(c, color, key, out);
 }
 
 int MPI_Comm_split_type(MPI_Comm c, int type, int key, MPI_Info info, MPI_Comm *out) {
-  if (polite) polite_barrier(c);
+  if (mpi_yield_on()) polite_barrier(c);
   return PMPI_Comm_split_type(c, type, key, info, out);
 }
 
 int MPI_Comm_dup(MPI_Comm c, MPI_Comm *out) {
-  if (polite) polite_barrier(c);
+  if (mpi_yield_on()) polite_barrier(c);
   return PMPI_Comm_dup(c, out);
 }
 
 int MPI_File_open(MPI_Comm c, const char *name, int amode, MPI_Info info, MPI_File *fh) {
-  if (polite) polite_barrier(c);
+  if (mpi_yield_on()) polite_barrier(c);
   return PMPI_File_open(c, name, amode, info, fh);
 }

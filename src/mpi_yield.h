@@ -4,7 +4,7 @@
 
 /* 1 when this process waits in MPI by testing, yielding and sleeping instead of
  * MPICH's busy polling (its node's ranks outnumber its CPUs, or KD_MPI_YIELD=1);
- * decided in MPI_Init, the same on every rank of a node. */
+ * decided at the first call, the same on every rank of a node. */
 int mpi_yield_on(void);
 
 #endif
