@@ -287,7 +287,7 @@ static void prune(const char *dir, int keep, const char *latest_name) {
     if (keep > 0 && i + (size_t)keep < n && strcmp(names[i], latest_name) != 0) {
       char full[KD_PATH_MAX + 300];
       snprintf(full, sizeof full, "%s/%s", dir, names[i]);
-      if (unlink(full) != 0) kd_warn("kdtrain: cannot remove old checkpoint %s: %s\n", full,
+      if (unlink(full) != 0) kd_warn("cannot remove old checkpoint %s: %s\n", full,
                                      strerror(errno));
     }
     free(names[i]);

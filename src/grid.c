@@ -5,23 +5,30 @@
 
 #include "util.h"
 
+int grid_layout(int world, int tp, int pp, int dp, int *dp_out, char *err, size_t errlen) {
+  if (tp < 1 || pp < 1 || world % (tp * pp) != 0) {
+    snprintf(err, errlen,
+             "tp=%d pp=%d: tp * pp must divide the number of ranks (%d)", tp, pp,
+             world);
+    return KD_EXIT_INPUT;
+  }
+  if (dp == 0) dp = world / (tp * pp);
+  if ((long long)tp * pp * dp != world) {
+    snprintf(err, errlen,
+             "tp=%d pp=%d dp=%d: tp * pp * dp = %lld but the job has %d ranks "
+             "(dp = 0 takes world / (tp * pp))",
+             tp, pp, dp, (long long)tp * pp * dp, world);
+    return KD_EXIT_INPUT;
+  }
+  *dp_out = dp;
+  return 0;
+}
+
 int grid_init(struct kd_grid *g, int tp, int pp, int dp, char *err, size_t errlen) {
   MPI_Comm_size(MPI_COMM_WORLD, &g->world);
   MPI_Comm_rank(MPI_COMM_WORLD, &g->rank);
-  if (tp < 1 || pp < 1 || g->world % (tp * pp) != 0) {
-    snprintf(err, errlen,
-             "&parallel tp=%d pp=%d: tp * pp must divide the number of MPI ranks (%d)", tp, pp,
-             g->world);
-    return KD_EXIT_INPUT;
-  }
-  if (dp == 0) dp = g->world / (tp * pp);
-  if (tp * pp * dp != g->world) {
-    snprintf(err, errlen,
-             "&parallel tp=%d pp=%d dp=%d: tp * pp * dp = %d but %d MPI ranks were started "
-             "(dp = 0 takes world / (tp * pp))",
-             tp, pp, dp, tp * pp * dp, g->world);
-    return KD_EXIT_INPUT;
-  }
+  const int rc = grid_layout(g->world, tp, pp, dp, &dp, err, errlen);
+  if (rc) return rc;
   g->tp = tp;
   g->pp = pp;
   g->dp = dp;

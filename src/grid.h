@@ -16,6 +16,11 @@ struct kd_grid {
   MPI_Comm pp_comm; /* ranks of my (tp, dp) that form one pipeline */
 };
 
+/* The data-parallel size of tp x pp (x dp; 0: world / (tp * pp)) on `world` ranks into
+ * *dp_out, or KD_EXIT_INPUT with a message in err when the layout does not fit. No MPI
+ * call: --dry-run --ranks N checks with it what grid_init refuses. */
+int grid_layout(int world, int tp, int pp, int dp, int *dp_out, char *err, size_t errlen);
+
 /* Build the layout for the world size (dp = 0: world / (tp * pp)). Collective over
  * MPI_COMM_WORLD. Returns KD_EXIT_INPUT with a message in err when it does not fit. */
 int grid_init(struct kd_grid *g, int tp, int pp, int dp, char *err, size_t errlen);

@@ -23,8 +23,12 @@ static void usage(FILE *f) {
           "\n"
           "options:\n"
           "  --print-config  print the complete effective configuration as a namelist, exit\n"
-          "  --dry-run       print the parallel layout and the per-rank memory plan for the\n"
-          "                  ranks of the launch (mpiexec -n N), exit\n"
+          "  --dry-run       check the input as the run does and print the parallel layout,\n"
+          "                  the per-rank memory plan and a summary for the ranks of the\n"
+          "                  launch (mpiexec -n N), exit; no data or checkpoint is touched\n"
+          "  --ranks N       with --dry-run: plan for N ranks from this one process\n"
+          "  --device-mem SIZE  with --dry-run: say whether the largest rank fits in SIZE\n"
+          "                  per device (80GiB, 141GB, 40960MiB; default memory%%budget_mb)\n"
           "  --selftest      compare every op of the selected backend with the CPU op\n"
           "  --version       print the version\n"
           "  --help          this text\n"
@@ -51,11 +55,29 @@ static int launch_size(int *rank) {
   return 1;
 }
 
+/* Bytes of a size word "80GiB", "80G", "141GB", "512MiB" (binary units for K/M/G/T with
+ * or without "iB", decimal for "KB".."TB"); -1 when it is not one. */
+static double size_bytes(const char *w) {
+  char *end;
+  const double v = strtod(w, &end);
+  if (end == w || !(v > 0)) return -1;
+  static const char units[] = "KMGT";
+  const char *u = *end ? strchr(units, *end & ~0x20) : NULL;
+  if (!*end) return v;
+  if (!u) return -1;
+  const int dec = strcmp(end + 1, "B") == 0 || strcmp(end + 1, "b") == 0;
+  if (!dec && end[1] && strcmp(end + 1, "iB") != 0) return -1;
+  double f = 1;
+  for (const char *p = units; p <= u; p++) f *= dec ? 1000.0 : 1024.0;
+  return v * f;
+}
+
 int main(int argc, char **argv) {
   kd_blas_select(argv); /* first: it may re-execute this program with a better BLAS kernel */
   int lrank;
   const int lsize = launch_size(&lrank);
-  int print_config = 0, dry_run = 0, selftest = 0;
+  int print_config = 0, dry_run = 0, selftest = 0, plan_ranks = 0;
+  double device_bytes = 0;
   const char *input = NULL;
   int first_override = argc;
   for (int i = 1; i < argc; i++) {
@@ -63,6 +85,20 @@ int main(int argc, char **argv) {
     if (strcmp(a, "--print-config") == 0) print_config = 1;
     else if (strcmp(a, "--dry-run") == 0) dry_run = 1;
     else if (strcmp(a, "--selftest") == 0) selftest = 1;
+    else if ((strcmp(a, "--ranks") == 0 || strcmp(a, "--device-mem") == 0) && i + 1 < argc) {
+      const int ranks = a[2] == 'r';
+      char *end;
+      const long n = strtol(argv[++i], &end, 10);
+      const double b = ranks ? 0 : size_bytes(argv[i]);
+      if (ranks ? *end || n < 1 || n > 1 << 24 : b <= 0) {
+        if (lrank == 0)
+          fprintf(stderr, "kdtrain: %s %s: expected %s\n", a, argv[i],
+                  ranks ? "a number of ranks (1 or more)" : "a size such as 80GiB or 141GB");
+        return KD_EXIT_INPUT;
+      }
+      if (ranks) plan_ranks = (int)n;
+      else device_bytes = b;
+    }
     else if (strcmp(a, "--version") == 0) {
       if (lrank == 0) printf("kdtrain %s\n", PACKAGE_VERSION);
       return KD_EXIT_OK;
@@ -81,6 +117,10 @@ int main(int argc, char **argv) {
       first_override = i;
       break;
     }
+  }
+  if ((plan_ranks || device_bytes > 0) && !dry_run) {
+    if (lrank == 0) fprintf(stderr, "kdtrain: --ranks and --device-mem plan a job: add --dry-run\n");
+    return KD_EXIT_INPUT;
   }
   if (!input) {
     if (lrank == 0) {
@@ -104,7 +144,7 @@ int main(int argc, char **argv) {
   }
   int status = KD_EXIT_OK;
   if (print_config) config_print(stdout, &cfg);
-  else if (dry_run) status = train_dry_run(&cfg, lsize);
+  else if (dry_run) status = train_dry_run(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes);
   else if (selftest) status = selftest_run(&cfg);
   else status = train_run(&cfg);
   if (!product) MPI_Finalize();

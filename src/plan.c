@@ -4,6 +4,7 @@
 #include "plan.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "grid.h"
@@ -70,6 +71,7 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   memset(bytes, 0, KD_MEM_NCAT * sizeof *bytes);
   const int tp = cfg->par_tp, pp = cfg->par_pp;
   const int dp = cfg->par_dp > 0 ? cfg->par_dp : nranks / (tp * pp);
+  if (tp < 1 || pp < 1 || dp < 1) return; /* plan_check refuses such a layout */
   const int tp_rank = rank % tp, stage = rank / (tp * dp);
   const int distill = strcmp(cfg->run_mode, "distill") == 0;
   const int train = strcmp(cfg->run_mode, "eval") != 0, zero = cfg->par_zero && train;
@@ -144,10 +146,50 @@ static size_t total_of(const size_t *b) {
   return t;
 }
 
-int plan_dry_run(const struct kd_config *cfg, int nranks) {
+/* "WHERE: why" for the layout key a failed model_check_layout is about. */
+static int card_cut(const struct kd_config *cfg, const struct kd_card *c, const char *who, char *err,
+                    size_t errlen) {
+  char why[768], where[KD_PATH_MAX + 160];
+  if (!model_check_layout(c, who, cfg->par_tp, cfg->par_pp, why, sizeof why)) return 0;
+  const int by_tp = model_check_layout(c, who, cfg->par_tp, 1, where, sizeof where) != 0;
+  config_where(cfg, "parallel", by_tp ? "tp" : "pp", where, sizeof where);
+  snprintf(err, errlen, "%s: %s", where, why);
+  return KD_EXIT_INPUT;
+}
+
+int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size_t errlen) {
+  char why[512], where[KD_PATH_MAX + 160];
+  if (grid_layout(nranks, cfg->par_tp, cfg->par_pp, cfg->par_dp, dp, why, sizeof why)) {
+    const int tp_pp = cfg->par_tp < 1 || cfg->par_pp < 1 || nranks % (cfg->par_tp * cfg->par_pp);
+    config_where(cfg, "parallel", tp_pp ? (nranks % cfg->par_tp ? "tp" : "pp") : "dp", where,
+                 sizeof where);
+    snprintf(err, errlen, "%s: %s", where, why);
+    return KD_EXIT_INPUT;
+  }
+  if (cfg->par_global_batch % (*dp * cfg->par_micro_batch) != 0) {
+    config_where(cfg, "parallel", "global_batch", where, sizeof where);
+    snprintf(err, errlen,
+             "%s: %d is not divisible by micro_batch = %d times dp = %d (%d ranks / (tp = %d x "
+             "pp = %d))",
+             where, cfg->par_global_batch, cfg->par_micro_batch, *dp, nranks, cfg->par_tp,
+             cfg->par_pp);
+    return KD_EXIT_INPUT;
+  }
+  if (card_cut(cfg, &cfg->student, "student", err, errlen)) return KD_EXIT_INPUT;
+  if (strcmp(cfg->run_mode, "distill") == 0 && card_cut(cfg, &cfg->teacher, "teacher", err, errlen))
+    return KD_EXIT_INPUT;
+  return 0;
+}
+
+int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   const int distill = strcmp(cfg->run_mode, "distill") == 0;
   const int tp = cfg->par_tp, pp = cfg->par_pp;
-  const int dp = cfg->par_dp > 0 ? cfg->par_dp : nranks / (tp * pp);
+  char err[2048], m1[32], m2[32], m3[32];
+  int dp = 0;
+  if (plan_check(cfg, nranks, &dp, err, sizeof err)) {
+    fprintf(stderr, "kdtrain: %s\n", err);
+    return KD_EXIT_INPUT;
+  }
   kd_info("kdtrain --dry-run: %d rank(s), layout tp=%d pp=%d dp=%d, zero=%d | memory "
           "recompute='%s' every %d, offload %d, tiled_mlp %d\n",
           nranks, tp, pp, dp, cfg->par_zero, cfg->mem_recompute, cfg->mem_recompute_every,
@@ -159,6 +201,10 @@ int plan_dry_run(const struct kd_config *cfg, int nranks) {
             (long long)model_count_params(&cfg->teacher),
             strcmp(cfg->prec_compute, "bf16") == 0 ? "BF16 (2 bytes each; norms and biases FP32)"
                                                    : "FP32");
+  /* a rank's plan depends on its (tp rank, stage) only: plan those tp * pp cuts once */
+  size_t(*cut)[KD_MEM_NCAT] = kd_malloc((size_t)tp * pp * sizeof *cut);
+  for (int st = 0; st < pp; st++)
+    for (int t = 0; t < tp; t++) plan_rank(cfg, nranks, t + tp * dp * st, cut[st * tp + t]);
   kd_info("\n  predicted per-rank memory (bytes; doc/memory.md):\n  %4s", "rank");
   static const int cols[] = {KD_MEM_WEIGHTS, KD_MEM_GRADS, KD_MEM_OPTIM, KD_MEM_ACTS,
                              KD_MEM_LOSS,    KD_MEM_COMM,  KD_MEM_HOST};
@@ -166,12 +212,50 @@ int plan_dry_run(const struct kd_config *cfg, int nranks) {
                          "loss chunk", "communication", "host (offload)"};
   for (int k = 0; k < 7; k++) kd_info(" %14s", heads[k]);
   kd_info(" %14s %10s\n", "device total", "MiB");
+  int big = 0;
+  double sum = 0, host = 0;
   for (int r = 0; r < nranks; r++) {
-    size_t b[KD_MEM_NCAT];
-    plan_rank(cfg, nranks, r, b);
-    kd_info("  %4d", r);
-    for (int k = 0; k < 7; k++) kd_info(" %14zu", b[cols[k]]);
-    kd_info(" %14zu %10.1f\n", total_of(b), (double)total_of(b) / 1048576.0);
+    const size_t *b = cut[(r / (tp * dp)) * tp + r % tp];
+    char row[256];
+    int n = snprintf(row, sizeof row, "  %4d", r);
+    for (int k = 0; k < 7; k++) n += snprintf(row + n, sizeof row - (size_t)n, " %14zu", b[cols[k]]);
+    kd_info("%s %14zu %10.1f\n", row, total_of(b), (double)total_of(b) / 1048576.0);
+    if (total_of(b) > total_of(cut[(big / (tp * dp)) * tp + big % tp])) big = r;
+    sum += (double)total_of(b);
+    host += (double)b[KD_MEM_HOST];
   }
+  kd_info("  per pipeline stage (%d ranks each: tp %d x dp %d):\n", tp * dp, tp, dp);
+  for (int st = 0; st < pp; st++) {
+    int f, ls, lt = 0;
+    grid_stage_layers(cfg->student.num_hidden_layers, pp, st, &f, &ls);
+    if (distill) grid_stage_layers(cfg->teacher.num_hidden_layers, pp, st, &f, &lt);
+    size_t lo = (size_t)-1, hi = 0;
+    for (int t = 0; t < tp; t++) {
+      const size_t x = total_of(cut[st * tp + t]);
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
+    }
+    kd_info("    stage %d: student layers %d, teacher layers %d%s%s | per rank %s .. %s\n", st,
+            ls, lt, st == 0 ? ", embedding" : "", st == pp - 1 ? ", head and loss" : "",
+            kd_fmt_bytes(m1, sizeof m1, (double)lo), kd_fmt_bytes(m2, sizeof m2, (double)hi));
+  }
+  const size_t need = total_of(cut[(big / (tp * dp)) * tp + big % tp]);
+  kd_info("  largest rank: %d (stage %d, tp rank %d): %s | all %d ranks: %s", big,
+          big / (tp * dp), big % tp, kd_fmt_bytes(m1, sizeof m1, (double)need), nranks,
+          kd_fmt_bytes(m2, sizeof m2, sum));
+  if (host > 0) kd_info(" (+ %s offloaded to host memory)", kd_fmt_bytes(m3, sizeof m3, host));
+  kd_info("\n");
+  const double have = device_bytes > 0 ? device_bytes : (double)cfg->mem_budget_mb * 1048576.0;
+  const char *what = device_bytes > 0 ? "the device memory named (--device-mem)"
+                                      : "memory%budget_mb";
+  if (have > 0)
+    kd_info("  fit: the largest rank needs %s of %s %s: %s\n", kd_fmt_bytes(m1, sizeof m1, (double)need),
+            what, kd_fmt_bytes(m2, sizeof m2, have),
+            (double)need <= have ? "fits" : "DOES NOT FIT (more ranks, tp or pp, recompute, or "
+                                            "a smaller micro_batch; doc/memory.md)");
+  else
+    kd_info("  fit: not checked (name the device memory with --device-mem SIZE, e.g. 80GiB, "
+            "or set memory%%budget_mb)\n");
+  free(cut);
   return KD_EXIT_OK;
 }

@@ -15,8 +15,16 @@ void plan_policy(struct kd_mem_policy *pol, const struct kd_config *cfg, int fro
  * `nranks` ranks (KD_MEM_SCRATCH is not predicted: short-lived op workspace). */
 void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[KD_MEM_NCAT]);
 
-/* Print the parallel layout and every rank's predicted memory for `nranks` ranks on
- * stdout; one process, no MPI call. Returns the exit status. */
-int plan_dry_run(const struct kd_config *cfg, int nranks);
+/* The checks a run makes of its layout before it allocates anything: tp x pp (x dp)
+ * on `nranks` ranks (*dp gets the data-parallel size), the global batch over dp x
+ * micro_batch, both model cards cut by tp and pp. 0, or KD_EXIT_INPUT with
+ * "FILE:LINE: &group key: why" in err. No MPI call: the run and --dry-run both use it. */
+int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size_t errlen);
+
+/* Check `cfg` on `nranks` ranks as the run does, then print the parallel layout, every
+ * rank's predicted memory, a table per pipeline stage and a summary (the largest rank,
+ * the total, whether it fits in `device_bytes`, else memory%budget_mb) on stdout; one
+ * process, no MPI call. Returns the exit status (KD_EXIT_INPUT: what the run refuses). */
+int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes);
 
 #endif

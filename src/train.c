@@ -234,25 +234,33 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
                       ts ? own : cfg->teacher_init);
 }
 
+/* Start of a long set-up phase: "kdtrain: WHAT [PATH (SIZE)] ..." on rank 0; returns the
+ * start time for phase_end. */
+static double phase_begin(const char *what, const char *path) {
+  struct stat sb;
+  char size[32] = "";
+  if (path && stat(path, &sb) == 0) kd_fmt_bytes(size, sizeof size, (double)sb.st_size);
+  kd_info("kdtrain: %s%s%s%s%s ...\n", what, path ? " " : "", path ? path : "", size[0] ? ", " : "",
+          size);
+  return kd_now();
+}
+
+/* "kdtrain: WHAT: S s" on rank 0, S counted from t0 (after every rank finished). */
+static void phase_end(const char *what, double t0) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  kd_info("kdtrain: %s: %.1f s\n", what, kd_now() - t0);
+}
+
 static void run_setup(struct run *r, const struct kd_config *cfg) {
   char err[1024];
   memset(r, 0, sizeof *r);
   r->cfg = cfg;
   MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
   MPI_Comm_size(MPI_COMM_WORLD, &r->nranks);
+  int dp;
+  if (plan_check(cfg, r->nranks, &dp, err, sizeof err)) /* what --dry-run --ranks checks */
+    kd_fail_all(KD_EXIT_INPUT, "%s", err);
   fail_input(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
-  const int dp = r->grid.dp;
-  if (cfg->par_global_batch % (dp * cfg->par_micro_batch) != 0)
-    kd_fail(KD_EXIT_INPUT,
-            "%s: &parallel global_batch = %d is not divisible by micro_batch = %d times dp = %d",
-            cfg->source, cfg->par_global_batch, cfg->par_micro_batch, dp);
-  fail_input(model_check_layout(&cfg->student, "student", cfg->par_tp, cfg->par_pp, err,
-                                sizeof err),
-             err);
-  if (strcmp(cfg->run_mode, "distill") == 0)
-    fail_input(model_check_layout(&cfg->teacher, "teacher", cfg->par_tp, cfg->par_pp, err,
-                                  sizeof err),
-               err);
   backend_select(r, cfg);
   r->distill = strcmp(cfg->run_mode, "distill") == 0;
 
@@ -269,16 +277,20 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   if (strcmp(cfg->student_init, "random") == 0) {
     model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
   } else {
+    const double t0 = phase_begin("loading student", cfg->student_init);
     fail_input(weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err),
                err);
+    phase_end("student loaded", t0);
   }
   plan_policy(&r->student.mem, cfg, 0);
   if (r->eval) {
     if (r->be.bf16) r->be.round_bf16(r->student.w, r->student.numel);
   } else {
     update_build(&r->update, &r->be, &r->student, &r->grid, zero);
+    const double t0 = kd_now();
     ckpt_resume(cfg, update_state(&r->update), &r->resume, resumed, sizeof resumed,
                 MPI_COMM_WORLD); /* checkpoint%resume */
+    if (r->resume.step > 0) phase_end("checkpoint read", t0);
     update_refresh_weights(&r->update, &r->be);
   }
   /* teacher: frozen, compute precision only (bf16 runs: held in packed BF16) */
@@ -286,11 +298,14 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     model_build_grid(&r->teacher, &r->be, &cfg->teacher, r->be.bf16 ? MODEL_FROZEN16 : MODEL_FROZEN,
                      vc, &r->grid);
     plan_policy(&r->teacher.mem, cfg, 1);
+    const double t0 = phase_begin("loading teacher", cfg->teacher_init);
     fail_input(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
                             sizeof err),
                err);
-    kd_info("kdtrain: teacher held in %s: %zu bytes of weights on rank 0\n",
-            r->be.bf16 ? "BF16" : "FP32", model_weight_bytes(&r->teacher));
+    phase_end("teacher loaded", t0);
+    char wb[32];
+    kd_info("kdtrain: teacher held in %s: %s of weights on rank 0\n", r->be.bf16 ? "BF16" : "FP32",
+            kd_fmt_bytes(wb, sizeof wb, (double)model_weight_bytes(&r->teacher)));
   }
   if (!r->eval) tokenizer_setup(r, resumed);
 
@@ -330,7 +345,9 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill ? &r->teacher : NULL, mb, T,
              nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
 
+  const double t0 = phase_begin("measuring the GEMM rate of every rank", NULL);
   r->gemm_rate = measure_gemm_rate(&r->be);
+  phase_end("GEMM rate measured", t0);
   r->peak = hardware_peak(r, r->peak_what, sizeof r->peak_what);
   MPI_Allreduce(&r->peak, &r->peak_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   const double gtokens = (double)cfg->par_global_batch * T;
@@ -403,7 +420,8 @@ static void metrics_row(struct run *r, int64_t step, const double *v, int nv) {
   fprintf(r->metrics, "%lld", (long long)step);
   for (int i = 0; i < nv; i++) {
     if (isnan(v[i])) fputs(",", r->metrics);
-    else fprintf(r->metrics, ",%.9g", v[i]);
+    else if (v[i] == floor(v[i]) && fabs(v[i]) < 1e15) fprintf(r->metrics, ",%.0f", v[i]);
+    else fprintf(r->metrics, ",%.9g", v[i]); /* counts and bytes never in e-notation */
   }
   fputc('\n', r->metrics);
   fflush(r->metrics);
@@ -442,6 +460,19 @@ static void log_validation(struct run *r, int64_t step) {
   for (int i = 0; i < 11; i++) v[i] = NAN;
   v[10] = vl;
   metrics_row(r, step, v, 11);
+}
+
+/* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
+static const char *format_rate(char *buf, size_t n, double x) {
+  static const char *const sfx[] = {"", "k", "M", "G", "T"};
+  int k = 0;
+  while (fabs(x) >= 999.5 && k < 4) {
+    x /= 1000;
+    k++;
+  }
+  const int digits = fabs(x) >= 99.95 ? 0 : fabs(x) >= 9.995 ? 1 : 2;
+  snprintf(buf, n, "%.*f%s", k == 0 && fabs(x) < 1 ? 3 : digits, x, sfx[k]);
+  return buf;
 }
 
 static void format_eta(char *buf, size_t n, double sec) {
@@ -514,14 +545,15 @@ static int train_loop(struct run *r) {
       char eta[32];
       format_eta(eta, sizeof eta, (kd_now() - t_start) / (double)(step - first + 1) *
                                       (double)(cfg->run_steps - step));
-      char parts[64] = "", lossw[48] = "- (no counted label)";
+      char parts[64] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
       if (r->distill && !empty)
         snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", loss_kd, loss_ce);
       if (!empty) snprintf(lossw, sizeof lossw, "%.4f", loss);
       kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
-              "%.0f tok/s | mfu %.1f%% | peak %.1f MiB | eta %s\n",
+              "%s tok/s | mfu %.1f%% | peak %s | eta %s\n",
               (long long)step, (long long)cfg->run_steps, lossw, parts, lr, gnorm,
-              finite || empty ? "" : " (skipped)", tok_s, 100 * mfu, (double)peak / 1048576.0, eta);
+              finite || empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s), 100 * mfu,
+              kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
       double v[11] = {loss, r->distill ? loss_kd : NAN, loss_ce, lr, gnorm, (double)scaler.skipped,
                       (double)consumed * T, tok_s, mfu, (double)peak, NAN};
       metrics_row(r, step, v, 11);
@@ -641,6 +673,6 @@ int train_run(const struct kd_config *cfg) {
   return status;
 }
 
-int train_dry_run(const struct kd_config *cfg, int nranks) {
-  return plan_dry_run(cfg, nranks);
+int train_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
+  return plan_dry_run(cfg, nranks, device_bytes);
 }

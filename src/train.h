@@ -8,8 +8,9 @@
 /* Run `cfg` (collective over MPI_COMM_WORLD). Returns the process exit status. */
 int train_run(const struct kd_config *cfg);
 
-/* Print the parallel layout and the per-rank memory plan of `cfg` on `nranks` ranks; touches
- * no data and needs no MPI (one process prints it). */
-int train_dry_run(const struct kd_config *cfg, int nranks);
+/* Check `cfg` on `nranks` ranks as the run does and print the parallel layout, the
+ * per-rank memory plan and its summary (fit against `device_bytes`, 0: against
+ * memory%budget_mb); touches no data and needs no MPI (one process prints it). */
+int train_dry_run(const struct kd_config *cfg, int nranks, double device_bytes);
 
 #endif

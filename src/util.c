@@ -21,19 +21,13 @@ int kd_rank(void) {
   return r;
 }
 
-/* One console line "[rank] PREFIX MESSAGE\n" (newline added where missing) written
- * with a single write(2): a rank killed by another rank's MPI_Abort right after it
- * leaves either the whole line or nothing, never a prefix without its message, and
- * the lines of ranks that fail together do not interleave. */
-static void line_out(const char *prefix, const char *fmt, va_list ap) {
-  char buf[4096];
-  int n = snprintf(buf, sizeof buf, "[%d] %s", kd_rank(), prefix);
+/* Write the n bytes of one console line to stderr with a single write(2) (retried only
+ * where the kernel took part of it): a rank killed by another rank's MPI_Abort right
+ * after it leaves either the whole line or nothing, never a prefix without its message,
+ * and the lines of ranks that fail together do not interleave. */
+static void line_write(char *buf, int n, size_t cap) {
   if (n < 0) n = 0;
-  if ((size_t)n < sizeof buf) {
-    int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
-    n = m < 0 ? n : n + m;
-  }
-  if ((size_t)n > sizeof buf - 2) n = (int)(sizeof buf - 2);
+  if ((size_t)n > cap - 2) n = (int)(cap - 2);
   if (n == 0 || buf[n - 1] != '\n') buf[n++] = '\n';
   fflush(stderr);
   for (size_t off = 0; off < (size_t)n;) {
@@ -44,9 +38,25 @@ static void line_out(const char *prefix, const char *fmt, va_list ap) {
   }
 }
 
+/* One console line "kdtrain: rank R: MESSAGE[SUFFIX]\n" (newline added where missing). */
+static void line_out(const char *suffix, const char *fmt, va_list ap) {
+  char buf[4096];
+  int n = snprintf(buf, sizeof buf, "kdtrain: rank %d: ", kd_rank());
+  if (n >= 0 && (size_t)n < sizeof buf) {
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    n = m < 0 ? n : n + m;
+    if (n > 0 && (size_t)n < sizeof buf && buf[n - 1] == '\n') n--;
+    if ((size_t)n < sizeof buf) {
+      m = snprintf(buf + n, sizeof buf - (size_t)n, "%s", suffix);
+      n = m < 0 ? n : n + m;
+    }
+  }
+  line_write(buf, n, sizeof buf);
+}
+
 void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
   char where[512];
-  snprintf(where, sizeof where, "%s:%d: ", file, line);
+  snprintf(where, sizeof where, " (%s:%d)", file, line);
   va_list ap;
   va_start(ap, fmt);
   line_out(where, fmt, ap);
@@ -59,6 +69,23 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
     if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
     MPI_Finalize();
   }
+  exit(status);
+}
+
+void kd_fail_all(int status, const char *fmt, ...) {
+  if (kd_rank() == 0) {
+    char buf[4096];
+    int n = snprintf(buf, sizeof buf, "kdtrain: ");
+    va_list ap;
+    va_start(ap, fmt);
+    const int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    va_end(ap);
+    line_write(buf, m < 0 ? n : n + m, sizeof buf);
+  }
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Finalize();
   exit(status);
 }
 
@@ -144,4 +171,22 @@ int kd_mkdir_p(const char *path) {
     *p = '/';
   }
   return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+const char *kd_fmt_bytes(char *buf, size_t n, double bytes) {
+  if (bytes >= 1024.0 * 1048576) snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1048576));
+  else if (bytes >= 1048576) snprintf(buf, n, "%.1f MiB", bytes / 1048576);
+  else if (bytes >= 1024) snprintf(buf, n, "%.1f KiB", bytes / 1024);
+  else snprintf(buf, n, "%.0f B", bytes);
+  return buf;
+}
+
+void kd_progress(const char *what, double done, double total, double t0, double *last) {
+  const double now = kd_now();
+  if (now - *last < 10.0 || total <= 0 || done >= total) return;
+  *last = now;
+  char a[32], b[32];
+  const double left = (now - t0) / (done > 0 ? done : 1) * (total - done);
+  kd_info("kdtrain: %s: %.0f%% (%s of %s), about %.0f s left\n", what, 100 * done / total,
+          kd_fmt_bytes(a, sizeof a, done), kd_fmt_bytes(b, sizeof b, total), left);
 }

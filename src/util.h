@@ -17,11 +17,17 @@ enum kd_exit {
 /* Rank of this process in MPI_COMM_WORLD (0 before MPI_Init). */
 int kd_rank(void);
 
-/* Print "[rank] file:line: message" to stderr and end every rank with `status`
- * (MPI_Abort when MPI is running with more than one rank, exit otherwise). */
+/* Print "kdtrain: rank R: message (file:line)" to stderr (one write(2)) and end every
+ * rank with `status` (MPI_Abort when MPI is running with more than one rank, exit
+ * otherwise): a run-time fault that one rank may meet alone. */
 void kd_fail_at(const char *file, int line, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
 #define kd_fail(status, ...) kd_fail_at(__FILE__, __LINE__, (status), __VA_ARGS__)
+
+/* Bad input that every rank detects alike (the same configuration, the same world
+ * size): rank 0 prints "kdtrain: message" (start it with the user's "FILE:LINE: "),
+ * every rank finalizes MPI and exits with `status`. Collective over MPI_COMM_WORLD. */
+void kd_fail_all(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
 /* Check a condition that only a bug or a broken system can violate. */
 #define KD_CHECK(cond, ...)                                                    \
@@ -31,7 +37,7 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...)
 
 /* printf on rank 0 only (console output of the run). */
 void kd_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* printf to stderr with a "[rank]" prefix, on any rank. */
+/* printf to stderr with a "kdtrain: rank R: " prefix, on any rank (one write(2)). */
 void kd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* malloc/calloc that fail loudly; host memory outside the arena (tables, strings). */
@@ -43,6 +49,14 @@ void kd_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((fo
 
 /* Create a directory and its parents (mkdir -p); 0 or -1 with errno set. */
 int kd_mkdir_p(const char *path);
+
+/* "1.23 GiB", "45.6 MiB", "7.8 KiB" or "512 B" into buf (n bytes); returns buf. */
+const char *kd_fmt_bytes(char *buf, size_t n, double bytes);
+
+/* Progress of a long load on rank 0: "kdtrain: WHAT: P% (DONE of TOTAL), about S s left",
+ * at most every 10 s (*last: the time of the previous line, start it at t0), nothing
+ * when the whole load takes less than 10 s. */
+void kd_progress(const char *what, double done, double total, double t0, double *last);
 
 /* Wall clock in seconds. */
 double kd_now(void);

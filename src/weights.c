@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "tokfiles.h"
+#include "mpi_yield.h"
 #include "util.h"
 
 static size_t piece_bytes = (size_t)1 << 30;
@@ -444,7 +445,9 @@ static int transfer(hid_t dset, const struct block *b, float *x, int active, int
   hsize_t nmem = (hsize_t)(rows * b->cols > 0 ? rows * b->cols : 1);
   hid_t fs = H5Dget_space(dset), ms = H5Screate_simple(1, &nmem, NULL);
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  /* oversubscribed: independent transfers (ROMIO's collective ones busy-wait inside MPI
+   * where mpi_yield.c cannot reach; doc/scale.md) */
+  H5Pset_dxpl_mpio(dxpl, mpi_yield_on() ? H5FD_MPIO_INDEPENDENT : H5FD_MPIO_COLLECTIVE);
   int ok = fs >= 0 && ms >= 0;
   float dummy = 0.0f;
   for (int64_t k = 0; k < npieces; k++) {
@@ -783,14 +786,24 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
   return agree(plan_owners(mdl, 1, io->own, comm, err, errlen), err, errlen, comm);
 }
 
+/* FP32 bytes of a tensor at its global shape (the progress of a load) */
+static double param_bytes(const struct kd_param *q) {
+  return 4.0 * (double)q->shape[0] * (double)(q->ndim == 2 ? q->shape[1] : 1);
+}
+
 int weights_read_group(struct weights_io *io, const char *group, float *buf, char *err,
                        size_t errlen) {
   hid_t g = group_open(io, group, 0, err, errlen);
   int st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
-  for (int p = 0; p < io->mdl->nparams && !st; p++)
+  double total = 0, done = 0, t0 = kd_now(), last = t0; /* progress on the console */
+  for (int p = 0; p < io->mdl->nparams; p++) total += param_bytes(&io->mdl->params[p]);
+  for (int p = 0; p < io->mdl->nparams && !st; p++) {
     st = load_param(g, group, &io->mdl->params[p], buf ? buf + io->mdl->params[p].offset : NULL,
                     io->mdl->be, buf ? NULL : io->mdl, io->own[p], io->path, io->comm, err,
                     errlen);
+    done += param_bytes(&io->mdl->params[p]);
+    kd_progress(io->path, done, total, t0, &last);
+  }
   if (g >= 0) H5Gclose(g);
   return st;
 }

@@ -85,13 +85,25 @@ static void write_npy(const char *path, const float *x, int B, int T, int V) {
   if (fclose(f) != 0 || !ok) kd_fail(KD_EXIT_IO, "writing %s failed (disk full?)", path);
 }
 
+static const char usage[] =
+    "usage: kdlogits WEIGHTS_OR_CHECKPOINT.h5 TOKENS.txt OUT.npy\n"
+    "\n"
+    "Logits of kdtrain's own forward pass (one process, CPU, FP32) of the model in a\n"
+    "weights file or checkpoint for the token ids of TOKENS.txt (one sequence per line,\n"
+    "ids separated by spaces, all lines the same length), written as a (B, T, V) float32\n"
+    ".npy file: the comparison with Hugging Face transformers (doc/checkpoint.md).\n";
+
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  /* --help and usage errors before MPI_Init: they need no MPI */
+  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    fputs(usage, stdout);
+    return KD_EXIT_OK;
+  }
   if (argc != 4) {
-    fprintf(stderr, "usage: kdlogits WEIGHTS_OR_CHECKPOINT.h5 TOKENS.txt OUT.npy\n");
-    MPI_Finalize();
+    fputs(usage, stderr);
     return KD_EXIT_INPUT;
   }
+  MPI_Init(&argc, &argv);
   struct kd_backend be;
   backend_cpu_init(&be, 0);
   struct kd_card card;

@@ -1,0 +1,10 @@
+/* mpi_yield.h: polite waiting in MPI on oversubscribed nodes (mpi_yield.c). */
+#ifndef KD_MPI_YIELD_H
+#define KD_MPI_YIELD_H
+
+/* 1 when this process waits in MPI by testing, yielding and sleeping instead of
+ * MPICH's busy polling (its node's ranks outnumber its CPUs, or KD_MPI_YIELD=1);
+ * decided at the first call, the same on every rank of a node. */
+int mpi_yield_on(void);
+
+#endif

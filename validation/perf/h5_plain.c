@@ -1,0 +1,78 @@
+/* h5_plain: the baseline of validation/perf/ckpt_io. Writes, then reads, BYTES of float32
+ * split into NSETS one-dimensional datasets with plain parallel HDF5 (MPI-IO driver, each
+ * dataset created by all ranks, each rank's contiguous 1/N of it in one collective
+ * H5Dwrite/H5Dread), and prints the GB/s of each (1 GB = 1e9 bytes; times include
+ * create/open and close, as a checkpoint's do).
+ *   mpiexec -n N validation/perf/h5_plain BYTES NSETS FILE */
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int io(const char *path, long long per_set, int nsets, int writing, float *buf, int rank,
+              int size) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL);
+  hid_t f = writing ? H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)
+                    : H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  H5Pclose(fapl);
+  if (f < 0) return 1;
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  const long long base = per_set / size, extra = per_set % size;
+  const hsize_t start = (hsize_t)(rank * base + (rank < extra ? rank : extra));
+  const hsize_t count = (hsize_t)(base + (rank < extra ? 1 : 0)), total = (hsize_t)per_set;
+  int bad = 0;
+  for (int d = 0; d < nsets; d++) {
+    char name[32];
+    snprintf(name, sizeof name, "t%05d", d);
+    hid_t fs = H5Screate_simple(1, &total, NULL), ms = H5Screate_simple(1, &count, NULL);
+    hid_t ds = writing ? H5Dcreate2(f, name, H5T_NATIVE_FLOAT, fs, H5P_DEFAULT, H5P_DEFAULT,
+                                    H5P_DEFAULT)
+                       : H5Dopen2(f, name, H5P_DEFAULT);
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
+    if (count == 0) H5Sselect_none(ms);
+    bad |= (writing ? H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf)
+                    : H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf)) < 0;
+    H5Dclose(ds);
+    H5Sclose(fs);
+    H5Sclose(ms);
+  }
+  H5Pclose(dxpl);
+  return H5Fclose(f) < 0 || bad;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (argc != 4) {
+    if (rank == 0) fprintf(stderr, "usage: h5_plain BYTES NSETS FILE\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  const long long bytes = atoll(argv[1]);
+  const int nsets = atoi(argv[2]);
+  const long long per_set = bytes / 4 / nsets;
+  float *buf = malloc((size_t)(per_set / size + 1) * sizeof(float));
+  for (long long i = 0; i <= per_set / size; i++) buf[i] = (float)(i % 1000) * 1e-3f;
+  double t[2];
+  for (int w = 1; w >= 0; w--) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    if (io(argv[3], per_set, nsets, w, buf, rank, size)) {
+      fprintf(stderr, "h5_plain: %s of %s failed\n", w ? "write" : "read", argv[3]);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    t[w] = MPI_Wtime() - t0;
+  }
+  const double gb = (double)per_set * nsets * 4 / 1e9;
+  if (rank == 0)
+    printf("h5_plain: %d rank(s), %.3f GB in %d datasets: write %.2f s = %.2f GB/s, read %.2f s "
+           "= %.2f GB/s\n",
+           size, gb, nsets, t[1], gb / t[1], t[0], gb / t[0]);
+  free(buf);
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,115 @@
+#!/bin/sh
+# The batch scripts jobs/slurm.sh and jobs/pbs.sh against stand-in sbatch, srun,
+# scontrol, qsub, qstat and mpiexec commands on PATH that record what they were asked,
+# and a stand-in kdtrain that exits with a chosen status or waits for the warning
+# signal and then stops at a "checkpoint" with exit 5 (as kdtrain does):
+#  - ranks come from the scheduler (srun gets the allocation; mpiexec -n = lines of
+#    $PBS_NODEFILE, with -f), kdtrain from $KDTRAIN or PATH, override words pass through;
+#  - output is live: kdtrain's first line is in the job log while it still runs;
+#  - the warning signal (SIGUSR1 from Slurm; the PBS script's own timer from the qstat
+#    walltime) reaches kdtrain, which exits 5, and the script resubmits itself with the
+#    same input and words; any other status is the script's status, with no resubmission.
+set -eu
+. "${KD_SRCDIR:?}/validation/test_lib.sh"
+command -v bash > /dev/null || kd_skip "no bash"
+
+mkdir bin rec
+R=$PWD/rec
+for c in sbatch qsub; do
+  printf '#!/bin/sh\necho "$*" > %s/%s.args\n' "$R" "$c" > bin/$c
+done
+cat > bin/srun <<EOF
+#!/bin/sh
+echo "\$*" > $R/srun.args
+while [ \$# -gt 0 ]; do case \$1 in --*) shift ;; *) break ;; esac; done
+exec "\$@"
+EOF
+cat > bin/mpiexec <<EOF
+#!/bin/sh
+echo "\$*" > $R/mpiexec.args
+while [ \$# -gt 0 ]; do case \$1 in -n|-f) shift 2 ;; *) break ;; esac; done
+exec "\$@"
+EOF
+printf '#!/bin/sh\necho "   Command=%s/copy-of-slurm.sh"\n' "$R" > bin/scontrol
+printf '#!/bin/sh\necho "    Resource_List.walltime = 00:00:14"\n' > bin/qstat
+cat > bin/kdtrain <<'EOF'
+#!/bin/sh
+# stand-in kdtrain: FAKE=exit:N exits N; FAKE=wait waits for SIGUSR1/SIGTERM, exits 5
+echo "kdtrain: fake start $*"
+case $FAKE in
+  exit:*) exit "${FAKE#exit:}" ;;
+esac
+trap 'echo "kdtrain: stopped by signal 10 after step 3: exit status 5, resume with the same command"; exit 5' USR1 TERM
+i=0
+while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+exit 9
+EOF
+chmod +x bin/*
+cp "$KD_SRCDIR/jobs/slurm.sh" rec/copy-of-slurm.sh
+export PATH="$PWD/bin:$PATH"
+unset KDTRAIN MPIEXEC SLURM_MPI_TYPE
+touch in.nml
+
+# slurm STATUS_WANTED: run jobs/slurm.sh as Slurm would
+slurm() {
+  rm -f rec/*.args
+  rc=0
+  SLURM_JOB_ID=41 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 SLURM_JOB_NUM_NODES=2 \
+    bash "$KD_SRCDIR/jobs/slurm.sh" in.nml optim%lr=1e-4 run%steps=7 > job.log 2>&1 || rc=$?
+  [ "$rc" -eq "$1" ] || { cat job.log; fail "slurm.sh with FAKE=$FAKE: exit $rc, expected $1"; }
+}
+echo "== Slurm: statuses pass through, no resubmission"
+for st in 0 2 3 4; do
+  FAKE=exit:$st slurm "$st"
+  [ ! -e rec/sbatch.args ] || fail "slurm.sh resubmitted after exit $st"
+done
+grep -q "^--kill-on-bad-exit=1 $PWD/bin/kdtrain in.nml optim%lr=1e-4 run%steps=7\$" rec/srun.args \
+  || { cat rec/srun.args; fail "srun was not asked for kdtrain (from PATH) with the words"; }
+grep -q '^kdtrain: fake start in.nml optim%lr=1e-4 run%steps=7$' job.log || fail "no kdtrain output in the log"
+grep -q '^#SBATCH --signal=B:USR1@[0-9]' "$KD_SRCDIR/jobs/slurm.sh" || fail "no --signal=B:USR1@N"
+grep -q '^#SBATCH --nodes\|^#SBATCH --ntasks' "$KD_SRCDIR/jobs/slurm.sh" && fail "slurm.sh hard-codes nodes or tasks"
+echo "ok"
+
+echo "== Slurm: SIGUSR1 -> kdtrain exits 5 -> resubmitted with the same words; output live"
+rm -f rec/*.args
+FAKE=wait SLURM_JOB_ID=42 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 KDTRAIN=$PWD/bin/kdtrain \
+  bash "$KD_SRCDIR/jobs/slurm.sh" in.nml optim%lr=1e-4 run%steps=7 > job.log 2>&1 &
+job=$!
+i=0
+until grep -q '^kdtrain: fake start' job.log; do
+  i=$((i + 1)); [ $i -lt 100 ] || { kill $job; fail "kdtrain's output is not live in the job log"; }
+  sleep 0.1
+done
+kill -0 $job || fail "the job ended before the signal"
+kill -USR1 $job
+rc=0; wait $job || rc=$?
+[ "$rc" -eq 5 ] || { cat job.log; fail "slurm.sh after SIGUSR1: exit $rc, expected 5"; }
+grep -q "^$R/copy-of-slurm.sh in.nml optim%lr=1e-4 run%steps=7\$" rec/sbatch.args \
+  || { cat job.log rec/sbatch.args; fail "not resubmitted as submitted"; }
+echo "ok"
+
+# pbs STATUS_WANTED: run jobs/pbs.sh as PBS would
+printf 'n1\nn1\nn1\nn2\nn2\nn2\n' > nodes
+pbs() {
+  rm -f rec/*.args
+  rc=0
+  PBS_JOBID=43.pbs PBS_O_WORKDIR=$PWD PBS_NODEFILE=$PWD/nodes KD_INPUT=in.nml \
+    KD_ARGS="optim%lr=1e-4 run%steps=7" KD_SIGNAL_LEAD=10 \
+    bash "$KD_SRCDIR/jobs/pbs.sh" > job.log 2>&1 || rc=$?
+  [ "$rc" -eq "$1" ] || { cat job.log; fail "pbs.sh with FAKE=$FAKE: exit $rc, expected $1"; }
+}
+echo "== PBS: statuses pass through, ranks from PBS_NODEFILE, words through -v"
+for st in 0 3 4; do
+  FAKE=exit:$st pbs "$st"
+  [ ! -e rec/qsub.args ] || fail "pbs.sh resubmitted after exit $st"
+done
+grep -q "^-n 6 -f $PWD/nodes $PWD/bin/kdtrain in.nml optim%lr=1e-4 run%steps=7\$" rec/mpiexec.args \
+  || { cat rec/mpiexec.args; fail "mpiexec was not asked for 6 ranks of kdtrain with the words"; }
+echo "ok"
+echo "== PBS: the script's timer sends SIGUSR1 (walltime 14 s - lead 10 s) -> exit 5 -> qsub"
+FAKE=wait pbs 5
+grep -q 'walltime warning' job.log || { cat job.log; fail "no walltime warning"; }
+grep -q '^-v KD_INPUT=in.nml,KD_ARGS=optim%lr=1e-4 run%steps=7,KD_JOB_SCRIPT=jobs/pbs.sh jobs/pbs.sh$' \
+  rec/qsub.args || { cat rec/qsub.args; fail "not resubmitted with the same input and words"; }
+echo "ok"
+echo "all job-script checks passed"
