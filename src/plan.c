@@ -2,6 +2,7 @@
  * layout rules the run allocates with (activations come from layers.c's own layout
  * walker, so they are exact), and the measured peaks to compare them with. */
 #include "plan.h"
+#include "tcache.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -173,5 +174,6 @@ int plan_dry_run(const struct kd_config *cfg, int nranks) {
     for (int k = 0; k < 7; k++) kd_info(" %14zu", b[cols[k]]);
     kd_info(" %14zu %10.1f\n", total_of(b), (double)total_of(b) / 1048576.0);
   }
+  tcache_plan_print(cfg); /* mode 'cache' or teacher%source = 'cache': the file's size */
   return KD_EXIT_OK;
 }
