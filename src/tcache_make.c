@@ -383,7 +383,9 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
   const int64_t done0 = done;
   int status = KD_EXIT_OK;
   double t_log = 0.0;
+  const char *delay = getenv("KDTRAIN_TEST_STEP_DELAY_MS"); /* tests: time to send a signal */
   while (done < m.nwindows) {
+    if (delay) usleep((useconds_t)atoi(delay) * 1000u);
     const int64_t mine0 = done + (int64_t)grid->dp_rank * share; /* this rank's windows */
     for (int mi = 0; mi < nmicro; mi++) {
       /* windows past the end are computed on the last window and not kept: every rank
