@@ -107,6 +107,15 @@ double tcache_kd_offset(const struct tcache_rows *rows, const int *labels, size_
 
 /* --- making a cache (tcache_make.c) ---------------------------------------------------- */
 
+/* The entries of one position: logits z (V ids) at inverse temperature inv_t -> k ids
+ * and log-probabilities (topk: most probable first, ties by smaller id; sample: k draws
+ * with replacement from softmax(z * inv_t), sorted by id, a repeated id repeated) and
+ * the log of the mass outside the distinct ids (-inf when none is left). rng: the
+ * position's random stream (sample). scratch: tcache_select_scratch(V, k) bytes. */
+size_t tcache_select_scratch(int V, int k);
+void tcache_select_row(int32_t *ids, float *logp, float *tail, const float *z, int V, int k,
+                       int select, float inv_t, uint64_t rng, void *scratch);
+
 /* run%mode = 'cache': the teacher alone over every training window on backend `be` and
  * the layout `grid`; writes teacher%cache. Collective over MPI_COMM_WORLD. KD_EXIT_OK, or
  * KD_EXIT_SIGNAL when stopped by a signal (PATH.tmp keeps what is done; the same run

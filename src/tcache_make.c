@@ -74,6 +74,23 @@ struct select_ws {
   double *u;
 };
 
+size_t tcache_select_scratch(int V, int k) {
+  return (size_t)V * sizeof(float) + (size_t)k * (sizeof(struct entry) + sizeof(double)) + 16;
+}
+
+static void select_row(int32_t *ids, float *logp, float *tail, const float *z, int V, int k,
+                       int select, float inv_t, uint64_t rng, struct select_ws *ws);
+
+void tcache_select_row(int32_t *ids, float *logp, float *tail, const float *z, int V, int k,
+                       int select, float inv_t, uint64_t rng, void *scratch) {
+  char *p = scratch;
+  struct select_ws ws;
+  ws.u = (double *)p; /* doubles first: aligned */
+  ws.heap = (struct entry *)(p + (size_t)k * sizeof(double));
+  ws.lp = (float *)(p + (size_t)k * (sizeof(double) + sizeof(struct entry)));
+  select_row(ids, logp, tail, z, V, k, select, inv_t, rng, &ws);
+}
+
 /* One position: logits z (V) at inverse temperature inv_t -> k entries and the tail.
  * rng: the position's own stream (select 'sample'). */
 static void select_row(int32_t *ids, float *logp, float *tail, const float *z, int V, int k,
@@ -443,9 +460,9 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
           }
           const size_t rr = (size_t)mi * N + r0 + i; /* row within this rank's share */
           const int64_t win = mine0 + (int64_t)(rr / (size_t)T);
-          uint64_t rng = (uint64_t)m.seed * 0x9E3779B97F4A7C15ull ^
+          uint64_t key = (uint64_t)m.seed * 0x9E3779B97F4A7C15ull ^
                          ((uint64_t)win * (uint64_t)T + rr % (size_t)T + 1);
-          for (int q = 0; q < 3; q++) kd_splitmix64(&rng);
+          const uint64_t rng = kd_splitmix64(&key); /* a mixed state: unrelated streams */
           select_row(bids + rr * (size_t)k, blogp + rr * (size_t)k, btail + rr, zr, vc, k,
                      m.select, inv_t, rng, &ws);
         }
