@@ -76,7 +76,9 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   const int train = strcmp(cfg->run_mode, "eval") != 0, zero = cfg->par_zero && train;
   const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
   const int B = cfg->par_micro_batch, T = cfg->data_seq_len;
-  const int Vs = cfg->student.vocab_size, Vt = distill ? cfg->teacher.vocab_size : Vs;
+  const int live = distill && strcmp(cfg->teacher_source, "cache") != 0; /* a teacher model */
+  const int Vs = cfg->student.vocab_size;
+  const int Vt = distill && cfg->teacher.vocab_size ? cfg->teacher.vocab_size : Vs;
   const int vc = Vt < Vs ? Vt : Vs; /* the ids both models have */
   struct cut s, t;
   cut_model(&s, &cfg->student, !train, vc, tp, tp_rank, pp, stage);
@@ -101,7 +103,7 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   size_t before = 0;
   for (int k = 0; k < KD_MEM_NCAT; k++)
     if (k != KD_MEM_HOST) before += bytes[k];
-  if (distill) {
+  if (live) {
     cut_model(&t, &cfg->teacher, 1, vc, tp, tp_rank, pp, stage);
     plan_policy(&t.d.pol, cfg, 1);
     t.d.B = B;
@@ -119,7 +121,7 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   const size_t N = (size_t)B * T;
   if (pp > 1) /* forward messages carry [teacher | student] hidden states, both ways */
     bytes[KD_MEM_COMM] += 2 * N * ((size_t)cfg->student.hidden_size +
-                                   (distill ? (size_t)cfg->teacher.hidden_size : 0)) * 4;
+                                   (live ? (size_t)cfg->teacher.hidden_size : 0)) * 4;
   if (s.d.has_head) {
     size_t chunk;
     if (cfg->loss_chunk_tokens > 0) {
@@ -155,7 +157,7 @@ int plan_dry_run(const struct kd_config *cfg, int nranks) {
           cfg->mem_offload, cfg->mem_tiled_mlp);
   kd_info("  student %s: %lld parameters", cfg->student_card,
           (long long)model_count_params(&cfg->student));
-  if (distill)
+  if (distill && strcmp(cfg->teacher_source, "cache") != 0)
     kd_info("; teacher %s: %lld parameters, held in %s", cfg->teacher_card,
             (long long)model_count_params(&cfg->teacher),
             strcmp(cfg->prec_compute, "bf16") == 0 ? "BF16 (2 bytes each; norms and biases FP32)"

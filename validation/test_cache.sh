@@ -1,8 +1,9 @@
 #!/bin/sh
 # The offline teacher (doc/cache.md). With k equal to the vocabulary (256 ids) a topk
 # cache carries the whole teacher distribution, so distilling from it gives the
-# live-teacher loss and gradient norm within 1e-5 (fp32) on 1 rank and on tp 2, pp 2,
-# dp 2, also from a cache made on tp 2 and on pp 2 x dp... layouts; a mismatched cache is
+# live-teacher loss and gradient norm within 1e-5 (fp32) on 1 rank, on tp 2, pp 2,
+# dp 2, on the simulated device, resumed from a checkpoint on another layout, and
+# from caches made on tp 2 and on pp 2; a mismatched cache is
 # refused (exit 2, the field named); a caching run stopped by SIGTERM (exit 5) and run
 # again produces the same file as an uninterrupted one (h5diff); a 'sample' cache trains.
 set -eu
@@ -51,6 +52,13 @@ for layout in "1 1 1" "2 1 1" "1 2 1" "1 1 2"; do
   same ref "$out" "cache tp=$1 pp=$2 dp=$3" || fail "cached teacher, layout tp=$1 pp=$2 dp=$3"
   echo "ok cached teacher tp=$1 pp=$2 dp=$3"
 done
+
+kd 1 teacher%source=cache run%device=devsim run%out_dir="'c_dev'" # rows reach the loss as uploads
+same ref c_dev "cache on the simulated device" || fail "cached teacher on run%device='devsim'"
+echo "== a distillation from the cache stopped at step 3 resumes on the curve"
+kd 1 teacher%source=cache run%steps=3 checkpoint%every=3 run%out_dir="'c_res'"
+kd 2 teacher%source=cache parallel%dp=2 checkpoint%every=3 run%out_dir="'c_res'"
+same ref c_res "resumed from step 3" || fail "resumed cached distillation"
 
 echo "== caches made on tp 2 and on pp 2 give the same distillation"
 for layout in "2 1 1" "1 2 1"; do
