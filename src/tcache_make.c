@@ -210,7 +210,9 @@ static void cfile_create(struct cfile *cf, const char *tmp, const struct tcache_
   attr_put(cf->file, "seed", H5T_NATIVE_INT64, &m->seed);
   attr_put(cf->file, "windows_done", H5T_NATIVE_INT64, &zero);
   const hsize_t W = (hsize_t)m->nwindows, T = (hsize_t)m->seq_len, K = (hsize_t)m->k;
-  hsize_t cw = (hsize_t)((1u << 20) / (T * K * 4));
+  /* distillation reads windows in permuted order, one at a time: a chunk holds one window
+   * (several when windows are under 16 KiB), so a read decompresses little else */
+  hsize_t cw = (hsize_t)((16u << 10) / (T * K * 4));
   if (cw < 1) cw = 1;
   if (cw > W) cw = W;
   const hsize_t d3[3] = {W, T, K}, c3[3] = {cw, T, K}, d2[2] = {W, T}, c2[2] = {cw, T};
