@@ -22,13 +22,18 @@
 
 /* Every input group and key (INTERFACE.md), in printing order. */
 static const struct namelist_key cfg_keys[] = {
-    CS(run, mode, run_mode, "'distill'", "distill|train|eval", 0),
+    CS(run, mode, run_mode, "'distill'", "distill|train|eval|cache", 0),
     CI(run, steps, run_steps, "100", NL_GE, 0, 0),
     CI(run, seed, run_seed, "1234", NL_GE, 0, 0),
     CS(run, device, run_device, "'auto'", "auto|cpu|cuda|devsim", 0),
     CS(run, out_dir, run_out_dir, "'out'", NULL, NL_PATH),
     CS(teacher, card, teacher_card, "''", NULL, 0),
     CS(teacher, init, teacher_init, "''", NULL, NL_PATH),
+    CS(teacher, source, teacher_source, "'live'", "live|cache", 0),
+    CS(teacher, cache, teacher_cache, "''", NULL, NL_PATH),
+    CI(teacher, cache_k, teacher_cache_k, "32", NL_GE, 1, 0),
+    CS(teacher, cache_select, teacher_cache_select, "'topk'", "topk|sample", 0),
+    CB(teacher, cache_compress, teacher_cache_compress, ".true."),
     CS(student, card, student_card, "''", NULL, 0),
     CS(student, init, student_init, "'random'", "random", NL_PATH),
     CI(parallel, tp, par_tp, "1", NL_GE, 1, 0),
@@ -374,6 +379,23 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
   size_t scard = key_index(c, "student", "card"), train = key_index(c, "data", "train");
   size_t valid = key_index(c, "data", "valid"), gb = key_index(c, "parallel", "global_batch");
   int distill = !strcmp(cfg->run_mode, "distill"), eval = !strcmp(cfg->run_mode, "eval");
+  int cache = !strcmp(cfg->run_mode, "cache"), cached = !strcmp(cfg->teacher_source, "cache");
+  size_t tcache = key_index(c, "teacher", "cache");
+  if (cache && !cfg->teacher_init[0])
+    return namelist_key_err(c, key_index(c, "teacher", "init"), (long)mode,
+                            "missing: mode 'cache' runs the teacher; expected &teacher init "
+                            "(a weights file)");
+  if ((cache || (distill && cached)) && !cfg->teacher_cache[0])
+    return namelist_key_err(c, tcache, (long)(cache ? mode : key_index(c, "teacher", "source")),
+                            "missing; expected the path of the teacher cache file");
+  if (distill && cached && strcmp(cfg->loss_kind, "fkl") &&
+      !strcmp(cfg->teacher_cache_select, "sample"))
+    return namelist_key_err(c, key_index(c, "loss", "kind"),
+                            (long)key_index(c, "teacher", "cache_select"),
+                            "'%s' cannot be computed from a 'sample' cache (the sampled "
+                            "distribution has no mass outside the drawn ids); expected 'fkl', "
+                            "or a 'topk' cache (doc/cache.md)", cfg->loss_kind);
+  if (distill && cached) distill = 0; /* no teacher model */
   if (distill && !cfg->teacher_card[0] && !cfg->teacher_init[0])
     return namelist_key_err(c, tcard, (long)mode,
                             "missing: mode 'distill' needs a teacher; expected "
@@ -396,8 +418,10 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
   for (int e = 0; e < cfg->data_ntrain && !rc; e++)
     rc = check_data_path(c, train, (size_t)e);
   if (!rc && cfg->data_valid[0]) rc = check_data_path(c, valid, 0);
-  if (!rc && distill && cfg->teacher_init[0])
+  if (!rc && (distill || cache) && cfg->teacher_init[0])
     rc = check_exists(c, key_index(c, "teacher", "init"), "weights file", 0);
+  if (!rc && cached && !cache && !strcmp(cfg->run_mode, "distill"))
+    rc = check_exists(c, tcache, "teacher cache", 0);
   if (!rc && strcmp(cfg->student_init, "random"))
     rc = check_exists(c, key_index(c, "student", "init"), "weights file", 0);
   if (!rc && strcmp(cfg->ckpt_resume, "auto") && strcmp(cfg->ckpt_resume, "none"))
@@ -462,7 +486,8 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
     rc = namelist_override(&c, overrides[i]);
   if (!rc) rc = resolve_paths(&c, cfg);
   if (!rc) rc = check_config(&c, cfg);
-  if (!rc && !strcmp(cfg->run_mode, "distill") && cfg->teacher_card[0])
+  if (!rc && (!strcmp(cfg->run_mode, "distill") || !strcmp(cfg->run_mode, "cache")) &&
+      cfg->teacher_card[0])
     rc = resolve_card(&c, &cfg->teacher, key_index(&c, "teacher", "card"));
   if (!rc) rc = resolve_card(&c, &cfg->student, key_index(&c, "student", "card"));
   _Static_assert(NAMELIST_MAXKEYS <= sizeof cfg->key_line / sizeof cfg->key_line[0], "key_line");

@@ -29,7 +29,7 @@ struct kd_config {
   char key_set_by[64][64];
 
   /* &run */
-  char run_mode[KD_WORD_MAX];   /* 'distill' | 'train' | 'eval' */
+  char run_mode[KD_WORD_MAX];   /* 'distill' | 'train' | 'eval' | 'cache' */
   int64_t run_steps;            /* last step number (counts steps before a resume) */
   int64_t run_seed;
   char run_device[KD_WORD_MAX]; /* 'auto' | 'cpu' | 'cuda' */
@@ -37,6 +37,11 @@ struct kd_config {
   /* &teacher */
   char teacher_card[KD_PATH_MAX];
   char teacher_init[KD_PATH_MAX]; /* HDF5 weights file */
+  char teacher_source[KD_WORD_MAX];       /* 'live' | 'cache' (doc/cache.md) */
+  char teacher_cache[KD_PATH_MAX];        /* the teacher cache file (made by mode 'cache') */
+  int teacher_cache_k;                    /* entries per token position */
+  char teacher_cache_select[KD_WORD_MAX]; /* 'topk' | 'sample' */
+  int teacher_cache_compress;             /* deflate + shuffle on the cache datasets */
   /* &student */
   char student_card[KD_PATH_MAX];
   char student_init[KD_PATH_MAX]; /* 'random' or an HDF5 weights file */

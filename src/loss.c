@@ -16,6 +16,7 @@
 
 #include "comm.h"
 #include "grid.h"
+#include "tcache.h"
 #include "util.h"
 
 /* Partial sums per row (see loss_partials): KD, sum p_s g (jsd), CE. */
@@ -118,11 +119,13 @@ size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill)
   return n > 0 ? n : 1;
 }
 
-void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
-                  float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
-                  const float *wt, const uint16_t *wt16, const int *labels, size_t N, int Cs,
-                  int Ct, const struct loss_vocab *voc, size_t chunk, float grad_scale,
-                  MPI_Comm tp_comm) {
+/* loss_chunked and loss_chunked_cache: the teacher logits of a chunk come from the
+ * teacher's LM head (ht, wt / wt16) or, when tc != NULL, from cached sparse rows. */
+static void loss_run(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
+                     float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
+                     const float *wt, const uint16_t *wt16, const struct tcache_rows *tc,
+                     const int *labels, size_t N, int Cs, int Ct, const struct loss_vocab *voc,
+                     size_t chunk, float grad_scale, MPI_Comm tp_comm) {
   const int distill = spec->distill;
   const int V = voc->n, Vk = distill ? voc->common : V, vocab_lo = voc->lo; /* CE, KD columns */
   const float tau = distill ? spec->temperature : 1.0f, inv_t = 1.0f / tau;
@@ -146,6 +149,10 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
   int *lab = be->alloc(be, KD_MEM_LOSS, N * sizeof(int));       /* all labels: one upload */
   double *acc = be->alloc(be, KD_MEM_LOSS, 2 * sizeof(double)); /* (KD, CE) sums */
   be->upload(be, lab, labels, N * sizeof(int));
+  float *stage = distill && tc && be->device /* host twin of zt for the cached rows */
+                     ? be->alloc(be, KD_MEM_HOST, chunk * (size_t)Vk * sizeof(float))
+                     : NULL;
+  const double kd_off = distill && tc ? tcache_kd_offset(tc, labels, N) : 0.0;
 
   for (size_t r0 = 0; r0 < N; r0 += chunk) {
     const size_t n = N - r0 < chunk ? N - r0 : chunk;
@@ -157,13 +164,15 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
     float *s1 = need_s1 ? stats + 2 * n * (size_t)(nstats - 1) : ss; /* shared */
 
     be->gemm(0, 1, ni, V, Cs, 1.0f, hs_c, Cs, ws, Cs, 0.0f, zs, V);
-    if (distill && wt16) /* the teacher's first Vk rows: the same ids as the student's first Vk */
+    if (distill && tc)
+      tcache_fill(be, zt, stage, tc, r0, n, vocab_lo, Vk, tau);
+    else if (distill && wt16) /* the teacher's first Vk rows: the same ids as the student's first Vk */
       be->gemm_w16(0, ni, Vk, Ct, 1.0f, ht + r0 * (size_t)Ct, Ct, wt16, Ct, 0.0f, zt, Vk);
     else if (distill)
       be->gemm(0, 1, ni, Vk, Ct, 1.0f, ht + r0 * (size_t)Ct, Ct, wt, Ct, 0.0f, zt, Vk);
     if (be->bf16) {
       be->round_bf16(zs, n * (size_t)V);
-      if (distill) be->round_bf16(zt, n * (size_t)Vk);
+      if (distill && !tc) be->round_bf16(zt, n * (size_t)Vk);
     }
 
     if (distill) {
@@ -187,12 +196,31 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
 
   double total[2];
   be->download(be, total, acc, sizeof total);
-  sums->kd = distill ? total[0] * t2 : 0.0;
+  sums->kd = distill ? (total[0] + kd_off) * t2 : 0.0;
   sums->ce = total[1];
   be->free(be, acc);
   be->free(be, lab);
   be->free(be, part);
   be->free(be, stats);
   if (zt) be->free(be, zt);
+  if (stage) be->free(be, stage);
   be->free(be, zs);
+}
+
+void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
+                  float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
+                  const float *wt, const uint16_t *wt16, const int *labels, size_t N, int Cs,
+                  int Ct, const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                  MPI_Comm tp_comm) {
+  loss_run(be, spec, sums, dhs, dws, hs, ws, ht, wt, wt16, NULL, labels, N, Cs, Ct, voc, chunk,
+           grad_scale, tp_comm);
+}
+
+void loss_chunked_cache(struct kd_backend *be, const struct loss_spec *spec,
+                        struct loss_sums *sums, float *dhs, float *dws, const float *hs,
+                        const float *ws, const struct tcache_rows *tc, const int *labels, size_t N,
+                        int Cs, const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                        MPI_Comm tp_comm) {
+  loss_run(be, spec, sums, dhs, dws, hs, ws, NULL, NULL, NULL, tc, labels, N, Cs, 0, voc, chunk,
+           grad_scale, tp_comm);
 }

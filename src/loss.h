@@ -69,6 +69,17 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
                   int Ct, const struct loss_vocab *voc, size_t chunk, float grad_scale,
                   MPI_Comm tp_comm);
 
+/* loss_chunked with the teacher's distribution taken from cached sparse rows (tcache.h:
+ * N rows in host memory, row r for token row r) instead of teacher logits: the KD term
+ * compares the student's softmax with the cached distribution over the common ids
+ * (doc/cache.md). Same contract as loss_chunked otherwise. */
+struct tcache_rows;
+void loss_chunked_cache(struct kd_backend *be, const struct loss_spec *spec,
+                        struct loss_sums *sums, float *dhs, float *dws, const float *hs,
+                        const float *ws, const struct tcache_rows *tc, const int *labels, size_t N,
+                        int Cs, const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                        MPI_Comm tp_comm);
+
 /* Largest chunk (rows) whose loss buffers for N rows fit in `budget_bytes` (at least 1)
  * for a slice of at most V ids. */
 size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill);

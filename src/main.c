@@ -136,7 +136,8 @@ int main(int argc, char **argv) {
   if (!product) MPI_Init(&argc, &argv);
   static struct kd_config cfg;
   config_load_bcast(&cfg, input, argc - first_override, argv + first_override);
-  if (strcmp(cfg.run_mode, "distill") == 0 && cfg.teacher.hidden_size == 0) {
+  if ((strcmp(cfg.run_mode, "distill") == 0 || strcmp(cfg.run_mode, "cache") == 0) &&
+      cfg.teacher.hidden_size == 0 && cfg.teacher_init[0]) {
     /* &teacher gave only init: the card is the one stored in the weights file */
     char err[1024];
     if (weights_read_card(cfg.teacher_init, &cfg.teacher, err, sizeof err) != 0)

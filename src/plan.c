@@ -2,6 +2,7 @@
  * layout rules the run allocates with (activations come from layers.c's own layout
  * walker, so they are exact), and the measured peaks to compare them with. */
 #include "plan.h"
+#include "tcache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +78,9 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   const int train = strcmp(cfg->run_mode, "eval") != 0, zero = cfg->par_zero && train;
   const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
   const int B = cfg->par_micro_batch, T = cfg->data_seq_len;
-  const int Vs = cfg->student.vocab_size, Vt = distill ? cfg->teacher.vocab_size : Vs;
+  const int live = distill && strcmp(cfg->teacher_source, "cache") != 0; /* a teacher model */
+  const int Vs = cfg->student.vocab_size;
+  const int Vt = distill && cfg->teacher.vocab_size ? cfg->teacher.vocab_size : Vs;
   const int vc = Vt < Vs ? Vt : Vs; /* the ids both models have */
   struct cut s, t;
   cut_model(&s, &cfg->student, !train, vc, tp, tp_rank, pp, stage);
@@ -102,7 +105,7 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   size_t before = 0;
   for (int k = 0; k < KD_MEM_NCAT; k++)
     if (k != KD_MEM_HOST) before += bytes[k];
-  if (distill) {
+  if (live) {
     cut_model(&t, &cfg->teacher, 1, vc, tp, tp_rank, pp, stage);
     plan_policy(&t.d.pol, cfg, 1);
     t.d.B = B;
@@ -120,7 +123,7 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   const size_t N = (size_t)B * T;
   if (pp > 1) /* forward messages carry [teacher | student] hidden states, both ways */
     bytes[KD_MEM_COMM] += 2 * N * ((size_t)cfg->student.hidden_size +
-                                   (distill ? (size_t)cfg->teacher.hidden_size : 0)) * 4;
+                                   (live ? (size_t)cfg->teacher.hidden_size : 0)) * 4;
   if (s.d.has_head) {
     size_t chunk;
     if (cfg->loss_chunk_tokens > 0) {
@@ -176,7 +179,8 @@ int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size
     return KD_EXIT_INPUT;
   }
   if (card_cut(cfg, &cfg->student, "student", err, errlen)) return KD_EXIT_INPUT;
-  if (strcmp(cfg->run_mode, "distill") == 0 && card_cut(cfg, &cfg->teacher, "teacher", err, errlen))
+  if (strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") != 0 &&
+      card_cut(cfg, &cfg->teacher, "teacher", err, errlen))
     return KD_EXIT_INPUT;
   return 0;
 }
@@ -196,7 +200,7 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
           cfg->mem_offload, cfg->mem_tiled_mlp);
   kd_info("  student %s: %lld parameters", cfg->student_card,
           (long long)model_count_params(&cfg->student));
-  if (distill)
+  if (distill && strcmp(cfg->teacher_source, "cache") != 0)
     kd_info("; teacher %s: %lld parameters, held in %s", cfg->teacher_card,
             (long long)model_count_params(&cfg->teacher),
             strcmp(cfg->prec_compute, "bf16") == 0 ? "BF16 (2 bytes each; norms and biases FP32)"
@@ -257,5 +261,6 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
     kd_info("  fit: not checked (name the device memory with --device-mem SIZE, e.g. 80GiB, "
             "or set memory%%budget_mb)\n");
   free(cut);
+  tcache_plan_print(cfg); /* mode 'cache' or teacher%source = 'cache': the file's size */
   return KD_EXIT_OK;
 }

@@ -12,6 +12,8 @@
 #include "loss.h"
 #include "model.h"
 
+struct tcache_rows;
+
 /* Supplies the tokens and next-token labels (B*T each) of micro-batch m of the
  * current step (on every stage: data is local to each rank). */
 typedef void (*pipe_fetch_fn)(void *arg, int m, int *inputs, int *labels);
@@ -31,6 +33,11 @@ struct kd_pipe {
   size_t fwd_len;                     /* floats of a forward message */
   struct loss_spec spec;
   size_t chunk;                       /* loss chunk rows */
+  /* teacher%source = 'cache' (teacher NULL): on the last stage tc_fetch fills tc_rows
+   * with the cached teacher rows of micro-batch m, which the loss reads instead */
+  void (*tc_fetch)(void *arg, int m, struct tcache_rows *rows);
+  void *tc_arg;
+  struct tcache_rows *tc_rows;
 };
 
 /* Allocate activations and message buffers for up to `max_micro` micro-batches per

@@ -27,6 +27,7 @@
 #include "optim.h"
 #include "plan.h"
 #include "schedule.h"
+#include "tcache.h"
 #include "tokfiles.h"
 #include "util.h"
 #include "weights.h"
@@ -57,7 +58,61 @@ struct run {
   char peak_what[320];  /* where rank 0's peak came from */
   double step_flops;    /* model FLOPs of one step over all ranks */
   struct ckpt_state resume; /* state of the checkpoint resumed from (step 0: fresh run) */
+  /* teacher%source = 'cache' (doc/cache.md): no teacher model; the loss reads the cache */
+  int cached;
+  struct tcache tc;
+  struct tcache_rows tc_rows; /* one micro-batch */
+  struct kd_data tc_data;     /* the training data again: its own blend cursor, which only
+                                 moves forward as the cache rows are looked up */
+  int64_t tc_g0;              /* first global sample of this rank's share of the step */
 };
+
+static void fail_input(int status, const char *err);
+
+/* Open teacher%cache and check it against this run (every rank; the same verdict). */
+static void cache_setup(struct run *r, int vc) {
+  const struct kd_config *cfg = r->cfg;
+  char err[1024];
+  struct tcache_meta want = {0};
+  want.select = tcache_select_parse(cfg->teacher_cache_select);
+  want.k = cfg->teacher_cache_k;
+  want.seq_len = cfg->data_seq_len;
+  want.vocab = vc;
+  want.teacher_vocab = cfg->teacher.vocab_size;
+  want.temperature = cfg->loss_temperature;
+  if (cfg->teacher_init[0])
+    fail_input(tcache_teacher_id(cfg->teacher_init, &want.teacher_id, err, sizeof err), err);
+  const char *paths[KD_DATA_MAX];
+  for (int i = 0; i < cfg->data_ntrain; i++)
+    paths[i] = cfg->data_train[i];
+  fail_input(data_open_blend(&r->tc_data, cfg->data_ntrain, paths, cfg->data_weights,
+                             cfg->data_format, cfg->data_seq_len, vc, (uint64_t)cfg->run_seed, err,
+                             sizeof err),
+             err);
+  want.data_id = tcache_data_id(&r->tc_data);
+  want.nwindows = tcache_nwindows(&r->tc_data);
+  fail_input(tcache_open(&r->tc, cfg->teacher_cache, &want, err, sizeof err), err);
+  tcache_rows_alloc(&r->tc_rows, &r->tc.meta, (size_t)cfg->par_micro_batch * cfg->data_seq_len);
+  kd_info("kdtrain: teacher from the cache %s (%s, k = %d): no teacher model\n",
+          cfg->teacher_cache, cfg->teacher_cache_select, cfg->teacher_cache_k);
+}
+
+/* pipe tc_fetch: the cached rows of micro-batch m of this rank's share of the step. */
+static void cache_fetch(void *arg, int m, struct tcache_rows *rows) {
+  struct run *r = arg;
+  const int mb = r->cfg->par_micro_batch;
+  int64_t win[64] = {0}, *w = mb <= 64 ? win : kd_malloc((size_t)mb * sizeof *w);
+  for (int j = 0; j < mb; j++) {
+    int set;
+    size_t s;
+    data_draw(&r->tc_data, r->tc_g0 + (int64_t)m * mb + j, &set, &s);
+    w[j] = tcache_window(&r->tc_data, set, s);
+  }
+  char err[512];
+  const int st = tcache_read(&r->tc, w, mb, rows, err, sizeof err);
+  if (w != win) free(w);
+  if (st) kd_fail(st, "%s: %s", r->cfg->teacher_cache, err);
+}
 
 
 static int cmp_double(const void *a, const void *b) {
@@ -218,7 +273,7 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
                                                           : "";
   struct tokset *ts = NULL, *tt = NULL;
   if (own[0]) fail_input(tokfiles_load(own, MPI_COMM_WORLD, &ts, err, sizeof err), err);
-  if (r->distill)
+  if (r->distill && cfg->teacher_init[0])
     fail_input(tokfiles_load(cfg->teacher_init, MPI_COMM_WORLD, &tt, err, sizeof err), err);
   const char *which = ts && tt ? tokfiles_differ(ts, tt) : NULL; /* every rank holds both */
   if (which)
@@ -261,6 +316,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   if (plan_check(cfg, r->nranks, &dp, err, sizeof err)) /* what --dry-run --ranks checks */
     kd_fail_all(KD_EXIT_INPUT, "%s", err);
   fail_input(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
+  r->cached = strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") == 0;
   backend_select(r, cfg);
   r->distill = strcmp(cfg->run_mode, "distill") == 0;
 
@@ -268,7 +324,12 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   r->eval = strcmp(cfg->run_mode, "eval") == 0;
   const int zero = cfg->par_zero && !r->eval;
   /* differing padded vocabularies: distil over the common ids [0, vc) */
-  const int vt = r->distill ? cfg->teacher.vocab_size : cfg->student.vocab_size;
+  int vt = r->distill ? cfg->teacher.vocab_size : cfg->student.vocab_size;
+  if (r->cached && !cfg->teacher.vocab_size) { /* no teacher card: the cache's teacher */
+    fail_input(tcache_open(&r->tc, cfg->teacher_cache, NULL, err, sizeof err), err);
+    vt = r->tc.meta.teacher_vocab;
+    tcache_close(&r->tc);
+  }
   const int vc = vt < cfg->student.vocab_size ? vt : cfg->student.vocab_size;
   model_build_grid(&r->student, &r->be, &cfg->student,
                    r->eval ? MODEL_FROZEN : zero ? MODEL_SHARDED : MODEL_TRAIN, vc, &r->grid);
@@ -294,7 +355,8 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     update_refresh_weights(&r->update, &r->be);
   }
   /* teacher: frozen, compute precision only (bf16 runs: held in packed BF16) */
-  if (r->distill) {
+  if (r->cached) cache_setup(r, vc);
+  if (r->distill && !r->cached) {
     model_build_grid(&r->teacher, &r->be, &cfg->teacher, r->be.bf16 ? MODEL_FROZEN16 : MODEL_FROZEN,
                      vc, &r->grid);
     plan_policy(&r->teacher.mem, cfg, 1);
@@ -342,8 +404,14 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   if (r->chunk > N) r->chunk = N;
   const int nmicro = cfg->par_global_batch / (dp * mb);
   const int nvalid = (cfg->data_valid_batches + dp - 1) / dp;
-  pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill ? &r->teacher : NULL, mb, T,
+  pipe_build(&r->pipe, &r->be, &r->grid, &r->student,
+             r->distill && !r->cached ? &r->teacher : NULL, mb, T,
              nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
+  if (r->cached) {
+    r->pipe.tc_fetch = cache_fetch;
+    r->pipe.tc_arg = r;
+    r->pipe.tc_rows = &r->tc_rows;
+  }
 
   const double t0 = phase_begin("measuring the GEMM rate of every rank", NULL);
   r->gemm_rate = measure_gemm_rate(&r->be);
@@ -352,13 +420,18 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   MPI_Allreduce(&r->peak, &r->peak_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   const double gtokens = (double)cfg->par_global_batch * T;
   r->step_flops = 3.0 * forward_flops(&cfg->student, gtokens, T);
-  if (r->distill) r->step_flops += forward_flops(&cfg->teacher, gtokens, T);
+  if (r->distill && !r->cached) r->step_flops += forward_flops(&cfg->teacher, gtokens, T);
 }
 
 static void run_teardown(struct run *r) {
   if (r->metrics) fclose(r->metrics);
   pipe_free(&r->pipe);
-  if (r->distill) model_free(&r->teacher, &r->be);
+  if (r->distill && !r->cached) model_free(&r->teacher, &r->be);
+  if (r->cached) {
+    tcache_close(&r->tc);
+    tcache_rows_free(&r->tc_rows);
+    data_close(&r->tc_data);
+  }
   if (!r->eval) update_free(&r->update, &r->be);
   tokfiles_free(r->tok);
   model_free(&r->student, &r->be);
@@ -506,6 +579,7 @@ static int train_loop(struct run *r) {
     be->zero(s->grad, s->numel);
     struct loss_sums sums = {0, 0};
     struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0};
+    r->tc_g0 = f.g0; /* the cached teacher rows follow the same samples */
     /* losses are means over the counted labels of the whole global batch: every rank
      * counts them from the data alone (no communication), so all agree */
     const double counted = (double)data_count_labels(&r->train, consumed, gb);
@@ -633,7 +707,29 @@ static void report_peaks(const struct run *r) {
   free(all);
 }
 
+/* run%mode = 'cache': the layout and the backend of a run, then the cache maker. */
+static int cache_make(const struct kd_config *cfg) {
+  struct run r;
+  char err[1024];
+  memset(&r, 0, sizeof r);
+  r.cfg = cfg;
+  fail_input(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
+  if (cfg->par_global_batch % (r.grid.dp * cfg->par_micro_batch) != 0)
+    kd_fail(KD_EXIT_INPUT,
+            "%s: &parallel global_batch = %d is not divisible by micro_batch = %d times dp = %d",
+            cfg->source, cfg->par_global_batch, cfg->par_micro_batch, r.grid.dp);
+  backend_select(&r, cfg);
+  const int status = tcache_make_run(cfg, &r.be, &r.grid);
+  comm_release(&r.be);
+#ifdef KD_HAVE_CUDA
+  if (strcmp(r.be.name, "cuda") == 0) backend_cuda_finalize(&r.be);
+#endif
+  grid_free(&r.grid);
+  return status;
+}
+
 int train_run(const struct kd_config *cfg) {
+  if (strcmp(cfg->run_mode, "cache") == 0) return cache_make(cfg);
   struct run r;
   if (kd_rank() == 0 && kd_mkdir_p(cfg->run_out_dir) != 0)
     kd_fail(KD_EXIT_IO, "cannot create run%%out_dir '%s': %s", cfg->run_out_dir, strerror(errno));
