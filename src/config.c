@@ -469,6 +469,11 @@ static int resolve_card(struct namelist_ctx *c, struct kd_card *card, size_t ki)
   return 0;
 }
 
+/* Where each key of the last config_load was set (config_where): its line in the file,
+ * else its &group's line, else 0; the command-line word that set it, if one did. */
+static int where_line[NAMELIST_MAXKEYS];
+static char where_word[NAMELIST_MAXKEYS][64];
+
 int config_load(struct kd_config *cfg, const char *path, int noverrides, char **overrides,
                 char *err, size_t errlen) {
   struct namelist_ctx c = {.keys = cfg_keys,
@@ -490,12 +495,11 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
       cfg->teacher_card[0])
     rc = resolve_card(&c, &cfg->teacher, key_index(&c, "teacher", "card"));
   if (!rc) rc = resolve_card(&c, &cfg->student, key_index(&c, "student", "card"));
-  _Static_assert(NAMELIST_MAXKEYS <= sizeof cfg->key_line / sizeof cfg->key_line[0], "key_line");
   for (size_t i = 0; i < c.n; i++) { /* for config_where */
     size_t g = i;
     while (g > 0 && strcmp(c.keys[g - 1].group, c.keys[i].group) == 0) g--;
-    cfg->key_line[i] = c.line[i] ? c.line[i] : c.gline[g];
-    snprintf(cfg->key_set_by[i], sizeof cfg->key_set_by[i], "%s", c.setby[i] ? c.setby[i] : "");
+    where_line[i] = c.line[i] ? c.line[i] : c.gline[g];
+    snprintf(where_word[i], sizeof where_word[i], "%s", c.setby[i] ? c.setby[i] : "");
   }
   return rc;
 }
@@ -504,10 +508,10 @@ void config_where(const struct kd_config *cfg, const char *group, const char *ke
                   size_t n) {
   const struct namelist_ctx c = {.keys = cfg_keys, .n = NKEYS(cfg_keys)};
   const long i = namelist_find_key(&c, group, key);
-  if (i >= 0 && cfg->key_set_by[i][0])
-    snprintf(out, n, "command line '%s': &%s %s", cfg->key_set_by[i], group, key);
-  else if (i >= 0 && cfg->key_line[i] > 0)
-    snprintf(out, n, "%s:%d: &%s %s", cfg->source, cfg->key_line[i], group, key);
+  if (i >= 0 && where_word[i][0])
+    snprintf(out, n, "command line '%s': &%s %s", where_word[i], group, key);
+  else if (i >= 0 && where_line[i] > 0)
+    snprintf(out, n, "%s:%d: &%s %s", cfg->source, where_line[i], group, key);
   else
     snprintf(out, n, "%s: &%s %s", cfg->source, group, key);
 }

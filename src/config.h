@@ -23,10 +23,6 @@ struct kd_card {
 
 struct kd_config {
   char source[KD_PATH_MAX]; /* the input file */
-  /* where each key of the input was set (config_where): its line in `source`, else the
-   * line of its &group, else 0; set_by: the command-line word that set it, if one did */
-  int key_line[64];
-  char key_set_by[64][64];
 
   /* &run */
   char run_mode[KD_WORD_MAX];   /* 'distill' | 'train' | 'eval' | 'cache' */
@@ -119,7 +115,8 @@ void card_print(FILE *f, const struct kd_card *card);
 
 /* "FILE:LINE: &group key" (or "command line 'WORD': &group key", or "FILE: &group key"
  * for a default) into `out`: where group%key got its value, for messages about a value
- * that only the run can judge (the layout on the ranks started). */
+ * that only the run can judge (the layout on the ranks started). The lines are those
+ * of the last config_load in this process (rank 0's; other ranks say "FILE:"). */
 void config_where(const struct kd_config *cfg, const char *group, const char *key, char *out,
                   size_t n);
 
