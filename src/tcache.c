@@ -145,11 +145,24 @@ static int attr_read_string(hid_t loc, const char *name, char *out, size_t n) {
   return rc;
 }
 
+static int open_check(struct tcache *c, const char *path, const struct tcache_meta *want,
+                      char *err, size_t errlen);
+
 int tcache_open(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
                 size_t errlen) {
+  H5E_auto2_t fn;
+  void *data;
+  H5Eget_auto2(H5E_DEFAULT, &fn, &data);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* failures are reported here, by name */
+  const int st = open_check(c, path, want, err, errlen);
+  H5Eset_auto2(H5E_DEFAULT, fn, data);
+  return st;
+}
+
+static int open_check(struct tcache *c, const char *path, const struct tcache_meta *want,
+                      char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
   c->file = c->ids = c->logp = c->tail = c->crc = -1;
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* failures are reported here, by name */
   c->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   char fmt[64] = "";
   int ver = 0;
