@@ -85,13 +85,15 @@ int tcache_teacher_id(const char *path, uint64_t *id, char *err, size_t errlen) 
 
 int64_t tcache_nwindows(const struct kd_data *d) {
   int64_t n = 0;
-  for (int i = 0; i < d->nsets; i++) n += (int64_t)d->set[i].nsamples;
+  for (int i = 0; i < d->nsets; i++)
+    n += (int64_t)d->set[i].nsamples;
   return n;
 }
 
 int64_t tcache_window(const struct kd_data *d, int set, size_t w) {
   int64_t n = 0;
-  for (int i = 0; i < set; i++) n += (int64_t)d->set[i].nsamples;
+  for (int i = 0; i < set; i++)
+    n += (int64_t)d->set[i].nsamples;
   return n + (int64_t)w;
 }
 
@@ -145,18 +147,33 @@ static int attr_read_string(hid_t loc, const char *name, char *out, size_t n) {
   return rc;
 }
 
+static int open_check(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
+                      size_t errlen);
+
 int tcache_open(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
                 size_t errlen) {
+  H5E_auto2_t fn;
+  void *data;
+  H5Eget_auto2(H5E_DEFAULT, &fn, &data);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* failures are reported here, by name */
+  const int st = open_check(c, path, want, err, errlen);
+  H5Eset_auto2(H5E_DEFAULT, fn, data);
+  return st;
+}
+
+static int open_check(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
+                      size_t errlen) {
   memset(c, 0, sizeof *c);
   c->file = c->ids = c->logp = c->tail = c->crc = -1;
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* failures are reported here, by name */
   c->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   char fmt[64] = "";
   int ver = 0;
   if (c->file < 0 || attr_read_string(c->file, "format", fmt, sizeof fmt) ||
       strcmp(fmt, TCACHE_FORMAT)) {
-    kd_seterr(err, errlen, "teacher%%cache = '%s': not a kdtrain teacher cache (HDF5 file with "
-              "format = '%s'); make one with run%%mode = 'cache'", path, TCACHE_FORMAT);
+    kd_seterr(err, errlen,
+              "teacher%%cache = '%s': not a kdtrain teacher cache (HDF5 file with "
+              "format = '%s'); make one with run%%mode = 'cache'",
+              path, TCACHE_FORMAT);
     return KD_EXIT_INPUT;
   }
   attr_read(c->file, "format_version", H5T_NATIVE_INT, &ver);
@@ -195,16 +212,19 @@ int tcache_open(struct tcache *c, const char *path, const struct tcache_meta *wa
               path, done, m->nwindows);
     return KD_EXIT_INPUT;
   }
-#define FIELD_INT(f)                                                                            \
-  if (m->f != want->f) {                                                                        \
-    kd_seterr(err, errlen, "teacher cache %s does not match this run: field '%s' is %d in the " \
-              "cache, %d in this run", path, #f, m->f, want->f);                                \
-    return KD_EXIT_INPUT;                                                                       \
+#define FIELD_INT(f)                                                                               \
+  if (m->f != want->f) {                                                                           \
+    kd_seterr(err, errlen,                                                                         \
+              "teacher cache %s does not match this run: field '%s' is %d in the "                 \
+              "cache, %d in this run",                                                             \
+              path, #f, m->f, want->f);                                                            \
+    return KD_EXIT_INPUT;                                                                          \
   }
   if (m->select != want->select) {
-    kd_seterr(err, errlen, "teacher cache %s does not match this run: field 'select' is '%s' in "
-              "the cache, teacher%%cache_select = '%s' in this run", path,
-              tcache_select_name(m->select), tcache_select_name(want->select));
+    kd_seterr(err, errlen,
+              "teacher cache %s does not match this run: field 'select' is '%s' in "
+              "the cache, teacher%%cache_select = '%s' in this run",
+              path, tcache_select_name(m->select), tcache_select_name(want->select));
     return KD_EXIT_INPUT;
   }
   FIELD_INT(k)
@@ -213,22 +233,25 @@ int tcache_open(struct tcache *c, const char *path, const struct tcache_meta *wa
   if (want->teacher_vocab) FIELD_INT(teacher_vocab)
 #undef FIELD_INT
   if (fabs(m->temperature - want->temperature) > 1e-12 * fabs(want->temperature)) {
-    kd_seterr(err, errlen, "teacher cache %s does not match this run: field 'temperature' is %g "
-              "in the cache, loss%%temperature = %g in this run", path, m->temperature,
-              want->temperature);
+    kd_seterr(err, errlen,
+              "teacher cache %s does not match this run: field 'temperature' is %g "
+              "in the cache, loss%%temperature = %g in this run",
+              path, m->temperature, want->temperature);
     return KD_EXIT_INPUT;
   }
   if (want->teacher_id && m->teacher_id != want->teacher_id) {
-    kd_seterr(err, errlen, "teacher cache %s does not match this run: field 'teacher_id' is "
+    kd_seterr(err, errlen,
+              "teacher cache %s does not match this run: field 'teacher_id' is "
               "%016" PRIx64 " in the cache, %016" PRIx64 " for teacher%%init (other weights)",
               path, m->teacher_id, want->teacher_id);
     return KD_EXIT_INPUT;
   }
   if (m->data_id != want->data_id || m->nwindows != want->nwindows) {
-    kd_seterr(err, errlen, "teacher cache %s does not match this run: field 'data_id' is "
+    kd_seterr(err, errlen,
+              "teacher cache %s does not match this run: field 'data_id' is "
               "%016" PRIx64 " (%" PRId64 " windows) in the cache, %016" PRIx64 " (%" PRId64
-              " windows) for data%%train (other data)", path, m->data_id, m->nwindows,
-              want->data_id, want->nwindows);
+              " windows) for data%%train (other data)",
+              path, m->data_id, m->nwindows, want->data_id, want->nwindows);
     return KD_EXIT_INPUT;
   }
   return 0;
@@ -293,8 +316,10 @@ int tcache_read(struct tcache *c, const int64_t *win, int nw, struct tcache_rows
       return KD_EXIT_IO;
     }
     if (tcache_window_crc(ids, logp, tail, T, k) != crc) {
-      kd_seterr(err, errlen, "teacher cache: window %" PRId64 " fails its checksum (damaged "
-                "file); make the cache again", win[i]);
+      kd_seterr(err, errlen,
+                "teacher cache: window %" PRId64 " fails its checksum (damaged "
+                "file); make the cache again",
+                win[i]);
       return KD_EXIT_INPUT;
     }
   }

@@ -24,16 +24,16 @@ enum tcache_select { TCACHE_TOPK = 0, TCACHE_SAMPLE = 1 };
 
 /* What a cache was made from: a distill run that differs in any field is refused. */
 struct tcache_meta {
-  int select;              /* enum tcache_select */
-  int k;                   /* entries per position */
-  int seq_len;             /* T: positions per window */
-  int vocab;               /* the ids the distribution covers: [0, vocab) (common ids) */
-  int teacher_vocab;       /* the teacher card's vocab_size */
-  double temperature;      /* log-probabilities are of softmax(z / temperature) */
-  uint64_t teacher_id;     /* identity of the teacher weights (tcache_teacher_id) */
-  uint64_t data_id;        /* identity of the training windows (tcache_data_id) */
-  int64_t nwindows;        /* windows of the training data, all files of the blend */
-  int64_t seed;            /* run%seed of the sampling (select 'sample') */
+  int select;          /* enum tcache_select */
+  int k;               /* entries per position */
+  int seq_len;         /* T: positions per window */
+  int vocab;           /* the ids the distribution covers: [0, vocab) (common ids) */
+  int teacher_vocab;   /* the teacher card's vocab_size */
+  double temperature;  /* log-probabilities are of softmax(z / temperature) */
+  uint64_t teacher_id; /* identity of the teacher weights (tcache_teacher_id) */
+  uint64_t data_id;    /* identity of the training windows (tcache_data_id) */
+  int64_t nwindows;    /* windows of the training data, all files of the blend */
+  int64_t seed;        /* run%seed of the sampling (select 'sample') */
 };
 
 /* Sparse teacher rows of n token positions in host memory, as the loss reads them. */
@@ -81,8 +81,8 @@ void tcache_close(struct tcache *c);
 
 /* Read the rows of the `nw` windows win[0..nw) into `rows` (nw * T rows, buffers sized
  * by tcache_rows_alloc), verifying each window's checksum: 0 or KD_EXIT_INPUT. */
-int tcache_read(struct tcache *c, const int64_t *win, int nw, struct tcache_rows *rows,
-                char *err, size_t errlen);
+int tcache_read(struct tcache *c, const int64_t *win, int nw, struct tcache_rows *rows, char *err,
+                size_t errlen);
 
 void tcache_rows_alloc(struct tcache_rows *rows, const struct tcache_meta *meta, size_t n);
 void tcache_rows_free(struct tcache_rows *rows);
@@ -121,8 +121,7 @@ void tcache_select_row(int32_t *ids, float *logp, float *tail, const float *z, i
  * KD_EXIT_SIGNAL when stopped by a signal (PATH.tmp keeps what is done; the same run
  * started again continues it). */
 struct kd_grid;
-int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
-                    const struct kd_grid *grid);
+int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be, const struct kd_grid *grid);
 
 /* --dry-run: print the cache's size for the configured data (mode 'cache' or
  * teacher%source = 'cache'). */

@@ -111,7 +111,8 @@ static void select_row(int32_t *ids, float *logp, float *tail, const float *z, i
       if (n < k) {
         ws->heap[n++] = e;
         if (n == k)
-          for (int i = k / 2 - 1; i >= 0; i--) heap_down(ws->heap, k, i);
+          for (int i = k / 2 - 1; i >= 0; i--)
+            heap_down(ws->heap, k, i);
       } else if (entry_before(&e, &ws->heap[0])) {
         ws->heap[0] = e;
         heap_down(ws->heap, k, 0);
@@ -138,7 +139,8 @@ static void select_row(int32_t *ids, float *logp, float *tail, const float *z, i
   int j = 0;
   cum = exp((double)ws->lp[0]);
   for (int i = 0; i < k; i++) {
-    while (ws->u[i] * total >= cum && j + 1 < V) cum += exp((double)ws->lp[++j]);
+    while (ws->u[i] * total >= cum && j + 1 < V)
+      cum += exp((double)ws->lp[++j]);
     ids[i] = j;
     logp[i] = ws->lp[j];
     if (i == 0 || ids[i - 1] != j) kept += exp((double)ws->lp[j]);
@@ -157,8 +159,7 @@ static void attr_put(hid_t loc, const char *name, hid_t type, const void *v) {
   hid_t sp = H5Screate(H5S_SCALAR);
   hid_t a = H5Aexists(loc, name) > 0 ? H5Aopen(loc, name, H5P_DEFAULT)
                                      : H5Acreate2(loc, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
-  KD_CHECK(a >= 0 && H5Awrite(a, type, v) >= 0, "teacher cache: writing attribute %s failed",
-           name);
+  KD_CHECK(a >= 0 && H5Awrite(a, type, v) >= 0, "teacher cache: writing attribute %s failed", name);
   H5Aclose(a);
   H5Sclose(sp);
 }
@@ -281,7 +282,8 @@ static int64_t resumable(const char *tmp, const struct tcache_meta *m) {
 /* (file, window) of global window g. */
 static void window_of(const struct kd_data *d, int64_t g, int *set, size_t *w) {
   int s = 0;
-  while (s + 1 < d->nsets && g >= (int64_t)d->set[s].nsamples) g -= (int64_t)d->set[s++].nsamples;
+  while (s + 1 < d->nsets && g >= (int64_t)d->set[s].nsamples)
+    g -= (int64_t)d->set[s++].nsamples;
   *set = s;
   *w = (size_t)g;
 }
@@ -289,8 +291,10 @@ static void window_of(const struct kd_data *d, int64_t g, int *set, size_t *w) {
 static void format_eta(char *buf, size_t n, double sec) {
   if (sec < 0 || !isfinite(sec)) sec = 0;
   long s = (long)(sec + 0.5);
-  if (s >= 3600) snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+  if (s >= 3600)
+    snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else
+    snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
 /* Bytes of the datasets as stored (allocated chunks, after compression). */
@@ -302,7 +306,7 @@ static double stored_bytes(const struct cfile *cf) {
 /* --- the run ----------------------------------------------------------------------------- */
 
 int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
-                       const struct kd_grid *grid) {
+                    const struct kd_grid *grid) {
   char err[1024];
   const int T = cfg->data_seq_len, mb = cfg->par_micro_batch, gb = cfg->par_global_batch;
   const int dp = grid->dp, share = gb / dp, nmicro = share / mb;
@@ -350,7 +354,7 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
   loss_vocab_slice(&voc, Vt, vc, t.tp, t.tp_rank);
   const int Vk = voc.common;
   const int writer = t.has_head && t.tp_rank == 0; /* holds and writes its windows' rows */
-  const size_t crows = N < 256 ? N : 256;        /* logit rows per gathered chunk */
+  const size_t crows = N < 256 ? N : 256;          /* logit rows per gathered chunk */
   float *z = t.has_head ? be->alloc(be, KD_MEM_LOSS, crows * (size_t)Vk * sizeof(float)) : NULL;
   float *zh = t.has_head ? kd_malloc(crows * (size_t)Vk * sizeof(float)) : NULL;
   float *zall = writer ? kd_malloc(crows * (size_t)vc * sizeof(float)) : NULL;
@@ -375,8 +379,8 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
   struct cfile cf;
   if (done >= 0) {
     cfile_open(&cf, tmp);
-    kd_info("kdtrain: continuing the teacher cache %s at window %" PRId64 " of %" PRId64 "\n",
-            tmp, done, m.nwindows);
+    kd_info("kdtrain: continuing the teacher cache %s at window %" PRId64 " of %" PRId64 "\n", tmp,
+            done, m.nwindows);
   } else {
     cfile_create(&cf, tmp, &m, cfg->teacher_cache_compress);
     done = 0;
@@ -385,8 +389,8 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
   H5Pset_dxpl_mpio(cf.dxpl, H5FD_MPIO_COLLECTIVE);
   kd_info("kdtrain: mode cache | teacher %s (%s) | %" PRId64 " windows x %d tokens | %s, k = %d, "
           "temperature %g, over %d ids | %d rank(s): tp=%d pp=%d dp=%d | raw %.1f bytes/token%s\n",
-          cfg->teacher_card[0] ? cfg->teacher_card : "from init", cfg->teacher_init, m.nwindows,
-          T, tcache_select_name(m.select), k, m.temperature, vc, grid->world, grid->tp, grid->pp,
+          cfg->teacher_card[0] ? cfg->teacher_card : "from init", cfg->teacher_init, m.nwindows, T,
+          tcache_select_name(m.select), k, m.temperature, vc, grid->world, grid->tp, grid->pp,
           grid->dp, tcache_raw_bytes_per_token(k, T),
           cfg->teacher_cache_compress ? " before shuffle + deflate" : "");
   if (cfg->ckpt_on_signal) {
@@ -425,8 +429,8 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
       }
       model_forward(be, &t, &acts, inputs);
       if (!t.has_head) {
-        comm_post(&x, be, 1, acts_stage_output(&acts, &t), stage_out, N * Ct, grid->pp_rank + 1,
-                  21, grid->pp_comm);
+        comm_post(&x, be, 1, acts_stage_output(&acts, &t), stage_out, N * Ct, grid->pp_rank + 1, 21,
+                  grid->pp_comm);
         comm_wait(&x, be);
         continue;
       }
@@ -436,8 +440,8 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
           be->gemm_w16(0, (int)n, Vk, (int)Ct, 1.0f, acts.hn + r0 * Ct, (int)Ct, t.pw.head16,
                        (int)Ct, 0.0f, z, Vk);
         else
-          be->gemm(0, 1, (int)n, Vk, (int)Ct, 1.0f, acts.hn + r0 * Ct, (int)Ct, t.pw.head,
-                   (int)Ct, 0.0f, z, Vk);
+          be->gemm(0, 1, (int)n, Vk, (int)Ct, 1.0f, acts.hn + r0 * Ct, (int)Ct, t.pw.head, (int)Ct,
+                   0.0f, z, Vk);
         if (be->bf16) be->round_bf16(z, n * (size_t)Vk); /* as the live loss rounds zt */
         be->download(be, zh, z, n * (size_t)Vk * sizeof(float));
         if (t.tp > 1) { /* rank blocks of (n, Vk_r) in id order on the first rank */
@@ -465,8 +469,8 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
           uint64_t key = (uint64_t)m.seed * 0x9E3779B97F4A7C15ull ^
                          ((uint64_t)win * (uint64_t)T + rr % (size_t)T + 1);
           const uint64_t rng = kd_splitmix64(&key); /* a mixed state: unrelated streams */
-          select_row(bids + rr * (size_t)k, blogp + rr * (size_t)k, btail + rr, zr, vc, k,
-                     m.select, inv_t, rng, &ws);
+          select_row(bids + rr * (size_t)k, blogp + rr * (size_t)k, btail + rr, zr, vc, k, m.select,
+                     inv_t, rng, &ws);
         }
       }
     }
@@ -503,7 +507,8 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
     }
     if (any && done < m.nwindows) {
       kd_info("kdtrain: stopped by signal %d after %" PRId64 " of %" PRId64 " windows: exit "
-              "status 5; the same run continues %s\n", any, done, m.nwindows, tmp);
+              "status 5; the same run continues %s\n",
+              any, done, m.nwindows, tmp);
       status = KD_EXIT_SIGNAL;
       break;
     }
@@ -517,7 +522,8 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
     H5Sclose(fs);
     uint64_t sum = 0xcbf29ce484222325ull; /* FNV-1a over the little-endian checksums */
     for (int64_t i = 0; i < m.nwindows; i++)
-      for (int b = 0; b < 8; b++) sum = (sum ^ ((crc[i] >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+      for (int b = 0; b < 8; b++)
+        sum = (sum ^ ((crc[i] >> (8 * b)) & 0xff)) * 0x100000001b3ull;
     free(crc);
     attr_put(cf.file, "checksum", H5T_NATIVE_UINT64, &sum);
   }
@@ -578,6 +584,7 @@ void tcache_plan_print(const struct kd_config *cfg) {
           cfg->teacher_cache, tcache_nwindows(&d), T, cfg->teacher_cache_select, k, bpt,
           bpt * tok / 1048576.0,
           cfg->teacher_cache_compress ? " (an upper bound: shuffle + deflate shrink the ids, "
-                                        "doc/cache.md)" : "");
+                                        "doc/cache.md)"
+                                      : "");
   data_close(&d);
 }

@@ -13,8 +13,8 @@
 #define TCACHE_FLOOR (-100.0f)
 
 /* zt row (Vk floats) of one cached position. */
-static void fill_row(float *z, const int32_t *ids, const float *logp, float tail, int k,
-                     int vocab, int select, int lo, int Vk, float tau) {
+static void fill_row(float *z, const int32_t *ids, const float *logp, float tail, int k, int vocab,
+                     int select, int lo, int Vk, float tau) {
   float base = TCACHE_FLOOR;
   if (select == TCACHE_TOPK && vocab > k && isfinite(tail)) {
     base = tail - logf((float)(vocab - k)); /* the tail mass spread evenly */
@@ -29,7 +29,8 @@ static void fill_row(float *z, const int32_t *ids, const float *logp, float tail
   }
   for (int i = 0; i < k;) { /* sample: sorted ids; a run of c equal ids has q = c / k */
     int c = 1;
-    while (i + c < k && ids[i + c] == ids[i]) c++;
+    while (i + c < k && ids[i + c] == ids[i])
+      c++;
     if (ids[i] >= lo && ids[i] < lo + Vk) z[ids[i] - lo] = tau * logf((float)c / (float)k);
     i += c;
   }
@@ -60,7 +61,8 @@ double tcache_kd_offset(const struct tcache_rows *rows, const int *labels, size_
     const float *lp = rows->logp + r * (size_t)k;
     for (int i = 0; i < k;) {
       int c = 1;
-      while (i + c < k && ids[i + c] == ids[i]) c++;
+      while (i + c < k && ids[i + c] == ids[i])
+        c++;
       const double q = (double)c / k;
       off += q * ((double)lp[i] - log(q));
       i += c;

@@ -24,9 +24,9 @@ OUT=${OUT:-$PWD/out/perf-cache}
 T=${T:-64}
 GB=${GB:-8}
 MB=${MB:-4}
-STEPS=${STEPS:-40}
+STEPS=${STEPS:-100}
 SHORT=${SHORT:-10}
-TSTEPS=${TSTEPS:-80}
+TSTEPS=${TSTEPS:-200}
 KS=${KS:-"8 32 128"}
 PAIRS=${PAIRS:-"qs-student cache-student"}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -65,9 +65,12 @@ steptime() {
 }
 val() { awk -F, 'NR > 1 && $12 != "" { v = $12 } END { printf "%.4f", v }' "$1/metrics.csv"; }
 
-[ -f teacher/final.h5 ] || run teacher run%mode=train student%card=qs-teacher run%steps=$TSTEPS \
-  run%out_dir="'teacher'" optim%lr=3e-3 run%seed=1
-echo "teacher (qs-teacher, $TSTEPS steps) valid loss $(val teacher)" | tee table.md
+# the teacher, reused by a later run with the same sizes
+tdir=teacher_T${T}_G${GB}_S${STEPS}_t$TSTEPS
+[ -f $tdir/final.h5 ] || run teacher run%mode=train student%card=qs-teacher run%steps=$TSTEPS \
+  run%out_dir="'$tdir'" optim%lr=3e-3 run%seed=1
+sed -i "s|init = 'teacher/final.h5'|init = '$tdir/final.h5'|" base.nml
+echo "teacher (qs-teacher, $TSTEPS steps) valid loss $(val $tdir)" | tee table.md
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), OMP_NUM_THREADS=$OMP_NUM_THREADS, $(getconf _NPROCESSORS_ONLN) cores" | tee -a table.md
 for k in $KS; do
   for sel in topk sample; do
