@@ -59,13 +59,15 @@ pid=
 warn() { echo "jobs/pbs.sh: $1: asking kdtrain to checkpoint and stop"; [ -z "$pid" ] || kill -USR1 $pid 2> /dev/null; }
 trap 'warn "walltime warning"' USR1
 trap 'warn SIGTERM' TERM
-$MPIEXEC -n "$NP" "${HOSTS[@]}" "$KDTRAIN" "$INPUT" "${ARGS[@]}" > >(tee -a "$LOG") 2>&1 &
+exec 3> >(tee -a "$LOG") # live in the job's output and kept in $LOG
+teepid=$!
+$MPIEXEC -n "$NP" "${HOSTS[@]}" "$KDTRAIN" "$INPUT" "${ARGS[@]}" >&3 2>&3 &
 pid=$!
 timer=
 if [ -n "$WALL" ] && [ "$WALL" -gt 0 ] 2> /dev/null; then
   at=$((WALL - LEAD - SECONDS))
   [ "$at" -gt 0 ] || at=1
-  (sleep "$at" && kill -USR1 $$) &
+  (sleep "$at" && kill -USR1 $$) 3>&- & # not holding tee's pipe open
   timer=$!
 fi
 status=0
@@ -75,7 +77,8 @@ while kill -0 $pid 2> /dev/null; do # wait returned early for a trapped signal
   wait $pid || status=$?
 done
 [ -z "$timer" ] || kill "$timer" 2> /dev/null
-wait $(jobs -p) 2> /dev/null # tee
+exec 3>&- # tee sees the end of the output; wait until it has written all of it
+wait "$teepid" 2> /dev/null || true
 
 # Exit 5: stopped at a checkpoint. MPICH's mpiexec may report 0 after forwarding a
 # signal, so the line kdtrain prints when it stops counts too.

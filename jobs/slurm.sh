@@ -44,7 +44,9 @@ LOG=kdtrain-${SLURM_JOB_ID:-$$}.out # kdtrain's output, also kept here for the s
 : > "$LOG"
 pid=
 trap 'echo "jobs/slurm.sh: warning signal: asking kdtrain to checkpoint and stop"; [ -z "$pid" ] || kill -USR1 $pid 2> /dev/null' USR1 TERM
-srun --kill-on-bad-exit=1 "$KDTRAIN" "$@" > >(tee -a "$LOG") 2>&1 &
+exec 3> >(tee -a "$LOG") # live in the job's output and kept in $LOG
+teepid=$!
+srun --kill-on-bad-exit=1 "$KDTRAIN" "$@" >&3 2>&3 &
 pid=$!
 status=0
 wait $pid || status=$?
@@ -52,7 +54,8 @@ while kill -0 $pid 2> /dev/null; do # wait returned early for a trapped signal
   status=0
   wait $pid || status=$?
 done
-wait # tee
+exec 3>&- # tee sees the end of the output; wait until it has written all of it
+wait "$teepid" 2> /dev/null || true
 
 # Exit 5: stopped at a checkpoint. A launcher that forwards a signal may report 0, so the
 # line kdtrain prints when it stops counts too.

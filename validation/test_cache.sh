@@ -100,7 +100,12 @@ i=0
 until grep -q '^cache [0-9]' term.log 2>/dev/null; do
   i=$((i + 1)); [ $i -lt 1200 ] || { kill -9 $bg; fail "caching run shows no progress"; }; sleep 0.05
 done
-kill -TERM $bg 2>/dev/null || true
+# SIGTERM to the two ranks, as a batch system signals every task (signalled itself,
+# mpiexec's own status was 0 once although both ranks exited 5): mpiexec's
+# grandchildren, through its process manager proxy
+ranks=$(for p in $(pgrep -P $bg); do pgrep -P "$p"; done)
+[ -n "$ranks" ] || { kill -9 $bg; fail "no kdtrain ranks under mpiexec"; }
+kill -TERM $ranks 2>/dev/null || true
 set +e; wait $bg; st=$?; set -e
 [ $st -eq 5 ] || { cat term.log; fail "SIGTERM: exit status $st, expected 5"; }
 [ -f term.h5.tmp ] && [ ! -f term.h5 ] || fail "a stopped caching run published its file"
