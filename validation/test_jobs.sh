@@ -72,11 +72,12 @@ echo "ok"
 
 echo "== Slurm: SIGUSR1 -> kdtrain exits 5 -> resubmitted with the same words; output live"
 rm -f rec/*.args
+rm -f job.log # else the wait below can see the last job's line before this job starts
 FAKE=wait SLURM_JOB_ID=42 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 KDTRAIN=$PWD/bin/kdtrain \
   bash "$KD_SRCDIR/jobs/slurm.sh" in.nml optim%lr=1e-4 run%steps=7 > job.log 2>&1 &
 job=$!
 i=0
-until grep -q '^kdtrain: fake start' job.log; do
+until grep -q '^kdtrain: fake start' job.log 2> /dev/null; do
   i=$((i + 1)); [ $i -lt 100 ] || { kill $job; fail "kdtrain's output is not live in the job log"; }
   sleep 0.1
 done
