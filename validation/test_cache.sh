@@ -25,13 +25,7 @@ EOF2
 kd() { np=$1; shift; $MPIEXEC -n "$np" "$KDTRAIN" base.nml "$@" > log.txt 2>&1 || { cat log.txt; fail "run: $*"; }; }
 
 # loss (column 2) and grad_norm (column 6) of every step row agree within 1e-5 relative
-same() {
-  paste -d, "$1/metrics.csv" "$2/metrics.csv" | awk -F, -v what="$3" 'NR > 1 && $2 != "" {
-    n++
-    for (c = 2; c <= 6; c += 4) { a = $c; b = $(c + 12); d = a - b; if (d < 0) d = -d;
-      if (d > 1e-5 * (a < 0 ? -a : a)) { print what ": step " $1 " column " c ": " a " vs " b; bad = 1 } } }
-    END { if (n != 5) { print what ": " n " step rows"; bad = 1 } exit bad }'
-}
+same() { kd_same_metrics "$1" "$2" "$3" 5; }
 
 kd 1 run%mode=train student%card=test-teacher run%steps=2 run%out_dir="'teacher'"
 echo "== --dry-run shows the cache's size"
