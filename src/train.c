@@ -184,7 +184,6 @@ static double node_cores_per_rank(void) {
  * on the CPU, cores x FP32 FLOP/cycle (FMA units x lanes x 2, from the CPU's features) x
  * the nominal clock. 0 when unknown (MFU then reads nan). Collective. */
 static double hardware_peak(struct run *r, char *what, size_t n) {
-  const double cores = node_cores_per_rank();
   if (r->cfg->log_peak_tflops > 0) {
     snprintf(what, n, "log%%peak_tflops");
     return r->cfg->log_peak_tflops * 1e12;
@@ -192,6 +191,7 @@ static double hardware_peak(struct run *r, char *what, size_t n) {
 #ifdef KD_HAVE_CUDA
   if (strcmp(r->be.name, "cuda") == 0) return backend_cuda_peak(r->be.bf16, what, n);
 #endif
+  const double cores = node_cores_per_rank(); /* collective: every rank takes this branch */
   struct kd_cpu c;
   kd_cpu_detect(&c);
   char how[96], src[64];
