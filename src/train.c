@@ -207,8 +207,9 @@ static double hardware_peak(struct run *r, char *what, size_t n) {
   return cores * fpc * hz;
 }
 
+/* Every caller is reached by every rank with the same checks: the verdict is agreed. */
 static void fail_input(int status, const char *err) {
-  if (status) kd_fail(status, "%s", err);
+  kd_agree_or_fail(status, err);
 }
 
 /* Bytes for the loss chunk buffers: what memory%budget_mb leaves after everything
@@ -227,7 +228,7 @@ static void backend_select(struct run *r, const struct kd_config *cfg) {
   const int want_cuda = strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0;
   const int ncuda = want_cuda ? cuda_devices_all_ranks(why, sizeof why) : 0;
   if (strcmp(dev, "cuda") == 0 && ncuda == 0)
-    kd_fail(KD_EXIT_INPUT, "%s: run%%device='cuda' but no CUDA device: %s; use "
+    kd_fail_all(KD_EXIT_INPUT, "%s: run%%device='cuda' but no CUDA device: %s; use "
             "run%%device='cpu' or 'auto'", cfg->source, why);
   const int node_rank = grid_node_rank();
   if (ncuda > 0) {
@@ -277,7 +278,7 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
     fail_input(tokfiles_load(cfg->teacher_init, MPI_COMM_WORLD, &tt, err, sizeof err), err);
   const char *which = ts && tt ? tokfiles_differ(ts, tt) : NULL; /* every rank holds both */
   if (which)
-    kd_fail(KD_EXIT_INPUT,
+    kd_fail_all(KD_EXIT_INPUT,
             "the teacher's tokenizer (%s) differs from the student's (%s) in %s: both models "
             "must use the same tokenizer (cross-tokenizer distillation is not supported)",
             cfg->teacher_init, own, which);
@@ -718,7 +719,7 @@ static int cache_make(const struct kd_config *cfg) {
   r.cfg = cfg;
   fail_input(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
   if (cfg->par_global_batch % (r.grid.dp * cfg->par_micro_batch) != 0)
-    kd_fail(KD_EXIT_INPUT,
+    kd_fail_all(KD_EXIT_INPUT,
             "%s: &parallel global_batch = %d is not divisible by micro_batch = %d times dp = %d",
             cfg->source, cfg->par_global_batch, cfg->par_micro_batch, r.grid.dp);
   backend_select(&r, cfg);

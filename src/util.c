@@ -89,6 +89,25 @@ void kd_fail_all(int status, const char *fmt, ...) {
   exit(status);
 }
 
+void kd_agree_or_fail(int status, const char *msg) {
+  int init = 0, fin = 0, size = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) {
+    if (status) kd_fail(status, "%s", msg);
+    return;
+  }
+  const int me = kd_rank();
+  int who = status ? me : size, first = size;
+  MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == size) return;
+  MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD);
+  if (me == first) kd_warn("%s", msg);
+  MPI_Finalize();
+  exit(status);
+}
+
 void kd_info(const char *fmt, ...) {
   if (kd_rank() != 0) return;
   va_list ap;

@@ -29,6 +29,12 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...)
  * every rank finalizes MPI and exits with `status`. Collective over MPI_COMM_WORLD. */
 void kd_fail_all(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
+/* Every rank calls it with its own verdict (status 0: fine; msg its error text). Returns
+ * when every status is 0; otherwise the lowest failing rank prints "kdtrain: rank R: msg",
+ * and every rank finalizes MPI and exits with that rank's status: no MPI_Abort, whose
+ * kill can lose a line still in the launcher's pipes. Collective over MPI_COMM_WORLD. */
+void kd_agree_or_fail(int status, const char *msg);
+
 /* Check a condition that only a bug or a broken system can violate. */
 #define KD_CHECK(cond, ...)                                                    \
   do {                                                                         \
