@@ -53,13 +53,16 @@ static hid_t state_mtype(enum state_kind k) {
 }
 
 /* Write /state collectively (rank 0's values; every rank holds the same ones). */
-static int state_write(hid_t file, const struct ckpt_state *st, int rank) {
+static int state_write(hid_t file, const struct ckpt_state *st, int rank, MPI_Comm comm) {
   hid_t g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (g < 0) return -1;
+  if (!weights_all(g >= 0, comm)) {
+    if (g >= 0) H5Gclose(g);
+    return -1;
+  }
   int ok = 1;
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-  for (size_t i = 0; i < NSTATE; i++) {
+  for (size_t i = 0; i < NSTATE && ok; i++) {
     const struct state_field *f = &state_fields[i];
     hid_t fs = H5Screate(H5S_SCALAR), ms = H5Screate(H5S_SCALAR);
     hid_t ftype = f->kind == ST_I64 ? H5T_STD_I64LE : H5T_IEEE_F64LE;
@@ -68,7 +71,10 @@ static int state_write(hid_t file, const struct ckpt_state *st, int rank) {
       H5Sselect_none(fs);
       H5Sselect_none(ms);
     }
-    ok &= d >= 0 && H5Dwrite(d, state_mtype(f->kind), ms, fs, dxpl, (const char *)st + f->off) >= 0;
+    /* every rank enters each collective write, or none does */
+    ok = weights_all(d >= 0, comm) &&
+         H5Dwrite(d, state_mtype(f->kind), ms, fs, dxpl, (const char *)st + f->off) >= 0;
+    ok = weights_all(ok, comm);
     if (d >= 0) H5Dclose(d);
     H5Sclose(fs);
     H5Sclose(ms);
@@ -347,7 +353,7 @@ int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
   rc = weights_create(&io, tmp, mdl, text, 1, comm, err, errlen);
   free(text);
   if (!rc) {
-    int sr = state_write(io.file, st, rank) < 0 ? KD_EXIT_IO : 0;
+    int sr = state_write(io.file, st, rank, comm) < 0 ? KD_EXIT_IO : 0;
     if (sr) kd_seterr(err, errlen, "%s: writing /state failed (disk full?)", tmp);
     rc = weights_agree(sr, err, errlen, comm);
   }
@@ -402,7 +408,7 @@ int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64
   char err[1024];
   const double t0 = kd_now();
   int rc = ckpt_save(cfg, mdl, &st, comm, err, sizeof err);
-  if (rc) kd_fail(rc, "checkpoint at step %lld: %s", (long long)step, err);
+  if (rc) kd_exit_agreed(rc, "checkpoint at step %lld: %s", (long long)step, err);
   kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written in %.2f s%s\n", cfg->ckpt_dir,
           (long long)step, kd_now() - t0, sig ? " (stopping on a signal)" : "");
   if (sig) kd_info("kdtrain: stopped by signal %d after step %lld: exit status 5, resume "

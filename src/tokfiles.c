@@ -162,7 +162,7 @@ static int write_h5(const struct tokset *t, hid_t file, MPI_Comm comm, const cha
   int rank;
   MPI_Comm_rank(comm, &rank);
   hid_t g = H5Gcreate2(file, TOKFILES_GROUP, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  int ok = g >= 0;
+  int ok = weights_all(g >= 0, comm); /* each collective step on every rank, or on none */
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   for (int i = 0; i < NNAMES && ok; i++) {
@@ -173,7 +173,7 @@ static int write_h5(const struct tokset *t, hid_t file, MPI_Comm comm, const cha
     H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
     hid_t d = H5Dcreate2(g, tokfiles_names[i], H5T_STD_U8LE, fs, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    ok = d >= 0;
+    ok = weights_all(d >= 0, comm);
     if (ok && n > 0) {
       if (rank != 0) {
         H5Sselect_none(fs);
@@ -182,6 +182,7 @@ static int write_h5(const struct tokset *t, hid_t file, MPI_Comm comm, const cha
       ok = H5Dwrite(d, H5T_NATIVE_UCHAR, ms, fs, dxpl, t->data[i]) >= 0;
     }
     if (d >= 0 && H5Dclose(d) < 0) ok = 0;
+    ok = weights_all(ok, comm);
     H5Pclose(dcpl);
     H5Sclose(ms);
     H5Sclose(fs);

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,12 @@ static void line_out(const char *prefix, const char *fmt, va_list ap) {
   }
 }
 
+static int abandoned = 0;
+
+void kd_mark_abandoned(void) {
+  abandoned = 1;
+}
+
 void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
   char where[512];
   snprintf(where, sizeof where, "%s:%d: ", file, line);
@@ -56,9 +63,79 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
   if (init && !fin) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    if (abandoned) {
+      fflush(stdout);
+      _exit(status);
+    }
     MPI_Finalize();
   }
   exit(status);
+}
+
+void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...) {
+  kd_io_guard_disarm();
+  fflush(stdout);
+  if (kd_rank() == 0) {
+    char where[512];
+    snprintf(where, sizeof where, "%s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    line_out(where, fmt, ap);
+    va_end(ap);
+  }
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Barrier(MPI_COMM_WORLD);
+  fflush(stdout);
+  _exit(status);
+}
+
+/* --- the collective-write watchdog ----------------------------------------------------- */
+
+static char guard_msg[1024], guard_path[4096];
+static size_t guard_len;
+static int guard_unlink;
+static long guard_secs;
+
+static void guard_fire(int sig) {
+  (void)sig;
+  if (guard_len > 0) {
+    ssize_t w = write(STDERR_FILENO, guard_msg, guard_len);
+    (void)w;
+  }
+  if (guard_unlink) unlink(guard_path);
+  _exit(KD_EXIT_IO);
+}
+
+void kd_io_guard_arm(const char *path) {
+  const char *env = getenv("KDTRAIN_IO_TIMEOUT_S");
+  long secs = env && atol(env) > 0 ? atol(env) : 60;
+  if (strcmp(path, guard_path) != 0) {
+    snprintf(guard_path, sizeof guard_path, "%s", path);
+    int n = snprintf(guard_msg, sizeof guard_msg,
+                     "[%d] %s: a collective write made no progress for %ld s (a write failed "
+                     "on another rank, or the file system hangs): giving up, exit status 3\n",
+                     kd_rank(), path, secs);
+    guard_len = n < 0 ? 0 : (size_t)n < sizeof guard_msg ? (size_t)n : sizeof guard_msg - 1;
+    guard_unlink = kd_rank() == 0;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = guard_fire;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, NULL);
+  guard_secs = secs;
+  alarm((unsigned)secs);
+}
+
+void kd_io_guard_disarm(void) {
+  alarm(0);
+  guard_secs = 0;
+}
+
+void kd_io_guard_rearm(void) {
+  if (guard_secs > 0) alarm((unsigned)guard_secs);
 }
 
 void kd_info(const char *fmt, ...) {

@@ -23,6 +23,30 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
 #define kd_fail(status, ...) kd_fail_at(__FILE__, __LINE__, (status), __VA_ARGS__)
 
+/* End every rank with `status` after a failure that every rank of MPI_COMM_WORLD knows
+ * about (an agreed error: every rank calls this with the same status and message).
+ * Collective: rank 0 prints "[0] file:line: message", all ranks meet in a barrier and
+ * exit with the same status without MPI_Abort. The exit skips MPI_Finalize and atexit
+ * handlers: a parallel HDF5 file abandoned after a write error must not be flushed. */
+void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
+#define kd_exit_agreed(status, ...) kd_exit_agreed_at(__FILE__, __LINE__, (status), __VA_ARGS__)
+
+/* Watchdog for collective writes (parallel HDF5 can hang in its own collectives when a
+ * write fails on one rank only, e.g. while flushing metadata at close). kd_io_guard_arm
+ * (re)starts a timer of KDTRAIN_IO_TIMEOUT_S seconds (default 60) for the collective
+ * write of `path`; when it runs out, this rank prints that the write of `path` did not
+ * complete, rank 0 removes `path` (the unpublished temporary), and the rank exits with
+ * KD_EXIT_IO. kd_io_guard_disarm stops it. Not nested. */
+void kd_io_guard_arm(const char *path);
+void kd_io_guard_disarm(void);
+/* Restart the armed watchdog's timer (nothing when it is not armed). */
+void kd_io_guard_rearm(void);
+
+/* Mark that a parallel HDF5 file was left open after a failed write: kd_fail then ends
+ * the process without MPI_Finalize (which would flush, and crash in, that file). */
+void kd_mark_abandoned(void);
+
 /* Check a condition that only a bug or a broken system can violate. */
 #define KD_CHECK(cond, ...)                                                    \
   do {                                                                         \

@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tokfiles.h"
 #include "util.h"
@@ -32,11 +35,22 @@ static int agree(int st, char *err, size_t errlen, MPI_Comm comm) {
   MPI_Comm_rank(comm, &rank);
   int mine = st == worst ? rank : INT_MAX;
   MPI_Allreduce(&mine, &from, 1, MPI_INT, MPI_MIN, comm);
+  if (rank == from && worst == KD_EXIT_IO && errlen > 0 && !strstr(err, "(rank ")) {
+    size_t n = strnlen(err, errlen);
+    snprintf(err + n, errlen - n, " (rank %d)", kd_rank());
+  }
   if (errlen > 0 && errlen <= INT_MAX) {
     err[errlen - 1] = '\0';
     MPI_Bcast(err, (int)errlen, MPI_CHAR, from, comm);
   }
   return worst;
+}
+
+int weights_all(int ok, MPI_Comm comm) {
+  int all = 0;
+  ok = ok != 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+  return all;
 }
 
 /* --- checksum ------------------------------------------------------------------------ */
@@ -152,7 +166,8 @@ static int attr_get(hid_t loc, const char *name, hid_t mtype, void *v) {
 }
 
 /* Write the card keys, the card text and the namelist into group `cfg` (collective). */
-static int config_write(hid_t cfg, const struct kd_card *card, const char *namelist, int rank) {
+static int config_write(hid_t cfg, const struct kd_card *card, const char *namelist, int rank,
+                        MPI_Comm comm) {
   herr_t rc = 0;
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
@@ -189,7 +204,9 @@ static int config_write(hid_t cfg, const struct kd_card *card, const char *namel
     }
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-    rc |= d < 0 ? -1 : H5Dwrite(d, t, ms, fs, dxpl, namelist);
+    /* every rank enters the collective write, or none does */
+    if (!weights_all(d >= 0 && rc >= 0, comm)) rc = -1;
+    else rc |= H5Dwrite(d, t, ms, fs, dxpl, namelist);
     H5Pclose(dxpl);
     if (d >= 0) H5Dclose(d);
     H5Sclose(fs);
@@ -460,6 +477,7 @@ static int transfer(hid_t dset, const struct block *b, float *x, int active, int
       H5Sselect_none(ms);
     }
     float *p = x ? x : &dummy;
+    if (writing) kd_io_guard_rearm(); /* the watchdog counts from each piece */
     herr_t rc = writing ? H5Dwrite(dset, H5T_NATIVE_FLOAT, ms, fs, dxpl, p)
                         : H5Dread(dset, H5T_NATIVE_FLOAT, ms, fs, dxpl, p);
     ok &= rc >= 0;
@@ -506,12 +524,13 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
                       struct kd_backend *be, int own, const char *path, MPI_Comm comm,
                       char *err, size_t errlen) {
   struct block b = param_block(p);
-  float *x = host_view(be, (float *)blk, p->numel, 1);
-  if ((size_t)(b.rows * b.cols) != p->numel) {
+  if ((size_t)(b.rows * b.cols) != p->numel) { /* a bug: same answer on every rank */
     kd_seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64, p->name,
            p->numel, b.rows, b.cols);
     return KD_EXIT_IO;
   }
+  kd_io_guard_arm(path);
+  float *x = host_view(be, (float *)blk, p->numel, 1);
   uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
   MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
   hsize_t dims[2] = {(hsize_t)p->shape[0], (hsize_t)(p->ndim == 2 ? p->shape[1] : 1)};
@@ -521,8 +540,10 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
   hid_t d = H5Dcreate2(group, p->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   int ok = d >= 0 &&
-           attr_put(d, "checksum_idxmix64", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum) >= 0 &&
-           transfer(d, &b, x, own, 1, comm) == 0;
+           attr_put(d, "checksum_idxmix64", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum) >= 0;
+  /* the collective transfer only when every rank got this far: a rank that skipped it
+   * would leave the others waiting in MPI-IO */
+  ok = weights_all(ok, comm) && transfer(d, &b, x, own, 1, comm) == 0;
   host_release(blk, x);
   if (d >= 0 && H5Dclose(d) < 0) ok = 0;
   H5Pclose(dcpl);
@@ -575,6 +596,8 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
   H5Pset_alignment(fapl, 64 * 1024, 1024 * 1024);
+  io->writing = 1;
+  kd_io_guard_arm(path);
   io->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (io->file < 0)
@@ -589,7 +612,7 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   int ok = attr_put_string(io->file, "format", WEIGHTS_FORMAT) >= 0 &&
            attr_put_string(io->file, "format_version", ver) >= 0;
   cfg = H5Gcreate2(io->file, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, io->rank) == 0;
+  ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, io->rank, io->comm) == 0;
   if (!ok) kd_seterr(err, errlen, "%s: writing the file's attributes and /config failed", path);
   st = agree(ok ? 0 : KD_EXIT_IO, err, errlen, comm);
   /* the model's tokenizer files travel with its weights (checkpoints, final.h5) */
@@ -655,12 +678,19 @@ int weights_write_tensor(struct weights_io *io, const char *group, int p, const 
 }
 
 int weights_close(struct weights_io *io, int st, char *err, size_t errlen) {
+  if (io->file >= 0 && io->writing && st) {
+    kd_mark_abandoned(); /* see weights.h: never flushed, removed by the caller */
+    io->file = -1;
+  }
   if (io->file >= 0) {
+    if (io->writing) kd_io_guard_arm(io->path);
     int bad = H5Fclose(io->file) < 0;
     io->file = -1;
     if (bad && !st) kd_seterr(err, errlen, "%s: closing the file failed (disk full?)", io->path);
     if (!st) st = agree(bad ? KD_EXIT_IO : 0, err, errlen, io->comm);
+    if (bad) kd_mark_abandoned();
   }
+  if (io->writing) kd_io_guard_disarm();
   free(io->own);
   io->own = NULL;
   H5Eset_auto2(H5E_DEFAULT, io->efunc, io->edata);
@@ -671,9 +701,46 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
                  const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
                  size_t errlen) {
   struct weights_io io;
-  int st = weights_create(&io, path, mdl, namelist_text, write_replicated, comm, err, errlen);
+  char tmp[KD_PATH_MAX + 16];
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+    kd_seterr(err, errlen, "%s: path too long", path);
+    return KD_EXIT_IO;
+  }
+  int st = weights_create(&io, tmp, mdl, namelist_text, write_replicated, comm, err, errlen);
   if (!st) st = weights_write_group(&io, "params", buf, err, errlen);
-  return weights_close(&io, st, err, errlen);
+  st = weights_close(&io, st, err, errlen);
+  if (st) {
+    if (rank == 0) unlink(tmp);
+    return st;
+  }
+  MPI_Barrier(comm); /* every rank has closed the file */
+  if (rank == 0) st = weights_publish(tmp, path, err, errlen);
+  return agree(st, err, errlen, comm);
+}
+
+int weights_publish(const char *tmp, const char *path, char *err, size_t errlen) {
+  int fd = open(tmp, O_RDONLY);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  if (rename(tmp, path) != 0) {
+    kd_seterr(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    unlink(tmp);
+    return KD_EXIT_IO;
+  }
+  char dir[KD_PATH_MAX + 16];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  fd = open(slash ? dir : ".", O_RDONLY);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  return 0;
 }
 
 /* --- load ---------------------------------------------------------------------------------- */
