@@ -48,6 +48,12 @@ static uint64_t state_checksum(const struct ckpt_state *st) {
   return weights_checksum(words, 1, 2 * (int64_t)NSTATE, 0, 0, 2 * (int64_t)NSTATE);
 }
 
+/* The bound checksum of /state: state_checksum plus the binding of "/state". */
+static uint64_t state_bound(const struct ckpt_state *st) {
+  const int64_t n = (int64_t)NSTATE;
+  return state_checksum(st) + weights_bind("/state", "i64f64", 1, &n);
+}
+
 static hid_t state_mtype(enum state_kind k) {
   return k == ST_I64 ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
 }
@@ -84,6 +90,10 @@ static int state_write(hid_t file, const struct ckpt_state *st, int rank, MPI_Co
   hid_t as = H5Screate(H5S_SCALAR);
   hid_t a = H5Acreate2(g, "checksum_idxmix64", H5T_STD_U64LE, as, H5P_DEFAULT, H5P_DEFAULT);
   ok &= a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &sum) >= 0;
+  if (a >= 0) H5Aclose(a);
+  uint64_t bound = state_bound(st);
+  a = H5Acreate2(g, WEIGHTS_CHECKSUM, H5T_STD_U64LE, as, H5P_DEFAULT, H5P_DEFAULT);
+  ok &= a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &bound) >= 0;
   if (a >= 0) H5Aclose(a);
   H5Sclose(as);
   /* the run's namelist lives in /config/namelist; /state/namelist points at it */
@@ -126,20 +136,19 @@ static int state_read(hid_t file, const char *path, struct ckpt_state *st, char 
   }
   uint64_t stored = 0;
   if (!st_rc) {
-    hid_t a = H5Aexists(g, "checksum_idxmix64") > 0 ? H5Aopen(g, "checksum_idxmix64", H5P_DEFAULT)
-                                                      : -1;
-    if (a < 0 || H5Aread(a, H5T_NATIVE_UINT64, &stored) < 0) {
-      kd_seterr(err, errlen, "%s: /state has no checksum_idxmix64 attribute: the checkpoint is "
-                          "incomplete or damaged", path);
+    char why[160] = "is missing";
+    int arc = weights_attr_u64(g, WEIGHTS_CHECKSUM, &stored, why, sizeof why);
+    if (arc != 0) {
+      kd_seterr(err, errlen, "%s: /state attribute '" WEIGHTS_CHECKSUM "' %s: the checkpoint is "
+                "incomplete or damaged", path, why);
       st_rc = KD_EXIT_INPUT;
-    } else if (stored != state_checksum(st)) {
+    } else if (stored != state_bound(st)) {
       kd_seterr(err, errlen,
              "%s: /state fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
              "): the file is corrupted",
-             path, stored, state_checksum(st));
+             path, stored, state_bound(st));
       st_rc = KD_EXIT_INPUT;
     }
-    if (a >= 0) H5Aclose(a);
   }
   if (!st_rc && (st->step < 0 || st->consumed < 0 || st->updates < 0 || st->updates > st->step ||
                  !(st->loss_scale > 0))) {

@@ -105,6 +105,9 @@ static void guard_fire(int sig) {
     (void)w;
   }
   if (guard_unlink) unlink(guard_path);
+  /* the other ranks do not know: ask the launcher to end them all with status 3 (a plain
+   * exit here would let MPICH's Hydra kill the rest with SIGKILL and report 9) */
+  MPI_Abort(MPI_COMM_WORLD, KD_EXIT_IO);
   _exit(KD_EXIT_IO);
 }
 

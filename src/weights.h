@@ -15,7 +15,9 @@
 
 #define WEIGHTS_FORMAT "kdtrain"
 #define WEIGHTS_VERSION_MAJOR 1
-#define WEIGHTS_VERSION_MINOR 0
+#define WEIGHTS_VERSION_MINOR 1
+/* The bound checksum attribute of every dataset, of /config and of /state (format 1.1). */
+#define WEIGHTS_CHECKSUM "checksum_bound64"
 
 /* Write `buf` (parameter-sized, indexed by each entry's offset: mdl->master or mdl->w)
  * to a new file `path`. Collective over `comm`; every rank has the same table apart
@@ -93,6 +95,10 @@ int weights_agree(int st, char *err, size_t errlen, MPI_Comm comm);
 /* 1 on every rank when `ok` is non-zero on every rank of `comm`, else 0. Collective. */
 int weights_all(int ok, MPI_Comm comm);
 
+/* Read the scalar integer attribute `name` of object `loc` as uint64, after checking its
+ * shape and type class (no read can overflow): 0, 1 when absent, -1 with `why` set. */
+int weights_attr_u64(hid_t loc, const char *name, uint64_t *v, char *why, size_t whylen);
+
 /* Read the model card stored in a weights file (/config attributes) into `card`
  * (card->path is set to `path`). Not collective. 0 or KD_EXIT_INPUT. */
 int weights_read_card(const char *path, struct kd_card *card, char *err, size_t errlen);
@@ -107,6 +113,12 @@ uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t ro
 /* Rank 0 after a complete write: fsync `tmp`, rename it to `path`, fsync the directory.
  * 0, or KD_EXIT_IO with a message (the .tmp removed). Not collective. */
 int weights_publish(const char *tmp, const char *path, char *err, size_t errlen);
+
+/* The binding term of the bound checksum: a hash of the object's path (e.g.
+ * "/params/NAME"), its stored type tag ("f32") and its global shape. The bound checksum is
+ * weights_checksum of the whole data plus this term, so a dataset moved to another name,
+ * reshaped or retyped fails its check. */
+uint64_t weights_bind(const char *dpath, const char *dtype, int ndim, const int64_t *dims);
 
 /* Largest transfer per H5Dread/H5Dwrite call in bytes (default 1 GiB, below MPI-IO's
  * 2 GiB limit); tests lower it to exercise the split transfers. */

@@ -250,7 +250,7 @@ static void check_layout(const char *path) {
   a = H5Aopen(f, "format_version", H5P_DEFAULT), t = H5Aget_type(a);
   memset(s, 0, sizeof s);
   H5Aread(a, t, s);
-  R0(strcmp(s, "1.0") == 0);
+  R0(strcmp(s, "1.1") == 0);
   H5Tclose(t), H5Aclose(a);
   int64_t iv = 0;
   int8_t bv = 0;
