@@ -190,6 +190,11 @@ int ckpt_load(const char *path, struct kd_model *mdl, struct ckpt_state *st, MPI
 static int read_latest(const char *dir, char *path, size_t pathlen, char *err, size_t errlen) {
   char lp[KD_PATH_MAX + 16], name[256] = "";
   snprintf(lp, sizeof lp, "%s/" CKPT_LATEST, dir);
+  struct stat sb;
+  if (stat(lp, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    kd_seterr(err, errlen, "%s is not a regular file", lp);
+    return KD_EXIT_INPUT;
+  }
   FILE *f = fopen(lp, "r");
   if (!f) return 1;
   int got = fgets(name, sizeof name, f) != NULL;

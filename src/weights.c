@@ -358,6 +358,13 @@ static int config_read(hid_t cfg, const char *path, struct kd_card *card, char *
       return KD_EXIT_INPUT;
     }
   }
+  char why[512];
+  const char *bad = card_check(card, why, sizeof why);
+  if (bad) {
+    kd_seterr(err, errlen, "%s: /config is not a valid model card: %s = %s", path, bad, why);
+    return KD_EXIT_INPUT;
+  }
+  /* then the checksum: an invalid value is named first, a valid but altered one here */
   uint64_t stored = 0;
   char cwhy[160] = "is missing";
   int rc = attr_get_why(cfg, WEIGHTS_CHECKSUM, H5T_NATIVE_UINT64, &stored, cwhy, sizeof cwhy);
@@ -371,12 +378,7 @@ static int config_read(hid_t cfg, const char *path, struct kd_card *card, char *
               PRIx64 "): the model card in the file is corrupted", path, stored, config_sum(card));
     return KD_EXIT_INPUT;
   }
-  char why[512];
-  const char *bad = card_check(card, why, sizeof why);
-  if (bad) {
-    kd_seterr(err, errlen, "%s: /config is not a valid model card: %s = %s", path, bad, why);
-    return KD_EXIT_INPUT;
-  }
+
   return 0;
 }
 
@@ -428,6 +430,11 @@ static int file_precheck(const char *path, char *err, size_t errlen) {
   struct stat sb;
   if (stat(path, &sb) != 0) {
     kd_seterr(err, errlen, "%s: no such weights file", path);
+    return KD_EXIT_INPUT;
+  }
+  if (!S_ISREG(sb.st_mode)) { /* a FIFO would block the open, a device never end */
+    kd_seterr(err, errlen, "%s is not a regular file (%s): expected an HDF5 weights file", path,
+              S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a device or socket");
     return KD_EXIT_INPUT;
   }
 #if H5_VERSION_GE(1, 12, 0)
