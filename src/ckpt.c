@@ -192,7 +192,7 @@ static int read_latest(const char *dir, char *path, size_t pathlen, char *err, s
   snprintf(lp, sizeof lp, "%s/" CKPT_LATEST, dir);
   struct stat sb;
   if (stat(lp, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-    kd_seterr(err, errlen, "%s is not a regular file", lp);
+    kd_seterr(err, errlen, "%s is not a regular file (%s)", lp, kd_file_kind(sb.st_mode));
     return KD_EXIT_INPUT;
   }
   FILE *f = fopen(lp, "r");

@@ -55,14 +55,19 @@ static void tokset_free(struct tokset *t) {
   memset(t, 0, sizeof *t);
 }
 
-/* Read the files of `dir` that exist (regular files only). 0 or KD_EXIT_INPUT. */
+/* Read the files of `dir` that exist (each must be a regular file). 0 or KD_EXIT_INPUT. */
 static int read_dir(struct tokset *t, const char *dir, char *err, size_t errlen) {
   memset(t, 0, sizeof *t);
   for (int i = 0; i < NNAMES; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, tokfiles_names[i]);
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+    if (stat(path, &sb) != 0) continue;
+    if (!S_ISREG(sb.st_mode)) { /* a FIFO would block the read, a device never end */
+      kd_seterr(err, errlen, "%s is not a regular file (%s); expected a tokenizer file", path,
+                kd_file_kind(sb.st_mode));
+      return KD_EXIT_INPUT;
+    }
     if ((size_t)sb.st_size > TOKFILE_MAX) {
       kd_seterr(err, errlen, "%s: %lld bytes; tokenizer files above %zu bytes are not kept", path,
                 (long long)sb.st_size, TOKFILE_MAX);

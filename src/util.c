@@ -86,8 +86,21 @@ void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, 
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (init && !fin) MPI_Barrier(MPI_COMM_WORLD);
+  int size = 1;
+  if (init && !fin) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
   fflush(stdout);
+  if (size > 1) {
+    /* MPICH's Hydra kills the other ranks with SIGKILL (exit status 9) as soon as one rank
+     * exits without MPI_Finalize: only rank 0 ends the job, through MPI_Abort with the
+     * agreed status, while the others wait to be ended (at most 120 s, then exit too) */
+    if (kd_rank() == 0) MPI_Abort(MPI_COMM_WORLD, status);
+    const time_t t0 = time(NULL);
+    while (time(NULL) - t0 < 120)
+      sleep(1);
+  }
   _exit(status);
 }
 
@@ -127,6 +140,7 @@ void kd_io_guard_arm(const char *path) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = guard_fire;
   sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART; /* never returns; were it to, no system call fails with EINTR */
   sigaction(SIGALRM, &sa, NULL);
   guard_secs = secs;
   alarm((unsigned)secs);
@@ -139,6 +153,16 @@ void kd_io_guard_disarm(void) {
 
 void kd_io_guard_rearm(void) {
   if (guard_secs > 0) alarm((unsigned)guard_secs);
+}
+
+const char *kd_file_kind(mode_t mode) {
+  return S_ISREG(mode)    ? "a regular file"
+         : S_ISDIR(mode)  ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "a special file";
 }
 
 void kd_info(const char *fmt, ...) {

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Exit status contract (INTERFACE.md). */
 enum kd_exit {
@@ -25,12 +26,17 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...)
 
 /* End every rank with `status` after a failure that every rank of MPI_COMM_WORLD knows
  * about (an agreed error: every rank calls this with the same status and message).
- * Collective: rank 0 prints "[0] file:line: message", all ranks meet in a barrier and
- * exit with the same status without MPI_Abort. The exit skips MPI_Finalize and atexit
- * handlers: a parallel HDF5 file abandoned after a write error must not be flushed. */
+ * Collective: rank 0 prints "[0] file:line: message", all ranks meet in a barrier, then
+ * a single rank exits with the status; with more ranks, rank 0 ends the job through
+ * MPI_Abort(status) (the launcher reports `status`, not the SIGKILL of ranks that had not
+ * exited yet). MPI_Finalize is skipped: a parallel HDF5 file abandoned after a write error
+ * must not be closed collectively (the caller has removed it). */
 void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
 #define kd_exit_agreed(status, ...) kd_exit_agreed_at(__FILE__, __LINE__, (status), __VA_ARGS__)
+
+/* What kind of file `mode` (struct stat's st_mode) is, for messages: "a FIFO", ... */
+const char *kd_file_kind(mode_t mode);
 
 /* Watchdog for collective writes (parallel HDF5 can hang in its own collectives when a
  * write fails on one rank only, e.g. while flushing metadata at close). kd_io_guard_arm

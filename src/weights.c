@@ -434,7 +434,7 @@ static int file_precheck(const char *path, char *err, size_t errlen) {
   }
   if (!S_ISREG(sb.st_mode)) { /* a FIFO would block the open, a device never end */
     kd_seterr(err, errlen, "%s is not a regular file (%s): expected an HDF5 weights file", path,
-              S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a device or socket");
+              kd_file_kind(sb.st_mode));
     return KD_EXIT_INPUT;
   }
 #if H5_VERSION_GE(1, 12, 0)
