@@ -86,21 +86,8 @@ void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, 
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  int size = 1;
-  if (init && !fin) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-  }
+  if (init && !fin) MPI_Barrier(MPI_COMM_WORLD);
   fflush(stdout);
-  if (size > 1) {
-    /* MPICH's Hydra kills the other ranks with SIGKILL (exit status 9) as soon as one rank
-     * exits without MPI_Finalize: only rank 0 ends the job, through MPI_Abort with the
-     * agreed status, while the others wait to be ended (at most 120 s, then exit too) */
-    if (kd_rank() == 0) MPI_Abort(MPI_COMM_WORLD, status);
-    const time_t t0 = time(NULL);
-    while (time(NULL) - t0 < 120)
-      sleep(1);
-  }
   _exit(status);
 }
 

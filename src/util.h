@@ -26,11 +26,10 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...)
 
 /* End every rank with `status` after a failure that every rank of MPI_COMM_WORLD knows
  * about (an agreed error: every rank calls this with the same status and message).
- * Collective: rank 0 prints "[0] file:line: message", all ranks meet in a barrier, then
- * a single rank exits with the status; with more ranks, rank 0 ends the job through
- * MPI_Abort(status) (the launcher reports `status`, not the SIGKILL of ranks that had not
- * exited yet). MPI_Finalize is skipped: a parallel HDF5 file abandoned after a write error
- * must not be closed collectively (the caller has removed it). */
+ * Collective: rank 0 prints "[0] file:line: message", all ranks meet in a barrier and
+ * exit with the same status without MPI_Abort. The exit skips MPI_Finalize and atexit
+ * handlers: a parallel HDF5 file abandoned after a write error must not be flushed.
+ * Known race (doc/checkpoint.md): Hydra may SIGKILL ranks not yet exited (status 9). */
 void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
 #define kd_exit_agreed(status, ...) kd_exit_agreed_at(__FILE__, __LINE__, (status), __VA_ARGS__)
