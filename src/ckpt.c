@@ -48,18 +48,27 @@ static uint64_t state_checksum(const struct ckpt_state *st) {
   return weights_checksum(words, 1, 2 * (int64_t)NSTATE, 0, 0, 2 * (int64_t)NSTATE);
 }
 
+/* The bound checksum of /state: state_checksum plus the binding of "/state". */
+static uint64_t state_bound(const struct ckpt_state *st) {
+  const int64_t n = (int64_t)NSTATE;
+  return state_checksum(st) + weights_bind("/state", "i64f64", 1, &n);
+}
+
 static hid_t state_mtype(enum state_kind k) {
   return k == ST_I64 ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
 }
 
 /* Write /state collectively (rank 0's values; every rank holds the same ones). */
-static int state_write(hid_t file, const struct ckpt_state *st, int rank) {
+static int state_write(hid_t file, const struct ckpt_state *st, int rank, MPI_Comm comm) {
   hid_t g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (g < 0) return -1;
+  if (!weights_all(g >= 0, comm)) {
+    if (g >= 0) H5Gclose(g);
+    return -1;
+  }
   int ok = 1;
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-  for (size_t i = 0; i < NSTATE; i++) {
+  for (size_t i = 0; i < NSTATE && ok; i++) {
     const struct state_field *f = &state_fields[i];
     hid_t fs = H5Screate(H5S_SCALAR), ms = H5Screate(H5S_SCALAR);
     hid_t ftype = f->kind == ST_I64 ? H5T_STD_I64LE : H5T_IEEE_F64LE;
@@ -68,7 +77,10 @@ static int state_write(hid_t file, const struct ckpt_state *st, int rank) {
       H5Sselect_none(fs);
       H5Sselect_none(ms);
     }
-    ok &= d >= 0 && H5Dwrite(d, state_mtype(f->kind), ms, fs, dxpl, (const char *)st + f->off) >= 0;
+    /* every rank enters each collective write, or none does */
+    ok = weights_all(d >= 0, comm) &&
+         H5Dwrite(d, state_mtype(f->kind), ms, fs, dxpl, (const char *)st + f->off) >= 0;
+    ok = weights_all(ok, comm);
     if (d >= 0) H5Dclose(d);
     H5Sclose(fs);
     H5Sclose(ms);
@@ -78,6 +90,10 @@ static int state_write(hid_t file, const struct ckpt_state *st, int rank) {
   hid_t as = H5Screate(H5S_SCALAR);
   hid_t a = H5Acreate2(g, "checksum_idxmix64", H5T_STD_U64LE, as, H5P_DEFAULT, H5P_DEFAULT);
   ok &= a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &sum) >= 0;
+  if (a >= 0) H5Aclose(a);
+  uint64_t bound = state_bound(st);
+  a = H5Acreate2(g, WEIGHTS_CHECKSUM, H5T_STD_U64LE, as, H5P_DEFAULT, H5P_DEFAULT);
+  ok &= a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &bound) >= 0;
   if (a >= 0) H5Aclose(a);
   H5Sclose(as);
   /* the run's namelist lives in /config/namelist; /state/namelist points at it */
@@ -120,20 +136,19 @@ static int state_read(hid_t file, const char *path, struct ckpt_state *st, char 
   }
   uint64_t stored = 0;
   if (!st_rc) {
-    hid_t a = H5Aexists(g, "checksum_idxmix64") > 0 ? H5Aopen(g, "checksum_idxmix64", H5P_DEFAULT)
-                                                      : -1;
-    if (a < 0 || H5Aread(a, H5T_NATIVE_UINT64, &stored) < 0) {
-      kd_seterr(err, errlen, "%s: /state has no checksum_idxmix64 attribute: the checkpoint is "
-                          "incomplete or damaged", path);
+    char why[160] = "is missing";
+    int arc = weights_attr_u64(g, WEIGHTS_CHECKSUM, &stored, why, sizeof why);
+    if (arc != 0) {
+      kd_seterr(err, errlen, "%s: /state attribute '" WEIGHTS_CHECKSUM "' %s: the checkpoint is "
+                "incomplete or damaged", path, why);
       st_rc = KD_EXIT_INPUT;
-    } else if (stored != state_checksum(st)) {
+    } else if (stored != state_bound(st)) {
       kd_seterr(err, errlen,
              "%s: /state fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
              "): the file is corrupted",
-             path, stored, state_checksum(st));
+             path, stored, state_bound(st));
       st_rc = KD_EXIT_INPUT;
     }
-    if (a >= 0) H5Aclose(a);
   }
   if (!st_rc && (st->step < 0 || st->consumed < 0 || st->updates < 0 || st->updates > st->step ||
                  !(st->loss_scale > 0))) {
@@ -175,6 +190,11 @@ int ckpt_load(const char *path, struct kd_model *mdl, struct ckpt_state *st, MPI
 static int read_latest(const char *dir, char *path, size_t pathlen, char *err, size_t errlen) {
   char lp[KD_PATH_MAX + 16], name[256] = "";
   snprintf(lp, sizeof lp, "%s/" CKPT_LATEST, dir);
+  struct stat sb;
+  if (stat(lp, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    kd_seterr(err, errlen, "%s is not a regular file (%s)", lp, kd_file_kind(sb.st_mode));
+    return KD_EXIT_INPUT;
+  }
   FILE *f = fopen(lp, "r");
   if (!f) return 1;
   int got = fgets(name, sizeof name, f) != NULL;
@@ -347,7 +367,7 @@ int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
   rc = weights_create(&io, tmp, mdl, text, 1, comm, err, errlen);
   free(text);
   if (!rc) {
-    int sr = state_write(io.file, st, rank) < 0 ? KD_EXIT_IO : 0;
+    int sr = state_write(io.file, st, rank, comm) < 0 ? KD_EXIT_IO : 0;
     if (sr) kd_seterr(err, errlen, "%s: writing /state failed (disk full?)", tmp);
     rc = weights_agree(sr, err, errlen, comm);
   }
@@ -402,7 +422,7 @@ int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64
   char err[1024];
   const double t0 = kd_now();
   int rc = ckpt_save(cfg, mdl, &st, comm, err, sizeof err);
-  if (rc) kd_fail(rc, "checkpoint at step %lld: %s", (long long)step, err);
+  if (rc) kd_exit_agreed(rc, "checkpoint at step %lld: %s", (long long)step, err);
   kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written in %.2f s%s\n", cfg->ckpt_dir,
           (long long)step, kd_now() - t0, sig ? " (stopping on a signal)" : "");
   if (sig) kd_info("kdtrain: stopped by signal %d after step %lld: exit status 5, resume "

@@ -182,6 +182,10 @@ static int card_find(char *path, size_t plen, const char *name, const char *rela
   if (!l) return snprintf(msg, mlen, "empty card name; expected a name in mod/ or a path"), 1;
   if (strchr(name, '/') || (l > 4 && !strcmp(name + l - 4, ".nml"))) {
     if (is_file(name)) return absolute(path, plen, name) ? 0 : 1;
+    struct stat st;
+    if (stat(name, &st) == 0) /* a FIFO would block the read, a device never end */
+      return snprintf(msg, mlen, "model card file '%s' is not a regular file (%s); expected a "
+                      "file", name, kd_file_kind(st.st_mode)), 1;
     dir_of(cand, sizeof cand, relative_to);
     if (name[0] != '/') {
       snprintf(cand + strlen(cand), sizeof cand - strlen(cand), "/%s", name);
@@ -332,8 +336,11 @@ static int check_exists_at(struct namelist_ctx *c, size_t i, size_t e, const cha
                             "%s '%s' not found (%s); expected an existing file (relative paths "
                             "are taken from the current directory)",
                             what, p, strerror(errno));
-  if (!dir_ok && !S_ISREG(st.st_mode))
-    return namelist_key_err(c, i, -1, "%s '%s' is not a regular file; expected a file", what, p);
+  /* a FIFO would block the open, a device never end: only regular files (and, with
+   * dir_ok, directories) are taken */
+  if (!S_ISREG(st.st_mode) && !(dir_ok && S_ISDIR(st.st_mode)))
+    return namelist_key_err(c, i, -1, "%s '%s' is not a regular file (%s); expected a %s", what,
+                            p, kd_file_kind(st.st_mode), dir_ok ? "file or a directory" : "file");
   if (access(p, R_OK) != 0)
     return namelist_key_err(c, i, -1, "%s '%s' is not readable; expected a readable file", what, p);
   return 0;

@@ -95,14 +95,17 @@ int data_source_map(struct data_source *s, const char *path, const unsigned char
   while (slot < DATA_SOURCE_MAPS && s->map[slot])
     slot++;
   KD_CHECK(slot < DATA_SOURCE_MAPS, "data_source_map: more than %d maps", DATA_SOURCE_MAPS);
-  int fd = open(path, O_RDONLY);
+  /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of blocking */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     kd_seterr(err, errlen, "%s: cannot open data file: %s", path, strerror(errno));
     return KD_EXIT_INPUT;
   }
   struct stat st;
+  memset(&st, 0, sizeof st);
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    kd_seterr(err, errlen, "%s: not a regular file; expected a token data file", path);
+    kd_seterr(err, errlen, "%s: not a regular file (%s); expected a token data file", path,
+              kd_file_kind(st.st_mode));
     close(fd);
     return KD_EXIT_INPUT;
   }

@@ -55,14 +55,19 @@ static void tokset_free(struct tokset *t) {
   memset(t, 0, sizeof *t);
 }
 
-/* Read the files of `dir` that exist (regular files only). 0 or KD_EXIT_INPUT. */
+/* Read the files of `dir` that exist (each must be a regular file). 0 or KD_EXIT_INPUT. */
 static int read_dir(struct tokset *t, const char *dir, char *err, size_t errlen) {
   memset(t, 0, sizeof *t);
   for (int i = 0; i < NNAMES; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, tokfiles_names[i]);
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+    if (stat(path, &sb) != 0) continue;
+    if (!S_ISREG(sb.st_mode)) { /* a FIFO would block the read, a device never end */
+      kd_seterr(err, errlen, "%s is not a regular file (%s); expected a tokenizer file", path,
+                kd_file_kind(sb.st_mode));
+      return KD_EXIT_INPUT;
+    }
     if ((size_t)sb.st_size > TOKFILE_MAX) {
       kd_seterr(err, errlen, "%s: %lld bytes; tokenizer files above %zu bytes are not kept", path,
                 (long long)sb.st_size, TOKFILE_MAX);
@@ -162,7 +167,7 @@ static int write_h5(const struct tokset *t, hid_t file, MPI_Comm comm, const cha
   int rank;
   MPI_Comm_rank(comm, &rank);
   hid_t g = H5Gcreate2(file, TOKFILES_GROUP, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  int ok = g >= 0;
+  int ok = weights_all(g >= 0, comm); /* each collective step on every rank, or on none */
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   for (int i = 0; i < NNAMES && ok; i++) {
@@ -173,7 +178,7 @@ static int write_h5(const struct tokset *t, hid_t file, MPI_Comm comm, const cha
     H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
     hid_t d = H5Dcreate2(g, tokfiles_names[i], H5T_STD_U8LE, fs, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    ok = d >= 0;
+    ok = weights_all(d >= 0, comm);
     if (ok && n > 0) {
       if (rank != 0) {
         H5Sselect_none(fs);
@@ -182,6 +187,7 @@ static int write_h5(const struct tokset *t, hid_t file, MPI_Comm comm, const cha
       ok = H5Dwrite(d, H5T_NATIVE_UCHAR, ms, fs, dxpl, t->data[i]) >= 0;
     }
     if (d >= 0 && H5Dclose(d) < 0) ok = 0;
+    ok = weights_all(ok, comm);
     H5Pclose(dcpl);
     H5Sclose(ms);
     H5Sclose(fs);

@@ -23,6 +23,7 @@
 #include "grid.h"
 #include "layers.h"
 #include "loss.h"
+#include "metrics.h"
 #include "model.h"
 #include "optim.h"
 #include "plan.h"
@@ -51,7 +52,7 @@ struct run {
   int have_valid;
   struct loss_spec spec;
   size_t chunk;
-  FILE *metrics;
+  struct metrics metrics;
   double gemm_rate;     /* measured FLOP/s of this rank's GEMM (start line only) */
   double peak;          /* this rank's share of the hardware's peak FLOP/s (0: unknown) */
   double peak_all;      /* the sum over ranks: the MFU denominator */
@@ -124,6 +125,9 @@ static int cmp_double(const void *a, const void *b) {
  * start, as a check of the BLAS): the median of 5 timed products of n = 1536 after 3
  * warm-up products. */
 static double measure_gemm_rate(struct kd_backend *be) {
+  /* test-only: KDTRAIN_TEST_GEMM_PEAK (FLOP/s) skips the measurement (doc/checkpoint.md) */
+  const char *fixed = getenv("KDTRAIN_TEST_GEMM_PEAK");
+  if (fixed && atof(fixed) > 0) return atof(fixed);
   const int n = 1536, reps = 5;
   const size_t nn = (size_t)n * n;
   float *A = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
@@ -428,7 +432,6 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
 }
 
 static void run_teardown(struct run *r) {
-  if (r->metrics) fclose(r->metrics);
   pipe_free(&r->pipe);
   if (r->distill && !r->cached) model_free(&r->teacher, &r->be);
   if (r->cached) {
@@ -491,17 +494,9 @@ static double validate(struct run *r) {
   return counted > 0 ? sums.ce / (double)counted : NAN;
 }
 
-/* One metrics row (rank 0); NAN fields are written empty. */
-static void metrics_row(struct run *r, int64_t step, const double *v, int nv) {
-  if (!r->metrics) return;
-  fprintf(r->metrics, "%lld", (long long)step);
-  for (int i = 0; i < nv; i++) {
-    if (isnan(v[i])) fputs(",", r->metrics);
-    else if (v[i] == floor(v[i]) && fabs(v[i]) < 1e15) fprintf(r->metrics, ",%.0f", v[i]);
-    else fprintf(r->metrics, ",%.9g", v[i]); /* counts and bytes never in e-notation */
-  }
-  fputc('\n', r->metrics);
-  fflush(r->metrics);
+/* One metrics row (collective; rank 0 writes); NAN fields are written empty. */
+static void metrics_put(struct run *r, int64_t step, const double *v, int nv) {
+  metrics_row(&r->metrics, step, v, nv, MPI_COMM_WORLD);
 }
 
 static size_t mem_peak_all(struct run *r) {
@@ -510,19 +505,13 @@ static size_t mem_peak_all(struct run *r) {
   return (size_t)m;
 }
 
+/* Open the metrics file (collective; a resumed run appends to its metrics). */
 static void open_metrics(struct run *r) {
   const struct kd_config *cfg = r->cfg;
-  if (r->rank != 0) return;
   char path[KD_PATH_MAX + 32];
   if (cfg->log_metrics[0]) snprintf(path, sizeof path, "%s", cfg->log_metrics);
   else snprintf(path, sizeof path, "%s/metrics.csv", cfg->run_out_dir);
-  struct stat sb; /* a resumed run appends to its metrics */
-  const int append = r->resume.step > 0 && stat(path, &sb) == 0 && sb.st_size > 0;
-  r->metrics = fopen(path, append ? "a" : "w");
-  if (!r->metrics) kd_fail(KD_EXIT_IO, "cannot write metrics file %s: %s", path, strerror(errno));
-  if (!append) fputs("step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,"
-        "val_loss\n",
-        r->metrics);
+  metrics_open(&r->metrics, path, r->resume.step > 0, MPI_COMM_WORLD);
 }
 
 static void log_validation(struct run *r, int64_t step) {
@@ -536,7 +525,7 @@ static void log_validation(struct run *r, int64_t step) {
   double v[11];
   for (int i = 0; i < 11; i++) v[i] = NAN;
   v[10] = vl;
-  metrics_row(r, step, v, 11);
+  metrics_put(r, step, v, 11);
 }
 
 /* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
@@ -634,7 +623,7 @@ static int train_loop(struct run *r) {
               kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
       double v[11] = {loss, r->distill ? loss_kd : NAN, loss_ce, lr, gnorm, (double)scaler.skipped,
                       (double)consumed * T, tok_s, mfu, (double)peak, NAN};
-      metrics_row(r, step, v, 11);
+      metrics_put(r, step, v, 11);
     }
     if (scaler.skipped > cfg->prec_max_skipped) {
       kd_info("kdtrain: %lld non-finite steps skipped, more than precision%%max_skipped = %d: "
@@ -664,7 +653,7 @@ static int train_loop(struct run *r) {
                             scaler.good_steps, scaler.skipped, cfg->run_seed};
     char err[1024];
     const int rc = ckpt_save(cfg, update_state(&r->update), &st, MPI_COMM_WORLD, err, sizeof err);
-    if (rc) kd_fail(rc, "final checkpoint at step %lld: %s", (long long)done, err);
+    if (rc) kd_exit_agreed(rc, "final checkpoint at step %lld: %s", (long long)done, err);
     kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written at the end of the run\n",
             cfg->ckpt_dir, (long long)done);
   }
@@ -684,7 +673,7 @@ static int save_final(struct run *r) {
   int st = weights_save(path, st_model, st_model->master, text, 1,
                         MPI_COMM_WORLD, err, sizeof err);
   free(text);
-  if (st) kd_fail(st, "%s", err);
+  if (st) kd_exit_agreed(st, "%s", err);
   kd_info("kdtrain: wrote %s\n", path);
   return st;
 }
@@ -768,6 +757,7 @@ int train_run(const struct kd_config *cfg) {
     status = train_loop(&r);
     if (status == KD_EXIT_OK) save_final(&r);
   }
+  metrics_close(&r.metrics, MPI_COMM_WORLD);
   report_peaks(&r);
   run_teardown(&r);
   return status;

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,12 @@ static void line_out(const char *suffix, const char *fmt, va_list ap) {
   line_write(buf, n, sizeof buf);
 }
 
+static int abandoned = 0;
+
+void kd_mark_abandoned(void) {
+  abandoned = 1;
+}
+
 void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
   char where[512];
   snprintf(where, sizeof where, " (%s:%d)", file, line);
@@ -67,6 +74,10 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
   if (init && !fin) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    if (abandoned) {
+      fflush(stdout);
+      _exit(status);
+    }
     MPI_Finalize();
   }
   exit(status);
@@ -106,6 +117,103 @@ void kd_agree_or_fail(int status, const char *msg) {
   if (me == first) kd_warn("%s", msg);
   MPI_Finalize();
   exit(status);
+}
+
+void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...) {
+  kd_io_guard_disarm();
+  fflush(stdout);
+  if (kd_rank() == 0) {
+    char where[512];
+    snprintf(where, sizeof where, " (%s:%d)", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    line_out(where, fmt, ap);
+    va_end(ap);
+  }
+  int init = 0, fin = 0, size = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) {
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int any = abandoned;
+    MPI_Allreduce(&abandoned, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!any) {
+      MPI_Finalize();
+      exit(status);
+    }
+    /* an abandoned parallel HDF5 file: no MPI_Finalize (it would flush the file) */
+    MPI_Barrier(MPI_COMM_WORLD);
+    fflush(stdout);
+    if (size > 1) {
+      if (kd_rank() == 0) {
+        usleep(200000); /* rank 0's line reaches the launcher before the abort */
+        MPI_Abort(MPI_COMM_WORLD, status);
+      }
+      for (;;) pause(); /* ended by rank 0's MPI_Abort */
+    }
+  }
+  _exit(status);
+}
+
+/* --- the collective-write watchdog ----------------------------------------------------- */
+
+static char guard_msg[1024], guard_path[4096];
+static size_t guard_len;
+static int guard_unlink;
+static long guard_secs;
+
+static void guard_fire(int sig) {
+  (void)sig;
+  if (guard_len > 0) {
+    ssize_t w = write(STDERR_FILENO, guard_msg, guard_len);
+    (void)w;
+  }
+  if (guard_unlink) unlink(guard_path);
+  /* the other ranks do not know: ask the launcher to end them all with status 3 (a plain
+   * exit here would let MPICH's Hydra kill the rest with SIGKILL and report 9) */
+  MPI_Abort(MPI_COMM_WORLD, KD_EXIT_IO);
+  _exit(KD_EXIT_IO);
+}
+
+void kd_io_guard_arm(const char *path) {
+  const char *env = getenv("KDTRAIN_IO_TIMEOUT_S");
+  long secs = env && atol(env) > 0 ? atol(env) : 60;
+  if (strcmp(path, guard_path) != 0) {
+    snprintf(guard_path, sizeof guard_path, "%s", path);
+    int n = snprintf(guard_msg, sizeof guard_msg,
+                     "kdtrain: rank %d: %s: a collective write made no progress for %ld s (a write failed "
+                     "on another rank, or the file system hangs): giving up, exit status 3\n",
+                     kd_rank(), path, secs);
+    guard_len = n < 0 ? 0 : (size_t)n < sizeof guard_msg ? (size_t)n : sizeof guard_msg - 1;
+    guard_unlink = kd_rank() == 0;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = guard_fire;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART; /* never returns; were it to, no system call fails with EINTR */
+  sigaction(SIGALRM, &sa, NULL);
+  guard_secs = secs;
+  alarm((unsigned)secs);
+}
+
+void kd_io_guard_disarm(void) {
+  alarm(0);
+  guard_secs = 0;
+}
+
+void kd_io_guard_rearm(void) {
+  if (guard_secs > 0) alarm((unsigned)guard_secs);
+}
+
+const char *kd_file_kind(mode_t mode) {
+  return S_ISREG(mode)    ? "a regular file"
+         : S_ISDIR(mode)  ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "a special file";
 }
 
 void kd_info(const char *fmt, ...) {

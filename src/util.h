@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Exit status contract (INTERFACE.md). */
 enum kd_exit {
@@ -34,6 +35,36 @@ void kd_fail_all(int status, const char *fmt, ...) __attribute__((format(printf,
  * and every rank finalizes MPI and exits with that rank's status: no MPI_Abort, whose
  * kill can lose a line still in the launcher's pipes. Collective over MPI_COMM_WORLD. */
 void kd_agree_or_fail(int status, const char *msg);
+
+/* End every rank with `status` after a failure that every rank of MPI_COMM_WORLD knows
+ * about (an agreed error: every rank calls this with the same status and message).
+ * Collective: rank 0 prints "kdtrain: rank 0: message (file:line)". Every rank then
+ * finalizes MPI and exits with `status`; where a parallel HDF5 file was abandoned after a
+ * failed write (kd_mark_abandoned on any rank), which MPI_Finalize would flush, the ranks
+ * meet in a barrier instead and rank 0 ends them all with MPI_Abort(status) 0.2 s later
+ * (its line forwarded by then): a rank exiting without MPI_Finalize would let MPICH's
+ * Hydra SIGKILL the others and report status 9. */
+void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
+#define kd_exit_agreed(status, ...) kd_exit_agreed_at(__FILE__, __LINE__, (status), __VA_ARGS__)
+
+/* What kind of file `mode` (struct stat's st_mode) is, for messages: "a FIFO", ... */
+const char *kd_file_kind(mode_t mode);
+
+/* Watchdog for collective writes (parallel HDF5 can hang in its own collectives when a
+ * write fails on one rank only, e.g. while flushing metadata at close). kd_io_guard_arm
+ * (re)starts a timer of KDTRAIN_IO_TIMEOUT_S seconds (default 60) for the collective
+ * write of `path`; when it runs out, this rank prints that the write of `path` did not
+ * complete, rank 0 removes `path` (the unpublished temporary), and the rank exits with
+ * KD_EXIT_IO. kd_io_guard_disarm stops it. Not nested. */
+void kd_io_guard_arm(const char *path);
+void kd_io_guard_disarm(void);
+/* Restart the armed watchdog's timer (nothing when it is not armed). */
+void kd_io_guard_rearm(void);
+
+/* Mark that a parallel HDF5 file was left open after a failed write: kd_fail then ends
+ * the process without MPI_Finalize (which would flush, and crash in, that file). */
+void kd_mark_abandoned(void);
 
 /* Check a condition that only a bug or a broken system can violate. */
 #define KD_CHECK(cond, ...)                                                    \

@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tokfiles.h"
 #include "mpi_yield.h"
@@ -33,11 +36,22 @@ static int agree(int st, char *err, size_t errlen, MPI_Comm comm) {
   MPI_Comm_rank(comm, &rank);
   int mine = st == worst ? rank : INT_MAX;
   MPI_Allreduce(&mine, &from, 1, MPI_INT, MPI_MIN, comm);
+  if (rank == from && worst == KD_EXIT_IO && errlen > 0 && !strstr(err, "(rank ")) {
+    size_t n = strnlen(err, errlen);
+    snprintf(err + n, errlen - n, " (rank %d)", kd_rank());
+  }
   if (errlen > 0 && errlen <= INT_MAX) {
     err[errlen - 1] = '\0';
     MPI_Bcast(err, (int)errlen, MPI_CHAR, from, comm);
   }
   return worst;
+}
+
+int weights_all(int ok, MPI_Comm comm) {
+  int all = 0;
+  ok = ok != 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+  return all;
 }
 
 /* --- checksum ------------------------------------------------------------------------ */
@@ -64,6 +78,13 @@ uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t ro
     sum += s;
   }
   return sum;
+}
+
+uint64_t weights_bind(const char *dpath, const char *dtype, int ndim, const int64_t *dims) {
+  uint64_t h = kd_fnv1a(dtype, kd_fnv1a(dpath, 0x6b64747261696eull));
+  for (int i = 0; i < ndim; i++)
+    h = mix64(h, (uint32_t)dims[i]) ^ ((uint64_t)dims[i] >> 32);
+  return mix64(h, (uint32_t)ndim);
 }
 
 /* --- the model card as /config attributes ---------------------------------------------- */
@@ -114,46 +135,152 @@ static herr_t attr_put_string(hid_t loc, const char *name, const char *value) {
   return rc;
 }
 
-/* Read string attribute `name` (fixed or variable length): 0, 1 when absent, -1 not a string. */
-static int attr_get_string(hid_t loc, const char *name, char *out, size_t outlen) {
-  if (H5Aexists(loc, name) <= 0) return 1;
+/* Longest string attribute read (the card text is the longest kdtrain writes). */
+#define ATTR_STR_MAX (64 * 1024)
+
+/* Open attribute `name` of `loc` after checking that it is a scalar (one element) of
+ * type class `cls` (and, for strings, at most ATTR_STR_MAX bytes): the attribute id, -2
+ * when absent, -1 (attribute closed, `why` set) when its shape or type is not the expected
+ * one. Nothing is read before these checks, so no file can make a read overflow. */
+static hid_t attr_open_checked(hid_t loc, const char *name, H5T_class_t cls, hid_t *type,
+                               char *why, size_t whylen) {
+  *type = -1;
+  if (H5Aexists(loc, name) <= 0) return -2;
   hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-  hid_t t = a < 0 ? -1 : H5Aget_type(a);
-  int rc = -1;
-  if (t >= 0 && H5Tget_class(t) == H5T_STRING) {
-    if (H5Tis_variable_str(t) > 0) {
-      char *s = NULL;
-      if (H5Aread(a, t, &s) >= 0 && s) {
-        snprintf(out, outlen, "%s", s);
-        rc = 0;
-      }
-      if (s) H5free_memory(s);
-    } else {
-      size_t n = H5Tget_size(t);
-      char *s = kd_calloc(n + 1, 1);
-      if (H5Aread(a, t, s) >= 0) {
-        snprintf(out, outlen, "%s", s);
-        rc = 0;
-      }
-      free(s);
-    }
+  if (a < 0) {
+    kd_seterr(why, whylen, "cannot be opened");
+    return -1;
   }
-  if (t >= 0) H5Tclose(t);
-  if (a >= 0) H5Aclose(a);
+  hid_t s = H5Aget_space(a), t = H5Aget_type(a);
+  H5S_class_t sc = s >= 0 ? H5Sget_simple_extent_type(s) : H5S_NO_CLASS;
+  hssize_t npts = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
+  H5T_class_t tc = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+  int ok = 1;
+  if (!(sc == H5S_SCALAR || (sc == H5S_SIMPLE && npts == 1))) {
+    kd_seterr(why, whylen, "is not a scalar (%lld elements)", (long long)npts);
+    ok = 0;
+  } else if (tc != cls && !(cls == H5T_FLOAT && tc == H5T_INTEGER)) {
+    kd_seterr(why, whylen, "has the wrong type class (expected %s)",
+              cls == H5T_STRING ? "a string" : cls == H5T_FLOAT ? "a real" : "an integer");
+    ok = 0;
+  } else if (cls == H5T_STRING && H5Tis_variable_str(t) <= 0 && H5Tget_size(t) > ATTR_STR_MAX) {
+    kd_seterr(why, whylen, "is a string of %zu bytes (at most %d expected)", H5Tget_size(t),
+              ATTR_STR_MAX);
+    ok = 0;
+  }
+  if (s >= 0) H5Sclose(s);
+  if (!ok) {
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return -1;
+  }
+  *type = t;
+  return a;
+}
+
+/* Read string attribute `name` (fixed or variable length, scalar, no NUL inside, fits in
+ * outlen): 0, 1 when absent, -1 (why set) otherwise. */
+static int attr_get_string_why(hid_t loc, const char *name, char *out, size_t outlen, char *why,
+                               size_t whylen) {
+  hid_t t;
+  hid_t a = attr_open_checked(loc, name, H5T_STRING, &t, why, whylen);
+  if (a == -2) return 1;
+  if (a < 0) return -1;
+  int rc = -1;
+  char *s = NULL;
+  size_t n = 0;
+  if (H5Tis_variable_str(t) > 0) {
+    hid_t mt = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mt, H5T_VARIABLE);
+    if (H5Aread(a, mt, &s) >= 0 && s) {
+      n = strnlen(s, ATTR_STR_MAX + 1);
+      rc = n <= ATTR_STR_MAX ? 0 : -1;
+      if (rc == 0) snprintf(out, outlen, "%s", s);
+      H5free_memory(s);
+    }
+    H5Tclose(mt);
+    if (rc) kd_seterr(why, whylen, "is an unreadable or too long string");
+  } else {
+    size_t size = H5Tget_size(t);
+    s = kd_calloc(size + 1, 1);
+    hid_t mt = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mt, size);
+    H5Tset_strpad(mt, H5T_STR_NULLPAD);
+    if (H5Aread(a, mt, s) >= 0) {
+      n = strnlen(s, size);
+      /* NUL padding only: a NUL followed by other bytes is not a string */
+      rc = 0;
+      for (size_t i = n; i < size; i++)
+        if (s[i]) rc = -1;
+      if (rc) kd_seterr(why, whylen, "holds a NUL byte inside the string");
+      else if (n >= outlen) {
+        kd_seterr(why, whylen, "is a string of %zu characters (at most %zu expected)", n,
+                  outlen - 1);
+        rc = -1;
+      } else {
+        memcpy(out, s, n);
+        out[n] = '\0';
+      }
+    } else {
+      kd_seterr(why, whylen, "cannot be read");
+    }
+    H5Tclose(mt);
+    free(s);
+  }
+  H5Tclose(t);
+  H5Aclose(a);
   return rc;
 }
 
-/* Read a numeric attribute converted to `mtype`: 0, 1 when absent, -1 unreadable. */
-static int attr_get(hid_t loc, const char *name, hid_t mtype, void *v) {
-  if (H5Aexists(loc, name) <= 0) return 1;
-  hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-  int rc = a >= 0 && H5Aread(a, mtype, v) >= 0 ? 0 : -1;
-  if (a >= 0) H5Aclose(a);
+static int attr_get_string(hid_t loc, const char *name, char *out, size_t outlen) {
+  char why[128];
+  return attr_get_string_why(loc, name, out, outlen, why, sizeof why);
+}
+
+/* Read a scalar numeric attribute converted to `mtype` (an integer or a float type):
+ * 0, 1 when absent, -1 (why set) when not a scalar of that class or unreadable. */
+static int attr_get_why(hid_t loc, const char *name, hid_t mtype, void *v, char *why,
+                        size_t whylen) {
+  hid_t t;
+  H5T_class_t cls = H5Tget_class(mtype);
+  hid_t a = attr_open_checked(loc, name, cls, &t, why, whylen);
+  if (a == -2) return 1;
+  if (a < 0) return -1;
+  int rc = H5Aread(a, mtype, v) >= 0 ? 0 : -1;
+  if (rc) kd_seterr(why, whylen, "cannot be read as %s", cls == H5T_FLOAT ? "a real" : "an integer");
+  H5Tclose(t);
+  H5Aclose(a);
   return rc;
+}
+
+int weights_attr_u64(hid_t loc, const char *name, uint64_t *v, char *why, size_t whylen) {
+  return attr_get_why(loc, name, H5T_NATIVE_UINT64, v, why, whylen);
+}
+
+/* The bound checksum of /config: every card key's name and value (as stored: strings,
+ * int64, float64 bits), bound to the path /config. */
+static uint64_t config_sum(const struct kd_card *card) {
+  uint64_t h = 0;
+  for (size_t k = 0; k < NCARD_KEYS; k++) {
+    const struct card_key *ck = &card_keys[k];
+    const char *field = (const char *)card + ck->off;
+    h = kd_fnv1a(ck->name, h);
+    uint64_t bits = 0;
+    if (ck->kind == KEY_STR) {
+      h = kd_fnv1a(field, h);
+    } else if (ck->kind == KEY_REAL) {
+      memcpy(&bits, field, sizeof bits);
+    } else {
+      bits = (uint64_t)(int64_t) * (const int *)field;
+    }
+    h = mix64(h, (uint32_t)bits) ^ mix64(~h, (uint32_t)(bits >> 32));
+  }
+  return h + weights_bind("/config", "card", 0, NULL);
 }
 
 /* Write the card keys, the card text and the namelist into group `cfg` (collective). */
-static int config_write(hid_t cfg, const struct kd_card *card, const char *namelist, int rank) {
+static int config_write(hid_t cfg, const struct kd_card *card, const char *namelist, int rank,
+                        MPI_Comm comm) {
   herr_t rc = 0;
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
@@ -178,6 +305,8 @@ static int config_write(hid_t cfg, const struct kd_card *card, const char *namel
   fclose(f);
   rc |= attr_put_string(cfg, "card", text);
   free(text);
+  uint64_t sum = config_sum(card);
+  rc |= attr_put(cfg, WEIGHTS_CHECKSUM, H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum);
   if (namelist) { /* a dataset: the text may outgrow an attribute's 64 KiB */
     hid_t t = H5Tcopy(H5T_C_S1);
     H5Tset_size(t, strlen(namelist) + 1);
@@ -190,7 +319,9 @@ static int config_write(hid_t cfg, const struct kd_card *card, const char *namel
     }
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-    rc |= d < 0 ? -1 : H5Dwrite(d, t, ms, fs, dxpl, namelist);
+    /* every rank enters the collective write, or none does */
+    if (!weights_all(d >= 0 && rc >= 0, comm)) rc = -1;
+    else rc |= H5Dwrite(d, t, ms, fs, dxpl, namelist);
     H5Pclose(dxpl);
     if (d >= 0) H5Dclose(d);
     H5Sclose(fs);
@@ -207,20 +338,24 @@ static int config_read(hid_t cfg, const char *path, struct kd_card *card, char *
     const struct card_key *ck = &card_keys[k];
     char *field = (char *)card + ck->off;
     int rc;
+    char why[160] = "is missing";
     if (ck->kind == KEY_STR) {
-      rc = attr_get_string(cfg, ck->name, field, ck->size);
+      rc = attr_get_string_why(cfg, ck->name, field, ck->size, why, sizeof why);
     } else if (ck->kind == KEY_REAL) {
-      rc = attr_get(cfg, ck->name, H5T_NATIVE_DOUBLE, field);
+      rc = attr_get_why(cfg, ck->name, H5T_NATIVE_DOUBLE, field, why, sizeof why);
     } else {
       int64_t v = 0;
-      rc = attr_get(cfg, ck->name, H5T_NATIVE_INT64, &v);
-      if (rc == 0 && (v < INT_MIN || v > INT_MAX)) rc = -1;
-      if (rc == 0) *(int *)field = ck->kind == KEY_BOOL ? v != 0 : (int)v;
+      rc = attr_get_why(cfg, ck->name, H5T_NATIVE_INT64, &v, why, sizeof why);
+      if (rc == 0 && (v < INT_MIN || v > INT_MAX || (ck->kind == KEY_BOOL && v != 0 && v != 1))) {
+        kd_seterr(why, sizeof why, "is out of range (%lld)", (long long)v);
+        rc = -1;
+      }
+      if (rc == 0) *(int *)field = (int)v;
     }
     if (rc == 1 && !ck->required) continue;
     if (rc != 0) {
-      kd_seterr(err, errlen, "%s: /config attribute '%s' is %s", path, ck->name,
-             rc == 1 ? "missing" : "unreadable or out of range");
+      kd_seterr(err, errlen, "%s: /config attribute '%s' %s", path, ck->name,
+                rc == 1 ? "is missing" : why);
       return KD_EXIT_INPUT;
     }
   }
@@ -230,6 +365,21 @@ static int config_read(hid_t cfg, const char *path, struct kd_card *card, char *
     kd_seterr(err, errlen, "%s: /config is not a valid model card: %s = %s", path, bad, why);
     return KD_EXIT_INPUT;
   }
+  /* then the checksum: an invalid value is named first, a valid but altered one here */
+  uint64_t stored = 0;
+  char cwhy[160] = "is missing";
+  int rc = attr_get_why(cfg, WEIGHTS_CHECKSUM, H5T_NATIVE_UINT64, &stored, cwhy, sizeof cwhy);
+  if (rc != 0) {
+    kd_seterr(err, errlen, "%s: /config attribute '" WEIGHTS_CHECKSUM "' %s: the file is damaged "
+              "or was written by a kdtrain older than format 1.1", path, cwhy);
+    return KD_EXIT_INPUT;
+  }
+  if (stored != config_sum(card)) {
+    kd_seterr(err, errlen, "%s: /config fails its checksum (stored %016" PRIx64 ", computed %016"
+              PRIx64 "): the model card in the file is corrupted", path, stored, config_sum(card));
+    return KD_EXIT_INPUT;
+  }
+
   return 0;
 }
 
@@ -281,6 +431,11 @@ static int file_precheck(const char *path, char *err, size_t errlen) {
   struct stat sb;
   if (stat(path, &sb) != 0) {
     kd_seterr(err, errlen, "%s: no such weights file", path);
+    return KD_EXIT_INPUT;
+  }
+  if (!S_ISREG(sb.st_mode)) { /* a FIFO would block the open, a device never end */
+    kd_seterr(err, errlen, "%s is not a regular file (%s): expected an HDF5 weights file", path,
+              kd_file_kind(sb.st_mode));
     return KD_EXIT_INPUT;
   }
 #if H5_VERSION_GE(1, 12, 0)
@@ -463,6 +618,7 @@ static int transfer(hid_t dset, const struct block *b, float *x, int active, int
       H5Sselect_none(ms);
     }
     float *p = x ? x : &dummy;
+    if (writing) kd_io_guard_rearm(); /* the watchdog counts from each piece */
     herr_t rc = writing ? H5Dwrite(dset, H5T_NATIVE_FLOAT, ms, fs, dxpl, p)
                         : H5Dread(dset, H5T_NATIVE_FLOAT, ms, fs, dxpl, p);
     ok &= rc >= 0;
@@ -509,12 +665,13 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
                       struct kd_backend *be, int own, const char *path, MPI_Comm comm,
                       char *err, size_t errlen) {
   struct block b = param_block(p);
-  float *x = host_view(be, (float *)blk, p->numel, 1);
-  if ((size_t)(b.rows * b.cols) != p->numel) {
+  if ((size_t)(b.rows * b.cols) != p->numel) { /* a bug: same answer on every rank */
     kd_seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64, p->name,
            p->numel, b.rows, b.cols);
     return KD_EXIT_IO;
   }
+  kd_io_guard_arm(path);
+  float *x = host_view(be, (float *)blk, p->numel, 1);
   uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
   MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
   hsize_t dims[2] = {(hsize_t)p->shape[0], (hsize_t)(p->ndim == 2 ? p->shape[1] : 1)};
@@ -523,9 +680,16 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
   H5Pset_layout(dcpl, H5D_CONTIGUOUS);
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
   hid_t d = H5Dcreate2(group, p->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  char dpath[512];
+  snprintf(dpath, sizeof dpath, "/%s/%s", gname, p->name);
+  int64_t gdims[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
+  uint64_t bound = sum + weights_bind(dpath, "f32", p->ndim, gdims);
   int ok = d >= 0 &&
            attr_put(d, "checksum_idxmix64", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum) >= 0 &&
-           transfer(d, &b, x, own, 1, comm) == 0;
+           attr_put(d, WEIGHTS_CHECKSUM, H5T_STD_U64LE, H5T_NATIVE_UINT64, &bound) >= 0;
+  /* the collective transfer only when every rank got this far: a rank that skipped it
+   * would leave the others waiting in MPI-IO */
+  ok = weights_all(ok, comm) && transfer(d, &b, x, own, 1, comm) == 0;
   host_release(blk, x);
   if (d >= 0 && H5Dclose(d) < 0) ok = 0;
   H5Pclose(dcpl);
@@ -578,6 +742,8 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
   H5Pset_alignment(fapl, 64 * 1024, 1024 * 1024);
+  io->writing = 1;
+  kd_io_guard_arm(path);
   io->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (io->file < 0)
@@ -592,7 +758,7 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   int ok = attr_put_string(io->file, "format", WEIGHTS_FORMAT) >= 0 &&
            attr_put_string(io->file, "format_version", ver) >= 0;
   cfg = H5Gcreate2(io->file, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, io->rank) == 0;
+  ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, io->rank, io->comm) == 0;
   if (!ok) kd_seterr(err, errlen, "%s: writing the file's attributes and /config failed", path);
   st = agree(ok ? 0 : KD_EXIT_IO, err, errlen, comm);
   /* the model's tokenizer files travel with its weights (checkpoints, final.h5) */
@@ -658,12 +824,19 @@ int weights_write_tensor(struct weights_io *io, const char *group, int p, const 
 }
 
 int weights_close(struct weights_io *io, int st, char *err, size_t errlen) {
+  if (io->file >= 0 && io->writing && st) {
+    kd_mark_abandoned(); /* see weights.h: never flushed, removed by the caller */
+    io->file = -1;
+  }
   if (io->file >= 0) {
+    if (io->writing) kd_io_guard_arm(io->path);
     int bad = H5Fclose(io->file) < 0;
     io->file = -1;
     if (bad && !st) kd_seterr(err, errlen, "%s: closing the file failed (disk full?)", io->path);
     if (!st) st = agree(bad ? KD_EXIT_IO : 0, err, errlen, io->comm);
+    if (bad) kd_mark_abandoned();
   }
+  if (io->writing) kd_io_guard_disarm();
   free(io->own);
   io->own = NULL;
   H5Eset_auto2(H5E_DEFAULT, io->efunc, io->edata);
@@ -674,9 +847,46 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
                  const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
                  size_t errlen) {
   struct weights_io io;
-  int st = weights_create(&io, path, mdl, namelist_text, write_replicated, comm, err, errlen);
+  char tmp[KD_PATH_MAX + 16];
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+    kd_seterr(err, errlen, "%s: path too long", path);
+    return KD_EXIT_IO;
+  }
+  int st = weights_create(&io, tmp, mdl, namelist_text, write_replicated, comm, err, errlen);
   if (!st) st = weights_write_group(&io, "params", buf, err, errlen);
-  return weights_close(&io, st, err, errlen);
+  st = weights_close(&io, st, err, errlen);
+  if (st) {
+    if (rank == 0) unlink(tmp);
+    return st;
+  }
+  MPI_Barrier(comm); /* every rank has closed the file */
+  if (rank == 0) st = weights_publish(tmp, path, err, errlen);
+  return agree(st, err, errlen, comm);
+}
+
+int weights_publish(const char *tmp, const char *path, char *err, size_t errlen) {
+  int fd = open(tmp, O_RDONLY);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  if (rename(tmp, path) != 0) {
+    kd_seterr(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    unlink(tmp);
+    return KD_EXIT_IO;
+  }
+  char dir[KD_PATH_MAX + 16];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  fd = open(slash ? dir : ".", O_RDONLY);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  return 0;
 }
 
 /* --- load ---------------------------------------------------------------------------------- */
@@ -733,16 +943,25 @@ static int load_param(hid_t group, const char *gname, const struct kd_param *p, 
   if ((st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
 
   uint64_t stored = 0;
-  if (attr_get(d, "checksum_idxmix64", H5T_NATIVE_UINT64, &stored) == 0) {
-    uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
-    MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
-    if (sum != stored) {
-      kd_seterr(err, errlen,
-             "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
-             "): the file is corrupted",
-             path, gname, p->name, stored, sum);
-      st = KD_EXIT_INPUT;
-    }
+  char why[160] = "is missing";
+  int arc = attr_get_why(d, WEIGHTS_CHECKSUM, H5T_NATIVE_UINT64, &stored, why, sizeof why);
+  /* every rank computes its part: the sum is collective whatever the attribute holds */
+  uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
+  MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
+  char dpath[512];
+  snprintf(dpath, sizeof dpath, "/%s/%s", gname, p->name);
+  sum += weights_bind(dpath, "f32", p->ndim, want);
+  if (arc != 0) {
+    kd_seterr(err, errlen, "%s: /%s/%s: attribute '" WEIGHTS_CHECKSUM "' %s: the file is "
+              "damaged or was written by a kdtrain older than format 1.1",
+              path, gname, p->name, why);
+    st = KD_EXIT_INPUT;
+  } else if (sum != stored) {
+    kd_seterr(err, errlen,
+              "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
+              "): the file is corrupted, or this dataset is not the one stored under this name",
+              path, gname, p->name, stored, sum);
+    st = KD_EXIT_INPUT;
   }
 out:
   if (x && !packed) host_release(blk, x);

@@ -15,15 +15,19 @@
 
 #define WEIGHTS_FORMAT "kdtrain"
 #define WEIGHTS_VERSION_MAJOR 1
-#define WEIGHTS_VERSION_MINOR 0
+#define WEIGHTS_VERSION_MINOR 1
+/* The bound checksum attribute of every dataset, of /config and of /state (format 1.1). */
+#define WEIGHTS_CHECKSUM "checksum_bound64"
 
 /* Write `buf` (parameter-sized, indexed by each entry's offset: mdl->master or mdl->w)
  * to a new file `path`. Collective over `comm`; every rank has the same table apart
  * from split_off/split_len. Ranks holding identical slices of a split tensor write it
  * once (the lowest rank); replicated tensors are written by the one rank passing
  * write_replicated = 1. `namelist_text` (rank 0's value; may be NULL) is stored as
- * /config/namelist. Returns 0 or KD_EXIT_IO with a message in `err`; every rank
- * returns the same status and message. */
+ * /config/namelist. The file is written as `path`.tmp and renamed to `path` once every
+ * rank agrees that it is complete; on failure the .tmp is removed and a previous `path`
+ * stays. Returns 0 or KD_EXIT_IO with a message in `err`; every rank returns the same
+ * status and message; after a failure the caller must end the process (kd_exit_agreed). */
 int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
                  const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
                  size_t errlen);
@@ -46,6 +50,7 @@ struct weights_io {
   MPI_Comm comm;
   int rank;
   int *own; /* own[p]: this rank writes / checksums its slice of entry p */
+  int writing; /* created by weights_create: a failed write abandons the file */
   H5E_auto2_t efunc; /* HDF5 error printing, off while the handle is open */
   void *edata;
 };
@@ -79,10 +84,20 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
  * KD_EXIT_INPUT / KD_EXIT_IO. */
 int weights_read_group(struct weights_io *io, const char *group, float *buf, char *err,
                        size_t errlen);
-/* Close the file; returns `st`, or KD_EXIT_IO when st == 0 and closing failed. Collective. */
+/* Close the file; returns `st`, or KD_EXIT_IO when st == 0 and closing failed. Collective.
+ * A file being written with st != 0 (an agreed failure) is not closed but abandoned: parallel
+ * HDF5 would flush it collectively and can hang when a rank's writes fail; the caller then
+ * removes the file and ends the process (kd_exit_agreed). */
 int weights_close(struct weights_io *io, int st, char *err, size_t errlen);
-/* Every rank of `comm` returns the worst status, with the lowest such rank's message. */
+/* Every rank of `comm` returns the worst status, with the lowest such rank's message (an
+ * I/O failure's message gets "(rank R)" appended, naming the rank where it happened). */
 int weights_agree(int st, char *err, size_t errlen, MPI_Comm comm);
+/* 1 on every rank when `ok` is non-zero on every rank of `comm`, else 0. Collective. */
+int weights_all(int ok, MPI_Comm comm);
+
+/* Read the scalar integer attribute `name` of object `loc` as uint64, after checking its
+ * shape and type class (no read can overflow): 0, 1 when absent, -1 with `why` set. */
+int weights_attr_u64(hid_t loc, const char *name, uint64_t *v, char *why, size_t whylen);
 
 /* Read the model card stored in a weights file (/config attributes) into `card`
  * (card->path is set to `path`). Not collective. 0 or KD_EXIT_INPUT. */
@@ -94,6 +109,16 @@ int weights_read_card(const char *path, struct kd_card *card, char *err, size_t 
  * blocks add up to the checksum of the whole tensor. */
 uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
                           int64_t gcols);
+
+/* Rank 0 after a complete write: fsync `tmp`, rename it to `path`, fsync the directory.
+ * 0, or KD_EXIT_IO with a message (the .tmp removed). Not collective. */
+int weights_publish(const char *tmp, const char *path, char *err, size_t errlen);
+
+/* The binding term of the bound checksum: a hash of the object's path (e.g.
+ * "/params/NAME"), its stored type tag ("f32") and its global shape. The bound checksum is
+ * weights_checksum of the whole data plus this term, so a dataset moved to another name,
+ * reshaped or retyped fails its check. */
+uint64_t weights_bind(const char *dpath, const char *dtype, int ndim, const int64_t *dims);
 
 /* Largest transfer per H5Dread/H5Dwrite call in bytes (default 1 GiB, below MPI-IO's
  * 2 GiB limit); tests lower it to exercise the split transfers. */

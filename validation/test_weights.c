@@ -250,7 +250,7 @@ static void check_layout(const char *path) {
   a = H5Aopen(f, "format_version", H5P_DEFAULT), t = H5Aget_type(a);
   memset(s, 0, sizeof s);
   H5Aread(a, t, s);
-  R0(strcmp(s, "1.0") == 0);
+  R0(strcmp(s, "1.1") == 0);
   H5Tclose(t), H5Aclose(a);
   int64_t iv = 0;
   int8_t bv = 0;
@@ -528,7 +528,7 @@ START_TEST(test_save_errors) {
   float *w = toy_weights(&m);
   int st = weights_save("/nonexistent-dir/w.h5", &m, w, NULL, rank == 0, MPI_COMM_WORLD, err,
                         sizeof err);
-  expect_fail(st, KD_EXIT_IO, err, "/nonexistent-dir/w.h5: cannot create");
+  expect_fail(st, KD_EXIT_IO, err, "/nonexistent-dir/w.h5.tmp: cannot create");
   st = weights_save(tmp_path("nobody.h5"), &m, w, NULL, 0, MPI_COMM_WORLD, err, sizeof err);
   expect_fail(st, KD_EXIT_IO, err, "model.embed_tokens.weight do not cover it exactly once");
   free(w);
