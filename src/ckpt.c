@@ -260,8 +260,7 @@ static void sync_path(const char *path) {
   close(fd);
 }
 
-/* Test-only: sleep KDTRAIN_TEST_<what>_DELAY_MS milliseconds (doc/checkpoint.md). */
-static void test_delay(const char *var) {
+void ckpt_test_delay(const char *var) {
   const char *s = getenv(var);
   long ms = s ? atol(s) : 0;
   if (ms <= 0) return;
@@ -375,7 +374,7 @@ int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
   if (!rc) rc = weights_write_group(&io, "optim/exp_avg", mdl->m, err, errlen);
   if (!rc) rc = weights_write_group(&io, "optim/exp_avg_sq", mdl->v, err, errlen);
   rc = weights_close(&io, rc, err, errlen);
-  test_delay("KDTRAIN_TEST_SAVE_DELAY_MS"); /* a kill here must leave latest untouched */
+  ckpt_test_delay("KDTRAIN_TEST_SAVE_DELAY_MS"); /* a kill here must leave latest untouched */
   if (rc) {
     if (rank == 0) unlink(tmp);
     return rc;
@@ -393,26 +392,54 @@ void ckpt_restore_scaler(const struct ckpt_state *st, struct kd_scaler *scaler) 
 
 /* --- signals and the run hooks ------------------------------------------------------------ */
 
-static volatile sig_atomic_t signal_seen = 0;
+static volatile sig_atomic_t signal_seen = 0, training = 0;
+static char early_msg[2][256]; /* SIGTERM, SIGUSR1 before training: the whole line */
+static size_t early_len[2];
 
 static void on_signal(int sig) {
+  if (!training) { /* loading: nothing written yet, nothing to save; stop now */
+    const int i = sig == SIGUSR1;
+    ssize_t w = write(STDERR_FILENO, early_msg[i], early_len[i]);
+    (void)w;
+    _exit(128 + sig);
+  }
   signal_seen = sig;
 }
 
 void ckpt_signals_install(void) {
+  static const int sigs[2] = {SIGTERM, SIGUSR1};
+  static const char *const names[2] = {"SIGTERM", "SIGUSR1"};
+  for (int i = 0; i < 2; i++) {
+    int n = snprintf(early_msg[i], sizeof early_msg[i],
+                     "kdtrain: rank %d: %s before training started (while loading): stopped, "
+                     "nothing written; exit status %d (not 5: there is no new checkpoint)\n",
+                     kd_rank(), names[i], 128 + sigs[i]);
+    early_len[i] = n < 0 ? 0 : (size_t)n < sizeof early_msg[i] ? (size_t)n : sizeof early_msg[i] - 1;
+  }
+  training = 0;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
+  /* SA_RESTART: in training the handler only sets a flag, and the writes of a checkpoint
+   * (ROMIO's pwrite does not retry on EINTR) must not fail because a signal arrived */
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);
 }
 
+void ckpt_signals_training(int on_signal_ckpt) {
+  training = 1;
+  if (!on_signal_ckpt) {
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
+  }
+}
+
 int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64_t step,
                   int64_t consumed, int64_t updates, const struct kd_scaler *scaler,
                   MPI_Comm comm) {
-  test_delay("KDTRAIN_TEST_STEP_DELAY_MS");
+  ckpt_test_delay("KDTRAIN_TEST_STEP_DELAY_MS");
   int mine = cfg->ckpt_on_signal ? (int)signal_seen : 0, sig = 0;
   MPI_Allreduce(&mine, &sig, 1, MPI_INT, MPI_MAX, comm);
   const int due = cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0;
@@ -435,12 +462,15 @@ int ckpt_resume(const struct kd_config *cfg, struct kd_model *mdl, struct ckpt_s
   char path[KD_PATH_MAX + 300], err[1024];
   memset(st, 0, sizeof *st);
   if (pathlen) from[0] = '\0';
-  if (cfg->ckpt_on_signal) ckpt_signals_install();
   int rc = ckpt_resolve(cfg, path, sizeof path, comm, err, sizeof err);
-  if (rc) kd_fail(rc, "%s", err);
+  kd_agree_or_fail(rc, err);
   if (!path[0]) return 0;
   rc = ckpt_load(path, mdl, st, comm, err, sizeof err);
-  if (rc) kd_fail(rc, "cannot resume: %s", err);
+  if (rc) {
+    char msg[sizeof err + 32];
+    snprintf(msg, sizeof msg, "cannot resume: %s", err);
+    kd_agree_or_fail(rc, msg);
+  }
   if (pathlen) snprintf(from, pathlen, "%s", path);
 
   if (st->seed != cfg->run_seed)

@@ -46,8 +46,15 @@ int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
 /* Put a resumed state into the loss scaler (the scaler's mode comes from the input). */
 void ckpt_restore_scaler(const struct ckpt_state *st, struct kd_scaler *scaler);
 
-/* Install the SIGTERM and SIGUSR1 handlers (they only set a flag). */
+/* Install the SIGTERM and SIGUSR1 handlers at the start of a run: while loading, a signal
+ * stops the rank at once with status 128 + signal (nothing is written, nothing to save;
+ * not 5, which job scripts resubmit); ckpt_signals_training switches them to set a flag
+ * that ckpt_step_end acts on (or, with checkpoint%on_signal off, back to the default). */
 void ckpt_signals_install(void);
+void ckpt_signals_training(int on_signal_ckpt);
+
+/* Test-only: sleep KDTRAIN_TEST_<what>_DELAY_MS milliseconds (doc/checkpoint.md). */
+void ckpt_test_delay(const char *var);
 
 /* End-of-step hook, collective: agree whether any rank got a signal; write a
  * checkpoint when one did or when checkpoint%every divides `step`. Returns 1 when

@@ -304,6 +304,9 @@ static int word_in(const char *list, const char *w) {
 
 /* Make every path absolute (cwd-relative) and fill the paths derived from out_dir. */
 static int resolve_paths(struct namelist_ctx *c, struct kd_config *cfg) {
+  if (!cfg->run_out_dir[0])
+    return namelist_key_err(c, key_index(c, "run", "out_dir"), -1,
+                            "empty; expected a directory path for the run's output");
   for (size_t i = 0; i < c->n; i++) {
     const struct namelist_key *k = &c->keys[i];
     for (size_t e = 0; e < namelist_count(k, c->base); e++) {
@@ -444,6 +447,16 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
                             "%d is not divisible by "
                             "micro_batch * dp = %d * %d; expected a multiple of micro_batch * dp",
                             cfg->par_global_batch, cfg->par_micro_batch, cfg->par_dp);
+  size_t mk = key_index(c, "log", "metrics");
+  if (c->line[mk] || c->setby[mk]) { /* out_dir's own metrics.csv: created with out_dir */
+    char d[KD_PATH_MAX];
+    struct stat st;
+    dir_of(d, sizeof d, cfg->log_metrics);
+    if (strcmp(d, cfg->run_out_dir) != 0 && (stat(d, &st) != 0 || !S_ISDIR(st.st_mode)))
+      return namelist_key_err(c, mk, -1, "the directory '%s' of '%s' does not exist; expected "
+                              "an existing directory (kdtrain creates only run%%out_dir)", d,
+                              cfg->log_metrics);
+  }
   if (cfg->optim_min_lr > cfg->optim_lr)
     return namelist_key_err(c, key_index(c, "optim", "min_lr"), (long)key_index(c, "optim", "lr"),
                             "%g is larger than lr = %g; expected min_lr <= lr", cfg->optim_min_lr,

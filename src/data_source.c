@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +91,80 @@ void data_source_mask(const struct data_source *s, size_t k0, size_t n, unsigned
     out[i] = s->mask ? s->mask[k0 + i] != 0 : 1;
 }
 
+/* --- a data file that changes under the run ------------------------------------------
+ * Reading a page of a mapped file that was truncated after it was mapped raises SIGBUS.
+ * The maps are registered; the handler names the file whose map holds the faulting
+ * address and ends the run with exit status 3 (every rank, through MPI_Abort). */
+#define BUS_MAPS 64
+static struct {
+  const unsigned char *lo;
+  size_t len;
+  char line[1024]; /* the whole console line */
+  size_t line_len;
+} bus_map[BUS_MAPS];
+
+static void write_all_2(const char *s, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(STDERR_FILENO, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  const unsigned char *a = si->si_addr;
+  int hit = -1;
+  for (int i = 0; i < BUS_MAPS && hit < 0; i++)
+    if (bus_map[i].lo && a >= bus_map[i].lo && a < bus_map[i].lo + bus_map[i].len) hit = i;
+  if (hit < 0) { /* not ours: the default action */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  write_all_2(bus_map[hit].line, bus_map[hit].line_len);
+  int init = 0, fin = 0, size = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) {
+    usleep(200000); /* the line reaches the launcher first */
+    MPI_Abort(MPI_COMM_WORLD, KD_EXIT_IO);
+  }
+  _exit(KD_EXIT_IO);
+}
+
+static void bus_register(const void *m, size_t len, const char *path) {
+  static int installed = 0;
+  if (!installed) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+    installed = 1;
+  }
+  for (int i = 0; i < BUS_MAPS; i++)
+    if (!bus_map[i].lo) {
+      const int n = snprintf(bus_map[i].line, sizeof bus_map[i].line,
+                             "kdtrain: rank %d: %s: the data file changed under the run "
+                             "(truncated or rewritten while mapped: SIGBUS reading it); exit "
+                             "status 3\n", kd_rank(), path);
+      bus_map[i].line_len = n < 0 ? 0 : (size_t)n < sizeof bus_map[i].line ? (size_t)n
+                                                               : sizeof bus_map[i].line - 1;
+      bus_map[i].len = len;
+      bus_map[i].lo = m;
+      return;
+    }
+}
+
+static void bus_unregister(const void *m) {
+  for (int i = 0; i < BUS_MAPS; i++)
+    if (bus_map[i].lo == m) bus_map[i].lo = NULL;
+}
+
 int data_source_map(struct data_source *s, const char *path, const unsigned char **p, size_t *bytes,
                     char *err, size_t errlen) {
   int slot = 0;
@@ -120,6 +196,7 @@ int data_source_map(struct data_source *s, const char *path, const unsigned char
     }
     s->map[slot] = m;
     s->map_bytes[slot] = *bytes;
+    bus_register(m, *bytes, path);
     *p = m;
   }
   close(fd);
@@ -136,7 +213,10 @@ void data_source_keep(struct data_source *s, void *buf) {
 
 void data_source_close(struct data_source *s) {
   for (int i = 0; i < DATA_SOURCE_MAPS; i++) {
-    if (s->map[i]) munmap(s->map[i], s->map_bytes[i]);
+    if (s->map[i]) {
+      bus_unregister(s->map[i]);
+      munmap(s->map[i], s->map_bytes[i]);
+    }
     free(s->heap[i]);
     s->map[i] = s->heap[i] = NULL;
   }

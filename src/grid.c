@@ -6,13 +6,13 @@
 #include "util.h"
 
 int grid_layout(int world, int tp, int pp, int dp, int *dp_out, char *err, size_t errlen) {
-  if (tp < 1 || pp < 1 || world % (tp * pp) != 0) {
-    snprintf(err, errlen,
-             "tp=%d pp=%d: tp * pp must divide the number of ranks (%d)", tp, pp,
-             world);
+  const long long tpp = (long long)tp * pp; /* 64-bit: tp = pp = 65536 must not wrap */
+  if (tp < 1 || pp < 1 || tpp > world || world % tpp != 0) {
+    snprintf(err, errlen, "tp=%d pp=%d: tp * pp = %lld must divide the number of ranks (%d)", tp,
+             pp, tpp, world);
     return KD_EXIT_INPUT;
   }
-  if (dp == 0) dp = world / (tp * pp);
+  if (dp == 0) dp = (int)(world / tpp);
   if ((long long)tp * pp * dp != world) {
     snprintf(err, errlen,
              "tp=%d pp=%d dp=%d: tp * pp * dp = %lld but the job has %d ranks "

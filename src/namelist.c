@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -329,6 +330,14 @@ static void range_words(char *out, size_t outlen, const struct namelist_key *k) 
     snprintf(out + n, outlen - n, " %s %g", k->flags & NL_GT ? ">" : ">=", k->lo);
 }
 
+/* A real key is used as a 32-bit float: 0, or a normal float in magnitude. */
+static int float_ok(double v) {
+  return v == 0 || (fabs(v) >= FLT_MIN && fabs(v) <= FLT_MAX);
+}
+#define FLOAT_WORDS                                                                            \
+  "not representable as a 32-bit float, in which kdtrain uses it (it would become 0, a "      \
+  "denormal or inf); expected 0 or 1.2e-38 <= |value| <= 3.4e+38"
+
 static int in_range(const struct namelist_key *k, double v) {
   if ((k->flags & NL_GE) && !(v >= k->lo)) return 0;
   if ((k->flags & NL_GT) && !(v > k->lo)) return 0;
@@ -400,6 +409,7 @@ static int assign(struct namelist_ctx *c, size_t i, size_t e, const struct nl_it
       range_words(words, sizeof words, k);
       return namelist_err(c, line, k->group, k->key, "%s is out of range; %s", t, words);
     }
+    if (!float_ok(v)) return namelist_err(c, line, k->group, k->key, "%s is " FLOAT_WORDS, t);
     *(double *)field = v;
   } else {
     int v;
@@ -583,6 +593,17 @@ int namelist_read_file(struct namelist_ctx *c, const char *path) {
                         "cannot read this file (%s); expected an existing namelist "
                         "file",
                         strerror(errno));
+  const char *nul = memchr(buf, '\0', len);
+  if (nul) { /* the reader's strings end at a NUL: a value would be cut short silently */
+    int line = 1;
+    for (const char *q = buf; q < nul; q++)
+      line += *q == '\n';
+    const size_t off = (size_t)(nul - buf);
+    free(buf);
+    return namelist_err(c, line, NULL, NULL,
+                        "a NUL byte at offset %zu; expected a text file (a namelist has no "
+                        "binary bytes)", off);
+  }
   int rc = parse_text(c, buf, len);
   free(buf);
   return rc;
@@ -728,6 +749,10 @@ long namelist_check_values(const struct namelist_key *keys, size_t n, const void
       if (!in_range(k, v)) {
         range_words(words, sizeof words, k);
         snprintf(why, whylen, "%.17g: %s", v, words);
+        return (long)i;
+      }
+      if (k->type == NL_REAL && !float_ok(v)) {
+        snprintf(why, whylen, "%.17g is " FLOAT_WORDS, v);
         return (long)i;
       }
     }

@@ -71,8 +71,9 @@ static size_t frozen_bytes(const struct cut *m, int bf16) {
 void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[KD_MEM_NCAT]) {
   memset(bytes, 0, KD_MEM_NCAT * sizeof *bytes);
   const int tp = cfg->par_tp, pp = cfg->par_pp;
+  if (tp < 1 || pp < 1 || (long long)tp * pp > nranks) return; /* plan_check refuses it */
   const int dp = cfg->par_dp > 0 ? cfg->par_dp : nranks / (tp * pp);
-  if (tp < 1 || pp < 1 || dp < 1) return; /* plan_check refuses such a layout */
+  if (dp < 1) return;
   const int tp_rank = rank % tp, stage = rank / (tp * dp);
   const int distill = strcmp(cfg->run_mode, "distill") == 0;
   const int train = strcmp(cfg->run_mode, "eval") != 0, zero = cfg->par_zero && train;
@@ -163,7 +164,8 @@ static int card_cut(const struct kd_config *cfg, const struct kd_card *c, const 
 int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size_t errlen) {
   char why[512], where[KD_PATH_MAX + 160];
   if (grid_layout(nranks, cfg->par_tp, cfg->par_pp, cfg->par_dp, dp, why, sizeof why)) {
-    const int tp_pp = cfg->par_tp < 1 || cfg->par_pp < 1 || nranks % (cfg->par_tp * cfg->par_pp);
+    const long long tpp = (long long)cfg->par_tp * cfg->par_pp;
+    const int tp_pp = cfg->par_tp < 1 || cfg->par_pp < 1 || tpp > nranks || nranks % tpp;
     config_where(cfg, "parallel", tp_pp ? (nranks % cfg->par_tp ? "tp" : "pp") : "dp", where,
                  sizeof where);
     snprintf(err, errlen, "%s: %s", where, why);

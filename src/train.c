@@ -320,6 +320,12 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   int dp;
   if (plan_check(cfg, r->nranks, &dp, err, sizeof err)) /* what --dry-run --ranks checks */
     kd_fail_all(KD_EXIT_INPUT, "%s", err);
+  if (strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") != 0 &&
+      !cfg->teacher_init[0]) {
+    config_where(cfg, "teacher", "init", err, sizeof err);
+    kd_fail_all(KD_EXIT_INPUT, "%s: missing: mode 'distill' with a live teacher needs its "
+                "weights; expected a weights file (kdconvert from-hf, or a kdtrain final.h5)", err);
+  }
   fail_input(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
   r->cached = strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") == 0;
   backend_select(r, cfg);
@@ -366,6 +372,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
                      vc, &r->grid);
     plan_policy(&r->teacher.mem, cfg, 1);
     const double t0 = phase_begin("loading teacher", cfg->teacher_init);
+    ckpt_test_delay("KDTRAIN_TEST_LOAD_DELAY_MS"); /* a long load, for test_signals */
     fail_input(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
                             sizeof err),
                err);
@@ -560,6 +567,7 @@ static int train_loop(struct run *r) {
   int64_t consumed = r->resume.consumed, updates = r->resume.updates;
   const int64_t first = r->resume.step + 1;
   if (r->resume.step > 0) ckpt_restore_scaler(&r->resume, &scaler);
+  ckpt_signals_training(cfg->ckpt_on_signal);
   const double t_start = kd_now();
   int status = KD_EXIT_OK;
   long flt_first = -1, flt_sum = 0, flt_max = 0, flt_n = 0; /* minor page faults per step */
@@ -724,10 +732,16 @@ static int cache_make(const struct kd_config *cfg) {
 int train_run(const struct kd_config *cfg) {
   if (strcmp(cfg->run_mode, "cache") == 0) return cache_make(cfg);
   struct run r;
-  if (kd_rank() == 0 && kd_mkdir_p(cfg->run_out_dir) != 0)
-    kd_fail(KD_EXIT_IO, "cannot create run%%out_dir '%s': %s", cfg->run_out_dir, strerror(errno));
-  MPI_Barrier(MPI_COMM_WORLD);
-  run_setup(&r, cfg);
+  ckpt_signals_install(); /* SIGTERM while loading stops at once */
+  run_setup(&r, cfg);     /* every input is checked before out_dir is created */
+  char err[KD_PATH_MAX + 128] = "";
+  int st = 0;
+  if (kd_rank() == 0 && kd_mkdir_p(cfg->run_out_dir) != 0) {
+    snprintf(err, sizeof err, "cannot create run%%out_dir '%s': %s", cfg->run_out_dir,
+             strerror(errno));
+    st = KD_EXIT_IO;
+  }
+  kd_agree_or_fail(st, err);
   const int T = cfg->data_seq_len;
   char vocab[160] = "";
   if (r.distill && cfg->teacher.vocab_size != cfg->student.vocab_size)

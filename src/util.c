@@ -105,17 +105,16 @@ void kd_agree_or_fail(int status, const char *msg) {
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size == 1) {
-    if (status) kd_fail(status, "%s", msg);
-    return;
-  }
   const int me = kd_rank();
-  int who = status ? me : size, first = size;
-  MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  int first = status ? me : size;
+  if (size > 1) {
+    const int who = first;
+    MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first < size) MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD);
+  }
   if (first == size) return;
-  MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD);
   if (me == first) kd_warn("%s", msg);
-  MPI_Finalize();
+  if (init && !fin) MPI_Finalize();
   exit(status);
 }
 

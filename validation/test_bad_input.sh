@@ -166,6 +166,26 @@ b minlr.nml <<'NML'
        min_lr = 1e-3 /
 NML
 check minlr.nml "minlr.nml:5:" "&optim min_lr" "min_lr <= lr"
+# reals are used as 32-bit floats: one that becomes 0 or inf there is refused
+b tiny.nml <<'NML'
+&loss temperature = 1e-50 /
+NML
+check tiny.nml "tiny.nml:4:" "&loss temperature" "not representable as a 32-bit float"
+b huge.nml <<'NML'
+&loss temperature = 1e39 /
+NML
+check huge.nml "huge.nml:4:" "&loss temperature" "not representable as a 32-bit float"
+# a NUL byte would cut a string short: the file is refused, its line named
+b nul.nml <<'NML'
+&run seed = 7 /
+NML
+printf "&log level = 'in\000fo' /\n" >> nul.nml
+check nul.nml "nul.nml:5:" "a NUL byte" "expected a text file"
+# log%metrics in a directory that does not exist: refused before any work
+b mdir.nml <<'NML'
+&log metrics = 'no/such/dir/m.csv' /
+NML
+check mdir.nml "mdir.nml:4:" "&log metrics" "does not exist"
 cat > teach.nml <<'NML'
 &run mode = 'distill' /
 &student card = 'test-student' /
