@@ -386,6 +386,26 @@ static void heads_zero(hid_t f) {
 static void theta_nan(hid_t f) {
   set_config_num(f, "rope_theta", NAN);
 }
+static void theta_inf(hid_t f) {
+  set_config_num(f, "rope_theta", INFINITY);
+}
+static void arch_gpt2(hid_t f) {
+  hid_t g = H5Gopen2(f, "config", H5P_DEFAULT);
+  R0(g >= 0);
+  if (g >= 0) set_attr(g, "arch", "gpt2"), H5Gclose(g);
+}
+/* rope_theta 1e6 with one mantissa bit flipped (the card given says the same value) */
+static double theta_flipped(void) {
+  double v = 1e6;
+  uint64_t u;
+  memcpy(&u, &v, sizeof u);
+  u ^= (uint64_t)1 << 20;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+static void theta_flip(hid_t f) {
+  set_config_num(f, "rope_theta", theta_flipped());
+}
 static void format_other(hid_t f) {
   set_attr(f, "format", "safetensors");
 }
@@ -436,6 +456,17 @@ START_TEST(test_config_fields) {
   edit_file(path, theta_nan);
   expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
               "/config is not a valid model card: rope_theta = nan");
+  path = save_toy("fields.h5");
+  edit_file(path, theta_inf);
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
+              "/config is not a valid model card: rope_theta = inf");
+  path = save_toy("fields.h5");
+  edit_file(path, arch_gpt2);
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err, "'gpt2'");
+  path = save_toy("fields.h5"); /* a flipped bit that the card agrees with: the checksum */
+  edit_file(path, theta_flip);
+  c.rope_theta = theta_flipped();
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err, "checksum");
 }
 END_TEST
 
