@@ -55,6 +55,24 @@ static int launch_size(int *rank) {
   return 1;
 }
 
+/* A launcher that started lsize tasks which MPI did not connect (srun without the MPI
+ * plugin MPICH needs: every task is a 1-rank world) would train lsize times alone, each
+ * writing the same files: refuse it, exit 2 (the launcher's rank 0 says why). */
+static void refuse_copies(int lsize, int lrank) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world != 1 || lsize <= 1) return;
+  if (lrank == 0)
+    fprintf(stderr,
+            "kdtrain: the launcher started %d tasks, but MPI made each of them a 1-rank job "
+            "(MPI_Comm_size = 1): they would train %d times alone and overwrite each other's "
+            "output. Under Slurm start MPICH ranks with srun --mpi=pmi2 (or export "
+            "SLURM_MPI_TYPE=pmi2, as jobs/slurm.sh does), or use mpiexec\n",
+            lsize, lsize);
+  MPI_Finalize();
+  exit(KD_EXIT_INPUT);
+}
+
 /* Bytes of a size word "80GiB", "80G", "141GB", "512MiB" (binary units for K/M/G/T with
  * or without "iB", decimal for "KB".."TB"); -1 when it is not one. */
 static double size_bytes(const char *w) {
@@ -133,7 +151,10 @@ int main(int argc, char **argv) {
    * MPI_Init, at which some MPI transports print warnings there. Other ranks end here. */
   const int product = print_config || dry_run;
   if (product && lrank != 0) return KD_EXIT_OK;
-  if (!product) MPI_Init(&argc, &argv);
+  if (!product) {
+    MPI_Init(&argc, &argv);
+    refuse_copies(lsize, lrank);
+  }
   static struct kd_config cfg;
   config_load_bcast(&cfg, input, argc - first_override, argv + first_override);
   if ((strcmp(cfg.run_mode, "distill") == 0 || strcmp(cfg.run_mode, "cache") == 0) &&

@@ -1,4 +1,4 @@
-/* zero.c: gradient reduction, global norm, AdamW, ZeRO-1 shards. */
+/* zero.c: gradient reduction, global norm, ZeRO-1 shards (the AdamW step: adamw.c). */
 #include "zero.h"
 
 #include <limits.h>
@@ -202,20 +202,4 @@ double update_reduce_grads(struct kd_update *u, struct kd_backend *be) {
   }
   MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return sqrt(sq);
-}
-
-void update_apply(struct kd_update *u, struct kd_backend *be, double lr, float grad_mult,
-                  int64_t t, double beta1, double beta2, double eps, double weight_decay) {
-  struct kd_model *z = update_state(u);
-  const float bc1 = (float)(1.0 - pow(beta1, (double)t));
-  const float bc2 = (float)(1.0 - pow(beta2, (double)t));
-  for (int k = 0; k < z->nparams; k++) {
-    const struct kd_param *p = &z->params[k];
-    if (!p->local) continue;
-    const float wd = p->decay ? (float)weight_decay : 0.0f;
-    be->adamw(z->master + p->offset, z->m + p->offset, z->v + p->offset, z->grad + p->offset,
-              p->numel, (float)lr, (float)beta1, (float)beta2, (float)eps, wd, bc1, bc2,
-              grad_mult);
-  }
-  update_refresh_weights(u, be);
 }

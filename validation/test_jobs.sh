@@ -30,7 +30,8 @@ echo "\$*" > $R/mpiexec.args
 while [ \$# -gt 0 ]; do case \$1 in -n|-f) shift 2 ;; *) break ;; esac; done
 exec "\$@"
 EOF
-printf '#!/bin/sh\necho "   Command=%s/copy-of-slurm.sh"\n' "$R" > bin/scontrol
+# scontrol show job -o: the fields slurm.sh resubmits with (as Slurm 22.05 prints them)
+printf '#!/bin/sh\necho "JobId=42 JobName=kdtrain Partition=gpu Account=(null) QOS=normal TimeLimit=01:00:00 NumNodes=2 NumCPUs=32 NumTasks=8 CPUs/Task=4 TresPerTask=gres:gpu:1 MinMemoryNode=0 Command=%s/copy-of-slurm.sh StdOut=%s/kdtrain-42.log"\n' "$R" "$PWD" > bin/scontrol
 printf '#!/bin/sh\necho "    Resource_List.walltime = 00:00:14"\n' > bin/qstat
 cat > bin/kdtrain <<'EOF'
 #!/bin/sh
@@ -39,7 +40,11 @@ echo "kdtrain: fake start $*"
 case $FAKE in
   exit:*) exit "${FAKE#exit:}" ;;
 esac
-trap 'echo "kdtrain: stopped by signal 10 after step 3: exit status 5, resume with the same command"; exit 5' USR1 TERM
+stop() {
+  [ -n "${FAKE_NOCKPT:-}" ] || echo "kdtrain: checkpoint out/checkpoints/step_00000003.h5 written in 0.1 s (stopping on a signal)"
+  echo "kdtrain: stopped by signal 10 after step 3: exit status 5, resume with the same command"; exit 5
+}
+trap stop USR1 TERM
 i=0
 while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 exit 9
@@ -70,23 +75,52 @@ grep -q '^#SBATCH --signal=B:USR1@[0-9]' "$KD_SRCDIR/jobs/slurm.sh" || fail "no 
 grep -q '^#SBATCH --nodes\|^#SBATCH --ntasks' "$KD_SRCDIR/jobs/slurm.sh" && fail "slurm.sh hard-codes nodes or tasks"
 echo "ok"
 
-echo "== Slurm: SIGUSR1 -> kdtrain exits 5 -> resubmitted with the same words; output live"
-rm -f rec/*.args
-rm -f job.log # else the wait below can see the last job's line before this job starts
-FAKE=wait SLURM_JOB_ID=42 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 KDTRAIN=$PWD/bin/kdtrain \
-  bash "$KD_SRCDIR/jobs/slurm.sh" in.nml optim%lr=1e-4 run%steps=7 > job.log 2>&1 &
-job=$!
-i=0
-until grep -q '^kdtrain: fake start' job.log 2> /dev/null; do
-  i=$((i + 1)); [ $i -lt 100 ] || { kill $job; fail "kdtrain's output is not live in the job log"; }
-  sleep 0.1
-done
-kill -0 $job || fail "the job ended before the signal"
-kill -USR1 $job
-rc=0; wait $job || rc=$?
-[ "$rc" -eq 5 ] || { cat job.log; fail "slurm.sh after SIGUSR1: exit $rc, expected 5"; }
-grep -q "^$R/copy-of-slurm.sh in.nml optim%lr=1e-4 run%steps=7\$" rec/sbatch.args \
+# signalled SIG: start slurm.sh with FAKE=wait, send SIG to the script once kdtrain's first
+# line is in the job log (live output), expect exit 5
+signalled() {
+  rm -f rec/*.args
+  rm -f job.log # else the wait below can see the last job's line before this job starts
+  FAKE=wait SLURM_JOB_ID=42 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 KDTRAIN=$PWD/bin/kdtrain \
+    bash "$KD_SRCDIR/jobs/slurm.sh" in.nml optim%lr=1e-4 run%steps=7 > job.log 2>&1 &
+  job=$!
+  i=0
+  until grep -q '^kdtrain: fake start' job.log 2> /dev/null; do
+    i=$((i + 1)); [ $i -lt 100 ] || { kill $job; fail "kdtrain's output is not live in the job log"; }
+    sleep 0.1
+  done
+  kill -0 $job || fail "the job ended before the signal"
+  kill -"$1" $job
+  rc=0; wait $job || rc=$?
+  [ "$rc" -eq 5 ] || { cat job.log; fail "slurm.sh after SIG$1: exit $rc, expected 5"; }
+}
+echo "== Slurm: SIGUSR1 -> kdtrain exits 5 -> resubmitted with the same options and words"
+signalled USR1
+grep -q "^--export=ALL,KD_STALLS=0 --nodes=2 --ntasks=8 --cpus-per-task=4 --time=01:00:00 --partition=gpu --qos=normal --job-name=kdtrain --gpus-per-task=1 $R/copy-of-slurm.sh in.nml optim%lr=1e-4 run%steps=7\$" rec/sbatch.args \
   || { cat job.log rec/sbatch.args; fail "not resubmitted as submitted"; }
+echo "ok"
+echo "== Slurm: scancel's SIGTERM -> kdtrain exits 5 at a checkpoint, the chain ends"
+signalled TERM
+[ ! -e rec/sbatch.args ] || { cat job.log; fail "resubmitted after a SIGTERM (scancel)"; }
+grep -q "the chain ends" job.log || fail "no word that the chain ends"
+echo "ok"
+echo "== Slurm: a stop file ends the chain at the warning"
+touch kdtrain.stop
+signalled USR1
+rm kdtrain.stop
+[ ! -e rec/sbatch.args ] || { cat job.log; fail "resubmitted despite kdtrain.stop"; }
+echo "ok"
+echo "== Slurm: the second job in a row without a checkpoint ends the chain"
+FAKE_NOCKPT=1 KD_STALLS=1 signalled USR1
+[ ! -e rec/sbatch.args ] || { cat job.log; fail "resubmitted after 2 jobs without a checkpoint"; }
+grep -q "2 job(s) in a row wrote no checkpoint" job.log || { cat job.log; fail "no stall message"; }
+FAKE_NOCKPT=1 signalled USR1
+grep -q "^--export=ALL,KD_STALLS=1 " rec/sbatch.args || { cat rec/sbatch.args; fail "the stall count is not passed on"; }
+echo "ok"
+echo "== Slurm: no kdtrain found -> exit 3 with how to point at it (not 2: bad input)"
+mkdir -p empty
+rc=0
+(cd empty && PATH=/usr/bin:/bin SLURM_SUBMIT_DIR=$PWD bash "$KD_SRCDIR/jobs/slurm.sh" in.nml > ../job.log 2>&1) || rc=$?
+[ "$rc" -eq 3 ] && grep -q "set KDTRAIN=/path/to/kdtrain" job.log || { cat job.log; fail "no kdtrain: exit $rc"; }
 echo "ok"
 
 # pbs STATUS_WANTED: run jobs/pbs.sh as PBS would
