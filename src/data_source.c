@@ -129,7 +129,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
   MPI_Finalized(&fin);
   if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size > 1) {
-    usleep(200000); /* the line reaches the launcher first */
+    usleep(500000); /* the line reaches the launcher first */
     MPI_Abort(MPI_COMM_WORLD, KD_EXIT_IO);
   }
   _exit(KD_EXIT_IO);

@@ -145,7 +145,7 @@ void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, 
     fflush(stdout);
     if (size > 1) {
       if (kd_rank() == 0) {
-        usleep(200000); /* rank 0's line reaches the launcher before the abort */
+        usleep(500000); /* rank 0's line reaches the launcher before the abort */
         MPI_Abort(MPI_COMM_WORLD, status);
       }
       for (;;) pause(); /* ended by rank 0's MPI_Abort */
@@ -169,7 +169,11 @@ static void guard_fire(int sig) {
   }
   if (guard_unlink) unlink(guard_path);
   /* the other ranks do not know: ask the launcher to end them all with status 3 (a plain
-   * exit here would let MPICH's Hydra kill the rest with SIGKILL and report 9) */
+   * exit here would let MPICH's Hydra kill the rest with SIGKILL and report 9); half a
+   * second first, so that this line (and another stuck rank's) reaches the launcher
+   * before the abort tears its pipes down */
+  struct timespec ts = {0, 500000000L};
+  nanosleep(&ts, NULL);
   MPI_Abort(MPI_COMM_WORLD, KD_EXIT_IO);
   _exit(KD_EXIT_IO);
 }

@@ -41,7 +41,7 @@ void kd_agree_or_fail(int status, const char *msg);
  * Collective: rank 0 prints "kdtrain: rank 0: message (file:line)". Every rank then
  * finalizes MPI and exits with `status`; where a parallel HDF5 file was abandoned after a
  * failed write (kd_mark_abandoned on any rank), which MPI_Finalize would flush, the ranks
- * meet in a barrier instead and rank 0 ends them all with MPI_Abort(status) 0.2 s later
+ * meet in a barrier instead and rank 0 ends them all with MPI_Abort(status) 0.5 s later
  * (its line forwarded by then): a rank exiting without MPI_Finalize would let MPICH's
  * Hydra SIGKILL the others and report status 9. */
 void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...)

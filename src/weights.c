@@ -487,12 +487,12 @@ static int file_open(const char *path, hid_t fapl, hid_t *file, char *err, size_
 /* This rank's part of a tensor as a (rows, cols) block at (row0, col0) of the global
  * (R, gcols) matrix; a 1-D tensor is a column (n, 1). */
 struct block {
-  int64_t rows, cols, row0, col0, gcols;
+  int64_t rows, cols, row0, col0, gcols, grows; /* grows x gcols: the global shape */
 };
 
 static struct block param_block(const struct kd_param *p) {
   int64_t R = p->shape[0], C = p->ndim == 2 ? p->shape[1] : 1;
-  struct block b = {R, C, 0, 0, C};
+  struct block b = {R, C, 0, 0, C, R};
   if (p->split_dim == 0) {
     b.rows = p->split_len;
     b.row0 = p->split_off;
@@ -589,14 +589,13 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
 }
 
 /* Write (or read) this rank's block of `dset` from (into) x, in collective transfers of at
- * most piece_bytes; a rank with active = 0 takes part with empty selections. */
-static int transfer(hid_t dset, const struct block *b, float *x, int active, int writing,
-                    MPI_Comm comm) {
-  int64_t rows = active ? b->rows : 0, cols = b->cols > 0 ? b->cols : 1;
-  int64_t per = (int64_t)(piece_bytes / ((size_t)cols * sizeof(float)));
+ * most piece_bytes; a rank with active = 0 takes part with empty selections. The number of
+ * transfers follows from the global shape alone: every rank knows it without asking. */
+static int transfer(hid_t dset, const struct block *b, float *x, int active, int writing) {
+  int64_t rows = active ? b->rows : 0, gcols = b->gcols > 0 ? b->gcols : 1;
+  int64_t per = (int64_t)(piece_bytes / ((size_t)gcols * sizeof(float)));
   if (per < 1) per = 1;
-  int64_t mine = (rows + per - 1) / per, npieces = 0;
-  MPI_Allreduce(&mine, &npieces, 1, MPI_INT64_T, MPI_MAX, comm);
+  const int64_t npieces = (b->grows + per - 1) / per;
   hsize_t nmem = (hsize_t)(rows * b->cols > 0 ? rows * b->cols : 1);
   hid_t fs = H5Dget_space(dset), ms = H5Screate_simple(1, &nmem, NULL);
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
@@ -629,6 +628,11 @@ static int transfer(hid_t dset, const struct block *b, float *x, int active, int
   return ok ? 0 : -1;
 }
 
+/* FP32 bytes of a tensor at its global shape (the progress of a load) */
+static double param_bytes(const struct kd_param *q) {
+  return 4.0 * (double)q->shape[0] * (double)(q->ndim == 2 ? q->shape[1] : 1);
+}
+
 static void dims_text(char *out, size_t n, int ndim, const int64_t *d) {
   if (ndim == 1)
     snprintf(out, n, "(%" PRId64 ")", d[0]);
@@ -659,21 +663,22 @@ static void host_release(const float *blk, float *x) {
 
 /* --- save ---------------------------------------------------------------------------------- */
 
-/* Create /<gname>/<name>, its checksum attribute, and write the owners' slices from `blk`
- * (this rank's p->numel floats, in memory of backend `be`; NULL: host memory). */
-static int save_param(hid_t group, const char *gname, const struct kd_param *p, const float *blk,
-                      struct kd_backend *be, int own, const char *path, MPI_Comm comm,
-                      char *err, size_t errlen) {
-  struct block b = param_block(p);
-  if ((size_t)(b.rows * b.cols) != p->numel) { /* a bug: same answer on every rank */
-    kd_seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64, p->name,
-           p->numel, b.rows, b.cols);
-    return KD_EXIT_IO;
-  }
-  kd_io_guard_arm(path);
+/* The checksum part of this rank's slice of entry p (0 when it does not own the slice):
+ * a host view of `blk` (p->numel floats of backend `be`; NULL: host memory). */
+static uint64_t slice_sum(const struct kd_param *p, const float *blk, struct kd_backend *be,
+                          int own) {
+  if (!own) return 0;
+  const struct block b = param_block(p);
   float *x = host_view(be, (float *)blk, p->numel, 1);
-  uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
-  MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
+  const uint64_t part = weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols);
+  host_release(blk, x);
+  return part;
+}
+
+/* Create /<gname>/<name> with its checksum attributes (sum: the all-reduced slice sums).
+ * Collective metadata: every rank makes the same calls. -1 when it failed here. */
+static hid_t create_param(hid_t group, const char *gname, const struct kd_param *p,
+                          uint64_t sum) {
   hsize_t dims[2] = {(hsize_t)p->shape[0], (hsize_t)(p->ndim == 2 ? p->shape[1] : 1)};
   hid_t space = H5Screate_simple(p->ndim, dims, NULL);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -684,22 +689,75 @@ static int save_param(hid_t group, const char *gname, const struct kd_param *p, 
   snprintf(dpath, sizeof dpath, "/%s/%s", gname, p->name);
   int64_t gdims[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
   uint64_t bound = sum + weights_bind(dpath, "f32", p->ndim, gdims);
-  int ok = d >= 0 &&
-           attr_put(d, "checksum_idxmix64", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum) >= 0 &&
-           attr_put(d, WEIGHTS_CHECKSUM, H5T_STD_U64LE, H5T_NATIVE_UINT64, &bound) >= 0;
-  /* the collective transfer only when every rank got this far: a rank that skipped it
-   * would leave the others waiting in MPI-IO */
-  ok = weights_all(ok, comm) && transfer(d, &b, x, own, 1, comm) == 0;
-  host_release(blk, x);
-  if (d >= 0 && H5Dclose(d) < 0) ok = 0;
+  const int ok = d >= 0 &&
+                 attr_put(d, "checksum_idxmix64", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum) >= 0 &&
+                 attr_put(d, WEIGHTS_CHECKSUM, H5T_STD_U64LE, H5T_NATIVE_UINT64, &bound) >= 0;
   H5Pclose(dcpl);
   H5Sclose(space);
-  if (!ok) {
-    kd_seterr(err, errlen, "%s: writing /%s/%s failed (disk full or no permission?)", path, gname,
-           p->name);
-    return KD_EXIT_IO;
+  if (!ok && d >= 0) {
+    H5Dclose(d);
+    d = -1;
   }
-  return 0;
+  return d;
+}
+
+/* Write the entries [p0, p1) of the table into /<gname> from `buf` (the model's buffer of
+ * backend `be`; entries at their offsets) or, with one entry, from `one` (host memory).
+ * Batched (doc/checkpoint.md, "Throughput"): one all-reduce of every slice's checksum, every
+ * dataset created with its attributes in one pass, one agreement, then every collective
+ * write (every rank enters each one, whatever its earlier writes gave), one agreement. */
+static int write_entries(struct weights_io *io, hid_t group, const char *gname, int p0, int p1,
+                         const float *buf, const float *one, char *err, size_t errlen) {
+  const struct kd_model *m = io->mdl;
+  struct kd_backend *be = one ? NULL : m->be;
+  const int n = p1 - p0;
+  for (int p = p0; p < p1; p++) { /* a bug: the same answer on every rank */
+    const struct kd_param *q = &m->params[p];
+    const struct block b = param_block(q);
+    if ((size_t)(b.rows * b.cols) != q->numel) {
+      kd_seterr(err, errlen, "weights: %s holds %zu elements, its slice %" PRId64 " x %" PRId64,
+                q->name, q->numel, b.rows, b.cols);
+      return KD_EXIT_IO;
+    }
+  }
+  kd_io_guard_arm(io->path);
+  uint64_t *sum = kd_calloc((size_t)n + 1, sizeof *sum);
+  hid_t *d = kd_malloc(((size_t)n + 1) * sizeof *d);
+  for (int k = 0; k < n; k++) {
+    const struct kd_param *q = &m->params[p0 + k];
+    sum[k] = slice_sum(q, one ? one : buf + q->offset, be, io->own[p0 + k]);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sum, n, MPI_UINT64_T, MPI_SUM, io->comm);
+  int ok = 1;
+  for (int k = 0; k < n; k++) {
+    d[k] = create_param(group, gname, &m->params[p0 + k], sum[k]);
+    ok &= d[k] >= 0;
+  }
+  /* the collective writes only when every rank created every dataset: a rank that skipped
+   * one would leave the others waiting in MPI-IO */
+  int st = 0;
+  if (!weights_all(ok, io->comm)) {
+    kd_seterr(err, errlen, "%s: creating the datasets of /%s failed (disk full or no "
+              "permission?)", io->path, gname);
+    st = KD_EXIT_IO;
+  }
+  int bad = -1;
+  for (int k = 0; k < n && !st; k++) {
+    const struct kd_param *q = &m->params[p0 + k];
+    const struct block b = param_block(q);
+    const float *blk = one ? one : buf + q->offset;
+    float *x = host_view(be, (float *)blk, q->numel, 1);
+    if (transfer(d[k], &b, x, io->own[p0 + k], 1) != 0 && bad < 0) bad = p0 + k;
+    host_release(blk, x);
+  }
+  for (int k = 0; k < n; k++)
+    if (d[k] >= 0 && H5Dclose(d[k]) < 0 && bad < 0 && !st) bad = p0 + k;
+  if (bad >= 0)
+    kd_seterr(err, errlen, "%s: writing /%s/%s failed (disk full or no permission?)", io->path,
+              gname, m->params[bad].name);
+  free(sum);
+  free(d);
+  return agree(st ? st : bad >= 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
 }
 
 /* Switch HDF5's error printing off while a handle is open (messages are ours). */
@@ -801,10 +859,7 @@ int weights_write_group(struct weights_io *io, const char *group, const float *b
                         size_t errlen) {
   hid_t g = group_open(io, group, 1, err, errlen);
   int st = agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
-  for (int p = 0; p < io->mdl->nparams && !st; p++)
-    st = agree(save_param(g, group, &io->mdl->params[p], buf + io->mdl->params[p].offset,
-                          io->mdl->be, io->own[p], io->path, io->comm, err, errlen),
-               err, errlen, io->comm);
+  if (!st) st = write_entries(io, g, group, 0, io->mdl->nparams, buf, NULL, err, errlen);
   if (g >= 0) H5Gclose(g);
   return st;
 }
@@ -815,10 +870,7 @@ int weights_write_tensor(struct weights_io *io, const char *group, int p, const 
   if (st) return st;
   hid_t g = group_open(io, group, 1, err, errlen);
   st = agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
-  if (!st)
-    st = agree(save_param(g, group, &io->mdl->params[p], x, NULL, io->own[p], io->path, io->comm,
-                          err, errlen),
-               err, errlen, io->comm);
+  if (!st) st = write_entries(io, g, group, p, p + 1, NULL, x, err, errlen);
   if (g >= 0) H5Gclose(g);
   return st;
 }
@@ -891,82 +943,120 @@ int weights_publish(const char *tmp, const char *path, char *err, size_t errlen)
 
 /* --- load ---------------------------------------------------------------------------------- */
 
-/* Check /<gname>/<name>'s type and shape, read this rank's block into `blk` (p->numel
- * floats in memory of backend `be`; NULL: host memory), verify the checksum. packed != NULL
- * (blk NULL): into the packed BF16 storage of that MODEL_FROZEN16 model (model_store_packed). */
-static int load_param(hid_t group, const char *gname, const struct kd_param *p, float *blk,
-                      struct kd_backend *be, const struct kd_model *packed, int own,
-                      const char *path, MPI_Comm comm,
-                      char *err, size_t errlen) {
-  struct block b = param_block(p);
+/* Open /<gname>/<name> and check its type and shape against entry p: the dataset, or -1
+ * and a message (exit 2: a different model or a damaged file). The same on every rank. */
+static hid_t open_param(hid_t group, const char *gname, const struct kd_param *p,
+                        const char *path, int *st, char *err, size_t errlen) {
   int64_t want[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
   char wtxt[64], ftxt[64];
   dims_text(wtxt, sizeof wtxt, p->ndim, want);
-  int st = 0;
   hid_t d = -1;
-  float *x = NULL; /* host view of the block */
   if (H5Lexists(group, p->name, H5P_DEFAULT) <= 0 ||
       (d = H5Dopen2(group, p->name, H5P_DEFAULT)) < 0) {
-    kd_seterr(err, errlen, "%s has no dataset /%s/%s (expected shape %s): %s", path, gname, p->name,
-           wtxt,
-           strcmp(gname, "params") ? "the checkpoint is incomplete or damaged"
-                                   : "the file holds a different model; check the model card");
-    st = KD_EXIT_INPUT;
+    kd_seterr(err, errlen, "%s has no dataset /%s/%s (expected shape %s): %s", path, gname,
+              p->name, wtxt,
+              strcmp(gname, "params") ? "the checkpoint is incomplete or damaged"
+                                      : "the file holds a different model; check the model card");
+    *st = KD_EXIT_INPUT;
+    return -1;
+  }
+  hid_t t = H5Dget_type(d), s = H5Dget_space(d);
+  hsize_t dims[2] = {0, 0};
+  int nd = H5Sget_simple_extent_ndims(s);
+  if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(s, dims, NULL);
+  int64_t got[2] = {(int64_t)dims[0], (int64_t)dims[1]};
+  dims_text(ftxt, sizeof ftxt, nd == 2 ? 2 : 1, got);
+  if (H5Tget_class(t) != H5T_FLOAT) {
+    kd_seterr(err, errlen, "%s: /%s/%s is not a floating-point dataset", path, gname, p->name);
+    *st = KD_EXIT_INPUT;
+  } else if (nd != p->ndim || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
+    kd_seterr(err, errlen,
+              "%s: /%s/%s has shape %s in the file but the model expects %s: the file was "
+              "written for a different model card",
+              path, gname, p->name, ftxt, wtxt);
+    *st = KD_EXIT_INPUT;
+  }
+  H5Tclose(t);
+  H5Sclose(s);
+  if (*st) {
+    H5Dclose(d);
+    d = -1;
+  }
+  return d;
+}
+
+/* Read the entries [p0, p1) of /<gname> into `buf` (the model's buffer of backend `be`,
+ * entries at their offsets), into the packed BF16 storage of a MODEL_FROZEN16 model
+ * (buf NULL, packed), or with one entry into `one` (host memory), and verify the checksums.
+ * Batched like write_entries: every dataset opened and checked, one agreement; every
+ * collective read with this rank's checksum part; one agreement on the reads, one
+ * all-reduce of the parts; the stored checksums compared (the same verdict everywhere). */
+static int read_entries(struct weights_io *io, hid_t group, const char *gname, int p0, int p1,
+                        float *buf, float *one, char *err, size_t errlen) {
+  const struct kd_model *m = io->mdl, *packed = !buf && !one ? m : NULL;
+  struct kd_backend *be = one ? NULL : m->be;
+  const int n = p1 - p0;
+  hid_t *d = kd_malloc(((size_t)n + 1) * sizeof *d);
+  uint64_t *sum = kd_calloc((size_t)n + 1, sizeof *sum);
+  int st = 0;
+  for (int k = 0; k < n; k++)
+    d[k] = st ? -1 : open_param(group, gname, &m->params[p0 + k], io->path, &st, err, errlen);
+  st = agree(st, err, errlen, io->comm);
+  double total = 0, done = 0, t0 = kd_now(), last = t0; /* progress on the console */
+  for (int k = 0; k < n; k++) total += param_bytes(&m->params[p0 + k]);
+  int bad = -1;
+  for (int k = 0; k < n && !st; k++) {
+    const struct kd_param *q = &m->params[p0 + k];
+    const struct block b = param_block(q);
+    float *blk = one ? one : buf ? buf + q->offset : NULL;
+    float *x = packed ? kd_malloc(q->numel * sizeof *x + 1) : host_view(be, blk, q->numel, 0);
+    if (transfer(d[k], &b, x, 1, 0) != 0) {
+      if (bad < 0) bad = p0 + k;
+    } else {
+      if (!packed) host_store(be, blk, x, q->numel);
+      else model_store_packed(packed, q, x);
+      if (io->own[p0 + k]) sum[k] = weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols);
+    }
+    if (packed) free(x);
+    else host_release(blk, x);
+    done += param_bytes(q);
+    kd_progress(io->path, done, total, t0, &last);
   }
   if (!st) {
-    hid_t t = H5Dget_type(d), s = H5Dget_space(d);
-    hsize_t dims[2] = {0, 0};
-    int nd = H5Sget_simple_extent_ndims(s);
-    if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(s, dims, NULL);
-    int64_t got[2] = {(int64_t)dims[0], (int64_t)dims[1]};
-    dims_text(ftxt, sizeof ftxt, nd == 2 ? 2 : 1, got);
-    if (H5Tget_class(t) != H5T_FLOAT) {
-      kd_seterr(err, errlen, "%s: /%s/%s is not a floating-point dataset", path, gname, p->name);
-      st = KD_EXIT_INPUT;
-    } else if (nd != p->ndim || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
-      kd_seterr(err, errlen,
-             "%s: /%s/%s has shape %s in the file but the model expects %s: the file was "
-             "written for a different model card",
-             path, gname, p->name, ftxt, wtxt);
-      st = KD_EXIT_INPUT;
+    if (bad >= 0)
+      kd_seterr(err, errlen, "%s: reading /%s/%s failed", io->path, gname, m->params[bad].name);
+    st = agree(bad >= 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
+  }
+  if (!st) {
+    /* every rank computed its parts: the sums are collective whatever the attributes hold */
+    MPI_Allreduce(MPI_IN_PLACE, sum, n, MPI_UINT64_T, MPI_SUM, io->comm);
+    for (int k = 0; k < n && !st; k++) {
+      const struct kd_param *q = &m->params[p0 + k];
+      int64_t want[2] = {q->shape[0], q->ndim == 2 ? q->shape[1] : 1};
+      uint64_t stored = 0;
+      char why[160] = "is missing", dpath[512];
+      int arc = attr_get_why(d[k], WEIGHTS_CHECKSUM, H5T_NATIVE_UINT64, &stored, why, sizeof why);
+      snprintf(dpath, sizeof dpath, "/%s/%s", gname, q->name);
+      const uint64_t got = sum[k] + weights_bind(dpath, "f32", q->ndim, want);
+      if (arc != 0) {
+        kd_seterr(err, errlen, "%s: /%s/%s: attribute '" WEIGHTS_CHECKSUM "' %s: the file is "
+                  "damaged or was written by a kdtrain older than format 1.1",
+                  io->path, gname, q->name, why);
+        st = KD_EXIT_INPUT;
+      } else if (got != stored) {
+        kd_seterr(err, errlen,
+                  "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
+                  "): the file is corrupted, or this dataset is not the one stored under this "
+                  "name", io->path, gname, q->name, stored, got);
+        st = KD_EXIT_INPUT;
+      }
     }
-    H5Tclose(t);
-    H5Sclose(s);
+    st = agree(st, err, errlen, io->comm);
   }
-  if ((st = agree(st, err, errlen, comm))) goto out;
-
-  x = packed ? kd_malloc(p->numel * sizeof *x + 1) : host_view(be, blk, p->numel, 0);
-  int bad = transfer(d, &b, x, 1, 0, comm) != 0;
-  if (!bad && !packed) host_store(be, blk, x, p->numel);
-  if (!bad && packed) model_store_packed(packed, p, x);
-  if (bad) kd_seterr(err, errlen, "%s: reading /%s/%s failed", path, gname, p->name);
-  if ((st = agree(bad ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
-
-  uint64_t stored = 0;
-  char why[160] = "is missing";
-  int arc = attr_get_why(d, WEIGHTS_CHECKSUM, H5T_NATIVE_UINT64, &stored, why, sizeof why);
-  /* every rank computes its part: the sum is collective whatever the attribute holds */
-  uint64_t part = own ? weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols) : 0, sum;
-  MPI_Allreduce(&part, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
-  char dpath[512];
-  snprintf(dpath, sizeof dpath, "/%s/%s", gname, p->name);
-  sum += weights_bind(dpath, "f32", p->ndim, want);
-  if (arc != 0) {
-    kd_seterr(err, errlen, "%s: /%s/%s: attribute '" WEIGHTS_CHECKSUM "' %s: the file is "
-              "damaged or was written by a kdtrain older than format 1.1",
-              path, gname, p->name, why);
-    st = KD_EXIT_INPUT;
-  } else if (sum != stored) {
-    kd_seterr(err, errlen,
-              "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
-              "): the file is corrupted, or this dataset is not the one stored under this name",
-              path, gname, p->name, stored, sum);
-    st = KD_EXIT_INPUT;
-  }
-out:
-  if (x && !packed) host_release(blk, x);
-  if (x && packed) free(x);
-  if (d >= 0) H5Dclose(d);
+  for (int k = 0; k < n; k++)
+    if (d[k] >= 0) H5Dclose(d[k]);
+  free(d);
+  free(sum);
   return st;
 }
 
@@ -1005,24 +1095,11 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
   return agree(plan_owners(mdl, 1, io->own, comm, err, errlen), err, errlen, comm);
 }
 
-/* FP32 bytes of a tensor at its global shape (the progress of a load) */
-static double param_bytes(const struct kd_param *q) {
-  return 4.0 * (double)q->shape[0] * (double)(q->ndim == 2 ? q->shape[1] : 1);
-}
-
 int weights_read_group(struct weights_io *io, const char *group, float *buf, char *err,
                        size_t errlen) {
   hid_t g = group_open(io, group, 0, err, errlen);
   int st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
-  double total = 0, done = 0, t0 = kd_now(), last = t0; /* progress on the console */
-  for (int p = 0; p < io->mdl->nparams; p++) total += param_bytes(&io->mdl->params[p]);
-  for (int p = 0; p < io->mdl->nparams && !st; p++) {
-    st = load_param(g, group, &io->mdl->params[p], buf ? buf + io->mdl->params[p].offset : NULL,
-                    io->mdl->be, buf ? NULL : io->mdl, io->own[p], io->path, io->comm, err,
-                    errlen);
-    done += param_bytes(&io->mdl->params[p]);
-    kd_progress(io->path, done, total, t0, &last);
-  }
+  if (!st) st = read_entries(io, g, group, 0, io->mdl->nparams, buf, NULL, err, errlen);
   if (g >= 0) H5Gclose(g);
   return st;
 }
@@ -1033,9 +1110,7 @@ int weights_read_tensor(struct weights_io *io, const char *group, int p, float *
   if (st) return st;
   hid_t g = group_open(io, group, 0, err, errlen);
   st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
-  if (!st)
-    st = load_param(g, group, &io->mdl->params[p], x, NULL, NULL, io->own[p], io->path, io->comm,
-                    err, errlen);
+  if (!st) st = read_entries(io, g, group, p, p + 1, NULL, x, err, errlen);
   if (g >= 0) H5Gclose(g);
   return st;
 }
