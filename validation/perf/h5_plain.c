@@ -1,15 +1,20 @@
 /* h5_plain: the baseline of validation/perf/ckpt_io. Writes, then reads, BYTES of float32
  * split into NSETS one-dimensional datasets with plain parallel HDF5 (MPI-IO driver, each
  * dataset created by all ranks, each rank's contiguous 1/N of it in one collective
- * H5Dwrite/H5Dread), and prints the GB/s of each (1 GB = 1e9 bytes; times include
- * create/open and close, as a checkpoint's do).
+ * H5Dwrite/H5Dread, from / into a buffer of this rank's whole share: distinct data, as a
+ * checkpoint's), and prints the GB/s of each (1 GB = 1e9 bytes). Times include
+ * create/open and close and, for the write, an fsync of the file: a checkpoint is only a
+ * checkpoint once it is on the disk (kdtrain fsyncs before it publishes one), and without
+ * it the figure is the page cache's, which depends on what was written before.
  *   mpiexec -n N validation/perf/h5_plain BYTES NSETS FILE */
 #include <hdf5.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <unistd.h>
 
-static int io(const char *path, long long per_set, int nsets, int writing, float *buf, int rank,
+static int io(const char *path, long long per_set, int nsets, int writing, float *buf0, int rank,
               int size) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL);
@@ -24,6 +29,7 @@ static int io(const char *path, long long per_set, int nsets, int writing, float
   const hsize_t count = (hsize_t)(base + (rank < extra ? 1 : 0)), total = (hsize_t)per_set;
   int bad = 0;
   for (int d = 0; d < nsets; d++) {
+    float *buf = buf0 + (size_t)d * (size_t)count;
     char name[32];
     snprintf(name, sizeof name, "t%05d", d);
     hid_t fs = H5Screate_simple(1, &total, NULL), ms = H5Screate_simple(1, &count, NULL);
@@ -39,7 +45,13 @@ static int io(const char *path, long long per_set, int nsets, int writing, float
     H5Sclose(ms);
   }
   H5Pclose(dxpl);
-  return H5Fclose(f) < 0 || bad;
+  bad |= H5Fclose(f) < 0;
+  if (writing && rank == 0) { /* durable, as kdtrain's checkpoint */
+    const int fd = open(path, O_RDONLY);
+    bad |= fd < 0 || fsync(fd) != 0;
+    if (fd >= 0) close(fd);
+  }
+  return bad;
 }
 
 int main(int argc, char **argv) {
@@ -54,8 +66,9 @@ int main(int argc, char **argv) {
   const long long bytes = atoll(argv[1]);
   const int nsets = atoi(argv[2]);
   const long long per_set = bytes / 4 / nsets;
-  float *buf = malloc((size_t)(per_set / size + 1) * sizeof(float));
-  for (long long i = 0; i <= per_set / size; i++) buf[i] = (float)(i % 1000) * 1e-3f;
+  const size_t share = (size_t)(per_set / size + 1) * (size_t)nsets;
+  float *buf = malloc(share * sizeof(float));
+  for (size_t i = 0; i < share; i++) buf[i] = (float)(i % 1000) * 1e-3f;
   double t[2];
   for (int w = 1; w >= 0; w--) {
     MPI_Barrier(MPI_COMM_WORLD);
