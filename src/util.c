@@ -61,25 +61,34 @@ void kd_mark_abandoned(void) {
   abandoned = 1;
 }
 
-void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
-  char where[512];
-  snprintf(where, sizeof where, " (%s:%d)", file, line);
-  va_list ap;
-  va_start(ap, fmt);
-  line_out(where, fmt, ap);
-  va_end(ap);
-  int init = 0, fin = 0, size = 1;
+/* The size of MPI_COMM_WORLD while MPI runs; 0 before MPI_Init and after MPI_Finalize. */
+static int mpi_live_size(void) {
+  int init = 0, fin = 0, size = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (init && !fin) {
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
-    if (abandoned) {
-      fflush(stdout);
-      _exit(status);
-    }
-    MPI_Finalize();
+  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+/* "kdtrain: rank R: MESSAGE (file:line)" */
+static void line_at(const char *file, int line, const char *fmt, va_list ap) {
+  char where[512];
+  snprintf(where, sizeof where, " (%s:%d)", file, line);
+  line_out(where, fmt, ap);
+}
+
+void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  line_at(file, line, fmt, ap);
+  va_end(ap);
+  const int size = mpi_live_size();
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+  if (size > 0 && abandoned) {
+    fflush(stdout);
+    _exit(status);
   }
+  if (size > 0) MPI_Finalize();
   exit(status);
 }
 
@@ -93,19 +102,12 @@ void kd_fail_all(int status, const char *fmt, ...) {
     va_end(ap);
     line_write(buf, m < 0 ? n : n + m, sizeof buf);
   }
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Finalize();
+  if (mpi_live_size() > 0) MPI_Finalize();
   exit(status);
 }
 
 void kd_agree_or_fail(int status, const char *msg) {
-  int init = 0, fin = 0, size = 1;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const int me = kd_rank();
+  const int live = mpi_live_size(), size = live > 0 ? live : 1, me = kd_rank();
   int first = status ? me : size;
   if (size > 1) {
     const int who = first;
@@ -114,7 +116,7 @@ void kd_agree_or_fail(int status, const char *msg) {
   }
   if (first == size) return;
   if (me == first) kd_warn("%s", msg);
-  if (init && !fin) MPI_Finalize();
+  if (live > 0) MPI_Finalize();
   exit(status);
 }
 
@@ -122,18 +124,13 @@ void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, 
   kd_io_guard_disarm();
   fflush(stdout);
   if (kd_rank() == 0) {
-    char where[512];
-    snprintf(where, sizeof where, " (%s:%d)", file, line);
     va_list ap;
     va_start(ap, fmt);
-    line_out(where, fmt, ap);
+    line_at(file, line, fmt, ap);
     va_end(ap);
   }
-  int init = 0, fin = 0, size = 1;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) {
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int size = mpi_live_size();
+  if (size > 0) {
     int any = abandoned;
     MPI_Allreduce(&abandoned, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (!any) {

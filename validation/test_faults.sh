@@ -1,7 +1,7 @@
 #!/bin/sh
 # Write faults (doc/checkpoint.md, "What is tested"): validation/faultinj.so (LD_PRELOAD)
 # makes write/pwrite on one chosen rank fail with ENOSPC or EIO after N bytes. For 1, 2
-# and 4 ranks (4: one case) and cut points in every phase of a checkpoint save (file creation and
+# and 4 ranks (4: a checkpoint, the final save and a metrics row) and cut points in every phase of a checkpoint save (file creation and
 # /config, /params, /optim, the metadata flush at close), the final save and the metrics
 # file: the job ends with exit 3 and a message naming the file, no file under a final
 # name was left incomplete, the previous `latest` is intact and resumes.
@@ -126,11 +126,19 @@ for c in "1 0" "2 1"; do
   [ "$(cat out/checkpoints/latest)" = step_00000002.h5 ] || fail "latest is not step 2"
 done
 
+# 4 ranks (one save: checkpoint%every=2): rank 0, which writes the replicated tensors
+run 4 0 2000 final.h5.tmp ENOSPC checkpoint%every=2
+expect3 "4 ranks, ENOSPC on rank 0 in final.h5" final.h5.tmp
+[ ! -e out/final.h5 ] || fail "4 ranks: an incomplete final.h5 was left"
+[ "$(cat out/checkpoints/latest)" = step_00000002.h5 ] || fail "4 ranks: latest is not step 2"
+
 echo "== the metrics file: header and rows"
 run 1 0 0 metrics.csv ENOSPC
 expect3 "1 rank, ENOSPC on the metrics header" metrics.csv
 run 2 0 200 metrics.csv EIO
 expect3 "2 ranks, EIO on a metrics row" metrics.csv
 [ -f "out/checkpoints/$(cat out/checkpoints/latest)" ] || fail "latest does not name a checkpoint"
+run 4 0 200 metrics.csv EIO checkpoint%every=2
+expect3 "4 ranks, EIO on a metrics row" metrics.csv
 
 echo "test_faults: $faults injected faults, every one exit 3 with the file named, no incomplete file published"
