@@ -1,7 +1,7 @@
 #!/bin/sh
 # Write faults (doc/checkpoint.md, "What is tested"): validation/faultinj.so (LD_PRELOAD)
 # makes write/pwrite on one chosen rank fail with ENOSPC or EIO after N bytes. For 1, 2
-# and 4 ranks (4: a checkpoint, the final save and a metrics row) and cut points in every phase of a checkpoint save (file creation and
+# and 4 ranks and cut points in every phase of a checkpoint save (file creation and
 # /config, /params, /optim, the metadata flush at close), the final save and the metrics
 # file: the job ends with exit 3 and a message naming the file, no file under a final
 # name was left incomplete, the previous `latest` is intact and resumes.
@@ -49,7 +49,11 @@ run() {
   wd=20; [ "$after" -ge 0 ] || wd=60
   t0=$(date +%s)
   rc=0
-  timeout -k 10 "$LIMIT" $MPIEXEC -n "$np" env LD_PRELOAD="$PRE" KD_FAULT_PATH="$pat" \
+  # one rank: started on its own (an MPI singleton), as a 1-rank user runs kdtrain; under
+  # mpiexec -n 1, Hydra reported an abandoned-file exit as 1 instead of 3 in about 1 of 5
+  # runs (doc/checkpoint.md, exit statuses)
+  launch="$MPIEXEC -n $np"; [ "$np" -gt 1 ] || launch=""
+  timeout -k 10 "$LIMIT" $launch env LD_PRELOAD="$PRE" KD_FAULT_PATH="$pat" \
     KD_FAULT_RANK="$rk" KD_FAULT_AFTER="$after" KD_FAULT_ERRNO="$eno" KDTRAIN_IO_TIMEOUT_S=$wd \
     "$KDTRAIN" base.nml "$@" > "$log" 2>&1 || rc=$?
   secs=$(($(date +%s) - t0))
@@ -87,13 +91,17 @@ save_case() {
 }
 
 # cut points: 1 rank at 0 (creation, /config), 1/3 (/params), 2/3 (/optim) and the last
-# byte (metadata flush at close); the last rank of 2 at 0 and the last byte.
-for np in 1 2; do
+# byte (metadata flush at close); the last rank of 2 at 0 and the last byte; rank 0 of 4
+# (which writes the replicated tensors) at 1/3, 2/3 and the last byte (rank 3's first
+# byte: below).
+for np in 1 2 4; do
   last=$((np - 1))
+  [ "$np" -eq 4 ] && last=0
   calibrate "$np" "$last" $ck
   case $np in
     1) cuts="0 $((total / 3)) $((total * 2 / 3)) $((total - 1))" ;;
     2) cuts="0 $((total - 1))" ;;
+    4) cuts="$((total / 3)) $((total * 2 / 3)) $((total - 1))" ;;
   esac
   eno=ENOSPC
   for cut in $cuts; do
