@@ -308,7 +308,7 @@ static double phase_begin(const char *what, const char *path) {
 /* "kdtrain: WHAT: S s" on rank 0, S counted from t0 (after every rank finished). */
 static void phase_end(const char *what, double t0) {
   MPI_Barrier(MPI_COMM_WORLD);
-  kd_info("kdtrain: %s: %.1f s\n", what, kd_now() - t0);
+  kd_info("kdtrain: %s: %.2f s\n", what, kd_now() - t0);
 }
 
 static void run_setup(struct run *r, const struct kd_config *cfg) {

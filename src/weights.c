@@ -523,10 +523,12 @@ static int cmp_i64pair(const void *a, const void *b) {
 
 /* Decide own[p]: whether this rank's slice of entry p is the one that gets written and
  * counted in the checksum (the lowest rank holding each distinct slice of a split tensor;
- * the one rank with rep_owner = 1 for a replicated tensor). Checks that every rank has
- * the same table and that the distinct slices tile each split dimension exactly. */
-static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_Comm comm,
-                       char *err, size_t errlen) {
+ * the one rank with rep_owner = 1 for a replicated tensor), and hold[2p], hold[2p + 1]: the
+ * lowest rank and the number of ranks that hold the same slice as this rank (-1, 0 when
+ * this rank holds none). Checks that every rank has the same table and that the distinct
+ * slices tile each split dimension exactly. */
+static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, int *hold,
+                       MPI_Comm comm, char *err, size_t errlen) {
   enum { NF = 8 };
   int rank, size, np = mdl->nparams, npmin, npmax;
   MPI_Comm_rank(comm, &rank);
@@ -558,8 +560,14 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
     const struct kd_param *q = &mdl->params[p];
     int nown = 0;
     own[p] = 0;
+    const int64_t *me = &all[((size_t)rank * np + p) * NF];
+    hold[2 * p] = -1;
+    hold[2 * p + 1] = 0;
     for (int r = 0; r < size && !st; r++) {
       const int64_t *f = &all[((size_t)r * np + p) * NF];
+      if (me[7] && f[7] && (q->split_dim < 0 || (f[4] == me[4] && f[5] == me[5]))) {
+        if (hold[2 * p + 1]++ == 0) hold[2 * p] = r; /* a holder of this rank's slice */
+      }
       if (memcmp(f, &all[(size_t)p * NF], 4 * sizeof *f) != 0) {
         kd_seterr(err, errlen, "weights: rank %d's parameter table differs from rank 0's at %s", r,
                q->name);
@@ -598,6 +606,106 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, MPI_
   free(all);
   free(iv);
   return st;
+}
+
+/* Share the work on identical slices among the ranks that hold them (doc/checkpoint.md,
+ * "Throughput"): data-parallel replicas, or the ranks of a stage for a replicated tensor,
+ * each write, read and checksum 1/n of the slice's rows, and a read completes the slice
+ * with one all-gather among them, so that the file is read once, not once per replica.
+ * One communicator per distinct holder set (io->share); io->via[p] names the one whose
+ * members are exactly entry p's holders (-1: not shared, this rank handles its whole
+ * slice) and io->gown[p] whether that set's slice is the one counted (plan_owners' own[]
+ * of its lowest member). Collective over io->comm; the same verdicts on every holder. */
+static void plan_shares(struct weights_io *io, const int *hold) {
+  const int np = io->mdl->nparams;
+  io->via = kd_malloc(((size_t)np + 1) * sizeof *io->via);
+  io->gown = kd_calloc((size_t)np + 1, sizeof *io->gown);
+  int *sets = kd_malloc((2 * (size_t)np + 2) * sizeof *sets), nsets = 0, most = 0;
+  for (int p = 0; p < np; p++) {
+    io->via[p] = -1;
+    int k = 0;
+    while (k < nsets && (sets[2 * k] != hold[2 * p] || sets[2 * k + 1] != hold[2 * p + 1])) k++;
+    if (hold[2 * p + 1] > 1 && k == nsets) {
+      sets[2 * nsets] = hold[2 * p];
+      sets[2 * nsets++ + 1] = hold[2 * p + 1];
+    }
+  }
+  MPI_Allreduce(&nsets, &most, 1, MPI_INT, MPI_MAX, io->comm);
+  io->nshare = most;
+  io->share = kd_malloc(((size_t)most + 1) * sizeof *io->share);
+  int *flag = kd_malloc(2 * ((size_t)np + 1) * sizeof *flag), *owns = flag + np + 1;
+  for (int k = 0; k < most; k++) {
+    /* the color names the set; a collision only makes the check below fail (not shared) */
+    const int color = k < nsets ? (int)(((uint64_t)sets[2 * k] * 1000003u +
+                                          (uint64_t)sets[2 * k + 1]) % 2147483647u)
+                                : MPI_UNDEFINED;
+    MPI_Comm_split(io->comm, color, io->rank, &io->share[k]);
+    if (io->share[k] == MPI_COMM_NULL) continue;
+    int members;
+    MPI_Comm_size(io->share[k], &members);
+    for (int p = 0; p < np; p++) {
+      flag[p] = hold[2 * p] == sets[2 * k] && hold[2 * p + 1] == sets[2 * k + 1] &&
+                hold[2 * p + 1] == members;
+      owns[p] = io->own[p];
+    }
+    MPI_Allreduce(MPI_IN_PLACE, flag, np, MPI_INT, MPI_MIN, io->share[k]);
+    MPI_Allreduce(MPI_IN_PLACE, owns, np, MPI_INT, MPI_MAX, io->share[k]);
+    for (int p = 0; p < np; p++)
+      if (flag[p]) {
+        io->via[p] = k;
+        io->gown[p] = owns[p];
+      }
+  }
+  free(flag);
+  free(sets);
+}
+
+/* Rows [*lo, *hi) of `rows` that this rank handles of shared entry p (all when not shared). */
+static void share_rows(const struct weights_io *io, int p, int64_t rows, int64_t *lo, int64_t *hi) {
+  *lo = 0;
+  *hi = rows;
+  if (!io->via || io->via[p] < 0) return;
+  int n, me;
+  MPI_Comm_size(io->share[io->via[p]], &n);
+  MPI_Comm_rank(io->share[io->via[p]], &me);
+  *lo = rows * me / n;
+  *hi = rows * (me + 1) / n;
+}
+
+/* This rank's part of entry p: its rows of the slice's block (param_block); *first: the
+ * part's first element in the block; *counted: whether it is written and checksummed. */
+static struct block part_block(const struct weights_io *io, int p, int64_t *first, int *counted) {
+  struct block b = param_block(&io->mdl->params[p]);
+  int64_t lo, hi;
+  share_rows(io, p, b.rows, &lo, &hi);
+  *first = lo * b.cols;
+  *counted = io->via && io->via[p] >= 0 ? io->gown[p] : io->own[p];
+  b.row0 += lo;
+  b.rows = hi - lo;
+  return b;
+}
+
+/* Complete the slice `x` (block b) of shared entry p from the rows its holders read.
+ * 0 or -1. Collective over the entry's holders. */
+static int gather_rows(const struct weights_io *io, int p, const struct block *b, float *x) {
+  if (!io->via || io->via[p] < 0) return 0;
+  MPI_Comm c = io->share[io->via[p]];
+  int n;
+  MPI_Comm_size(c, &n);
+  int *cnt = kd_malloc(2 * (size_t)n * sizeof *cnt), *at = cnt + n;
+  for (int i = 0; i < n; i++) {
+    at[i] = (int)(b->rows * i / n);
+    cnt[i] = (int)(b->rows * (i + 1) / n) - at[i];
+  }
+  MPI_Datatype row;
+  int rc = MPI_Type_contiguous((int)b->cols, MPI_FLOAT, &row);
+  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&row);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, at, row, c);
+    MPI_Type_free(&row);
+  }
+  free(cnt);
+  return rc == MPI_SUCCESS ? 0 : -1;
 }
 
 /* Write (or read) this rank's block of `dset` from (into) x, in collective transfers of at
@@ -675,14 +783,16 @@ static void host_release(const float *blk, float *x) {
 
 /* --- save ---------------------------------------------------------------------------------- */
 
-/* The checksum part of this rank's slice of entry p (0 when it does not own the slice):
- * a host view of `blk` (p->numel floats of backend `be`; NULL: host memory). */
-static uint64_t slice_sum(const struct kd_param *p, const float *blk, struct kd_backend *be,
-                          int own) {
-  if (!own) return 0;
-  const struct block b = param_block(p);
-  float *x = host_view(be, (float *)blk, p->numel, 1);
-  const uint64_t part = weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols);
+/* The checksum part of this rank's part of entry p (0 when it is not counted): a host view
+ * of `blk` (the slice, p->numel floats of backend `be`; NULL: host memory). */
+static uint64_t slice_sum(const struct weights_io *io, int p, const float *blk,
+                          struct kd_backend *be) {
+  int64_t first;
+  int counted;
+  const struct block b = part_block(io, p, &first, &counted);
+  if (!counted) return 0;
+  float *x = host_view(be, (float *)blk, io->mdl->params[p].numel, 1);
+  const uint64_t part = weights_checksum(x + first, b.rows, b.cols, b.row0, b.col0, b.gcols);
   host_release(blk, x);
   return part;
 }
@@ -737,7 +847,7 @@ static int write_entries(struct weights_io *io, hid_t group, const char *gname, 
   hid_t *d = kd_malloc(((size_t)n + 1) * sizeof *d);
   for (int k = 0; k < n; k++) {
     const struct kd_param *q = &m->params[p0 + k];
-    sum[k] = slice_sum(q, one ? one : buf + q->offset, be, io->own[p0 + k]);
+    sum[k] = slice_sum(io, p0 + k, one ? one : buf + q->offset, be);
   }
   MPI_Allreduce(MPI_IN_PLACE, sum, n, MPI_UINT64_T, MPI_SUM, io->comm);
   int ok = 1;
@@ -756,10 +866,12 @@ static int write_entries(struct weights_io *io, hid_t group, const char *gname, 
   int bad = -1;
   for (int k = 0; k < n && !st; k++) {
     const struct kd_param *q = &m->params[p0 + k];
-    const struct block b = param_block(q);
+    int64_t first;
+    int counted;
+    const struct block b = part_block(io, p0 + k, &first, &counted);
     const float *blk = one ? one : buf + q->offset;
     float *x = host_view(be, (float *)blk, q->numel, 1);
-    if (transfer(d[k], &b, x, io->own[p0 + k], 1) != 0 && bad < 0) bad = p0 + k;
+    if (transfer(d[k], &b, x + first, counted, 1) != 0 && bad < 0) bad = p0 + k;
     host_release(blk, x);
   }
   for (int k = 0; k < n; k++)
@@ -796,8 +908,11 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   io->own = kd_calloc((size_t)mdl->nparams + 1, sizeof *io->own);
   hid_t cfg = -1;
   char *namelist = NULL;
-  int st = agree(plan_owners(mdl, write_replicated != 0, io->own, comm, err, errlen), err, errlen,
-                 comm);
+  int *hold = kd_malloc((2 * (size_t)mdl->nparams + 1) * sizeof *hold);
+  int st = agree(plan_owners(mdl, write_replicated != 0, io->own, hold, comm, err, errlen), err,
+                 errlen, comm);
+  if (!st) plan_shares(io, hold);
+  free(hold);
   if (st) return st;
 
   /* rank 0's namelist text, so that every rank writes the same metadata */
@@ -903,6 +1018,14 @@ int weights_close(struct weights_io *io, int st, char *err, size_t errlen) {
   if (io->writing) kd_io_guard_disarm();
   free(io->own);
   io->own = NULL;
+  for (int k = 0; k < io->nshare; k++)
+    if (io->share[k] != MPI_COMM_NULL) MPI_Comm_free(&io->share[k]);
+  free(io->share);
+  free(io->via);
+  free(io->gown);
+  io->share = NULL;
+  io->via = io->gown = NULL;
+  io->nshare = 0;
   H5Eset_auto2(H5E_DEFAULT, io->efunc, io->edata);
   return st;
 }
@@ -1019,15 +1142,20 @@ static int read_entries(struct weights_io *io, hid_t group, const char *gname, i
   int bad = -1;
   for (int k = 0; k < n && !st; k++) {
     const struct kd_param *q = &m->params[p0 + k];
-    const struct block b = param_block(q);
+    const struct block whole = param_block(q);
+    int64_t first;
+    int counted;
+    const struct block b = part_block(io, p0 + k, &first, &counted);
     float *blk = one ? one : buf ? buf + q->offset : NULL;
     float *x = packed ? kd_malloc(q->numel * sizeof *x + 1) : host_view(be, blk, q->numel, 0);
-    if (transfer(d[k], &b, x, 1, 0) != 0) {
-      if (bad < 0) bad = p0 + k;
-    } else {
+    /* this rank's rows of the slice, the checksum of them, then the rest from its holders */
+    const int rc = transfer(d[k], &b, x + first, 1, 0);
+    if (rc == 0 && counted)
+      sum[k] = weights_checksum(x + first, b.rows, b.cols, b.row0, b.col0, b.gcols);
+    if ((gather_rows(io, p0 + k, &whole, x) != 0 || rc != 0) && bad < 0) bad = p0 + k;
+    if (bad < 0) {
       if (!packed) host_store(be, blk, x, q->numel);
       else model_store_packed(packed, q, x);
-      if (io->own[p0 + k]) sum[k] = weights_checksum(x, b.rows, b.cols, b.row0, b.col0, b.gcols);
     }
     if (packed) free(x);
     else host_release(blk, x);
@@ -1104,7 +1232,11 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
   }
   if (cfg >= 0) H5Gclose(cfg);
   if ((st = agree(st, err, errlen, comm))) return st;
-  return agree(plan_owners(mdl, 1, io->own, comm, err, errlen), err, errlen, comm);
+  int *hold = kd_malloc((2 * (size_t)mdl->nparams + 1) * sizeof *hold);
+  st = agree(plan_owners(mdl, 1, io->own, hold, comm, err, errlen), err, errlen, comm);
+  if (!st) plan_shares(io, hold);
+  free(hold);
+  return st;
 }
 
 int weights_read_group(struct weights_io *io, const char *group, float *buf, char *err,

@@ -50,6 +50,9 @@ struct weights_io {
   MPI_Comm comm;
   int rank;
   int *own; /* own[p]: this rank writes / checksums its slice of entry p */
+  int nshare; /* ranks holding the same slices share the work (weights.c, plan_shares): */
+  MPI_Comm *share; /* one communicator per distinct holder set (MPI_COMM_NULL: not in it) */
+  int *via, *gown; /* via[p]: entry p's share[] (-1: not shared); gown[p]: its part counts */
   int writing; /* created by weights_create: a failed write abandons the file */
   H5E_auto2_t efunc; /* HDF5 error printing, off while the handle is open */
   void *edata;

@@ -7,7 +7,8 @@
  *   KD_FAULT_ERRNO  ENOSPC (default) or EIO
  *
  * KD_FAULT_AFTER=-1 injects nothing and prints, at exit, the bytes the rank wrote to
- * watched files ("faultinj: rank R wrote N bytes"): the test calibrates its cut points.
+ * and read from watched files ("faultinj: rank R wrote N bytes", "faultinj: rank R read N
+ * bytes"): the test calibrates its cut points, and sees how ranks share a checkpoint.
  *
  * write, pwrite, pwrite64, writev and pwritev on a watched file descriptor of the chosen
  * rank succeed until KD_FAULT_AFTER bytes have been written (a write crossing the limit
@@ -32,7 +33,7 @@
 
 static int active = -1; /* -1: not yet configured */
 static const char *pattern;
-static long long limit, written;
+static long long limit, written, got;
 static int fail_errno = ENOSPC, reported;
 static unsigned char watched[MAXFD];
 
@@ -83,10 +84,37 @@ static void count(int fd, ssize_t done) {
 __attribute__((destructor)) static void report(void) {
   if (active != 1 || limit >= 0) return;
   char msg[160];
-  int len = snprintf(msg, sizeof msg, "faultinj: rank %s wrote %lld bytes\n",
-                     getenv("PMI_RANK") ? getenv("PMI_RANK") : "0", written);
+  const char *r = getenv("PMI_RANK") ? getenv("PMI_RANK") : "0";
+  int len = snprintf(msg, sizeof msg, "faultinj: rank %s wrote %lld bytes\nfaultinj: rank %s read "
+                     "%lld bytes\n", r, written, r, got);
   ssize_t (*w)(int, const void *, size_t) = next("write");
   if (w && len > 0) (void)w(2, msg, (size_t)len);
+}
+
+/* Reads are counted, never failed. */
+static void count_read(int fd, ssize_t done) {
+  if (active == 1 && done > 0 && fd >= 0 && fd < MAXFD && watched[fd]) got += done;
+}
+
+ssize_t read(int fd, void *buf, size_t n) {
+  ssize_t (*real)(int, void *, size_t) = next("read");
+  ssize_t done = real(fd, buf, n);
+  count_read(fd, done);
+  return done;
+}
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+  ssize_t (*real)(int, void *, size_t, off_t) = next("pread");
+  ssize_t done = real(fd, buf, n, off);
+  count_read(fd, done);
+  return done;
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
+  ssize_t (*real)(int, void *, size_t, off_t) = next("pread64");
+  ssize_t done = real(fd, buf, n, off);
+  count_read(fd, done);
+  return done;
 }
 
 static mode_t open_mode(int flags, va_list ap) {

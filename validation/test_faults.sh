@@ -92,8 +92,8 @@ save_case() {
 
 # cut points: 1 rank at 0 (creation, /config), 1/3 (/params), 2/3 (/optim) and the last
 # byte (metadata flush at close); the last rank of 2 at 0 and the last byte; rank 0 of 4
-# (which writes the replicated tensors) at 1/3, 2/3 and the last byte (rank 3's first
-# byte: below).
+# (which also writes HDF5's metadata) at 1/3, 2/3 and the last byte (rank 3's first byte:
+# below).
 for np in 1 2 4; do
   last=$((np - 1))
   [ "$np" -eq 4 ] && last=0
@@ -110,8 +110,9 @@ for np in 1 2 4; do
   done
 done
 
-# 4 ranks (the slow runs on 2 cores: one run, no calibration): the first write of rank 3,
-# which writes HDF5 metadata only, fails; the only checkpoint (step 2) is not published
+# 4 ranks (the slow runs on 2 cores: one run, no calibration): the first write of rank 3
+# (a quarter of every tensor: the replicas share the writes) fails; the only checkpoint
+# (step 2) is not published
 echo "== 4 ranks: every write of rank 3 to the step 2 checkpoint fails"
 run 4 3 0 $ck ENOSPC checkpoint%every=2
 expect3 "4 ranks, ENOSPC on rank 3 from the first byte of the step 2 checkpoint" $ck
@@ -134,7 +135,7 @@ for c in "1 0" "2 1"; do
   [ "$(cat out/checkpoints/latest)" = step_00000002.h5 ] || fail "latest is not step 2"
 done
 
-# 4 ranks (one save: checkpoint%every=2): rank 0, which writes the replicated tensors
+# 4 ranks (one save: checkpoint%every=2): rank 0
 run 4 0 2000 final.h5.tmp ENOSPC checkpoint%every=2
 expect3 "4 ranks, ENOSPC on rank 0 in final.h5" final.h5.tmp
 [ ! -e out/final.h5 ] || fail "4 ranks: an incomplete final.h5 was left"
@@ -148,5 +149,35 @@ expect3 "2 ranks, EIO on a metrics row" metrics.csv
 [ -f "out/checkpoints/$(cat out/checkpoints/latest)" ] || fail "latest does not name a checkpoint"
 run 4 0 200 metrics.csv EIO checkpoint%every=2
 expect3 "4 ranks, EIO on a metrics row" metrics.csv
+
+# Data-parallel replicas share a checkpoint's I/O (src/weights.c, plan_shares): on 2 ranks
+# (dp = 2) each rank writes, and reads on resume, about half of the file's bytes; before,
+# rank 0 wrote all of it and each rank read all of it. Counted by faultinj.so (no faults),
+# with the quickstart's student (its data outweighs the file's metadata, which rank 0 reads).
+echo "== 2 replicas share the checkpoint's writes and reads"
+w=""
+for rk in 0 1; do
+  run 2 $rk -1 $ck ENOSPC student%card="'qs-student'"
+  [ "$rc" -eq 0 ] || { cat "$log"; fail "2-rank run for the shared writes (exit $rc)"; }
+  w="$w $(sed -n "s/^faultinj: rank $rk wrote \([0-9]*\) bytes$/\1/p" "$log")"
+done
+set -- $w
+[ $# -eq 2 ] || fail "the write counts of ranks 0 and 1 are missing ($w)"
+data=$(($1 + $2)) # the bytes of the file (sparse: datasets are aligned to 1 MiB)
+share() { # share WHAT BYTES: BYTES is 30-70% of the file's bytes
+  [ -n "$2" ] && [ "$2" -ge $((data * 3 / 10)) ] && [ "$2" -le $((data * 7 / 10)) ] \
+    || { cat "$log"; fail "$1 $2 of the file's $data bytes, expected about half"; }
+  echo "  $1 $2 of the file's $data bytes"
+}
+share "rank 0 wrote" "$1"
+share "rank 1 wrote" "$2"
+cp out/checkpoints/step_00000002.h5 shared.h5
+for rk in 0 1; do
+  run 2 $rk -1 shared.h5 ENOSPC student%card="'qs-student'" run%steps=3 \
+    checkpoint%resume="'shared.h5'"
+  [ "$rc" -eq 0 ] || { cat "$log"; fail "2-rank resume for the shared reads (exit $rc)"; }
+  grep -q "resumed from .*shared.h5 at step 2" "$log" || { cat "$log"; fail "no resume from shared.h5"; }
+  share "rank $rk read" "$(sed -n "s/^faultinj: rank $rk read \([0-9]*\) bytes$/\1/p" "$log")"
+done
 
 echo "test_faults: $faults injected faults, every one exit 3 with the file named, no incomplete file published"
