@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "util.h"
+#include "util_mpi.h"
 #include "weights.h"
 
 #define CKPT_LATEST "latest"
@@ -177,7 +178,7 @@ int ckpt_load(const char *path, struct kd_model *mdl, struct ckpt_state *st, MPI
   }
   struct weights_io io;
   int rc = weights_open(&io, path, mdl, comm, err, errlen);
-  if (!rc) rc = weights_agree(state_read(io.file, path, st, err, errlen), err, errlen, comm);
+  if (!rc) rc = kd_agree(state_read(io.file, path, st, err, errlen), err, errlen, comm);
   if (!rc) rc = weights_read_group(&io, "params", mdl->master, err, errlen);
   if (!rc) rc = weights_read_group(&io, "optim/exp_avg", mdl->m, err, errlen);
   if (!rc) rc = weights_read_group(&io, "optim/exp_avg_sq", mdl->v, err, errlen);
@@ -244,7 +245,7 @@ int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Co
   MPI_Comm_rank(comm, &rank);
   if (errlen > 0) err[0] = '\0';
   int rc = rank == 0 ? resolve_rank0(cfg, path, pathlen, err, errlen) : 0;
-  rc = weights_agree(rc, err, errlen, comm);
+  rc = kd_agree(rc, err, errlen, comm);
   if (pathlen <= INT_MAX) MPI_Bcast(path, (int)pathlen, MPI_CHAR, 0, comm);
   return rc;
 }
@@ -352,7 +353,7 @@ int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
     kd_seterr(err, errlen, "cannot create checkpoint%%dir %s: %s", cfg->ckpt_dir, strerror(errno));
     rc = KD_EXIT_IO;
   }
-  if ((rc = weights_agree(rc, err, errlen, comm))) return rc;
+  if ((rc = kd_agree(rc, err, errlen, comm))) return rc;
 
   char *text = NULL;
   size_t len = 0;
@@ -368,7 +369,7 @@ int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
   if (!rc) {
     int sr = state_write(io.file, st, rank, comm) < 0 ? KD_EXIT_IO : 0;
     if (sr) kd_seterr(err, errlen, "%s: writing /state failed (disk full?)", tmp);
-    rc = weights_agree(sr, err, errlen, comm);
+    rc = kd_agree(sr, err, errlen, comm);
   }
   if (!rc) rc = weights_write_group(&io, "params", mdl->master, err, errlen);
   if (!rc) rc = weights_write_group(&io, "optim/exp_avg", mdl->m, err, errlen);
@@ -381,7 +382,7 @@ int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
   }
   MPI_Barrier(comm); /* every rank has closed the file */
   if (rank == 0) rc = publish(cfg, tmp, final, name, err, errlen);
-  return weights_agree(rc, err, errlen, comm);
+  return kd_agree(rc, err, errlen, comm);
 }
 
 void ckpt_restore_scaler(const struct ckpt_state *st, struct kd_scaler *scaler) {

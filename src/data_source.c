@@ -103,15 +103,6 @@ static struct {
   size_t line_len;
 } bus_map[BUS_MAPS];
 
-static void write_all_2(const char *s, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(STDERR_FILENO, s, n);
-    if (w <= 0) return;
-    s += w;
-    n -= (size_t)w;
-  }
-}
-
 static void on_sigbus(int sig, siginfo_t *si, void *uc) {
   (void)uc;
   const unsigned char *a = si->si_addr;
@@ -123,16 +114,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
     raise(sig);
     return;
   }
-  write_all_2(bus_map[hit].line, bus_map[hit].line_len);
-  int init = 0, fin = 0, size = 1;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size > 1) {
-    usleep(500000); /* the line reaches the launcher first */
-    MPI_Abort(MPI_COMM_WORLD, KD_EXIT_IO);
-  }
-  _exit(KD_EXIT_IO);
+  kd_abort_after_line(bus_map[hit].line, bus_map[hit].line_len, KD_EXIT_IO);
 }
 
 static void bus_register(const void *m, size_t len, const char *path) {

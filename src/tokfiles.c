@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "util.h"
+#include "util_mpi.h"
 #include "weights.h"
 
 const char *const tokfiles_names[] = {"tokenizer.json",
@@ -209,11 +210,11 @@ static void file_name(hid_t file, char *out, size_t len) {
 /* Rank 0 has read `t` with status st: agree, broadcast, write into `dst`. Collective. */
 static int spread(struct tokset *t, int st, hid_t dst, MPI_Comm comm, int *nfiles, char *err,
                   size_t errlen) {
-  if (!(st = weights_agree(st, err, errlen, comm))) {
+  if (!(st = kd_agree(st, err, errlen, comm))) {
     bcast(t, comm);
     char name[1024];
     file_name(dst, name, sizeof name);
-    st = weights_agree(write_h5(t, dst, comm, name, err, errlen), err, errlen, comm);
+    st = kd_agree(write_h5(t, dst, comm, name, err, errlen), err, errlen, comm);
   }
   if (nfiles) *nfiles = st ? 0 : tokset_count(t);
   tokset_free(t);
@@ -305,7 +306,7 @@ int tokfiles_load(const char *path, MPI_Comm comm, struct tokset **out, char *er
   int rank;
   MPI_Comm_rank(comm, &rank);
   struct tokset *t = kd_calloc(1, sizeof *t);
-  int st = weights_agree(rank == 0 ? read_path(t, path, err, errlen) : 0, err, errlen, comm);
+  int st = kd_agree(rank == 0 ? read_path(t, path, err, errlen) : 0, err, errlen, comm);
   if (!st) bcast(t, comm);
   if (st || tokset_count(t) == 0) {
     tokset_free(t);
@@ -320,7 +321,7 @@ int tokfiles_put(const struct tokset *t, hid_t dst, MPI_Comm comm, char *err, si
   if (!t) return 0;
   char name[1024];
   file_name(dst, name, sizeof name);
-  return weights_agree(write_h5(t, dst, comm, name, err, errlen), err, errlen, comm);
+  return kd_agree(write_h5(t, dst, comm, name, err, errlen), err, errlen, comm);
 }
 
 void tokfiles_free(struct tokset *t) {

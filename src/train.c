@@ -68,8 +68,6 @@ struct run {
   int64_t tc_g0;              /* first global sample of this rank's share of the step */
 };
 
-static void fail_input(int status, const char *err);
-
 /* Open teacher%cache and check it against this run (every rank; the same verdict). */
 static void cache_setup(struct run *r, int vc) {
   const struct kd_config *cfg = r->cfg;
@@ -82,17 +80,17 @@ static void cache_setup(struct run *r, int vc) {
   want.teacher_vocab = cfg->teacher.vocab_size;
   want.temperature = cfg->loss_temperature;
   if (cfg->teacher_init[0])
-    fail_input(tcache_teacher_id(cfg->teacher_init, &want.teacher_id, err, sizeof err), err);
+    kd_agree_or_fail(tcache_teacher_id(cfg->teacher_init, &want.teacher_id, err, sizeof err), err);
   const char *paths[KD_DATA_MAX];
   for (int i = 0; i < cfg->data_ntrain; i++)
     paths[i] = cfg->data_train[i];
-  fail_input(data_open_blend(&r->tc_data, cfg->data_ntrain, paths, cfg->data_weights,
+  kd_agree_or_fail(data_open_blend(&r->tc_data, cfg->data_ntrain, paths, cfg->data_weights,
                              cfg->data_format, cfg->data_seq_len, vc, (uint64_t)cfg->run_seed, err,
                              sizeof err),
              err);
   want.data_id = tcache_data_id(&r->tc_data);
   want.nwindows = tcache_nwindows(&r->tc_data);
-  fail_input(tcache_open(&r->tc, cfg->teacher_cache, &want, err, sizeof err), err);
+  kd_agree_or_fail(tcache_open(&r->tc, cfg->teacher_cache, &want, err, sizeof err), err);
   tcache_rows_alloc(&r->tc_rows, &r->tc.meta, (size_t)cfg->par_micro_batch * cfg->data_seq_len);
   kd_info("kdtrain: teacher from the cache %s (%s, k = %d): no teacher model\n",
           cfg->teacher_cache, cfg->teacher_cache_select, cfg->teacher_cache_k);
@@ -211,11 +209,6 @@ static double hardware_peak(struct run *r, char *what, size_t n) {
   return cores * fpc * hz;
 }
 
-/* Every caller is reached by every rank with the same checks: the verdict is agreed. */
-static void fail_input(int status, const char *err) {
-  kd_agree_or_fail(status, err);
-}
-
 /* Bytes for the loss chunk buffers: what memory%budget_mb leaves after everything
  * already allocated, or 1 GiB on the CPU when there is no budget. */
 static size_t loss_budget(const struct run *r) {
@@ -277,9 +270,9 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
                     : strcmp(cfg->student_init, "random") ? cfg->student_init
                                                           : "";
   struct tokset *ts = NULL, *tt = NULL;
-  if (own[0]) fail_input(tokfiles_load(own, MPI_COMM_WORLD, &ts, err, sizeof err), err);
+  if (own[0]) kd_agree_or_fail(tokfiles_load(own, MPI_COMM_WORLD, &ts, err, sizeof err), err);
   if (r->distill && cfg->teacher_init[0])
-    fail_input(tokfiles_load(cfg->teacher_init, MPI_COMM_WORLD, &tt, err, sizeof err), err);
+    kd_agree_or_fail(tokfiles_load(cfg->teacher_init, MPI_COMM_WORLD, &tt, err, sizeof err), err);
   const char *which = ts && tt ? tokfiles_differ(ts, tt) : NULL; /* every rank holds both */
   if (which)
     kd_fail_all(KD_EXIT_INPUT,
@@ -326,7 +319,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     kd_fail_all(KD_EXIT_INPUT, "%s: missing: mode 'distill' with a live teacher needs its "
                 "weights; expected a weights file (kdconvert from-hf, or a kdtrain final.h5)", err);
   }
-  fail_input(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
+  kd_agree_or_fail(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
   r->cached = strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") == 0;
   backend_select(r, cfg);
   r->distill = strcmp(cfg->run_mode, "distill") == 0;
@@ -337,7 +330,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   /* differing padded vocabularies: distil over the common ids [0, vc) */
   int vt = r->distill ? cfg->teacher.vocab_size : cfg->student.vocab_size;
   if (r->cached && !cfg->teacher.vocab_size) { /* no teacher card: the cache's teacher */
-    fail_input(tcache_open(&r->tc, cfg->teacher_cache, NULL, err, sizeof err), err);
+    kd_agree_or_fail(tcache_open(&r->tc, cfg->teacher_cache, NULL, err, sizeof err), err);
     vt = r->tc.meta.teacher_vocab;
     tcache_close(&r->tc);
   }
@@ -350,7 +343,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
   } else {
     const double t0 = phase_begin("loading student", cfg->student_init);
-    fail_input(weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err),
+    kd_agree_or_fail(weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err),
                err);
     phase_end("student loaded", t0);
   }
@@ -373,7 +366,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     plan_policy(&r->teacher.mem, cfg, 1);
     const double t0 = phase_begin("loading teacher", cfg->teacher_init);
     ckpt_test_delay("KDTRAIN_TEST_LOAD_DELAY_MS"); /* a long load, for test_signals */
-    fail_input(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
+    kd_agree_or_fail(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
                             sizeof err),
                err);
     phase_end("teacher loaded", t0);
@@ -393,9 +386,9 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     st = data_open_blend(&r->train, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format,
                          T, vc, (uint64_t)cfg->run_seed, err, sizeof err);
   }
-  fail_input(st, err);
+  kd_agree_or_fail(st, err);
   if (cfg->data_valid[0]) {
-    fail_input(data_open(&r->valid, cfg->data_valid, cfg->data_format, T, vc,
+    kd_agree_or_fail(data_open(&r->valid, cfg->data_valid, cfg->data_format, T, vc,
                          (uint64_t)cfg->run_seed, err, sizeof err),
                err);
     r->have_valid = 1;
@@ -714,7 +707,7 @@ static int cache_make(const struct kd_config *cfg) {
   char err[1024];
   memset(&r, 0, sizeof r);
   r.cfg = cfg;
-  fail_input(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
+  kd_agree_or_fail(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
   if (cfg->par_global_batch % (r.grid.dp * cfg->par_micro_batch) != 0)
     kd_fail_all(KD_EXIT_INPUT,
             "%s: &parallel global_batch = %d is not divisible by micro_batch = %d times dp = %d",

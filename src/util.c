@@ -1,5 +1,6 @@
 /* util.c: error checkers, console helpers, RNG, timing. */
 #include "util.h"
+#include "util_mpi.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -106,18 +108,60 @@ void kd_fail_all(int status, const char *fmt, ...) {
   exit(status);
 }
 
-void kd_agree_or_fail(int status, const char *msg) {
-  const int live = mpi_live_size(), size = live > 0 ? live : 1, me = kd_rank();
-  int first = status ? me : size;
-  if (size > 1) {
-    const int who = first;
-    MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (first < size) MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD);
+int kd_agree_from(int st, char *err, size_t errlen, MPI_Comm comm, int *from_out) {
+  int worst = st, from = kd_rank();
+  if (mpi_live_size() > 0) {
+    MPI_Allreduce(&st, &worst, 1, MPI_INT, MPI_MAX, comm);
+    if (worst != 0) {
+      int rank = 0;
+      MPI_Comm_rank(comm, &rank);
+      const int mine = st == worst ? rank : INT_MAX;
+      MPI_Allreduce(&mine, &from, 1, MPI_INT, MPI_MIN, comm);
+      if (rank == from && worst == KD_EXIT_IO && errlen > 0 && !strstr(err, "(rank ")) {
+        size_t n = strnlen(err, errlen);
+        snprintf(err + n, errlen - n, " (rank %d)", kd_rank());
+      }
+      if (errlen > 0 && errlen <= INT_MAX) {
+        err[errlen - 1] = '\0';
+        MPI_Bcast(err, (int)errlen, MPI_CHAR, from, comm);
+      }
+    }
   }
-  if (first == size) return;
-  if (me == first) kd_warn("%s", msg);
-  if (live > 0) MPI_Finalize();
-  exit(status);
+  if (from_out) *from_out = from;
+  return worst;
+}
+
+int kd_agree(int st, char *err, size_t errlen, MPI_Comm comm) {
+  return kd_agree_from(st, err, errlen, comm, NULL);
+}
+
+void kd_agree_or_fail(int status, const char *msg) {
+  char err[4096];
+  snprintf(err, sizeof err, "%s", status && msg ? msg : "");
+  int from = 0;
+  const int worst = kd_agree_from(status, err, sizeof err, MPI_COMM_WORLD, &from);
+  if (worst == 0) return;
+  if (kd_rank() == from) kd_warn("%s", msg);
+  if (mpi_live_size() > 0) MPI_Finalize();
+  exit(worst);
+}
+
+void kd_abort_after_line(const char *line, size_t len, int status) {
+  while (line && len > 0) {
+    ssize_t w = write(STDERR_FILENO, line, len);
+    if (w <= 0) break;
+    line += w;
+    len -= (size_t)w;
+  }
+  if (mpi_live_size() > 1) {
+    /* the other ranks do not know: the launcher ends them all with `status` (a plain exit
+     * would let MPICH's Hydra kill the rest with SIGKILL and report 9); half a second
+     * first, so that the line reaches the launcher before the abort tears its pipes down */
+    struct timespec ts = {0, 500000000L};
+    nanosleep(&ts, NULL);
+    MPI_Abort(MPI_COMM_WORLD, status);
+  }
+  _exit(status);
 }
 
 void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...) {
@@ -140,13 +184,9 @@ void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, 
     /* an abandoned parallel HDF5 file: no MPI_Finalize (it would flush the file) */
     MPI_Barrier(MPI_COMM_WORLD);
     fflush(stdout);
-    if (size > 1) {
-      if (kd_rank() == 0) {
-        usleep(500000); /* rank 0's line reaches the launcher before the abort */
-        MPI_Abort(MPI_COMM_WORLD, status);
-      }
+    if (size > 1 && kd_rank() != 0)
       for (;;) pause(); /* ended by rank 0's MPI_Abort */
-    }
+    kd_abort_after_line(NULL, 0, status); /* its line printed above */
   }
   _exit(status);
 }
@@ -160,19 +200,8 @@ static long guard_secs;
 
 static void guard_fire(int sig) {
   (void)sig;
-  if (guard_len > 0) {
-    ssize_t w = write(STDERR_FILENO, guard_msg, guard_len);
-    (void)w;
-  }
   if (guard_unlink) unlink(guard_path);
-  /* the other ranks do not know: ask the launcher to end them all with status 3 (a plain
-   * exit here would let MPICH's Hydra kill the rest with SIGKILL and report 9); half a
-   * second first, so that this line (and another stuck rank's) reaches the launcher
-   * before the abort tears its pipes down */
-  struct timespec ts = {0, 500000000L};
-  nanosleep(&ts, NULL);
-  MPI_Abort(MPI_COMM_WORLD, KD_EXIT_IO);
-  _exit(KD_EXIT_IO);
+  kd_abort_after_line(guard_msg, guard_len, KD_EXIT_IO);
 }
 
 void kd_io_guard_arm(const char *path) {

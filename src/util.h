@@ -31,10 +31,16 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...)
 void kd_fail_all(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
 /* Every rank calls it with its own verdict (status 0: fine; msg its error text). Returns
- * when every status is 0; otherwise the lowest failing rank prints "kdtrain: rank R: msg",
- * and every rank finalizes MPI and exits with that rank's status: no MPI_Abort, whose
- * kill can lose a line still in the launcher's pipes. Collective over MPI_COMM_WORLD. */
+ * when every status is 0; otherwise the lowest rank with the worst status prints
+ * "kdtrain: rank R: msg", and every rank finalizes MPI and exits with that status: no
+ * MPI_Abort, whose kill can lose a line still in the launcher's pipes. Collective over
+ * MPI_COMM_WORLD. */
 void kd_agree_or_fail(int status, const char *msg);
+
+/* A rank that must end the job alone (a signal handler: async-signal-safe): write the
+ * len bytes of `line` to stderr, then, with more than one rank, wait 0.5 s (the line
+ * reaches the launcher) and MPI_Abort(status); else _exit(status). Never returns. */
+void kd_abort_after_line(const char *line, size_t len, int status) __attribute__((noreturn));
 
 /* End every rank with `status` after a failure that every rank of MPI_COMM_WORLD knows
  * about (an agreed error: every rank calls this with the same status and message).

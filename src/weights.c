@@ -20,6 +20,7 @@
 #include "tokfiles.h"
 #include "mpi_yield.h"
 #include "util.h"
+#include "util_mpi.h"
 
 static size_t piece_bytes = (size_t)1 << 30;
 
@@ -27,25 +28,6 @@ void weights_set_piece_bytes(size_t bytes) {
   piece_bytes = bytes > 0 ? bytes : 1;
 }
 
-
-/* Every rank returns the worst status, with the message of the lowest rank that has it. */
-static int agree(int st, char *err, size_t errlen, MPI_Comm comm) {
-  int worst = 0, rank = 0, from = 0;
-  MPI_Allreduce(&st, &worst, 1, MPI_INT, MPI_MAX, comm);
-  if (worst == 0) return 0;
-  MPI_Comm_rank(comm, &rank);
-  int mine = st == worst ? rank : INT_MAX;
-  MPI_Allreduce(&mine, &from, 1, MPI_INT, MPI_MIN, comm);
-  if (rank == from && worst == KD_EXIT_IO && errlen > 0 && !strstr(err, "(rank ")) {
-    size_t n = strnlen(err, errlen);
-    snprintf(err + n, errlen - n, " (rank %d)", kd_rank());
-  }
-  if (errlen > 0 && errlen <= INT_MAX) {
-    err[errlen - 1] = '\0';
-    MPI_Bcast(err, (int)errlen, MPI_CHAR, from, comm);
-  }
-  return worst;
-}
 
 int weights_all(int ok, MPI_Comm comm) {
   int all = 0;
@@ -881,17 +863,13 @@ static int write_entries(struct weights_io *io, hid_t group, const char *gname, 
               gname, m->params[bad].name);
   free(sum);
   free(d);
-  return agree(st ? st : bad >= 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
+  return kd_agree(st ? st : bad >= 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
 }
 
 /* Switch HDF5's error printing off while a handle is open (messages are ours). */
 static void quiet_hdf5(struct weights_io *io) {
   H5Eget_auto2(H5E_DEFAULT, &io->efunc, &io->edata);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-int weights_agree(int st, char *err, size_t errlen, MPI_Comm comm) {
-  return agree(st, err, errlen, comm);
 }
 
 int weights_create(struct weights_io *io, const char *path, const struct kd_model *mdl,
@@ -909,7 +887,7 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   hid_t cfg = -1;
   char *namelist = NULL;
   int *hold = kd_malloc((2 * (size_t)mdl->nparams + 1) * sizeof *hold);
-  int st = agree(plan_owners(mdl, write_replicated != 0, io->own, hold, comm, err, errlen), err,
+  int st = kd_agree(plan_owners(mdl, write_replicated != 0, io->own, hold, comm, err, errlen), err,
                  errlen, comm);
   if (!st) plan_shares(io, hold);
   free(hold);
@@ -936,7 +914,7 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
            "%s: cannot create the weights file (does the directory exist and is "
            "it writable?)",
            path);
-  if ((st = agree(io->file < 0 ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
+  if ((st = kd_agree(io->file < 0 ? KD_EXIT_IO : 0, err, errlen, comm))) goto out;
 
   char ver[32];
   snprintf(ver, sizeof ver, "%d.%d", WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MINOR);
@@ -945,7 +923,7 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   cfg = H5Gcreate2(io->file, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   ok = ok && cfg >= 0 && config_write(cfg, &mdl->card, namelist, io->rank, io->comm) == 0;
   if (!ok) kd_seterr(err, errlen, "%s: writing the file's attributes and /config failed", path);
-  st = agree(ok ? 0 : KD_EXIT_IO, err, errlen, comm);
+  st = kd_agree(ok ? 0 : KD_EXIT_IO, err, errlen, comm);
   /* the model's tokenizer files travel with its weights (checkpoints, final.h5) */
   if (!st) st = tokfiles_put(mdl->tokenizer, io->file, comm, err, errlen);
 out:
@@ -985,7 +963,7 @@ static int entry_check(const struct weights_io *io, int p, char *err, size_t err
 int weights_write_group(struct weights_io *io, const char *group, const float *buf, char *err,
                         size_t errlen) {
   hid_t g = group_open(io, group, 1, err, errlen);
-  int st = agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
+  int st = kd_agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
   if (!st) st = write_entries(io, g, group, 0, io->mdl->nparams, buf, NULL, err, errlen);
   if (g >= 0) H5Gclose(g);
   return st;
@@ -996,7 +974,7 @@ int weights_write_tensor(struct weights_io *io, const char *group, int p, const 
   int st = entry_check(io, p, err, errlen);
   if (st) return st;
   hid_t g = group_open(io, group, 1, err, errlen);
-  st = agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
+  st = kd_agree(g < 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
   if (!st) st = write_entries(io, g, group, p, p + 1, NULL, x, err, errlen);
   if (g >= 0) H5Gclose(g);
   return st;
@@ -1012,7 +990,7 @@ int weights_close(struct weights_io *io, int st, char *err, size_t errlen) {
     int bad = H5Fclose(io->file) < 0;
     io->file = -1;
     if (bad && !st) kd_seterr(err, errlen, "%s: closing the file failed (disk full?)", io->path);
-    if (!st) st = agree(bad ? KD_EXIT_IO : 0, err, errlen, io->comm);
+    if (!st) st = kd_agree(bad ? KD_EXIT_IO : 0, err, errlen, io->comm);
     if (bad) kd_mark_abandoned();
   }
   if (io->writing) kd_io_guard_disarm();
@@ -1050,7 +1028,7 @@ int weights_save(const char *path, const struct kd_model *mdl, const float *buf,
   }
   MPI_Barrier(comm); /* every rank has closed the file */
   if (rank == 0) st = weights_publish(tmp, path, err, errlen);
-  return agree(st, err, errlen, comm);
+  return kd_agree(st, err, errlen, comm);
 }
 
 int weights_publish(const char *tmp, const char *path, char *err, size_t errlen) {
@@ -1136,7 +1114,7 @@ static int read_entries(struct weights_io *io, hid_t group, const char *gname, i
   int st = 0;
   for (int k = 0; k < n; k++)
     d[k] = st ? -1 : open_param(group, gname, &m->params[p0 + k], io->path, &st, err, errlen);
-  st = agree(st, err, errlen, io->comm);
+  st = kd_agree(st, err, errlen, io->comm);
   double total = 0, done = 0, t0 = kd_now(), last = t0; /* progress on the console */
   for (int k = 0; k < n; k++) total += param_bytes(&m->params[p0 + k]);
   int bad = -1;
@@ -1165,7 +1143,7 @@ static int read_entries(struct weights_io *io, hid_t group, const char *gname, i
   if (!st) {
     if (bad >= 0)
       kd_seterr(err, errlen, "%s: reading /%s/%s failed", io->path, gname, m->params[bad].name);
-    st = agree(bad >= 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
+    st = kd_agree(bad >= 0 ? KD_EXIT_IO : 0, err, errlen, io->comm);
   }
   if (!st) {
     /* every rank computed its parts: the sums are collective whatever the attributes hold */
@@ -1191,7 +1169,7 @@ static int read_entries(struct weights_io *io, hid_t group, const char *gname, i
         st = KD_EXIT_INPUT;
       }
     }
-    st = agree(st, err, errlen, io->comm);
+    st = kd_agree(st, err, errlen, io->comm);
   }
   for (int k = 0; k < n; k++)
     if (d[k] >= 0) H5Dclose(d[k]);
@@ -1212,7 +1190,7 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
   if (errlen > 0) err[0] = '\0';
   io->own = kd_calloc((size_t)mdl->nparams + 1, sizeof *io->own);
   hid_t cfg = -1;
-  int st = agree(io->rank == 0 ? file_precheck(path, err, errlen) : 0, err, errlen, comm);
+  int st = kd_agree(io->rank == 0 ? file_precheck(path, err, errlen) : 0, err, errlen, comm);
   if (st) return st;
 
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -1231,9 +1209,9 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
     if (!st) st = config_compare(&fc, &mdl->card, path, err, errlen);
   }
   if (cfg >= 0) H5Gclose(cfg);
-  if ((st = agree(st, err, errlen, comm))) return st;
+  if ((st = kd_agree(st, err, errlen, comm))) return st;
   int *hold = kd_malloc((2 * (size_t)mdl->nparams + 1) * sizeof *hold);
-  st = agree(plan_owners(mdl, 1, io->own, hold, comm, err, errlen), err, errlen, comm);
+  st = kd_agree(plan_owners(mdl, 1, io->own, hold, comm, err, errlen), err, errlen, comm);
   if (!st) plan_shares(io, hold);
   free(hold);
   return st;
@@ -1242,7 +1220,7 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
 int weights_read_group(struct weights_io *io, const char *group, float *buf, char *err,
                        size_t errlen) {
   hid_t g = group_open(io, group, 0, err, errlen);
-  int st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
+  int st = kd_agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
   if (!st) st = read_entries(io, g, group, 0, io->mdl->nparams, buf, NULL, err, errlen);
   if (g >= 0) H5Gclose(g);
   return st;
@@ -1253,7 +1231,7 @@ int weights_read_tensor(struct weights_io *io, const char *group, int p, float *
   int st = entry_check(io, p, err, errlen);
   if (st) return st;
   hid_t g = group_open(io, group, 0, err, errlen);
-  st = agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
+  st = kd_agree(g < 0 ? KD_EXIT_INPUT : 0, err, errlen, io->comm);
   if (!st) st = read_entries(io, g, group, p, p + 1, NULL, x, err, errlen);
   if (g >= 0) H5Gclose(g);
   return st;

@@ -92,9 +92,6 @@ int weights_read_group(struct weights_io *io, const char *group, float *buf, cha
  * HDF5 would flush it collectively and can hang when a rank's writes fail; the caller then
  * removes the file and ends the process (kd_exit_agreed). */
 int weights_close(struct weights_io *io, int st, char *err, size_t errlen);
-/* Every rank of `comm` returns the worst status, with the lowest such rank's message (an
- * I/O failure's message gets "(rank R)" appended, naming the rank where it happened). */
-int weights_agree(int st, char *err, size_t errlen, MPI_Comm comm);
 /* 1 on every rank when `ok` is non-zero on every rank of `comm`, else 0. Collective. */
 int weights_all(int ok, MPI_Comm comm);
 
