@@ -6,7 +6,10 @@
  * create/open and close and, for the write, an fsync of the file: a checkpoint is only a
  * checkpoint once it is on the disk (kdtrain fsyncs before it publishes one), and without
  * it the figure is the page cache's, which depends on what was written before.
- *   mpiexec -n N validation/perf/h5_plain BYTES NSETS FILE */
+ *   mpiexec -n N validation/perf/h5_plain BYTES NSETS FILE [COLD]
+ * With COLD given (a command), the page cache is emptied between the write and the read:
+ * rank 0 runs it (ckpt_io passes a drop_caches command when it may), so the read comes
+ * from the disk, as after a restart on another node. */
 #include <hdf5.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -59,8 +62,8 @@ int main(int argc, char **argv) {
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc != 4) {
-    if (rank == 0) fprintf(stderr, "usage: h5_plain BYTES NSETS FILE\n");
+  if (argc != 4 && argc != 5) {
+    if (rank == 0) fprintf(stderr, "usage: h5_plain BYTES NSETS FILE [COLD]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const long long bytes = atoll(argv[1]);
@@ -71,6 +74,10 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < share; i++) buf[i] = (float)(i % 1000) * 1e-3f;
   double t[2];
   for (int w = 1; w >= 0; w--) {
+    if (w == 0 && argc == 5 && rank == 0 && system(argv[4]) != 0) {
+      fprintf(stderr, "h5_plain: '%s' failed\n", argv[4]);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = MPI_Wtime();
     if (io(argv[3], per_set, nsets, w, buf, rank, size)) {
