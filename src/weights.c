@@ -667,10 +667,25 @@ static struct block part_block(const struct weights_io *io, int p, int64_t *firs
   return b;
 }
 
-/* Complete the slice `x` (block b) of shared entry p from the rows its holders read.
- * 0 or -1. Collective over the entry's holders. */
-static int gather_rows(const struct weights_io *io, int p, const struct block *b, float *x) {
-  if (!io->via || io->via[p] < 0) return 0;
+/* Completing a shared entry's slice from the rows its holders read: one non-blocking
+ * all-gather among them (io->share), started after this rank's own rows were read and
+ * finished after the next entry's read, so that the exchange overlaps the file system. */
+struct gather {
+  MPI_Request req;
+  MPI_Datatype row; /* MPI_DATATYPE_NULL: nothing started */
+  int *cnt;
+  int rc;
+};
+
+/* Start completing the slice `x` (block b) of entry p; nothing when it is not shared.
+ * Collective over the entry's holders. */
+static void gather_start(const struct weights_io *io, int p, const struct block *b, float *x,
+                         struct gather *g) {
+  g->req = MPI_REQUEST_NULL;
+  g->row = MPI_DATATYPE_NULL;
+  g->cnt = NULL;
+  g->rc = MPI_SUCCESS;
+  if (!io->via || io->via[p] < 0) return;
   MPI_Comm c = io->share[io->via[p]];
   int n;
   MPI_Comm_size(c, &n);
@@ -679,15 +694,21 @@ static int gather_rows(const struct weights_io *io, int p, const struct block *b
     at[i] = (int)(b->rows * i / n);
     cnt[i] = (int)(b->rows * (i + 1) / n) - at[i];
   }
-  MPI_Datatype row;
-  int rc = MPI_Type_contiguous((int)b->cols, MPI_FLOAT, &row);
-  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&row);
-  if (rc == MPI_SUCCESS) {
-    rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, at, row, c);
-    MPI_Type_free(&row);
-  }
-  free(cnt);
-  return rc == MPI_SUCCESS ? 0 : -1;
+  g->cnt = cnt;
+  g->rc = MPI_Type_contiguous((int)b->cols, MPI_FLOAT, &g->row);
+  if (g->rc == MPI_SUCCESS) g->rc = MPI_Type_commit(&g->row);
+  if (g->rc == MPI_SUCCESS)
+    g->rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, at, g->row, c, &g->req);
+}
+
+/* Wait for a started gather: 0 or -1. */
+static int gather_finish(struct gather *g) {
+  if (g->req != MPI_REQUEST_NULL && MPI_Wait(&g->req, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    g->rc = MPI_ERR_OTHER;
+  if (g->row != MPI_DATATYPE_NULL) MPI_Type_free(&g->row);
+  free(g->cnt);
+  g->cnt = NULL;
+  return g->rc == MPI_SUCCESS ? 0 : -1;
 }
 
 /* Write (or read) this rank's block of `dset` from (into) x, in collective transfers of at
@@ -1118,27 +1139,44 @@ static int read_entries(struct weights_io *io, hid_t group, const char *gname, i
   double total = 0, done = 0, t0 = kd_now(), last = t0; /* progress on the console */
   for (int k = 0; k < n; k++) total += param_bytes(&m->params[p0 + k]);
   int bad = -1;
-  for (int k = 0; k < n && !st; k++) {
-    const struct kd_param *q = &m->params[p0 + k];
-    const struct block whole = param_block(q);
-    int64_t first;
-    int counted;
-    const struct block b = part_block(io, p0 + k, &first, &counted);
-    float *blk = one ? one : buf ? buf + q->offset : NULL;
-    float *x = packed ? kd_malloc(q->numel * sizeof *x + 1) : host_view(be, blk, q->numel, 0);
-    /* this rank's rows of the slice, the checksum of them, then the rest from its holders */
-    const int rc = transfer(d[k], &b, x + first, 1, 0);
-    if (rc == 0 && counted)
-      sum[k] = weights_checksum(x + first, b.rows, b.cols, b.row0, b.col0, b.gcols);
-    if ((gather_rows(io, p0 + k, &whole, x) != 0 || rc != 0) && bad < 0) bad = p0 + k;
-    if (bad < 0) {
-      if (!packed) host_store(be, blk, x, q->numel);
-      else model_store_packed(packed, q, x);
+  /* entry k's rows are read and checksummed while entry k - 1's all-gather runs */
+  struct gather g = {MPI_REQUEST_NULL, MPI_DATATYPE_NULL, NULL, MPI_SUCCESS};
+  float *gx = NULL, *gblk = NULL;
+  int gk = -1, grc = 0;
+  for (int k = 0; k <= n && !st; k++) {
+    const struct kd_param *q = k < n ? &m->params[p0 + k] : NULL;
+    float *blk = NULL, *x = NULL;
+    int rc = 0;
+    struct block whole = {0};
+    if (q) {
+      whole = param_block(q);
+      int64_t first;
+      int counted;
+      const struct block b = part_block(io, p0 + k, &first, &counted);
+      blk = one ? one : buf ? buf + q->offset : NULL;
+      x = packed ? kd_malloc(q->numel * sizeof *x + 1) : host_view(be, blk, q->numel, 0);
+      /* this rank's rows of the slice and the checksum of them */
+      rc = transfer(d[k], &b, x + first, 1, 0);
+      if (rc == 0 && counted)
+        sum[k] = weights_checksum(x + first, b.rows, b.cols, b.row0, b.col0, b.gcols);
     }
-    if (packed) free(x);
-    else host_release(blk, x);
-    done += param_bytes(q);
-    kd_progress(io->path, done, total, t0, &last);
+    if (gk >= 0) { /* the previous entry is complete once its holders' rows are here */
+      const struct kd_param *pq = &m->params[p0 + gk];
+      if ((gather_finish(&g) != 0 || grc != 0) && bad < 0) bad = p0 + gk;
+      if (bad < 0) {
+        if (!packed) host_store(be, gblk, gx, pq->numel);
+        else model_store_packed(packed, pq, gx);
+      }
+      if (packed) free(gx);
+      else host_release(gblk, gx);
+      done += param_bytes(pq);
+      kd_progress(io->path, done, total, t0, &last);
+    }
+    if (q) gather_start(io, p0 + k, &whole, x, &g);
+    gk = q ? k : -1;
+    gx = x;
+    gblk = blk;
+    grc = rc;
   }
   if (!st) {
     if (bad >= 0)
