@@ -56,4 +56,15 @@ grep -q "^kdtrain: MFU peak [0-9.]* GFLOP/s per rank: .* cores x [0-9]* FP32 FLO
 grep -q "^kdtrain: MFU peak 500 GFLOP/s per rank: log%peak_tflops" d.log || { cat d.log; fail "log%peak_tflops"; }
 awk -F, 'NR == 2 { if (!($10 > 0 && $10 < 1)) { print "mfu " $10; exit 1 } }' a/metrics.csv ||
   fail "mfu column not in (0, 1)"
+echo "== a GEMM faster than the stated clock allows raises the peak (turbo), a slow one never lowers it"
+KDTRAIN_TEST_GEMM_PEAK=1e14 "$KDTRAIN" in.nml run%steps=1 run%out_dir="'e'" > e.log 2>&1 || fail "fast gemm"
+# (the rank's cores count in the peak; the rate was measured on OMP_NUM_THREADS = 1: 100%
+# of the peak on a 1-core machine, 50% on 2)
+grep -q "^kdtrain: MFU peak [0-9.e+]* GFLOP/s per rank: .* GHz (at least: the sgemm rate needs it; .* says [0-9.]*) | sgemm 1536^3 measured 1e+05 GFLOP/s ([0-9]*% of that peak)" e.log ||
+  { cat e.log; fail "the peak did not take the clock the sgemm rate needs"; }
+pct=$(sed -n 's/^kdtrain: MFU peak .*(\([0-9]*\)% of that peak)$/\1/p' e.log)
+[ -n "$pct" ] && [ "$pct" -le 100 ] || { cat e.log; fail "the sgemm rate is $pct% of the peak"; }
+KDTRAIN_TEST_GEMM_PEAK=1e6 "$KDTRAIN" in.nml run%steps=1 run%out_dir="'s'" > s.log 2>&1 || fail "slow gemm"
+grep "^kdtrain: MFU peak " s.log | grep -v "at least" | grep -q " GHz (.*) | sgemm 1536^3 measured 0.001 GFLOP/s" ||
+  { cat s.log; fail "a slow GEMM changed the peak"; }
 echo "BLAS kernel selection and the hardware peak: ok"
