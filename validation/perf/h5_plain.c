@@ -31,14 +31,14 @@ static int io(const char *path, long long per_set, int nsets, int writing, float
   if (f < 0) return 1;
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  /* rank r's contiguous share of every dataset: cnt[r] elements from at[r] */
   const long long base = per_set / size, extra = per_set % size;
-  const hsize_t start = (hsize_t)(rank * base + (rank < extra ? rank : extra));
-  const hsize_t count = (hsize_t)(base + (rank < extra ? 1 : 0)), total = (hsize_t)per_set;
   int bad = 0, *cnt = malloc(2 * (size_t)size * sizeof *cnt), *at = cnt + size;
   for (int r = 0; r < size; r++) {
     at[r] = (int)(r * base + (r < extra ? r : extra));
     cnt[r] = (int)(base + (r < extra ? 1 : 0));
   }
+  const hsize_t start = (hsize_t)at[rank], count = (hsize_t)cnt[rank], total = (hsize_t)per_set;
   for (int d = 0; d < nsets; d++) {
     float *buf = replicate ? buf0 + (size_t)d * (size_t)per_set + start
                            : buf0 + (size_t)d * (size_t)count;
@@ -97,7 +97,8 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = MPI_Wtime();
     if (io(argv[3], per_set, nsets, w == 1, w < 0 ? all : buf, rank, size, w < 0)) {
-      fprintf(stderr, "h5_plain: %s of %s failed\n", w ? "write" : "read", argv[3]);
+      fprintf(stderr, "h5_plain: %s of %s failed\n",
+              w > 0 ? "write" : w == 0 ? "read" : "replicated read", argv[3]);
       MPI_Abort(MPI_COMM_WORLD, 3);
     }
     MPI_Barrier(MPI_COMM_WORLD);
