@@ -9,9 +9,9 @@
 #include "train.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <math.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,9 @@
 #include <omp.h>
 #endif
 
+#include "backend/cpu_gemm16.h"
+#include "backend/cpu_hw.h"
+#include "backend/cuda.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
@@ -36,8 +39,6 @@
 #include "util.h"
 #include "weights.h"
 #include "zero.h"
-#include "backend/cpu_hw.h"
-#include "backend/cuda.h"
 
 _Static_assert(KD_DATA_MAX == DATA_MAX_SETS, "a blend holds as many files as data%train");
 
@@ -45,7 +46,7 @@ struct run {
   const struct kd_config *cfg;
   struct kd_backend be;
   int rank, nranks, distill;
-  int eval; /* mode 'eval': the student holds weights only */
+  int eval;           /* mode 'eval': the student holds weights only */
   struct tokset *tok; /* the student's tokenizer files (NULL: none) */
   struct kd_grid grid;
   struct kd_model student, teacher;
@@ -56,11 +57,11 @@ struct run {
   struct loss_spec spec;
   size_t chunk;
   struct metrics metrics;
-  double gemm_rate;     /* measured FLOP/s of this rank's GEMM (start line only) */
-  double peak;          /* this rank's share of the hardware's peak FLOP/s (0: unknown) */
-  double peak_all;      /* the sum over ranks: the MFU denominator */
-  char peak_what[512];  /* where rank 0's peak came from */
-  double step_flops;    /* model FLOPs of one step over all ranks */
+  double gemm_rate;         /* measured FLOP/s of this rank's GEMM (start line only) */
+  double peak;              /* this rank's share of the hardware's peak FLOP/s (0: unknown) */
+  double peak_all;          /* the sum over ranks: the MFU denominator */
+  char peak_what[512];      /* where rank 0's peak came from */
+  double step_flops;        /* model FLOPs of one step over all ranks */
   struct ckpt_state resume; /* state of the checkpoint resumed from (step 0: fresh run) */
   /* teacher%source = 'cache' (doc/cache.md): no teacher model; the loss reads the cache */
   int cached;
@@ -88,15 +89,15 @@ static void cache_setup(struct run *r, int vc) {
   for (int i = 0; i < cfg->data_ntrain; i++)
     paths[i] = cfg->data_train[i];
   kd_agree_or_fail(data_open_blend(&r->tc_data, cfg->data_ntrain, paths, cfg->data_weights,
-                             cfg->data_format, cfg->data_seq_len, vc, (uint64_t)cfg->run_seed, err,
-                             sizeof err),
-             err);
+                                   cfg->data_format, cfg->data_seq_len, vc, (uint64_t)cfg->run_seed,
+                                   err, sizeof err),
+                   err);
   want.data_id = tcache_data_id(&r->tc_data);
   want.nwindows = tcache_nwindows(&r->tc_data);
   kd_agree_or_fail(tcache_open(&r->tc, cfg->teacher_cache, &want, err, sizeof err), err);
   tcache_rows_alloc(&r->tc_rows, &r->tc.meta, (size_t)cfg->par_micro_batch * cfg->data_seq_len);
-  kd_info("kdtrain: teacher from the cache %s (%s, k = %d): no teacher model\n",
-          cfg->teacher_cache, cfg->teacher_cache_select, cfg->teacher_cache_k);
+  kd_info("kdtrain: teacher from the cache %s (%s, k = %d): no teacher model\n", cfg->teacher_cache,
+          cfg->teacher_cache_select, cfg->teacher_cache_k);
 }
 
 /* pipe tc_fetch: the cached rows of micro-batch m of this rank's share of the step. */
@@ -115,7 +116,6 @@ static void cache_fetch(void *arg, int m, struct tcache_rows *rows) {
   if (w != win) free(w);
   if (st) kd_fail(st, "%s: %s", r->cfg->teacher_cache, err);
 }
-
 
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
@@ -137,9 +137,11 @@ static double measure_gemm_rate(struct kd_backend *be) {
   const size_t piece = 64 * (size_t)n; /* uploaded 64 rows at a time: a small host buffer */
   float *h = kd_malloc(piece * sizeof(float));
   for (size_t at = 0; at < nn; at += piece) {
-    for (size_t i = 0; i < piece; i++) h[i] = (float)((at + i) % 7) * 0.1f;
+    for (size_t i = 0; i < piece; i++)
+      h[i] = (float)((at + i) % 7) * 0.1f;
     be->upload(be, A + at, h, piece * sizeof(float));
-    for (size_t i = 0; i < piece; i++) h[i] = (float)((at + i) % 5) * 0.1f;
+    for (size_t i = 0; i < piece; i++)
+      h[i] = (float)((at + i) % 5) * 0.1f;
     be->upload(be, B + at, h, piece * sizeof(float));
   }
   free(h);
@@ -165,7 +167,7 @@ static double measure_gemm_rate(struct kd_backend *be) {
 static double forward_flops(const struct kd_card *c, double tokens, int T) {
   double p = (double)model_count_params(c);
   p -= (double)c->vocab_size * c->hidden_size * (c->tie_word_embeddings ? 0 : 1); /* lookup */
-  const double attn = 2.0 * c->num_hidden_layers * (double)T * c->hidden_size; /* causal QK,PV */
+  const double attn = 2.0 * c->num_hidden_layers * (double)T * c->hidden_size;    /* causal QK,PV */
   return 2.0 * p * tokens + attn * tokens;
 }
 
@@ -228,9 +230,14 @@ static double hardware_peak(struct run *r, char *what, size_t n) {
              seen / 1e9, src, hz / 1e9);
     hz = seen;
   }
-  snprintf(what, n, "%.3g cores x %.0f FP32 FLOP/cycle (%s, %s) x %s%s", cores, fpc,
-           kd_isa_name(c.isa), how, clock, r->be.bf16 ? "; bf16 runs FP32 GEMMs on the CPU" : "");
-  return cores * fpc * hz;
+  /* bf16 runs multiply on the BF16 dot-product instruction where the CPU has it: two
+   * products per FP32 lane, twice the FMA's FLOP/cycle */
+  const int dot16 = r->be.bf16 && gemm16_available();
+  snprintf(what, n, "%.3g cores x %.0f %s FLOP/cycle (%s, %s%s) x %s%s", cores,
+           dot16 ? 2 * fpc : fpc, dot16 ? "BF16" : "FP32", kd_isa_name(c.isa), how,
+           dot16 ? " x 2: vdpbf16ps" : "", clock,
+           r->be.bf16 && !dot16 ? "; bf16 runs FP32 GEMMs on this CPU" : "");
+  return cores * (dot16 ? 2 * fpc : fpc) * hz;
 }
 
 /* Bytes for the loss chunk buffers: what memory%budget_mb leaves after everything
@@ -249,8 +256,10 @@ static void backend_select(struct run *r, const struct kd_config *cfg) {
   const int want_cuda = strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0;
   const int ncuda = want_cuda ? cuda_devices_all_ranks(why, sizeof why) : 0;
   if (strcmp(dev, "cuda") == 0 && ncuda == 0)
-    kd_fail_all(KD_EXIT_INPUT, "%s: run%%device='cuda' but no CUDA device: %s; use "
-            "run%%device='cpu' or 'auto'", cfg->source, why);
+    kd_fail_all(KD_EXIT_INPUT,
+                "%s: run%%device='cuda' but no CUDA device: %s; use "
+                "run%%device='cpu' or 'auto'",
+                cfg->source, why);
   const int node_rank = grid_node_rank();
   if (ncuda > 0) {
 #ifdef KD_HAVE_CUDA
@@ -300,15 +309,16 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
   const char *which = ts && tt ? tokfiles_differ(ts, tt) : NULL; /* every rank holds both */
   if (which)
     kd_fail_all(KD_EXIT_INPUT,
-            "the teacher's tokenizer (%s) differs from the student's (%s) in %s: both models "
-            "must use the same tokenizer (cross-tokenizer distillation is not supported)",
-            cfg->teacher_init, own, which);
+                "the teacher's tokenizer (%s) differs from the student's (%s) in %s: both models "
+                "must use the same tokenizer (cross-tokenizer distillation is not supported)",
+                cfg->teacher_init, own, which);
   r->tok = ts ? ts : tt;
   tokfiles_free(ts ? tt : NULL);
   r->student.tokenizer = r->tok;
   update_state(&r->update)->tokenizer = r->tok;
-  if (r->tok) kd_info("kdtrain: the tokenizer files of %s travel into checkpoints and final.h5\n",
-                      ts ? own : cfg->teacher_init);
+  if (r->tok)
+    kd_info("kdtrain: the tokenizer files of %s travel into checkpoints and final.h5\n",
+            ts ? own : cfg->teacher_init);
 }
 
 /* Start of a long set-up phase: "kdtrain: WHAT [PATH (SIZE)] ..." on rank 0; returns the
@@ -340,10 +350,13 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   if (strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") != 0 &&
       !cfg->teacher_init[0]) {
     config_where(cfg, "teacher", "init", err, sizeof err);
-    kd_fail_all(KD_EXIT_INPUT, "%s: missing: mode 'distill' with a live teacher needs its "
-                "weights; expected a weights file (kdconvert from-hf, or a kdtrain final.h5)", err);
+    kd_fail_all(KD_EXIT_INPUT,
+                "%s: missing: mode 'distill' with a live teacher needs its "
+                "weights; expected a weights file (kdconvert from-hf, or a kdtrain final.h5)",
+                err);
   }
-  kd_agree_or_fail(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
+  kd_agree_or_fail(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err),
+                   err);
   r->cached = strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") == 0;
   backend_select(r, cfg);
   r->distill = strcmp(cfg->run_mode, "distill") == 0;
@@ -360,15 +373,18 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   }
   const int vc = vt < cfg->student.vocab_size ? vt : cfg->student.vocab_size;
   model_build_grid(&r->student, &r->be, &cfg->student,
-                   r->eval ? MODEL_FROZEN : zero ? MODEL_SHARDED : MODEL_TRAIN, vc, &r->grid);
+                   r->eval ? MODEL_FROZEN
+                   : zero  ? MODEL_SHARDED
+                           : MODEL_TRAIN,
+                   vc, &r->grid);
   float *dst = r->eval ? r->student.w : r->student.master;
   char resumed[KD_PATH_MAX + 300] = "";
   if (strcmp(cfg->student_init, "random") == 0) {
     model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
   } else {
     const double t0 = phase_begin("loading student", cfg->student_init);
-    kd_agree_or_fail(weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err),
-               err);
+    kd_agree_or_fail(
+        weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err), err);
     phase_end("student loaded", t0);
   }
   plan_policy(&r->student.mem, cfg, 0);
@@ -390,9 +406,9 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     plan_policy(&r->teacher.mem, cfg, 1);
     const double t0 = phase_begin("loading teacher", cfg->teacher_init);
     ckpt_test_delay("KDTRAIN_TEST_LOAD_DELAY_MS"); /* a long load, for test_signals */
-    kd_agree_or_fail(weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err,
-                            sizeof err),
-               err);
+    kd_agree_or_fail(
+        weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err, sizeof err),
+        err);
     phase_end("teacher loaded", t0);
     char wb[32];
     kd_info("kdtrain: teacher held in %s: %s of weights on rank 0\n", r->be.bf16 ? "BF16" : "FP32",
@@ -407,14 +423,14 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     const char *paths[KD_DATA_MAX];
     for (int i = 0; i < cfg->data_ntrain; i++)
       paths[i] = cfg->data_train[i];
-    st = data_open_blend(&r->train, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format,
-                         T, vc, (uint64_t)cfg->run_seed, err, sizeof err);
+    st = data_open_blend(&r->train, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format, T,
+                         vc, (uint64_t)cfg->run_seed, err, sizeof err);
   }
   kd_agree_or_fail(st, err);
   if (cfg->data_valid[0]) {
     kd_agree_or_fail(data_open(&r->valid, cfg->data_valid, cfg->data_format, T, vc,
-                         (uint64_t)cfg->run_seed, err, sizeof err),
-               err);
+                               (uint64_t)cfg->run_seed, err, sizeof err),
+                     err);
     r->have_valid = 1;
   }
 
@@ -433,9 +449,8 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   if (r->chunk > N) r->chunk = N;
   const int nmicro = cfg->par_global_batch / (dp * mb);
   const int nvalid = (cfg->data_valid_batches + dp - 1) / dp;
-  pipe_build(&r->pipe, &r->be, &r->grid, &r->student,
-             r->distill && !r->cached ? &r->teacher : NULL, mb, T,
-             nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
+  pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill && !r->cached ? &r->teacher : NULL,
+             mb, T, nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
   if (r->cached) {
     r->pipe.tc_fetch = cache_fetch;
     r->pipe.tc_arg = r;
@@ -445,8 +460,10 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   /* only rank 0 prints the rate: the others skip the product (64 ranks oversubscribed on
    * 2 cores spent 79 s measuring it) but forget the set-up's transient peaks as it does */
   const double t0 = phase_begin("measuring the GEMM rate on rank 0", NULL);
-  if (r->rank == 0) r->gemm_rate = measure_gemm_rate(&r->be);
-  else arena_reset_peaks(&r->be.arena);
+  if (r->rank == 0)
+    r->gemm_rate = measure_gemm_rate(&r->be);
+  else
+    arena_reset_peaks(&r->be.arena);
   phase_end("GEMM rate measured", t0);
   r->peak = hardware_peak(r, r->peak_what, sizeof r->peak_what);
   MPI_Allreduce(&r->peak, &r->peak_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -533,8 +550,10 @@ static size_t mem_peak_all(struct run *r) {
 static void open_metrics(struct run *r) {
   const struct kd_config *cfg = r->cfg;
   char path[KD_PATH_MAX + 32];
-  if (cfg->log_metrics[0]) snprintf(path, sizeof path, "%s", cfg->log_metrics);
-  else snprintf(path, sizeof path, "%s/metrics.csv", cfg->run_out_dir);
+  if (cfg->log_metrics[0])
+    snprintf(path, sizeof path, "%s", cfg->log_metrics);
+  else
+    snprintf(path, sizeof path, "%s/metrics.csv", cfg->run_out_dir);
   metrics_open(&r->metrics, path, r->resume.step > 0, MPI_COMM_WORLD);
 }
 
@@ -547,7 +566,8 @@ static void log_validation(struct run *r, int64_t step) {
   else
     kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
   double v[11];
-  for (int i = 0; i < 11; i++) v[i] = NAN;
+  for (int i = 0; i < 11; i++)
+    v[i] = NAN;
   v[10] = vl;
   metrics_put(r, step, v, 11);
 }
@@ -568,8 +588,10 @@ static const char *format_rate(char *buf, size_t n, double x) {
 static void format_eta(char *buf, size_t n, double sec) {
   if (sec < 0 || !isfinite(sec)) sec = 0;
   long s = (long)(sec + 0.5);
-  if (s >= 3600) snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+  if (s >= 3600)
+    snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else
+    snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
 static int train_loop(struct run *r) {
@@ -611,8 +633,8 @@ static int train_loop(struct run *r) {
     reduce_sums(r, &sums);
     const double loss_kd = empty ? NAN : sums.kd / counted;
     const double loss_ce = empty ? NAN : sums.ce / counted;
-    const double loss = r->distill ? cfg->loss_alpha * loss_kd + (1 - cfg->loss_alpha) * loss_ce
-                                   : loss_ce;
+    const double loss =
+        r->distill ? cfg->loss_alpha * loss_kd + (1 - cfg->loss_alpha) * loss_ce : loss_ce;
     const double gnorm = empty ? 0.0 : update_reduce_grads(&r->update, be) / scale;
     const int finite = isfinite(gnorm) && isfinite(loss);
     if (!empty && scaler_update(&scaler, finite)) {
@@ -623,7 +645,8 @@ static int train_loop(struct run *r) {
     consumed += gb;
     const double dt = kd_now() - t0;
     const long flt = kd_minor_faults() - flt0;
-    if (flt_first < 0) flt_first = flt;
+    if (flt_first < 0)
+      flt_first = flt;
     else {
       flt_sum += flt;
       flt_n++;
@@ -635,8 +658,9 @@ static int train_loop(struct run *r) {
     if (step % cfg->log_every == 0 || last || step == first) {
       const size_t peak = mem_peak_all(r);
       char eta[32];
-      format_eta(eta, sizeof eta, (kd_now() - t_start) / (double)(step - first + 1) *
-                                      (double)(cfg->run_steps - step));
+      format_eta(eta, sizeof eta,
+                 (kd_now() - t_start) / (double)(step - first + 1) *
+                     (double)(cfg->run_steps - step));
       char parts[64] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
       if (r->distill && !empty)
         snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", loss_kd, loss_ce);
@@ -646,8 +670,17 @@ static int train_loop(struct run *r) {
               (long long)step, (long long)cfg->run_steps, lossw, parts, lr, gnorm,
               finite || empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s), 100 * mfu,
               kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
-      double v[11] = {loss, r->distill ? loss_kd : NAN, loss_ce, lr, gnorm, (double)scaler.skipped,
-                      (double)consumed * T, tok_s, mfu, (double)peak, NAN};
+      double v[11] = {loss,
+                      r->distill ? loss_kd : NAN,
+                      loss_ce,
+                      lr,
+                      gnorm,
+                      (double)scaler.skipped,
+                      (double)consumed * T,
+                      tok_s,
+                      mfu,
+                      (double)peak,
+                      NAN};
       metrics_put(r, step, v, 11);
     }
     if (scaler.skipped > cfg->prec_max_skipped) {
@@ -674,13 +707,13 @@ static int train_loop(struct run *r) {
   const int64_t done = first > cfg->run_steps ? r->resume.step : cfg->run_steps;
   if (status == KD_EXIT_OK && cfg->ckpt_every > 0 && done > 0 &&
       (first > cfg->run_steps || done % cfg->ckpt_every != 0)) {
-    struct ckpt_state st = {done,           consumed,         updates, scaler.scale,
-                            scaler.good_steps, scaler.skipped, cfg->run_seed};
+    struct ckpt_state st = {done,           consumed,     updates, scaler.scale, scaler.good_steps,
+                            scaler.skipped, cfg->run_seed};
     char err[1024];
     const int rc = ckpt_save(cfg, update_state(&r->update), &st, MPI_COMM_WORLD, err, sizeof err);
     if (rc) kd_exit_agreed(rc, "final checkpoint at step %lld: %s", (long long)done, err);
-    kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written at the end of the run\n",
-            cfg->ckpt_dir, (long long)done);
+    kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written at the end of the run\n", cfg->ckpt_dir,
+            (long long)done);
   }
   if (status == KD_EXIT_OK) log_validation(r, cfg->run_steps);
   return status;
@@ -695,8 +728,7 @@ static int save_final(struct run *r) {
   config_print(f, r->cfg);
   fclose(f);
   struct kd_model *st_model = update_state(&r->update);
-  int st = weights_save(path, st_model, st_model->master, text, 1,
-                        MPI_COMM_WORLD, err, sizeof err);
+  int st = weights_save(path, st_model, st_model->master, text, 1, MPI_COMM_WORLD, err, sizeof err);
   free(text);
   if (st) kd_exit_agreed(st, "%s", err);
   kd_info("kdtrain: wrote %s\n", path);
@@ -706,19 +738,22 @@ static int save_final(struct run *r) {
 /* Print every rank's arena peaks per category (rank 0 prints; collective). */
 static void report_peaks(const struct run *r) {
   unsigned long long mine[KD_MEM_NCAT + 1], *all = NULL;
-  for (int c = 0; c < KD_MEM_NCAT; c++) mine[c] = r->be.arena.peak[c];
+  for (int c = 0; c < KD_MEM_NCAT; c++)
+    mine[c] = r->be.arena.peak[c];
   mine[KD_MEM_NCAT] = r->be.arena.peak_total;
   if (r->rank == 0) all = kd_malloc((size_t)r->nranks * sizeof mine);
   MPI_Gather(mine, KD_MEM_NCAT + 1, MPI_UNSIGNED_LONG_LONG, all, KD_MEM_NCAT + 1,
              MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
   if (r->rank != 0) return;
   printf("memory peaks per rank (bytes):\n  rank (tp,pp,dp)");
-  for (int c = 0; c < KD_MEM_NCAT; c++) printf(" %12s", kd_mem_names[c]);
+  for (int c = 0; c < KD_MEM_NCAT; c++)
+    printf(" %12s", kd_mem_names[c]);
   printf(" %12s\n", "total");
   for (int k = 0; k < r->nranks; k++) {
     const int tp = r->grid.tp, dp = r->grid.dp;
     printf("  %4d (%d,%d,%d)", k, k % tp, k / (tp * dp), (k / tp) % dp);
-    for (int c = 0; c <= KD_MEM_NCAT; c++) printf(" %12llu", all[(size_t)k * (KD_MEM_NCAT + 1) + c]);
+    for (int c = 0; c <= KD_MEM_NCAT; c++)
+      printf(" %12llu", all[(size_t)k * (KD_MEM_NCAT + 1) + c]);
     printf("\n");
   }
   fflush(stdout);
@@ -733,9 +768,10 @@ static int cache_make(const struct kd_config *cfg) {
   r.cfg = cfg;
   kd_agree_or_fail(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
   if (cfg->par_global_batch % (r.grid.dp * cfg->par_micro_batch) != 0)
-    kd_fail_all(KD_EXIT_INPUT,
-            "%s: &parallel global_batch = %d is not divisible by micro_batch = %d times dp = %d",
-            cfg->source, cfg->par_global_batch, cfg->par_micro_batch, r.grid.dp);
+    kd_fail_all(
+        KD_EXIT_INPUT,
+        "%s: &parallel global_batch = %d is not divisible by micro_batch = %d times dp = %d",
+        cfg->source, cfg->par_global_batch, cfg->par_micro_batch, r.grid.dp);
   backend_select(&r, cfg);
   const int status = tcache_make_run(cfg, &r.be, &r.grid);
   comm_release(&r.be);
@@ -778,7 +814,8 @@ int train_run(const struct kd_config *cfg) {
             r.peak / 1e9, r.peak_what, r.gemm_rate / 1e9, 100.0 * r.gemm_rate / r.peak);
   else
     kd_info("kdtrain: MFU peak unknown (%s): the mfu column reads nan | sgemm 1536^3 measured "
-            "%.4g GFLOP/s\n", r.peak_what, r.gemm_rate / 1e9);
+            "%.4g GFLOP/s\n",
+            r.peak_what, r.gemm_rate / 1e9);
   int status = KD_EXIT_OK;
   if (strcmp(cfg->run_mode, "eval") == 0) {
     open_metrics(&r);

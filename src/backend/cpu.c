@@ -18,6 +18,7 @@
 
 #include "../util.h"
 #include "backend.h"
+#include "cpu_gemm16.h"
 #include "cpu_math.h"
 
 #include <cblas.h>
@@ -72,7 +73,8 @@ static void cpu_copy(float *dst, const float *src, size_t n) {
 
 static void cpu_copy2d(float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
                        size_t cols) {
-  for (size_t r = 0; r < rows; r++) memcpy(dst + r * ldd, src + r * lds, cols * sizeof(float));
+  for (size_t r = 0; r < rows; r++)
+    memcpy(dst + r * ldd, src + r * lds, cols * sizeof(float));
 }
 
 /* Host memory is backend memory: transfers are copies, nothing is ever pending. */
@@ -81,10 +83,14 @@ static void cpu_transfer(struct kd_backend *be, void *dst, const void *src, size
   if (bytes) memcpy(dst, src, bytes);
 }
 
-static void cpu_sync(struct kd_backend *be) { (void)be; }
+static void cpu_sync(struct kd_backend *be) {
+  (void)be;
+}
 
 /* One queue: an asynchronous copy is a copy, done when it returns. */
-static void cpu_copy_wait(struct kd_backend *be) { (void)be; }
+static void cpu_copy_wait(struct kd_backend *be) {
+  (void)be;
+}
 
 /* --- dense algebra ------------------------------------------------------------------------ */
 
@@ -98,8 +104,8 @@ static void blas_single_thread(void) {
 #endif
 }
 
-static void sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+static void sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc) {
   cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -107,32 +113,74 @@ static void sgemm(int transa, int transb, int M, int N, int K, float alpha, cons
 /* Products below this many multiply-adds run on the calling thread. */
 #define GEMM_SPLIT_MIN (1L << 18)
 
-/* Row-major C = alpha op(A) op(B) + beta C over the OpenMP threads: each thread
- * takes a block of C's rows (or columns, whichever is longer), 64-aligned, and
- * calls the single-threaded BLAS on it, so the blocks are independent products. */
-static void cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  if (M <= 0 || N <= 0) return;
-  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (nt < 2 || (long)M * N * (K > 0 ? K : 1) < GEMM_SPLIT_MIN) {
-    sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+/* The BF16 kernel (cpu_gemm16.c) serves bf16 runs where the CPU has it; set at init. */
+static int cpu_gemm16;
+
+/* One thread's block of a product: the BF16 kernel when `work` is given (falling back to
+ * sgemm where an operand is not BF16), else sgemm. B16: the weight in packed BF16
+ * (transb = 1; only with work). */
+static void gemm_block(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                       int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                       int ldc, void *work) {
+  if (work && gemm16(transa, transb, M, N, K, alpha, A, lda, B, B16, ldb, beta, C, ldc, work) == 0)
     return;
-  }
+  sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* Row-major C = alpha op(A) op(B) + beta C over the OpenMP threads: each thread takes a
+ * block of C's rows (or columns, whichever is longer: the operand every thread reads
+ * whole, and packs, is then the smaller one), 64-aligned, and multiplies it on its own,
+ * so the blocks are independent products. In bf16 runs with the BF16 kernel, each block
+ * runs on it (B16 given: B's values in packed BF16, transb = 1) while its operands are
+ * BF16 numbers; returns 0 if a block needed B's FP32 values that B16 replaces. */
+static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                      int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                      int ldc) {
+  if (M <= 0 || N <= 0) return 1;
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if ((long)M * N * (K > 0 ? K : 1) < GEMM_SPLIT_MIN) nt = 1;
   const int by_rows = M >= N, len = by_rows ? M : N;
   int per = (len + nt - 1) / nt;
   per = (per + 63) / 64 * 64;
   nt = (len + per - 1) / per;
-#pragma omp parallel num_threads(nt)
+  const int use16 = cpu_gemm16 && cpu_bf16;
+  /* a block that fails on B16 is redone by the caller for all of C: with beta != 0 that
+   * must be decided before any block is written */
+  if (B16 && beta != 0.0f && (transa ? !gemm16_exact(A, K, M, lda) : !gemm16_exact(A, M, K, lda)))
+    return 0;
+  const size_t wbytes = use16 ? gemm16_work_bytes(by_rows ? per : M, by_rows ? N : per, K) : 0;
+  char *work = use16 ? scratch_alloc((size_t)nt * wbytes) : NULL;
+  int ok = 1;
+#pragma omp parallel num_threads(nt) reduction(&& : ok)
   {
     const int i0 = omp_get_thread_num() * per, n = len - i0 < per ? len - i0 : per;
-    if (n > 0 && by_rows) {
-      const float *Ab = transa ? A + i0 : A + (size_t)i0 * lda;
-      sgemm(transa, transb, n, N, K, alpha, Ab, lda, B, ldb, beta, C + (size_t)i0 * ldc, ldc);
-    } else if (n > 0) {
-      const float *Bb = transb ? B + (size_t)i0 * ldb : B + i0;
-      sgemm(transa, transb, M, n, K, alpha, A, lda, Bb, ldb, beta, C + i0, ldc);
+    void *w = work ? work + (size_t)omp_get_thread_num() * wbytes : NULL;
+    const float *Ab = A, *Bb = B;
+    const uint16_t *B16b = B16;
+    int m = M, nn = N;
+    float *Cb = C;
+    if (by_rows) {
+      Ab = transa ? A + i0 : A + (size_t)i0 * lda;
+      Cb = C + (size_t)i0 * ldc;
+      m = n;
+    } else {
+      Bb = B ? (transb ? B + (size_t)i0 * ldb : B + i0) : NULL;
+      B16b = B16 ? B16 + (size_t)i0 * ldb : NULL;
+      Cb = C + i0;
+      nn = n;
     }
+    if (n > 0 && B16b)
+      ok = gemm16(transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, w) == 0;
+    else if (n > 0)
+      gemm_block(transa, transb, m, nn, K, alpha, Ab, lda, Bb, NULL, ldb, beta, Cb, ldc, w);
   }
+  if (work) scratch_free(work);
+  return ok;
+}
+
+static void cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  gemm_split(transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc);
 }
 
 /* Weight rows unpacked per block of gemm_w16 (at most). A block is multiplied by one
@@ -154,7 +202,8 @@ static void unpack_rows(float *restrict dst, const uint16_t *restrict B16, int l
   }
 }
 
-/* C = alpha op(A) B^T + beta C with B packed BF16, in one parallel region (as cpu_gemm):
+/* C = alpha op(A) B^T + beta C with B packed BF16. With the BF16 kernel, while A holds
+ * BF16 numbers: gemm_split on B16 directly. Else in one parallel region (as gemm_split):
  * the weight is unpacked in blocks of at most W16_ROWS rows into a per-thread FP32
  * buffer (KD_MEM_SCRATCH) and each block is one single-threaded sgemm. When M >= N every
  * thread takes a share of C's rows and walks all blocks; else the blocks (a multiple of
@@ -162,6 +211,9 @@ static void unpack_rows(float *restrict dst, const uint16_t *restrict B16, int l
 static void cpu_gemm_w16(int transa, int M, int N, int K, float alpha, const float *A, int lda,
                          const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
+  if (cpu_gemm16 && cpu_bf16 &&
+      gemm_split(transa, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C, ldc))
+    return;
   const int kk = K > 0 ? K : 1, by_rows = M >= N;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if ((long)M * N * kk < GEMM_SPLIT_MIN) nt = 1;
@@ -489,6 +541,7 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   be->name = "cpu";
   be->bf16 = bf16 ? 1 : 0;
   cpu_be = be;
+  cpu_gemm16 = gemm16_use_simd(1);
   cpu_bf16 = be->bf16;
   be->alloc = cpu_alloc;
   be->free = cpu_free;

@@ -1,0 +1,346 @@
+/* cpu_gemm16.c: the BF16 matrix product of the CPU backend (see cpu_gemm16.h).
+ *
+ * Blocked as GotoBLAS/BLIS do: C is computed in NC-column blocks; for each KC-deep slice
+ * of K the slice of op(B) is packed (KC x NC, kept in L2/L3) and then, per MC-row block,
+ * the kernel computes MR x NR tiles of C in registers from an A micro-panel (in L2) and
+ * a B micro-panel (KC x NR, in L1). op(A) is packed once, whole, before anything is
+ * written (the activations: M x K, small next to a weight), not again for every column
+ * block: a wide product (N >> NC) would otherwise pack it N / NC times.
+ *
+ * Packed layout (both operands): a micro-panel of S rows (S = MR for A, NR for B) is
+ * KC/2 groups of S 32-bit words, word s of group p holding the BF16 pair
+ * (x[s][2p], x[s][2p + 1]), low half first, where x[s][k] is op(A)(i0 + s, k0 + k) or
+ * op(B)(k0 + k, j0 + s). vdpbf16ps multiplies such words lane by lane and adds both
+ * products to an FP32 lane: with A's word broadcast and NR of B's words in two
+ * vectors, one instruction updates 16 columns of a row of C with two steps of K.
+ * Rows past the matrix and a K past an odd end are packed as zeros.
+ *
+ * Operands arrive as FP32 arrays holding BF16 numbers; packing keeps the upper halves
+ * and ORs the lower ones together, so a value that is not a BF16 number is noticed as
+ * it is packed. */
+#include "cpu_gemm16.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu_hw.h"
+
+#define KC 256 /* K depth of a packed slice (even: pairs never straddle two slices) */
+#define MC (12 * G16_MR)
+#define NC 2048 /* multiple of G16_NR */
+
+static int use_simd; /* gemm16_use_simd */
+
+int gemm16_available(void) {
+  struct kd_cpu c;
+  kd_cpu_detect(&c);
+  return c.isa >= KD_ISA_AVX512BF16;
+}
+
+int gemm16_use_simd(int on) {
+  use_simd = on && gemm16_available();
+  return use_simd;
+}
+
+int gemm16_exact(const float *X, int rows, int cols, int ld) {
+  uint32_t low = 0;
+  for (int r = 0; r < rows && !low; r++) {
+    const float *x = X + (size_t)r * ld;
+#pragma omp simd reduction(| : low)
+    for (int c = 0; c < cols; c++) {
+      uint32_t u;
+      memcpy(&u, x + c, 4);
+      low |= u & 0xffffu;
+    }
+  }
+  return low == 0;
+}
+
+static int round_up(int x, int m) {
+  return (x + m - 1) / m * m;
+}
+
+size_t gemm16_work_bytes(int M, int N, int K) {
+  const int k2 = round_up(K > 0 ? K : 1, 2);
+  const int kc = k2 < KC ? k2 : KC;
+  const int nc = N < NC ? round_up(N > 0 ? N : 1, G16_NR) : NC;
+  const size_t a = (size_t)round_up(M > 0 ? M : 1, G16_MR) * (k2 / 2);
+  return ((size_t)nc * (kc / 2) + a) * sizeof(uint32_t) + 64;
+}
+
+/* One operand as the packer sees it: element (r, k) of a matrix whose rows r are the
+ * micro-panel's rows (op(A)'s rows, op(B)'s columns). `kcontig`: k runs along storage
+ * rows (A not transposed, B transposed); else k indexes storage rows. */
+struct src {
+  const float *f;
+  const uint16_t *h; /* packed BF16 (kcontig only), instead of f */
+  int ld, kcontig;
+};
+
+static inline uint32_t bits(const float *p) {
+  uint32_t u;
+  memcpy(&u, p, 4);
+  return u;
+}
+
+/* Pack rows [r0, r0 + nr) and K range [k0, k0 + kc) of s into a micro-panel of S rows
+ * (dst: (kc + 1) / 2 groups of S words). Returns the OR of the dropped low halves. */
+static uint32_t pack_scalar(uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
+                            int k0, int kc) {
+  const int kp = kc / 2, odd = kc & 1, groups = kp + odd;
+  uint32_t low = 0;
+  if (s->kcontig && s->h) {
+    for (int r = 0; r < nr; r++) {
+      const uint16_t *x = s->h + (size_t)(r0 + r) * s->ld + k0;
+      for (int p = 0; p < kp; p++)
+        dst[(size_t)p * S + r] = (uint32_t)x[2 * p] | (uint32_t)x[2 * p + 1] << 16;
+      if (odd) dst[(size_t)kp * S + r] = x[2 * kp];
+    }
+  } else if (s->kcontig) {
+    for (int r = 0; r < nr; r++) {
+      const float *x = s->f + (size_t)(r0 + r) * s->ld + k0;
+      uint32_t l = 0;
+#pragma omp simd reduction(| : l)
+      for (int p = 0; p < kp; p++) {
+        const uint32_t a = bits(x + 2 * p), b = bits(x + 2 * p + 1);
+        l |= (a | b) & 0xffffu;
+        dst[(size_t)p * S + r] = a >> 16 | (b & 0xffff0000u);
+      }
+      if (odd) {
+        const uint32_t a = bits(x + 2 * kp);
+        l |= a & 0xffffu;
+        dst[(size_t)kp * S + r] = a >> 16;
+      }
+      low |= l;
+    }
+  } else {
+    for (int p = 0; p < groups; p++) {
+      const float *x0 = s->f + (size_t)(k0 + 2 * p) * s->ld + r0;
+      const float *x1 = x0 + s->ld;
+      const int two = 2 * p + 1 < kc;
+      uint32_t *d = dst + (size_t)p * S;
+      uint32_t l = 0;
+#pragma omp simd reduction(| : l)
+      for (int r = 0; r < nr; r++) {
+        const uint32_t a = bits(x0 + r), b = two ? bits(x1 + r) : 0;
+        l |= (a | b) & 0xffffu;
+        d[r] = a >> 16 | (b & 0xffff0000u);
+      }
+      low |= l;
+    }
+  }
+  if (nr < S)
+    for (int p = 0; p < groups; p++)
+      memset(dst + (size_t)p * S + nr, 0, (size_t)(S - nr) * 4);
+  return low;
+}
+
+#define KTARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* Transpose 8 x 8 words: r[i] holds row i's words 0..7; afterwards r[q] holds word q of
+ * rows 0..7. */
+KTARGET static inline void transpose8(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);     /* a0 b0 a1 b1 | a4 b4 a5 b5 */
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]); /* a2 b2 a3 b3 | a6 b6 a7 b7 */
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);         /* a0 b0 c0 d0 | a4 b4 c4 d4 */
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);     /* words 1 | 5 */
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]); /* 2 | 6 */
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]); /* 3 | 7 */
+  }
+  for (int q = 0; q < 4; q++) {
+    r[q] = _mm256_permute2x128_si256(u[q], u[q + 4], 0x20);
+    r[q + 4] = _mm256_permute2x128_si256(u[q], u[q + 4], 0x31);
+  }
+}
+
+/* pack_scalar for a k-contiguous operand, 8 rows x 8 pairs at a time: each row's 16
+ * values become 8 words (upper halves), and an 8 x 8 transpose puts them in place. The
+ * pairs past the last multiple of 8 go through pack_scalar. */
+KTARGET static uint32_t pack_simd(uint32_t *restrict dst, int S, const struct src *s, int r0,
+                                  int nr, int k0, int kc) {
+  const int kp8 = kc / 16 * 8; /* whole groups of 8 pairs */
+  __mmask16 low = 0;
+  const __m512i lowbits = _mm512_set1_epi32(0xffff);
+  const size_t esz = s->h ? 2 : 4, rowbytes = (size_t)kc * esz;
+  for (int rg = 0; rg < nr; rg += 8) {
+    const int rows = nr - rg < 8 ? nr - rg : 8;
+    const __mmask8 keep = (__mmask8)((1u << rows) - 1);
+    /* the rows of the next group, while this one is packed: short strided runs that the
+     * hardware prefetchers pick up too late (a weight streams from memory once per call) */
+    for (int i = rg + 8; i < rg + 16 && i < nr; i++) {
+      const char *row = (const char *)(s->h ? (const void *)(s->h + (size_t)(r0 + i) * s->ld + k0)
+                                            : (const void *)(s->f + (size_t)(r0 + i) * s->ld + k0));
+      for (size_t b = 0; b < rowbytes; b += 64)
+        _mm_prefetch(row + b, _MM_HINT_T0);
+    }
+    for (int p = 0; p < kp8; p += 8) {
+      __m256i r[8];
+      for (int i = 0; i < 8; i++) {
+        if (i >= rows) {
+          r[i] = _mm256_setzero_si256();
+        } else if (s->h) {
+          r[i] = _mm256_loadu_si256(
+              (const __m256i *)(s->h + (size_t)(r0 + rg + i) * s->ld + k0 + 2 * p));
+        } else {
+          const __m512i v = _mm512_loadu_si512(s->f + (size_t)(r0 + rg + i) * s->ld + k0 + 2 * p);
+          low |= _mm512_test_epi32_mask(v, lowbits);
+          r[i] = _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16));
+        }
+      }
+      transpose8(r);
+      for (int q = 0; q < 8; q++)
+        _mm256_mask_storeu_epi32(dst + (size_t)(p + q) * S + rg, keep, r[q]);
+    }
+  }
+  if (nr < S)
+    for (int p = 0; p < kp8; p++)
+      memset(dst + (size_t)p * S + nr, 0, (size_t)(S - nr) * 4);
+  uint32_t rest = 0;
+  if (kp8 * 2 < kc) /* the remaining pairs: a K range of their own, in place */
+    rest = pack_scalar(dst + (size_t)kp8 * S, S, s, r0, nr, k0 + 2 * kp8, kc - 2 * kp8);
+  return (low ? 1u : 0u) | rest;
+}
+
+/* The packer for this operand: vectorised where k runs along storage rows. */
+static uint32_t pack_panel(uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
+                           int k0, int kc) {
+  if (use_simd && s->kcontig) return pack_simd(dst, S, s, r0, nr, k0, kc);
+  return pack_scalar(dst, S, s, r0, nr, k0, kc);
+}
+
+static inline float bf16_lo(uint32_t w) {
+  const uint32_t u = w << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline float bf16_hi(uint32_t w) {
+  const uint32_t u = w & 0xffff0000u;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* The portable kernel: the same tile from the same packed panels, in scalar FP32. */
+static void kernel_scalar(int groups, const uint32_t *restrict a, const uint32_t *restrict b,
+                          float *C, int ldc, int m, int n, float alpha, float beta) {
+  float acc[G16_MR][G16_NR];
+  memset(acc, 0, sizeof acc);
+  for (int p = 0; p < groups; p++, a += G16_MR, b += G16_NR)
+    for (int i = 0; i < G16_MR; i++) {
+      const float a0 = bf16_lo(a[i]), a1 = bf16_hi(a[i]);
+      for (int j = 0; j < G16_NR; j++)
+        acc[i][j] += a0 * bf16_lo(b[j]) + a1 * bf16_hi(b[j]);
+    }
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      float *c = C + (size_t)i * ldc + j;
+      *c = alpha * acc[i][j] + (beta != 0.0f ? beta * *c : 0.0f);
+    }
+}
+
+/* The AVX512-BF16 kernel: 14 x 32 accumulators (28 of the 32 vector registers). */
+KTARGET static void kernel_simd(int groups, const uint32_t *restrict a, const uint32_t *restrict b,
+                                float *C, int ldc, int m, int n, float alpha, float beta) {
+#define ZERO(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+  ZERO(0)
+  ZERO(1) ZERO(2) ZERO(3) ZERO(4) ZERO(5) ZERO(6) ZERO(7) ZERO(8) ZERO(9) ZERO(10) ZERO(11) ZERO(12)
+      ZERO(13)
+#define ROW(i)                                                                                     \
+  {                                                                                                \
+    const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);                                    \
+    c##i##0 = _mm512_dpbf16_ps(c##i##0, ai, b0);                                                   \
+    c##i##1 = _mm512_dpbf16_ps(c##i##1, ai, b1);                                                   \
+  }
+          for (int p = 0; p < groups; p++, a += G16_MR, b += G16_NR) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+    ROW(0)
+    ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11) ROW(12) ROW(13)
+  }
+  const __mmask16 k0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+  const __mmask16 k1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#define STORE(i)                                                                                   \
+  if (i < m) {                                                                                     \
+    float *r = C + (size_t)(i)*ldc;                                                                \
+    __m512 v0 = _mm512_mul_ps(va, c##i##0), v1 = _mm512_mul_ps(va, c##i##1);                       \
+    if (beta != 0.0f) {                                                                            \
+      v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(k0, r), v0);                                  \
+      v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(k1, r + 16), v1);                             \
+    }                                                                                              \
+    _mm512_mask_storeu_ps(r, k0, v0);                                                              \
+    _mm512_mask_storeu_ps(r + 16, k1, v1);                                                         \
+  }
+  STORE(0)
+  STORE(1) STORE(2) STORE(3) STORE(4) STORE(5) STORE(6) STORE(7) STORE(8) STORE(9) STORE(10)
+      STORE(11) STORE(12) STORE(13)
+#undef ZERO
+#undef ROW
+#undef STORE
+}
+
+/* beta C on an M x N block (beta 0: zeros, C never read). */
+static void scale_c(float *C, int ldc, int M, int N, float beta) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float *c = C + (size_t)i * ldc + j;
+      *c = beta != 0.0f ? beta * *c : 0.0f;
+    }
+}
+
+int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+           const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc,
+           void *work) {
+  if (M <= 0 || N <= 0) return 0;
+  const struct src sa = {A, NULL, lda, !transa};
+  const struct src sb = {B16 ? NULL : B, B16, ldb, transb};
+  if (beta != 0.0f) { /* C must stay as it is if an operand turns out not to be BF16 */
+    if (transa ? !gemm16_exact(A, K, M, lda) : !gemm16_exact(A, M, K, lda)) return -1;
+    if (!B16 && (transb ? !gemm16_exact(B, N, K, ldb) : !gemm16_exact(B, K, N, ldb))) return -1;
+  }
+  if (K <= 0) {
+    scale_c(C, ldc, M, N, beta);
+    return 0;
+  }
+  void (*kernel)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
+      use_simd ? kernel_simd : kernel_scalar;
+  const int kcmax = K < KC ? round_up(K, 2) : KC;
+  const int ncmax = N < NC ? round_up(N, G16_NR) : NC;
+  uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+  uint32_t *Ap = Bp + (size_t)ncmax * (kcmax / 2);
+  uint32_t low = 0;
+  const int Mr = round_up(M, G16_MR);
+  for (int pc = 0; pc < K; pc += KC) { /* all of op(A), slice after slice */
+    const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
+    for (int ir = 0; ir < M; ir += G16_MR)
+      low |= pack_panel(Ap + (size_t)Mr * (pc / 2) + (size_t)(ir / G16_MR) * groups * G16_MR,
+                        G16_MR, &sa, ir, M - ir < G16_MR ? M - ir : G16_MR, pc, kc);
+  }
+  if (low) return -1; /* nothing written yet */
+  for (int jc = 0; jc < N; jc += NC) {
+    const int nc = N - jc < NC ? N - jc : NC;
+    for (int pc = 0; pc < K; pc += KC) {
+      const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
+      for (int jr = 0; jr < nc; jr += G16_NR)
+        low |= pack_panel(Bp + (size_t)(jr / G16_NR) * groups * G16_NR, G16_NR, &sb, jc + jr,
+                          nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
+      if (low) return -1; /* beta is 0 here: what was written is the caller's to redo */
+      const float bk = pc ? 1.0f : beta;
+      const uint32_t *As = Ap + (size_t)Mr * (pc / 2);
+      for (int ic = 0; ic < M; ic += MC) {
+        const int mc = M - ic < MC ? M - ic : MC;
+        for (int jr = 0; jr < nc; jr += G16_NR)
+          for (int ir = ic; ir < ic + mc; ir += G16_MR)
+            kernel(groups, As + (size_t)(ir / G16_MR) * groups * G16_MR,
+                   Bp + (size_t)(jr / G16_NR) * groups * G16_NR, C + (size_t)ir * ldc + jc + jr,
+                   ldc, M - ir < G16_MR ? M - ir : G16_MR, nc - jr < G16_NR ? nc - jr : G16_NR,
+                   alpha, bk);
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,45 @@
+/* cpu_gemm16.h: a BF16 matrix product for the CPU backend's bf16 runs: BF16 operands,
+ * FP32 accumulation, on the AVX512-BF16 dot-product instruction (vdpbf16ps: two BF16
+ * products and an FP32 sum per lane, twice the FP32 FMA rate).
+ *
+ * The CPU backend emulates BF16 storage with FP32 arrays whose values are BF16 numbers;
+ * where both operands of a product are such arrays (or a weight held in packed BF16),
+ * this product gives the FP32 GEMM's result up to summation order: a product of two
+ * BF16 numbers is exact in FP32. One difference: the instruction treats subnormal
+ * inputs and results as zero (|x| < 1.2e-38). */
+#ifndef KD_CPU_GEMM16_H
+#define KD_CPU_GEMM16_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Register tile of the kernel: MR rows of C by NR columns (two 16-lane vectors). */
+#define G16_MR 14
+#define G16_NR 32
+
+/* 1 if the AVX512-BF16 kernel runs on this CPU (cpuid and the OS's vector state). */
+int gemm16_available(void);
+/* Select the kernel before the first product (not thread-safe): 1 the AVX512-BF16 one
+ * (only where available), 0 the portable scalar one on the same packed layout (tests;
+ * much slower than sgemm; also the kernel until this is called). Returns the kernel now
+ * selected. */
+int gemm16_use_simd(int on);
+
+/* 1 if every element of the rows x cols matrix X (leading dim ld) is a BF16 number
+ * (the low 16 bits of its FP32 pattern are zero): such operands lose nothing. */
+int gemm16_exact(const float *X, int rows, int cols, int ld);
+
+/* Bytes of work space gemm16 needs for an M x N x K product (one thread). */
+size_t gemm16_work_bytes(int M, int N, int K);
+
+/* Row-major C (M x N, ldc) = alpha op(A) op(B) + beta C on the calling thread, op(A)
+ * M x K (A is K x M when transa), op(B) K x N (N x K when transb). B is FP32 (B) or
+ * packed BF16 (B16, the upper halves of FP32 patterns; only with transb = 1). beta 0
+ * never reads C. work: gemm16_work_bytes. Returns 0, or -1 when A or an FP32 B holds a
+ * value that is not a BF16 number: then C is as it was when beta != 0 (checked before
+ * any write) and partly written when beta == 0 (found while packing); either way the
+ * caller computes the product another way. */
+int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+           const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc, void *work);
+
+#endif
