@@ -116,13 +116,12 @@ static void sgemm(int transa, int transb, int M, int N, int K, float alpha, cons
 /* The BF16 kernel (cpu_gemm16.c) serves bf16 runs where the CPU has it; set at init. */
 static int cpu_gemm16;
 
-/* One thread's block of a product: the BF16 kernel when `work` is given (falling back to
- * sgemm where an operand is not BF16), else sgemm. B16: the weight in packed BF16
- * (transb = 1; only with work). */
+/* One thread's block of a product: the BF16 kernel when use16 (falling back to sgemm
+ * where an operand is not BF16), else sgemm. */
 static void gemm_block(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                       int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
-                       int ldc, void *work) {
-  if (work && gemm16(transa, transb, M, N, K, alpha, A, lda, B, B16, ldb, beta, C, ldc, work) == 0)
+                       int lda, const float *B, int ldb, float beta, float *C, int ldc, int use16) {
+  if (use16 &&
+      gemm16(transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, NULL) == 0)
     return;
   sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -132,7 +131,8 @@ static void gemm_block(int transa, int transb, int M, int N, int K, float alpha,
  * whole, and packs, is then the smaller one), 64-aligned, and multiplies it on its own,
  * so the blocks are independent products. In bf16 runs with the BF16 kernel, each block
  * runs on it (B16 given: B's values in packed BF16, transb = 1) while its operands are
- * BF16 numbers; returns 0 if a block needed B's FP32 values that B16 replaces. */
+ * BF16 numbers, in the thread's own kept work space; returns 0 if a block needed B's
+ * FP32 values that B16 replaces. */
 static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                       int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
                       int ldc) {
@@ -148,13 +148,10 @@ static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, 
    * must be decided before any block is written */
   if (B16 && beta != 0.0f && (transa ? !gemm16_exact(A, K, M, lda) : !gemm16_exact(A, M, K, lda)))
     return 0;
-  const size_t wbytes = use16 ? gemm16_work_bytes(by_rows ? per : M, by_rows ? N : per, K) : 0;
-  char *work = use16 ? scratch_alloc((size_t)nt * wbytes) : NULL;
   int ok = 1;
 #pragma omp parallel num_threads(nt) reduction(&& : ok)
   {
     const int i0 = omp_get_thread_num() * per, n = len - i0 < per ? len - i0 : per;
-    void *w = work ? work + (size_t)omp_get_thread_num() * wbytes : NULL;
     const float *Ab = A, *Bb = B;
     const uint16_t *B16b = B16;
     int m = M, nn = N;
@@ -170,11 +167,10 @@ static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, 
       nn = n;
     }
     if (n > 0 && B16b)
-      ok = gemm16(transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, w) == 0;
+      ok = gemm16(transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL) == 0;
     else if (n > 0)
-      gemm_block(transa, transb, m, nn, K, alpha, Ab, lda, Bb, NULL, ldb, beta, Cb, ldc, w);
+      gemm_block(transa, transb, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc, use16);
   }
-  if (work) scratch_free(work);
   return ok;
 }
 

@@ -3,9 +3,10 @@
  * Blocked as GotoBLAS/BLIS do: C is computed in NC-column blocks; for each KC-deep slice
  * of K the slice of op(B) is packed (KC x NC, kept in L2/L3) and then, per MC-row block,
  * the kernel computes MR x NR tiles of C in registers from an A micro-panel (in L2) and
- * a B micro-panel (KC x NR, in L1). op(A) is packed once, whole, before anything is
- * written (the activations: M x K, small next to a weight), not again for every column
- * block: a wide product (N >> NC) would otherwise pack it N / NC times.
+ * a B micro-panel (KC x NR, in L1). op(A) is packed once, with all of K, in blocks of
+ * up to 4 MiB (a micro-batch's activations: usually one block), not again for every
+ * column block: a wide product (N >> NC, the logits) would otherwise pack it N / NC
+ * times.
  *
  * Packed layout (both operands): a micro-panel of S rows (S = MR for A, NR for B) is
  * KC/2 groups of S 32-bit words, word s of group p holding the BF16 pair
@@ -21,6 +22,7 @@
 #include "cpu_gemm16.h"
 
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_hw.h"
@@ -60,12 +62,35 @@ static int round_up(int x, int m) {
   return (x + m - 1) / m * m;
 }
 
+/* Rows of op(A) packed at once, all of K: as many as fit in A_CAP bytes (at least MR). */
+#define A_CAP ((size_t)4 << 20)
+static int a_rows(int M, int K) {
+  const int k2 = round_up(K > 0 ? K : 1, 2), Mr = round_up(M > 0 ? M : 1, G16_MR);
+  int ma = (int)(A_CAP / ((size_t)k2 * 2)) / G16_MR * G16_MR;
+  if (ma < G16_MR) ma = G16_MR;
+  return ma < Mr ? ma : Mr;
+}
+
 size_t gemm16_work_bytes(int M, int N, int K) {
   const int k2 = round_up(K > 0 ? K : 1, 2);
   const int kc = k2 < KC ? k2 : KC;
   const int nc = N < NC ? round_up(N > 0 ? N : 1, G16_NR) : NC;
-  const size_t a = (size_t)round_up(M > 0 ? M : 1, G16_MR) * (k2 / 2);
-  return ((size_t)nc * (kc / 2) + a) * sizeof(uint32_t) + 64;
+  return ((size_t)nc * (kc / 2) + (size_t)a_rows(M, K) * (k2 / 2)) * sizeof(uint32_t) + 64;
+}
+
+/* This thread's work space of at least `bytes`, kept for the next product (as a BLAS
+ * keeps its packing buffers): a product's work is then never allocated, zeroed or
+ * faulted in again. NULL if out of memory. */
+static _Thread_local void *tl_work;
+static _Thread_local size_t tl_bytes;
+static void *thread_work(size_t bytes) {
+  if (bytes > tl_bytes) {
+    free(tl_work);
+    tl_bytes = 0;
+    if (posix_memalign(&tl_work, 64, bytes) != 0) return tl_work = NULL;
+    tl_bytes = bytes;
+  }
+  return tl_work;
 }
 
 /* One operand as the packer sees it: element (r, k) of a matrix whose rows r are the
@@ -248,15 +273,16 @@ KTARGET static void kernel_simd(int groups, const uint32_t *restrict a, const ui
                                 float *C, int ldc, int m, int n, float alpha, float beta) {
 #define ZERO(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
   ZERO(0)
-  ZERO(1) ZERO(2) ZERO(3) ZERO(4) ZERO(5) ZERO(6) ZERO(7) ZERO(8) ZERO(9) ZERO(10) ZERO(11) ZERO(12)
-      ZERO(13)
+  ZERO(1)
+  ZERO(2)
+  ZERO(3) ZERO(4) ZERO(5) ZERO(6) ZERO(7) ZERO(8) ZERO(9) ZERO(10) ZERO(11) ZERO(12) ZERO(13)
 #define ROW(i)                                                                                     \
   {                                                                                                \
     const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);                                    \
     c##i##0 = _mm512_dpbf16_ps(c##i##0, ai, b0);                                                   \
     c##i##1 = _mm512_dpbf16_ps(c##i##1, ai, b1);                                                   \
   }
-          for (int p = 0; p < groups; p++, a += G16_MR, b += G16_NR) {
+      for (int p = 0; p < groups; p++, a += G16_MR, b += G16_NR) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
     ROW(0)
     ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11) ROW(12) ROW(13)
@@ -276,8 +302,10 @@ KTARGET static void kernel_simd(int groups, const uint32_t *restrict a, const ui
     _mm512_mask_storeu_ps(r + 16, k1, v1);                                                         \
   }
   STORE(0)
-  STORE(1) STORE(2) STORE(3) STORE(4) STORE(5) STORE(6) STORE(7) STORE(8) STORE(9) STORE(10)
-      STORE(11) STORE(12) STORE(13)
+  STORE(1)
+  STORE(2)
+  STORE(3) STORE(4) STORE(5) STORE(6) STORE(7) STORE(8) STORE(9) STORE(10) STORE(11) STORE(12)
+      STORE(13)
 #undef ZERO
 #undef ROW
 #undef STORE
@@ -308,37 +336,42 @@ int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float
   }
   void (*kernel)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
       use_simd ? kernel_simd : kernel_scalar;
+  if (!work && !(work = thread_work(gemm16_work_bytes(M, N, K)))) return -1;
   const int kcmax = K < KC ? round_up(K, 2) : KC;
   const int ncmax = N < NC ? round_up(N, G16_NR) : NC;
   uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   uint32_t *Ap = Bp + (size_t)ncmax * (kcmax / 2);
+  const int MA = a_rows(M, K);
   uint32_t low = 0;
-  const int Mr = round_up(M, G16_MR);
-  for (int pc = 0; pc < K; pc += KC) { /* all of op(A), slice after slice */
-    const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
-    for (int ir = 0; ir < M; ir += G16_MR)
-      low |= pack_panel(Ap + (size_t)Mr * (pc / 2) + (size_t)(ir / G16_MR) * groups * G16_MR,
-                        G16_MR, &sa, ir, M - ir < G16_MR ? M - ir : G16_MR, pc, kc);
-  }
-  if (low) return -1; /* nothing written yet */
-  for (int jc = 0; jc < N; jc += NC) {
-    const int nc = N - jc < NC ? N - jc : NC;
+  for (int ia = 0; ia < M; ia += MA) { /* rows of op(A) packed at once, with all of K */
+    const int ma = M - ia < MA ? M - ia : MA, Mr = round_up(ma, G16_MR);
+    float *Ca = C + (size_t)ia * ldc;
     for (int pc = 0; pc < K; pc += KC) {
       const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
-      for (int jr = 0; jr < nc; jr += G16_NR)
-        low |= pack_panel(Bp + (size_t)(jr / G16_NR) * groups * G16_NR, G16_NR, &sb, jc + jr,
-                          nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
-      if (low) return -1; /* beta is 0 here: what was written is the caller's to redo */
-      const float bk = pc ? 1.0f : beta;
-      const uint32_t *As = Ap + (size_t)Mr * (pc / 2);
-      for (int ic = 0; ic < M; ic += MC) {
-        const int mc = M - ic < MC ? M - ic : MC;
+      for (int ir = 0; ir < ma; ir += G16_MR)
+        low |= pack_panel(Ap + (size_t)Mr * (pc / 2) + (size_t)(ir / G16_MR) * groups * G16_MR,
+                          G16_MR, &sa, ia + ir, ma - ir < G16_MR ? ma - ir : G16_MR, pc, kc);
+    }
+    if (low) return -1; /* with beta != 0 nothing is written yet (checked before) */
+    for (int jc = 0; jc < N; jc += NC) {
+      const int nc = N - jc < NC ? N - jc : NC;
+      for (int pc = 0; pc < K; pc += KC) {
+        const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
         for (int jr = 0; jr < nc; jr += G16_NR)
-          for (int ir = ic; ir < ic + mc; ir += G16_MR)
-            kernel(groups, As + (size_t)(ir / G16_MR) * groups * G16_MR,
-                   Bp + (size_t)(jr / G16_NR) * groups * G16_NR, C + (size_t)ir * ldc + jc + jr,
-                   ldc, M - ir < G16_MR ? M - ir : G16_MR, nc - jr < G16_NR ? nc - jr : G16_NR,
-                   alpha, bk);
+          low |= pack_panel(Bp + (size_t)(jr / G16_NR) * groups * G16_NR, G16_NR, &sb, jc + jr,
+                            nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
+        if (low) return -1; /* beta is 0 here: what was written is the caller's to redo */
+        const float bk = pc ? 1.0f : beta;
+        const uint32_t *As = Ap + (size_t)Mr * (pc / 2);
+        for (int ic = 0; ic < ma; ic += MC) {
+          const int mc = ma - ic < MC ? ma - ic : MC;
+          for (int jr = 0; jr < nc; jr += G16_NR)
+            for (int ir = ic; ir < ic + mc; ir += G16_MR)
+              kernel(groups, As + (size_t)(ir / G16_MR) * groups * G16_MR,
+                     Bp + (size_t)(jr / G16_NR) * groups * G16_NR, Ca + (size_t)ir * ldc + jc + jr,
+                     ldc, ma - ir < G16_MR ? ma - ir : G16_MR, nc - jr < G16_NR ? nc - jr : G16_NR,
+                     alpha, bk);
+        }
       }
     }
   }

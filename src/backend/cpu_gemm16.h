@@ -29,16 +29,19 @@ int gemm16_use_simd(int on);
  * (the low 16 bits of its FP32 pattern are zero): such operands lose nothing. */
 int gemm16_exact(const float *X, int rows, int cols, int ld);
 
-/* Bytes of work space gemm16 needs for an M x N x K product (one thread). */
+/* Bytes of work space gemm16 needs for an M x N x K product (one thread): about 5 MiB
+ * at most (up to K = 150,000). */
 size_t gemm16_work_bytes(int M, int N, int K);
 
 /* Row-major C (M x N, ldc) = alpha op(A) op(B) + beta C on the calling thread, op(A)
  * M x K (A is K x M when transa), op(B) K x N (N x K when transb). B is FP32 (B) or
  * packed BF16 (B16, the upper halves of FP32 patterns; only with transb = 1). beta 0
- * never reads C. work: gemm16_work_bytes. Returns 0, or -1 when A or an FP32 B holds a
- * value that is not a BF16 number: then C is as it was when beta != 0 (checked before
- * any write) and partly written when beta == 0 (found while packing); either way the
- * caller computes the product another way. */
+ * never reads C. work: gemm16_work_bytes, or NULL for the calling thread's own work space
+ * (allocated on first use, grown when a product needs more, kept for the thread's life,
+ * outside the arena's counts as the BLAS's own buffers are). Returns 0, or -1 when A or an FP32 B
+ * holds a value that is not a BF16 number: then C is as it was when beta != 0 (checked before any
+ * write) and partly written when beta == 0 (found while packing); either way the caller computes
+ * the product another way. */
 int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
            const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc, void *work);
 
