@@ -78,6 +78,8 @@ static const int shapes[][3] = {{1, 1, 1},      {13, 31, 5},    {14, 32, 256},
                                                                      blocks of rows */
 #define NSHAPES (sizeof shapes / sizeof *shapes)
 
+static const char *const kname[] = {"portable", "avx512", "amx"};
+
 static void products(int simd) {
   for (size_t s = 0; s < NSHAPES; s++)
     for (int ta = 0; ta < 2; ta++)
@@ -96,8 +98,8 @@ static void products(int simd) {
         const int rc = gemm16(ta, tb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, w);
         ck_assert_int_eq(rc, 0);
         const double e = check_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, C, ldc);
-        ck_assert_msg(e <= TOL, "%s kernel %dx%dx%d ta=%d tb=%d beta=%g: error %g",
-                      simd ? "simd" : "scalar", M, N, K, ta, tb, beta, e);
+        ck_assert_msg(e <= TOL, "%s kernel %dx%dx%d ta=%d tb=%d beta=%g: error %g", kname[simd], M,
+                      N, K, ta, tb, beta, e);
         if (tb) { /* the same weight in packed BF16: the same C */
           uint16_t *B16 = kd_malloc((size_t)N * ldb * sizeof(uint16_t));
           for (size_t i = 0; i < (size_t)N * ldb; i++)
@@ -115,7 +117,7 @@ static void products(int simd) {
 }
 
 START_TEST(portable_kernel) {
-  ck_assert_int_eq(gemm16_use_simd(0), 0);
+  ck_assert_int_eq(gemm16_use(G16_PORTABLE), G16_PORTABLE);
   products(0);
 }
 END_TEST
@@ -124,14 +126,23 @@ START_TEST(simd_kernel) {
   const int have = gemm16_available();
   printf("test_gemm16: AVX512-BF16 kernel %s on this CPU\n", have ? "available" : "not available");
   if (!have) return; /* the portable test above covers the layout; nothing to run here */
-  ck_assert_int_eq(gemm16_use_simd(1), 1);
+  ck_assert_int_eq(gemm16_use(G16_AVX512), G16_AVX512);
   products(1);
+}
+END_TEST
+
+START_TEST(amx_kernel) {
+  const int have = gemm16_best() == G16_AMX;
+  printf("test_gemm16: AMX kernel %s on this CPU\n", have ? "available" : "not available");
+  if (!have) return;
+  ck_assert_int_eq(gemm16_use(G16_AMX), G16_AMX);
+  products(2);
 }
 END_TEST
 
 /* Operands that are not BF16 numbers are refused: C untouched with beta != 0. */
 START_TEST(not_bf16) {
-  gemm16_use_simd(1);
+  gemm16_use(G16_AMX);
   const int M = 40, N = 50, K = 70;
   float *A = frand((size_t)M * K, 1), *B = frand((size_t)N * K, 1), *C0 = frand((size_t)M * N, 0);
   float *C = kd_malloc((size_t)M * N * sizeof(float));
@@ -193,6 +204,7 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, portable_kernel);
   tcase_add_test(tc, simd_kernel);
+  tcase_add_test(tc, amx_kernel);
   tcase_add_test(tc, not_bf16);
   tcase_add_test(tc, backend_fallback);
   suite_add_tcase(s, tc);

@@ -537,7 +537,13 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   be->name = "cpu";
   be->bf16 = bf16 ? 1 : 0;
   cpu_be = be;
-  cpu_gemm16 = gemm16_use_simd(1);
+  /* bf16 products on the fastest BF16 kernel; KDTRAIN_BF16_KERNEL = avx512 or sgemm caps
+   * it (A/B measurements) */
+  const char *cap = getenv("KDTRAIN_BF16_KERNEL");
+  const int want = !cap || !strcmp(cap, "amx") ? G16_AMX
+                   : !strcmp(cap, "avx512")    ? G16_AVX512
+                                               : G16_PORTABLE;
+  cpu_gemm16 = gemm16_use(want) >= G16_AVX512;
   cpu_bf16 = be->bf16;
   be->alloc = cpu_alloc;
   be->free = cpu_free;

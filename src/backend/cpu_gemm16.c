@@ -25,23 +25,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_gemm16_amx.h"
 #include "cpu_hw.h"
 
 #define KC 256 /* K depth of a packed slice (even: pairs never straddle two slices) */
 #define MC (12 * G16_MR)
 #define NC 2048 /* multiple of G16_NR */
 
-static int use_simd; /* gemm16_use_simd */
+static int use_kernel; /* gemm16_use: G16_PORTABLE until selected */
 
-int gemm16_available(void) {
+int gemm16_best(void) {
   struct kd_cpu c;
   kd_cpu_detect(&c);
-  return c.isa >= KD_ISA_AVX512BF16;
+  if (c.isa < KD_ISA_AVX512BF16) return G16_PORTABLE;
+  return amx_enable() ? G16_AMX : G16_AVX512;
 }
 
-int gemm16_use_simd(int on) {
-  use_simd = on && gemm16_available();
-  return use_simd;
+int gemm16_available(void) {
+  return gemm16_best() >= G16_AVX512;
+}
+
+int gemm16_use(int kernel) {
+  const int best = gemm16_best();
+  use_kernel = kernel < best ? kernel : best;
+  return use_kernel;
+}
+
+int gemm16_kernel(void) {
+  return use_kernel;
 }
 
 int gemm16_exact(const float *X, int rows, int cols, int ld) {
@@ -64,18 +75,21 @@ static int round_up(int x, int m) {
 
 /* Rows of op(A) packed at once, all of K: as many as fit in A_CAP bytes (at least MR). */
 #define A_CAP ((size_t)4 << 20)
-static int a_rows(int M, int K) {
-  const int k2 = round_up(K > 0 ? K : 1, 2), Mr = round_up(M > 0 ? M : 1, G16_MR);
-  int ma = (int)(A_CAP / ((size_t)k2 * 2)) / G16_MR * G16_MR;
-  if (ma < G16_MR) ma = G16_MR;
+static int a_rows(int M, int K, int mr) {
+  const int k2 = round_up(K > 0 ? K : 1, 2), Mr = round_up(M > 0 ? M : 1, mr);
+  int ma = (int)(A_CAP / ((size_t)k2 * 2)) / mr * mr;
+  if (ma < mr) ma = mr;
   return ma < Mr ? ma : Mr;
 }
 
 size_t gemm16_work_bytes(int M, int N, int K) {
-  const int k2 = round_up(K > 0 ? K : 1, 2);
-  const int kc = k2 < KC ? k2 : KC;
+  /* the larger of the two layouts: the AMX one pads K to 2 AMX_KG and rows to AMX_MR */
+  const int k2 = round_up(K > 0 ? K : 1, 2), kx = round_up(K > 0 ? K : 1, 2 * AMX_KG);
+  const int kc = kx < KC ? kx : KC;
   const int nc = N < NC ? round_up(N > 0 ? N : 1, G16_NR) : NC;
-  return ((size_t)nc * (kc / 2) + (size_t)a_rows(M, K) * (k2 / 2)) * sizeof(uint32_t) + 64;
+  const size_t a16 = (size_t)a_rows(M, K, G16_MR) * (k2 / 2);
+  const size_t ax = (size_t)a_rows(M, kx, AMX_MR) * (kx / 2);
+  return ((size_t)nc * (kc / 2) + (a16 > ax ? a16 : ax)) * sizeof(uint32_t) + 64;
 }
 
 /* This thread's work space of at least `bytes`, kept for the next product (as a BLAS
@@ -233,7 +247,7 @@ KTARGET static uint32_t pack_simd(uint32_t *restrict dst, int S, const struct sr
 /* The packer for this operand: vectorised where k runs along storage rows. */
 static uint32_t pack_panel(uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
                            int k0, int kc) {
-  if (use_simd && s->kcontig) return pack_simd(dst, S, s, r0, nr, k0, kc);
+  if (use_kernel >= G16_AVX512 && s->kcontig) return pack_simd(dst, S, s, r0, nr, k0, kc);
   return pack_scalar(dst, S, s, r0, nr, k0, kc);
 }
 
@@ -275,7 +289,8 @@ KTARGET static void kernel_simd(int groups, const uint32_t *restrict a, const ui
   ZERO(0)
   ZERO(1)
   ZERO(2)
-  ZERO(3) ZERO(4) ZERO(5) ZERO(6) ZERO(7) ZERO(8) ZERO(9) ZERO(10) ZERO(11) ZERO(12) ZERO(13)
+  ZERO(3)
+  ZERO(4) ZERO(5) ZERO(6) ZERO(7) ZERO(8) ZERO(9) ZERO(10) ZERO(11) ZERO(12) ZERO(13)
 #define ROW(i)                                                                                     \
   {                                                                                                \
     const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);                                    \
@@ -304,8 +319,8 @@ KTARGET static void kernel_simd(int groups, const uint32_t *restrict a, const ui
   STORE(0)
   STORE(1)
   STORE(2)
-  STORE(3) STORE(4) STORE(5) STORE(6) STORE(7) STORE(8) STORE(9) STORE(10) STORE(11) STORE(12)
-      STORE(13)
+  STORE(3)
+  STORE(4) STORE(5) STORE(6) STORE(7) STORE(8) STORE(9) STORE(10) STORE(11) STORE(12) STORE(13)
 #undef ZERO
 #undef ROW
 #undef STORE
@@ -318,6 +333,53 @@ static void scale_c(float *C, int ldc, int M, int N, float beta) {
       float *c = C + (size_t)i * ldc + j;
       *c = beta != 0.0f ? beta * *c : 0.0f;
     }
+}
+
+/* gemm16 on AMX tiles: the same blocking with 32-row A blocks, op(A)'s rows packed with
+ * their pairs contiguous (amx_pack_rows) and each K slice of B padded with zero pairs to
+ * a multiple of AMX_KG. */
+#define MC_AMX (6 * AMX_MR)
+static int gemm16_amx(int M, int N, int K, float alpha, const struct src *sa, const struct src *sb,
+                      float beta, float *C, int ldc, void *work) {
+  const int kx = round_up(K, 2 * AMX_KG), kpw = kx / 2;
+  const int kcmax = kx < KC ? kx : KC;
+  const int ncmax = N < NC ? round_up(N, G16_NR) : NC;
+  uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+  uint32_t *Ap = Bp + (size_t)ncmax * (kcmax / 2);
+  const int MA = a_rows(M, kx, AMX_MR);
+  uint32_t low = 0;
+  amx_begin();
+  for (int ia = 0; ia < M && !low; ia += MA) {
+    const int ma = M - ia < MA ? M - ia : MA;
+    low |= amx_pack_rows(Ap, kpw, sa->f, sa->ld, sa->kcontig, ia, ma, round_up(ma, AMX_MR), K);
+    float *Ca = C + (size_t)ia * ldc;
+    for (int jc = 0; jc < N && !low; jc += NC) {
+      const int nc = N - jc < NC ? N - jc : NC;
+      for (int pc = 0; pc < K && !low; pc += KC) {
+        const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
+        const int gx = round_up(groups, AMX_KG);
+        for (int jr = 0; jr < nc; jr += G16_NR) {
+          uint32_t *panel = Bp + (size_t)(jr / G16_NR) * gx * G16_NR;
+          low |=
+              pack_panel(panel, G16_NR, sb, jc + jr, nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
+          memset(panel + (size_t)groups * G16_NR, 0, (size_t)(gx - groups) * G16_NR * 4);
+        }
+        if (low) break; /* beta is 0 here (checked before): the caller redoes the product */
+        const float bk = pc ? 1.0f : beta;
+        for (int ic = 0; ic < ma; ic += MC_AMX) {
+          const int mc = ma - ic < MC_AMX ? ma - ic : MC_AMX;
+          for (int jr = 0; jr < nc; jr += G16_NR)
+            for (int ir = ic; ir < ic + mc; ir += AMX_MR)
+              amx_kernel(gx, Ap + (size_t)ir * kpw + pc / 2, kpw,
+                         Bp + (size_t)(jr / G16_NR) * gx * G16_NR, Ca + (size_t)ir * ldc + jc + jr,
+                         ldc, ma - ir < AMX_MR ? ma - ir : AMX_MR,
+                         nc - jr < G16_NR ? nc - jr : G16_NR, alpha, bk);
+        }
+      }
+    }
+  }
+  amx_end();
+  return low ? -1 : 0;
 }
 
 int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -334,14 +396,15 @@ int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float
     scale_c(C, ldc, M, N, beta);
     return 0;
   }
-  void (*kernel)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
-      use_simd ? kernel_simd : kernel_scalar;
   if (!work && !(work = thread_work(gemm16_work_bytes(M, N, K)))) return -1;
+  if (use_kernel == G16_AMX) return gemm16_amx(M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
+  void (*kernel)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
+      use_kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
   const int kcmax = K < KC ? round_up(K, 2) : KC;
   const int ncmax = N < NC ? round_up(N, G16_NR) : NC;
   uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   uint32_t *Ap = Bp + (size_t)ncmax * (kcmax / 2);
-  const int MA = a_rows(M, K);
+  const int MA = a_rows(M, K, G16_MR);
   uint32_t low = 0;
   for (int ia = 0; ia < M; ia += MA) { /* rows of op(A) packed at once, with all of K */
     const int ma = M - ia < MA ? M - ia : MA, Mr = round_up(ma, G16_MR);

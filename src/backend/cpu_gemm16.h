@@ -17,13 +17,20 @@
 #define G16_MR 14
 #define G16_NR 32
 
-/* 1 if the AVX512-BF16 kernel runs on this CPU (cpuid and the OS's vector state). */
+/* The kernels, slowest first: the portable scalar one (tests; much slower than sgemm),
+ * AVX512-BF16 (vdpbf16ps, 2x the FP32 FMA rate), AMX (tiles, 16x). */
+enum { G16_PORTABLE = 0, G16_AVX512 = 1, G16_AMX = 2 };
+/* The fastest kernel this CPU runs (cpuid, the OS's vector state and, for AMX, the OS's
+ * grant of the tile state to this process, asked for here). */
+int gemm16_best(void);
+/* 1 if a kernel faster than sgemm runs here (gemm16_best() >= G16_AVX512). */
 int gemm16_available(void);
-/* Select the kernel before the first product (not thread-safe): 1 the AVX512-BF16 one
- * (only where available), 0 the portable scalar one on the same packed layout (tests;
- * much slower than sgemm; also the kernel until this is called). Returns the kernel now
- * selected. */
-int gemm16_use_simd(int on);
+/* Select the kernel before the first product (not thread-safe): `kernel`, or the best
+ * one available if that is slower; G16_PORTABLE until this is called. Returns the
+ * kernel now selected. */
+int gemm16_use(int kernel);
+/* The kernel selected. */
+int gemm16_kernel(void);
 
 /* 1 if every element of the rows x cols matrix X (leading dim ld) is a BF16 number
  * (the low 16 bits of its FP32 pattern are zero): such operands lose nothing. */
