@@ -230,14 +230,17 @@ static double hardware_peak(struct run *r, char *what, size_t n) {
              seen / 1e9, src, hz / 1e9);
     hz = seen;
   }
-  /* bf16 runs multiply on the BF16 dot-product instruction where the CPU has it: two
-   * products per FP32 lane, twice the FMA's FLOP/cycle */
-  const int dot16 = r->be.bf16 && gemm16_available();
-  snprintf(what, n, "%.3g cores x %.0f %s FLOP/cycle (%s, %s%s) x %s%s", cores,
-           dot16 ? 2 * fpc : fpc, dot16 ? "BF16" : "FP32", kd_isa_name(c.isa), how,
-           dot16 ? " x 2: vdpbf16ps" : "", clock,
-           r->be.bf16 && !dot16 ? "; bf16 runs FP32 GEMMs on this CPU" : "");
-  return cores * (dot16 ? 2 * fpc : fpc) * hz;
+  /* bf16 runs multiply on the CPU's BF16 unit where it has one: the AVX512-BF16
+   * dot-product instruction (two products per FP32 lane, twice the FMA's FLOP/cycle) or
+   * AMX tiles (TDPBF16PS: a 16x16x32 product, 16,384 FLOP, per 16 cycles) */
+  const int k16 = r->be.bf16 ? gemm16_kernel() : G16_PORTABLE;
+  const double f16 = k16 == G16_AMX ? 1024.0 : k16 == G16_AVX512 ? 2 * fpc : fpc;
+  snprintf(what, n, "%.3g cores x %.0f %s FLOP/cycle (%s, %s%s) x %s%s", cores, f16,
+           k16 >= G16_AVX512 ? "BF16" : "FP32", kd_isa_name(c.isa),
+           k16 == G16_AMX ? "AMX tiles: 16x16x32 BF16 products per 16 cycles" : how,
+           k16 == G16_AVX512 ? " x 2: vdpbf16ps" : "", clock,
+           r->be.bf16 && k16 < G16_AVX512 ? "; bf16 runs FP32 GEMMs on this CPU" : "");
+  return cores * f16 * hz;
 }
 
 /* Bytes for the loss chunk buffers: what memory%budget_mb leaves after everything
