@@ -145,6 +145,10 @@ static double measure_gemm_rate(struct kd_backend *be) {
     be->upload(be, B + at, h, piece * sizeof(float));
   }
   free(h);
+  /* the FP32 GEMM's rate (the CPU backend multiplies a bf16 run's products on its BF16
+   * kernel while be->bf16 is set; the CUDA backend keeps its own flag) */
+  const int bf16 = be->bf16;
+  be->bf16 = 0;
   for (int w = 0; w < 3; w++) /* warm-up: threads spun up, caches and clocks settled */
     be->gemm(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
   be->sync(be);
@@ -155,6 +159,7 @@ static double measure_gemm_rate(struct kd_backend *be) {
     be->sync(be);
     rate[r] = 2.0 * n * (double)nn / (kd_now() - t0);
   }
+  be->bf16 = bf16;
   qsort(rate, reps, sizeof *rate, cmp_double);
   be->free(be, A);
   be->free(be, B);

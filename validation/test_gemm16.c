@@ -81,39 +81,44 @@ static const int shapes[][3] = {{1, 1, 1},      {13, 31, 5},    {14, 32, 256},
 static const char *const kname[] = {"portable", "avx512", "amx"};
 
 static void products(int simd) {
-  for (size_t s = 0; s < NSHAPES; s++)
-    for (int ta = 0; ta < 2; ta++)
-      for (int tb = 0; tb < 2; tb++) {
-        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-        const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
-        const float beta = s % 2 ? 0.5f : 0.0f, alpha = s % 3 ? 0.75f : -1.0f;
-        float *A = frand((size_t)(ta ? K : M) * lda, 1), *B = frand((size_t)(tb ? N : K) * ldb, 1);
-        float *C0 = frand((size_t)M * ldc, 1), *C = kd_malloc((size_t)M * ldc * sizeof(float));
-        memcpy(C, C0, (size_t)M * ldc * sizeof(float));
-        if (beta == 0.0f)
-          for (int i = 0; i < M; i++)
-            C[(size_t)i * ldc] = NAN; /* never read with beta 0 */
-        /* odd shapes: the calling thread's own kept work space */
-        void *w = s % 2 ? NULL : kd_malloc(gemm16_work_bytes(M, N, K));
-        const int rc = gemm16(ta, tb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, w);
-        ck_assert_int_eq(rc, 0);
-        const double e = check_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, C, ldc);
-        ck_assert_msg(e <= TOL, "%s kernel %dx%dx%d ta=%d tb=%d beta=%g: error %g", kname[simd], M,
-                      N, K, ta, tb, beta, e);
-        if (tb) { /* the same weight in packed BF16: the same C */
-          uint16_t *B16 = kd_malloc((size_t)N * ldb * sizeof(uint16_t));
-          for (size_t i = 0; i < (size_t)N * ldb; i++)
-            B16[i] = kd_bf16_pack(B[i]);
-          float *C2 = kd_malloc((size_t)M * ldc * sizeof(float));
-          memcpy(C2, C0, (size_t)M * ldc * sizeof(float));
-          ck_assert_int_eq(gemm16(ta, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C2, ldc, w),
-                           0);
-          ck_assert_msg(memcmp(C, C2, (size_t)M * ldc * sizeof(float)) == 0,
-                        "%dx%dx%d ta=%d: packed BF16 B differs from FP32 B", M, N, K, ta);
-          free(B16), free(C2);
+  for (int order = 0; order < 3; order++) /* each packing order: the default, then forced */
+    for (size_t s = 0; s < NSHAPES; s++)
+      for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+          if (order && shapes[s][2] < 1000) continue; /* forced orders: the long-K shape */
+          gemm16_order(order);
+          const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+          const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
+          const float beta = s % 2 ? 0.5f : 0.0f, alpha = s % 3 ? 0.75f : -1.0f;
+          float *A = frand((size_t)(ta ? K : M) * lda, 1),
+                *B = frand((size_t)(tb ? N : K) * ldb, 1);
+          float *C0 = frand((size_t)M * ldc, 1), *C = kd_malloc((size_t)M * ldc * sizeof(float));
+          memcpy(C, C0, (size_t)M * ldc * sizeof(float));
+          if (beta == 0.0f)
+            for (int i = 0; i < M; i++)
+              C[(size_t)i * ldc] = NAN; /* never read with beta 0 */
+          /* odd shapes: the calling thread's own kept work space */
+          void *w = s % 2 ? NULL : kd_malloc(gemm16_work_bytes(M, N, K));
+          const int rc = gemm16(ta, tb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, w, 0);
+          ck_assert_int_eq(rc, 0);
+          const double e = check_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, C, ldc);
+          ck_assert_msg(e <= TOL, "%s kernel %dx%dx%d ta=%d tb=%d beta=%g: error %g", kname[simd],
+                        M, N, K, ta, tb, beta, e);
+          if (tb) { /* the same weight in packed BF16: the same C */
+            uint16_t *B16 = kd_malloc((size_t)N * ldb * sizeof(uint16_t));
+            for (size_t i = 0; i < (size_t)N * ldb; i++)
+              B16[i] = kd_bf16_pack(B[i]);
+            float *C2 = kd_malloc((size_t)M * ldc * sizeof(float));
+            memcpy(C2, C0, (size_t)M * ldc * sizeof(float));
+            ck_assert_int_eq(
+                gemm16(ta, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C2, ldc, w, 0), 0);
+            ck_assert_msg(memcmp(C, C2, (size_t)M * ldc * sizeof(float)) == 0,
+                          "%dx%dx%d ta=%d: packed BF16 B differs from FP32 B", M, N, K, ta);
+            free(B16), free(C2);
+          }
+          free(A), free(B), free(C0), free(C), free(w);
+          gemm16_order(0);
         }
-        free(A), free(B), free(C0), free(C), free(w);
-      }
 }
 
 START_TEST(portable_kernel) {
@@ -153,9 +158,9 @@ START_TEST(not_bf16) {
     const float keep = X[at_];
     X[at_] = 1.0f + 1.0f / 1024.0f; /* not a BF16 number: 10 mantissa bits */
     memcpy(C, C0, (size_t)M * N * sizeof(float));
-    ck_assert_int_eq(gemm16(0, 1, M, N, K, 1.0f, A, K, B, NULL, K, 0.5f, C, N, w), -1);
+    ck_assert_int_eq(gemm16(0, 1, M, N, K, 1.0f, A, K, B, NULL, K, 0.5f, C, N, w, 0), -1);
     ck_assert_msg(memcmp(C, C0, (size_t)M * N * sizeof(float)) == 0, "C changed (beta 0.5)");
-    ck_assert_int_eq(gemm16(0, 1, M, N, K, 1.0f, A, K, B, NULL, K, 0.0f, C, N, w), -1);
+    ck_assert_int_eq(gemm16(0, 1, M, N, K, 1.0f, A, K, B, NULL, K, 0.0f, C, N, w, 0), -1);
     ck_assert_int_eq(gemm16_exact(X, which ? N : M, K, K), 0);
     X[at_] = keep;
     ck_assert_int_eq(gemm16_exact(X, which ? N : M, K, K), 1);
@@ -164,17 +169,51 @@ START_TEST(not_bf16) {
 }
 END_TEST
 
-/* The bf16 backend: BF16 operands take the kernel, others sgemm; the result is the
- * product either way (2 threads, products large enough to be split). */
-START_TEST(backend_fallback) {
+/* A copy of the rows x cols matrix X (leading dim ld) rounded to BF16. */
+static float *rounded(const float *X, size_t n) {
+  float *r = kd_malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    r[i] = kd_round_bf16(X[i]);
+  return r;
+}
+
+/* rnd = 1: operands that are not BF16 numbers are rounded to BF16 (nearest even) as they
+ * are packed: the product of the rounded operands, on every kernel and layout. */
+START_TEST(rounding) {
+  const int best = gemm16_best();
+  for (int k = G16_PORTABLE; k <= best; k++) {
+    ck_assert_int_eq(gemm16_use(k), k);
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++) {
+        const int M = 70, N = 45, K = 131, lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 3;
+        const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb;
+        float *A = frand(na, 0), *B = frand(nb, 0), *C0 = frand((size_t)M * N, 0);
+        float *Ar = rounded(A, na), *Br = rounded(B, nb), *C = kd_malloc((size_t)M * N * 4);
+        memcpy(C, C0, (size_t)M * N * sizeof(float));
+        ck_assert_int_eq(gemm16(ta, tb, M, N, K, 0.5f, A, lda, B, NULL, ldb, -1.0f, C, N, NULL, 1),
+                         0);
+        const double e = check_product(ta, tb, M, N, K, 0.5f, Ar, lda, Br, ldb, -1.0f, C0, C, N);
+        ck_assert_msg(e <= TOL, "%s kernel ta=%d tb=%d: rounded operands, error %g", kname[k], ta,
+                      tb, e);
+        free(A), free(B), free(C0), free(Ar), free(Br), free(C);
+      }
+  }
+}
+END_TEST
+
+/* The bf16 backend: with a BF16 kernel every product multiplies the operands rounded to
+ * BF16 (as the CUDA path does), else sgemm the FP32 ones (2 threads, products large
+ * enough to be split); gemm_w16 equals gemm on the unpacked weight. */
+START_TEST(backend_products) {
   struct kd_backend be;
   backend_cpu_init(&be, 1);
   omp_set_num_threads(2);
-  const int M = 300, N = 260, K = 129;
+  const int M = 300, N = 260, K = 129, r16 = gemm16_available();
   for (int exact = 0; exact < 2; exact++)
     for (int ta = 0; ta < 2; ta++) {
       const int lda = ta ? M : K;
       float *A = frand((size_t)M * K, exact), *B = frand((size_t)N * K, 1);
+      float *Ar = r16 ? rounded(A, (size_t)M * K) : A;
       float *C0 = frand((size_t)M * N, 1), *C = kd_malloc((size_t)M * N * sizeof(float));
       uint16_t *B16 = kd_malloc((size_t)N * K * sizeof(uint16_t));
       for (size_t i = 0; i < (size_t)N * K; i++)
@@ -187,10 +226,11 @@ START_TEST(backend_fallback) {
             be.gemm_w16(ta, M, N, K, 0.7f, A, lda, B16, K, beta, C, N);
           else
             be.gemm(ta, 1, M, N, K, 0.7f, A, lda, B, K, beta, C, N);
-          const double e = check_product(ta, 1, M, N, K, 0.7f, A, lda, B, K, beta, C0, C, N);
+          const double e = check_product(ta, 1, M, N, K, 0.7f, Ar, lda, B, K, beta, C0, C, N);
           ck_assert_msg(e <= TOL, "backend %s exact=%d ta=%d beta=%g: error %g",
                         w16 ? "gemm_w16" : "gemm", exact, ta, beta, e);
         }
+      if (Ar != A) free(Ar);
       free(A), free(B), free(C0), free(C), free(B16);
     }
   ck_assert_uint_eq(be.arena.live_total, 0);
@@ -206,7 +246,8 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, simd_kernel);
   tcase_add_test(tc, amx_kernel);
   tcase_add_test(tc, not_bf16);
-  tcase_add_test(tc, backend_fallback);
+  tcase_add_test(tc, rounding);
+  tcase_add_test(tc, backend_products);
   suite_add_tcase(s, tc);
   const int failed = check_run(s);
   MPI_Finalize();

@@ -116,12 +116,19 @@ static void sgemm(int transa, int transb, int M, int N, int K, float alpha, cons
 /* The BF16 kernel (cpu_gemm16.c) serves bf16 runs where the CPU has it; set at init. */
 static int cpu_gemm16;
 
-/* One thread's block of a product: the BF16 kernel when use16 (falling back to sgemm
- * where an operand is not BF16), else sgemm. */
+/* 1 when this run's products are BF16 products on the BF16 kernel: a bf16 run (read at
+ * every call: measure_gemm_rate clears be->bf16 to time sgemm) on a CPU that has one. */
+static int use_gemm16(void) {
+  return cpu_gemm16 && cpu_be && cpu_be->bf16;
+}
+
+/* One thread's block of a product: with use16 the BF16 kernel on the operands rounded
+ * to BF16 (as the CUDA path's bf16 GEMM converts them; sgemm only if its work space
+ * cannot be had), else sgemm. */
 static void gemm_block(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                        int lda, const float *B, int ldb, float beta, float *C, int ldc, int use16) {
   if (use16 &&
-      gemm16(transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, NULL) == 0)
+      gemm16(transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, NULL, 1) == 0)
     return;
   sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -130,9 +137,9 @@ static void gemm_block(int transa, int transb, int M, int N, int K, float alpha,
  * block of C's rows (or columns, whichever is longer: the operand every thread reads
  * whole, and packs, is then the smaller one), 64-aligned, and multiplies it on its own,
  * so the blocks are independent products. In bf16 runs with the BF16 kernel, each block
- * runs on it (B16 given: B's values in packed BF16, transb = 1) while its operands are
- * BF16 numbers, in the thread's own kept work space; returns 0 if a block needed B's
- * FP32 values that B16 replaces. */
+ * runs on it (B16 given: B's values in packed BF16, transb = 1) with A (and an FP32 B)
+ * rounded to BF16 as packed, in the thread's own kept work space; returns 0 if a block
+ * could not (no work space) and needed B's FP32 values that B16 replaces. */
 static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                       int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
                       int ldc) {
@@ -143,13 +150,10 @@ static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, 
   int per = (len + nt - 1) / nt;
   per = (per + 63) / 64 * 64;
   nt = (len + per - 1) / per;
-  const int use16 = cpu_gemm16 && cpu_bf16;
-  /* a block that fails on B16 is redone by the caller for all of C: with beta != 0 that
-   * must be decided before any block is written */
-  if (B16 && beta != 0.0f && (transa ? !gemm16_exact(A, K, M, lda) : !gemm16_exact(A, M, K, lda)))
-    return 0;
-  int ok = 1;
-#pragma omp parallel num_threads(nt) reduction(&& : ok)
+  const int use16 = use_gemm16();
+  if (B16 && !use16) return 0;
+  int failed = 0;
+#pragma omp parallel num_threads(nt)
   {
     const int i0 = omp_get_thread_num() * per, n = len - i0 < per ? len - i0 : per;
     const float *Ab = A, *Bb = B;
@@ -166,12 +170,25 @@ static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, 
       Cb = C + i0;
       nn = n;
     }
-    if (n > 0 && B16b)
-      ok = gemm16(transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL) == 0;
-    else if (n > 0)
-      gemm_block(transa, transb, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc, use16);
+    /* every thread's work space first: a block of C is written only when all can be */
+    if (use16 && n > 0 && gemm16_reserve(m, nn, K) != 0) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp barrier
+    int f;
+#pragma omp atomic read
+    f = failed;
+    if (n > 0 && !f) {
+      if (B16b)
+        gemm16(transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL, 1);
+      else
+        gemm_block(transa, transb, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc, use16);
+    }
   }
-  return ok;
+  if (failed && !B16) /* no BF16 work space: sgemm on the FP32 operands */
+    sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  return !failed;
 }
 
 static void cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
@@ -207,8 +224,7 @@ static void unpack_rows(float *restrict dst, const uint16_t *restrict B16, int l
 static void cpu_gemm_w16(int transa, int M, int N, int K, float alpha, const float *A, int lda,
                          const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
-  if (cpu_gemm16 && cpu_bf16 &&
-      gemm_split(transa, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C, ldc))
+  if (use_gemm16() && gemm_split(transa, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C, ldc))
     return;
   const int kk = K > 0 ? K : 1, by_rows = M >= N;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();

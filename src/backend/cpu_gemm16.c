@@ -27,6 +27,7 @@
 
 #include "cpu_gemm16_amx.h"
 #include "cpu_hw.h"
+#include "util.h"
 
 #define KC 256 /* K depth of a packed slice (even: pairs never straddle two slices) */
 #define MC (12 * G16_MR)
@@ -53,6 +54,11 @@ int gemm16_use(int kernel) {
 
 int gemm16_kernel(void) {
   return use_kernel;
+}
+
+static int order; /* gemm16_order */
+void gemm16_order(int o) {
+  order = o;
 }
 
 int gemm16_exact(const float *X, int rows, int cols, int ld) {
@@ -88,7 +94,8 @@ size_t gemm16_work_bytes(int M, int N, int K) {
   const int kc = kx < KC ? kx : KC;
   const int nc = N < NC ? round_up(N > 0 ? N : 1, G16_NR) : NC;
   const size_t a16 = (size_t)a_rows(M, K, G16_MR) * (k2 / 2);
-  const size_t ax = (size_t)a_rows(M, kx, AMX_MR) * (kx / 2);
+  size_t ax = (size_t)a_rows(M, kx, AMX_MR) * (kx / 2);
+  if (ax < (size_t)6 * AMX_MR * (KC / 2)) ax = (size_t)6 * AMX_MR * (KC / 2); /* gemm16_goto */
   return ((size_t)nc * (kc / 2) + (a16 > ax ? a16 : ax)) * sizeof(uint32_t) + 64;
 }
 
@@ -107,6 +114,10 @@ static void *thread_work(size_t bytes) {
   return tl_work;
 }
 
+int gemm16_reserve(int M, int N, int K) {
+  return thread_work(gemm16_work_bytes(M, N, K)) ? 0 : -1;
+}
+
 /* One operand as the packer sees it: element (r, k) of a matrix whose rows r are the
  * micro-panel's rows (op(A)'s rows, op(B)'s columns). `kcontig`: k runs along storage
  * rows (A not transposed, B transposed); else k indexes storage rows. */
@@ -114,12 +125,21 @@ struct src {
   const float *f;
   const uint16_t *h; /* packed BF16 (kcontig only), instead of f */
   int ld, kcontig;
+  int rnd; /* f's values rounded to BF16 (nearest even) as they are packed, never refused */
 };
 
 static inline uint32_t bits(const float *p) {
   uint32_t u;
   memcpy(&u, p, 4);
   return u;
+}
+
+/* The FP32 pattern of *p as packing takes it: as it is, or rounded to BF16 (kd_round_bf16,
+ * whose low half is zero) when rnd. */
+static inline uint32_t bits_r(const float *p, int rnd) {
+  if (!rnd) return bits(p);
+  const float r = kd_round_bf16(*p);
+  return bits(&r);
 }
 
 /* Pack rows [r0, r0 + nr) and K range [k0, k0 + kc) of s into a micro-panel of S rows
@@ -141,12 +161,12 @@ static uint32_t pack_scalar(uint32_t *restrict dst, int S, const struct src *s, 
       uint32_t l = 0;
 #pragma omp simd reduction(| : l)
       for (int p = 0; p < kp; p++) {
-        const uint32_t a = bits(x + 2 * p), b = bits(x + 2 * p + 1);
+        const uint32_t a = bits_r(x + 2 * p, s->rnd), b = bits_r(x + 2 * p + 1, s->rnd);
         l |= (a | b) & 0xffffu;
         dst[(size_t)p * S + r] = a >> 16 | (b & 0xffff0000u);
       }
       if (odd) {
-        const uint32_t a = bits(x + 2 * kp);
+        const uint32_t a = bits_r(x + 2 * kp, s->rnd);
         l |= a & 0xffffu;
         dst[(size_t)kp * S + r] = a >> 16;
       }
@@ -161,7 +181,7 @@ static uint32_t pack_scalar(uint32_t *restrict dst, int S, const struct src *s, 
       uint32_t l = 0;
 #pragma omp simd reduction(| : l)
       for (int r = 0; r < nr; r++) {
-        const uint32_t a = bits(x0 + r), b = two ? bits(x1 + r) : 0;
+        const uint32_t a = bits_r(x0 + r, s->rnd), b = two ? bits_r(x1 + r, s->rnd) : 0;
         l |= (a | b) & 0xffffu;
         d[r] = a >> 16 | (b & 0xffff0000u);
       }
@@ -225,9 +245,14 @@ KTARGET static uint32_t pack_simd(uint32_t *restrict dst, int S, const struct sr
           r[i] = _mm256_loadu_si256(
               (const __m256i *)(s->h + (size_t)(r0 + rg + i) * s->ld + k0 + 2 * p));
         } else {
-          const __m512i v = _mm512_loadu_si512(s->f + (size_t)(r0 + rg + i) * s->ld + k0 + 2 * p);
-          low |= _mm512_test_epi32_mask(v, lowbits);
-          r[i] = _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16));
+          const float *x = s->f + (size_t)(r0 + rg + i) * s->ld + k0 + 2 * p;
+          if (s->rnd) { /* vcvtneps2bf16: nearest even (inputs below 2^-126 count as zero) */
+            r[i] = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x));
+          } else {
+            const __m512i v = _mm512_loadu_si512(x);
+            low |= _mm512_test_epi32_mask(v, lowbits);
+            r[i] = _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16));
+          }
         }
       }
       transpose8(r);
@@ -290,7 +315,9 @@ KTARGET static void kernel_simd(int groups, const uint32_t *restrict a, const ui
   ZERO(1)
   ZERO(2)
   ZERO(3)
-  ZERO(4) ZERO(5) ZERO(6) ZERO(7) ZERO(8) ZERO(9) ZERO(10) ZERO(11) ZERO(12) ZERO(13)
+  ZERO(4)
+  ZERO(5)
+  ZERO(6) ZERO(7) ZERO(8) ZERO(9) ZERO(10) ZERO(11) ZERO(12) ZERO(13)
 #define ROW(i)                                                                                     \
   {                                                                                                \
     const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);                                    \
@@ -351,7 +378,8 @@ static int gemm16_amx(int M, int N, int K, float alpha, const struct src *sa, co
   amx_begin();
   for (int ia = 0; ia < M && !low; ia += MA) {
     const int ma = M - ia < MA ? M - ia : MA;
-    low |= amx_pack_rows(Ap, kpw, sa->f, sa->ld, sa->kcontig, ia, ma, round_up(ma, AMX_MR), K);
+    low |= amx_pack_rows(Ap, kpw, sa->f, sa->ld, sa->kcontig, sa->rnd, ia, ma, round_up(ma, AMX_MR),
+                         K);
     float *Ca = C + (size_t)ia * ldc;
     for (int jc = 0; jc < N && !low; jc += NC) {
       const int nc = N - jc < NC ? N - jc : NC;
@@ -382,13 +410,69 @@ static int gemm16_amx(int M, int N, int K, float alpha, const struct src *sa, co
   return low ? -1 : 0;
 }
 
+/* The product in GotoBLAS order: per column block and K slice, B packed once, then A
+ * packed slice by slice per row block. gemm16_amx and the loop in gemm16 pack op(A) with
+ * all of K instead, once, and B again for every block of A's rows; where A needs more
+ * than one block (a long K: the logits' gradient over the vocabulary, K = V) and B is
+ * the wider operand, this order packs less. */
+static int gemm16_goto(int M, int N, int K, float alpha, const struct src *sa, const struct src *sb,
+                       float beta, float *C, int ldc, void *work) {
+  const int amx = use_kernel == G16_AMX, mr = amx ? AMX_MR : G16_MR, mcb = amx ? MC_AMX : MC;
+  const int kcmax = K < KC ? round_up(K, amx ? 2 * AMX_KG : 2) : KC;
+  const int ncmax = N < NC ? round_up(N, G16_NR) : NC;
+  uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+  uint32_t *Ap = Bp + (size_t)ncmax * (kcmax / 2);
+  void (*kernel)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
+      use_kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
+  uint32_t low = 0;
+  if (amx) amx_begin();
+  for (int jc = 0; jc < N && !low; jc += NC) {
+    const int nc = N - jc < NC ? N - jc : NC;
+    for (int pc = 0; pc < K && !low; pc += KC) {
+      const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
+      const int gx = amx ? round_up(groups, AMX_KG) : groups; /* packed pairs per row */
+      for (int jr = 0; jr < nc; jr += G16_NR) {
+        uint32_t *panel = Bp + (size_t)(jr / G16_NR) * gx * G16_NR;
+        low |= pack_panel(panel, G16_NR, sb, jc + jr, nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
+        memset(panel + (size_t)groups * G16_NR, 0, (size_t)(gx - groups) * G16_NR * 4);
+      }
+      const float bk = pc ? 1.0f : beta;
+      for (int ic = 0; ic < M && !low; ic += mcb) {
+        const int mc = M - ic < mcb ? M - ic : mcb;
+        if (amx)
+          low |= amx_pack_rows(Ap, gx, sa->kcontig ? sa->f + pc : sa->f + (size_t)pc * sa->ld,
+                               sa->ld, sa->kcontig, sa->rnd, ic, mc, round_up(mc, AMX_MR), kc);
+        else
+          for (int ir = 0; ir < mc; ir += G16_MR)
+            low |= pack_panel(Ap + (size_t)(ir / G16_MR) * groups * G16_MR, G16_MR, sa, ic + ir,
+                              mc - ir < G16_MR ? mc - ir : G16_MR, pc, kc);
+        if (low) break; /* beta is 0 here (checked before): the caller redoes the product */
+        for (int jr = 0; jr < nc; jr += G16_NR) {
+          const uint32_t *b = Bp + (size_t)(jr / G16_NR) * gx * G16_NR;
+          for (int ir = 0; ir < mc; ir += mr) {
+            float *c = C + (size_t)(ic + ir) * ldc + jc + jr;
+            const int m = mc - ir < mr ? mc - ir : mr, n = nc - jr < G16_NR ? nc - jr : G16_NR;
+            if (amx)
+              amx_kernel(gx, Ap + (size_t)ir * gx, gx, b, c, ldc, m, n, alpha, bk);
+            else
+              kernel(groups, Ap + (size_t)(ir / G16_MR) * groups * G16_MR, b, c, ldc, m, n, alpha,
+                     bk);
+          }
+        }
+      }
+    }
+  }
+  if (amx) amx_end();
+  return low ? -1 : 0;
+}
+
 int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-           const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc,
-           void *work) {
+           const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc, void *work,
+           int rnd) {
   if (M <= 0 || N <= 0) return 0;
-  const struct src sa = {A, NULL, lda, !transa};
-  const struct src sb = {B16 ? NULL : B, B16, ldb, transb};
-  if (beta != 0.0f) { /* C must stay as it is if an operand turns out not to be BF16 */
+  const struct src sa = {A, NULL, lda, !transa, rnd};
+  const struct src sb = {B16 ? NULL : B, B16, ldb, transb, rnd};
+  if (beta != 0.0f && !rnd) { /* C must stay as it is if an operand turns out not to be BF16 */
     if (transa ? !gemm16_exact(A, K, M, lda) : !gemm16_exact(A, M, K, lda)) return -1;
     if (!B16 && (transb ? !gemm16_exact(B, N, K, ldb) : !gemm16_exact(B, K, N, ldb))) return -1;
   }
@@ -397,6 +481,13 @@ int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float
     return 0;
   }
   if (!work && !(work = thread_work(gemm16_work_bytes(M, N, K)))) return -1;
+  { /* the packing order: the one that packs fewer elements again */
+    const int ma =
+        use_kernel == G16_AMX ? a_rows(M, round_up(K, 2 * AMX_KG), AMX_MR) : a_rows(M, K, G16_MR);
+    const double na = (M + ma - 1) / ma, nn = (N + NC - 1) / NC;
+    if (order == 2 || (order == 0 && na > 1 && (na - 1) * N > (nn - 1) * M))
+      return gemm16_goto(M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
+  }
   if (use_kernel == G16_AMX) return gemm16_amx(M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
   void (*kernel)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
       use_kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;

@@ -31,6 +31,9 @@ int gemm16_available(void);
 int gemm16_use(int kernel);
 /* The kernel selected. */
 int gemm16_kernel(void);
+/* Tests: the packing order of the products that follow: 0 the cheaper one (the default),
+ * 1 op(A) packed with all of K once, B per block of A's rows, 2 GotoBLAS order. */
+void gemm16_order(int order);
 
 /* 1 if every element of the rows x cols matrix X (leading dim ld) is a BF16 number
  * (the low 16 bits of its FP32 pattern are zero): such operands lose nothing. */
@@ -40,6 +43,10 @@ int gemm16_exact(const float *X, int rows, int cols, int ld);
  * at most (up to K = 150,000). */
 size_t gemm16_work_bytes(int M, int N, int K);
 
+/* Make sure the calling thread's own work space holds an M x N x K product (gemm16 with
+ * work NULL then cannot fail for lack of memory): 0, or -1 if it cannot be allocated. */
+int gemm16_reserve(int M, int N, int K);
+
 /* Row-major C (M x N, ldc) = alpha op(A) op(B) + beta C on the calling thread, op(A)
  * M x K (A is K x M when transa), op(B) K x N (N x K when transb). B is FP32 (B) or
  * packed BF16 (B16, the upper halves of FP32 patterns; only with transb = 1). beta 0
@@ -48,8 +55,11 @@ size_t gemm16_work_bytes(int M, int N, int K);
  * outside the arena's counts as the BLAS's own buffers are). Returns 0, or -1 when A or an FP32 B
  * holds a value that is not a BF16 number: then C is as it was when beta != 0 (checked before any
  * write) and partly written when beta == 0 (found while packing); either way the caller computes
- * the product another way. */
+ * the product another way. rnd = 1: the FP32 operands are rounded to BF16 (nearest even,
+ * as the CUDA path converts them; values below 2^-126 count as zero) as they are packed,
+ * and never refused: -1 then only when the work space cannot be allocated. */
 int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-           const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc, void *work);
+           const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc, void *work,
+           int rnd);
 
 #endif

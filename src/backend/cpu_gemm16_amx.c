@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cpu_hw.h"
+#include "util.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux: ask for an extended state component */
 #define XFEATURE_XTILEDATA 18      /* the AMX tile data */
@@ -41,7 +42,7 @@ int amx_enable(void) {
   return amx_ok;
 }
 
-#define ATARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")))
+#define ATARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 /* Palette 1: tiles 0-3 C (16 rows x 64 bytes of FP32), 4-5 A, 6-7 B (16 x 64 bytes). */
 struct tilecfg {
@@ -65,14 +66,15 @@ ATARGET void amx_end(void) {
   _tile_release();
 }
 
-static inline uint32_t bits(const float *p) {
+static inline uint32_t bits(const float *p, int rnd) {
+  const float r = rnd ? kd_round_bf16(*p) : *p;
   uint32_t u;
-  memcpy(&u, p, 4);
+  memcpy(&u, &r, 4);
   return u;
 }
 
 ATARGET uint32_t amx_pack_rows(uint32_t *restrict dst, int kpw, const float *A, int lda,
-                               int kcontig, int r0, int nr, int rows, int K) {
+                               int kcontig, int rnd, int r0, int nr, int rows, int K) {
   const int kp = K / 2;
   uint32_t low = 0;
   __mmask16 lowv = 0;
@@ -83,17 +85,22 @@ ATARGET uint32_t amx_pack_rows(uint32_t *restrict dst, int kpw, const float *A, 
       uint32_t *d = dst + (size_t)r * kpw;
       int p = 0;
       for (; p + 8 <= kp; p += 8) { /* 16 values -> 8 pair words */
+        if (rnd) { /* vcvtneps2bf16: nearest even (inputs below 2^-126 count as zero) */
+          _mm256_storeu_si256((__m256i *)(d + p),
+                              (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + 2 * p)));
+          continue;
+        }
         const __m512i v = _mm512_loadu_si512(x + 2 * p);
         lowv |= _mm512_test_epi32_mask(v, lowbits);
         _mm256_storeu_si256((__m256i *)(d + p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
       }
       for (; p < kp; p++) {
-        const uint32_t a = bits(x + 2 * p), b = bits(x + 2 * p + 1);
+        const uint32_t a = bits(x + 2 * p, rnd), b = bits(x + 2 * p + 1, rnd);
         low |= (a | b) & 0xffffu;
         d[p] = a >> 16 | (b & 0xffff0000u);
       }
       if (K & 1) {
-        const uint32_t a = bits(x + K - 1);
+        const uint32_t a = bits(x + K - 1, rnd);
         low |= a & 0xffffu;
         d[kp] = a >> 16;
       }
@@ -107,7 +114,7 @@ ATARGET uint32_t amx_pack_rows(uint32_t *restrict dst, int kpw, const float *A, 
       const float *x0 = A + (size_t)(2 * p) * lda + r0, *x1 = x0 + lda;
       const int two = 2 * p + 1 < K;
       for (int r = 0; r < nr; r++) {
-        const uint32_t a = bits(x0 + r), b = two ? bits(x1 + r) : 0;
+        const uint32_t a = bits(x0 + r, rnd), b = two ? bits(x1 + r, rnd) : 0;
         low |= (a | b) & 0xffffu;
         dst[(size_t)r * kpw + p] = a >> 16 | (b & 0xffff0000u);
       }

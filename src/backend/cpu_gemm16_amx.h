@@ -20,10 +20,11 @@ void amx_end(void);
 
 /* Rows [r0, r0 + nr) of op(A) (row-major M x K with leading dim lda when kcontig, else A
  * is K x M) as BF16 pair words, row r at dst + r * kpw (kpw >= K / 2 rounded up, the
- * words past K zero), and rows [nr, rows) zero. Returns the OR of the dropped low halves
+ * words past K zero), and rows [nr, rows) zero; rnd: values rounded to BF16 (nearest
+ * even), else truncated. Returns the OR of the dropped low halves
  * (non-zero: a value that is not a BF16 number). */
 uint32_t amx_pack_rows(uint32_t *restrict dst, int kpw, const float *A, int lda, int kcontig,
-                       int r0, int nr, int rows, int K);
+                       int rnd, int r0, int nr, int rows, int K);
 
 /* C (m x n, m <= 32, n <= 32) = alpha a b + beta C (beta 0: C not read) over `groups`
  * pairs of K (a multiple of AMX_KG): a 32 rows of packed A, kpw words apart; b a packed
