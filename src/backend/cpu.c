@@ -37,11 +37,16 @@ static void scratch_free(void *p) {
   arena_free(&cpu_be->arena, p);
 }
 
-/* Round n floats to BF16 when the backend emulates BF16 storage. */
-static inline void store_round(float *restrict x, size_t n) {
-  if (!cpu_bf16) return;
+/* Round n floats to BF16 (nearest even). */
+KD_SIMD_CLONES static void round_row(float *restrict x, size_t n) {
+#pragma omp simd
   for (size_t i = 0; i < n; i++)
     x[i] = kd_round_bf16(x[i]);
+}
+
+/* Round n floats to BF16 when the backend emulates BF16 storage. */
+static inline void store_round(float *restrict x, size_t n) {
+  if (cpu_bf16) round_row(x, n);
 }
 
 /* This thread's contiguous share [*c0, *c1) of C columns (inside a parallel region). */
@@ -274,9 +279,10 @@ static void cpu_scale(float *restrict x, float a, size_t n) {
 }
 
 static void cpu_round_bf16(float *restrict x, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++)
-    x[i] = kd_round_bf16(x[i]);
+  const size_t piece = 4096; /* a page of floats per iteration */
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i += piece)
+    round_row(x + i, n - i < piece ? n - i : piece);
 }
 
 static double cpu_sumsq(const float *restrict x, size_t n) {
@@ -503,14 +509,20 @@ static void cpu_rope_backward(float *dx, size_t N, int T, int nh, int hd, int ld
 
 /* --- swiglu ---------------------------------------------------------------------------------- */
 
+/* o = silu(g) * u over a row of I. */
+KD_SIMD_CLONES static void swiglu_row(float *restrict o, const float *restrict g,
+                                      const float *restrict u, int I) {
+#pragma omp simd
+  for (int i = 0; i < I; i++)
+    o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
+}
+
 static void cpu_swiglu_forward(float *out, const float *gu, size_t N, int I) {
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     const float *restrict g = gu + n * 2 * I, *restrict u = g + I;
     float *restrict o = out + n * I;
-#pragma omp simd
-    for (int i = 0; i < I; i++)
-      o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
+    swiglu_row(o, g, u, I);
     store_round(o, (size_t)I);
   }
 }

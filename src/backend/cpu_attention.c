@@ -66,8 +66,9 @@ static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd) {
 }
 
 /* One forward tile: rows t0 .. t0+m-1 of q head h in sequence b; S is ATT_TILE x T scratch. */
-static void att_forward_tile(float *out, float *lse, const float *qkv, const struct att_shape *s,
-                             int b, int h, int t0, float *S) {
+KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float *qkv,
+                                            const struct att_shape *s, int b, int h, int t0,
+                                            float *S) {
   int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE, nk = t0 + m;
   const float *q = qkv + ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
   const float *k = qkv + (size_t)b * s->T * s->ld + (size_t)(s->nh + h / s->group) * s->hd;

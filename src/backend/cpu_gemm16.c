@@ -27,6 +27,7 @@
 
 #include "cpu_gemm16_amx.h"
 #include "cpu_hw.h"
+#include "cpu_math.h"
 #include "util.h"
 
 #define KC 256 /* K depth of a packed slice (even: pairs never straddle two slices) */
@@ -144,8 +145,8 @@ static inline uint32_t bits_r(const float *p, int rnd) {
 
 /* Pack rows [r0, r0 + nr) and K range [k0, k0 + kc) of s into a micro-panel of S rows
  * (dst: (kc + 1) / 2 groups of S words). Returns the OR of the dropped low halves. */
-static uint32_t pack_scalar(uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
-                            int k0, int kc) {
+KD_SIMD_CLONES static uint32_t pack_scalar(uint32_t *restrict dst, int S, const struct src *s,
+                                           int r0, int nr, int k0, int kc) {
   const int kp = kc / 2, odd = kc & 1, groups = kp + odd;
   uint32_t low = 0;
   if (s->kcontig && s->h) {
@@ -317,7 +318,8 @@ KTARGET static void kernel_simd(int groups, const uint32_t *restrict a, const ui
   ZERO(3)
   ZERO(4)
   ZERO(5)
-  ZERO(6) ZERO(7) ZERO(8) ZERO(9) ZERO(10) ZERO(11) ZERO(12) ZERO(13)
+  ZERO(6)
+  ZERO(7) ZERO(8) ZERO(9) ZERO(10) ZERO(11) ZERO(12) ZERO(13)
 #define ROW(i)                                                                                     \
   {                                                                                                \
     const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);                                    \
