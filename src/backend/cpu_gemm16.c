@@ -270,10 +270,51 @@ KTARGET static uint32_t pack_simd(uint32_t *restrict dst, int S, const struct sr
   return (low ? 1u : 0u) | rest;
 }
 
-/* The packer for this operand: vectorised where k runs along storage rows. */
+/* pack_scalar for an operand whose k runs down the storage rows (op = transposed FP32: the
+ * weight gradients' operands, whose k is the token): storage rows k and k + 1 give one
+ * word per panel row, 16 panel rows a vector; the padding rows nr..S come out zero. */
+KTARGET static uint32_t pack_strided(uint32_t *restrict dst, int S, const struct src *s, int r0,
+                                     int nr, int k0, int kc) {
+  const int groups = (kc + 1) / 2;
+  __mmask16 low = 0;
+  const __m512i lowbits = _mm512_set1_epi32(0xffff);
+  const __m512i hibits = _mm512_set1_epi32((int)0xffff0000u);
+  for (int p = 0; p < groups; p++) {
+    const float *x0 = s->f + (size_t)(k0 + 2 * p) * s->ld + r0, *x1 = x0 + s->ld;
+    const int two = 2 * p + 1 < kc;
+    uint32_t *d = dst + (size_t)p * S;
+    for (int r = 0; r < S; r += 16) {
+      const int left = nr - r;
+      const __mmask16 m = left >= 16 ? (__mmask16)0xffff
+                          : left > 0 ? (__mmask16)((1u << left) - 1)
+                                     : (__mmask16)0;
+      const __m512 a = _mm512_maskz_loadu_ps(m, x0 + r);
+      const __m512 b = two ? _mm512_maskz_loadu_ps(m, x1 + r) : _mm512_setzero_ps();
+      __m512i w;
+      if (s->rnd) { /* as pack_simd: vcvtneps2bf16 */
+        const __m512i ah = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
+        const __m512i bh = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
+        w = _mm512_or_si512(ah, _mm512_slli_epi32(bh, 16));
+      } else {
+        const __m512i ai = _mm512_castps_si512(a), bi = _mm512_castps_si512(b);
+        low |= _mm512_test_epi32_mask(_mm512_or_si512(ai, bi), lowbits);
+        w = _mm512_or_si512(_mm512_srli_epi32(ai, 16), _mm512_and_si512(bi, hibits));
+      }
+      if (S - r >= 16)
+        _mm512_storeu_si512(d + r, w);
+      else
+        _mm512_mask_storeu_epi32(d + r, (__mmask16)((1u << (S - r)) - 1), w);
+    }
+  }
+  return low ? 1u : 0u;
+}
+
+/* The packer for this operand: vectorised on a CPU with AVX512-BF16. */
 static uint32_t pack_panel(uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
                            int k0, int kc) {
-  if (use_kernel >= G16_AVX512 && s->kcontig) return pack_simd(dst, S, s, r0, nr, k0, kc);
+  if (use_kernel >= G16_AVX512)
+    return s->kcontig ? pack_simd(dst, S, s, r0, nr, k0, kc)
+                      : pack_strided(dst, S, s, r0, nr, k0, kc);
   return pack_scalar(dst, S, s, r0, nr, k0, kc);
 }
 
