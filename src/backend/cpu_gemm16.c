@@ -110,6 +110,9 @@ static void *thread_work(size_t bytes) {
     free(tl_work);
     tl_bytes = 0;
     if (posix_memalign(&tl_work, 64, bytes) != 0) return tl_work = NULL;
+    /* every page now: a later, smaller product packs at other offsets (op(A)'s panels
+     * follow B's), and its first touch would fault in a later step */
+    memset(tl_work, 0, bytes);
     tl_bytes = bytes;
   }
   return tl_work;
