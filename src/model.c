@@ -301,6 +301,8 @@ static void init_values(const struct kd_param *p, float *x, double std, double r
   const int64_t lcols = p->split_dim == 1 ? p->split_len : cols;
   const int64_t r0 = p->split_dim == 0 ? p->split_off : 0;
   const int64_t c0 = p->split_dim == 1 ? p->split_off : 0;
+  /* each value a function of its global index alone: the same on any thread count */
+#pragma omp parallel for schedule(static) if (rows * lcols >= 65536)
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < lcols; c++)
       x[(size_t)r * lcols + c] = s * counter_normal(key, (uint64_t)((r0 + r) * cols + c0 + c));

@@ -387,7 +387,18 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
                    vc, &r->grid);
   float *dst = r->eval ? r->student.w : r->student.master;
   char resumed[KD_PATH_MAX + 300] = "";
-  if (strcmp(cfg->student_init, "random") == 0) {
+  /* a checkpoint to resume from replaces every tensor: no random values are drawn and no
+   * init file is read for it (on a 0.5B student the draw alone takes seconds of the
+   * restart) */
+  int resuming = 0;
+  if (!r->eval) {
+    char ck[KD_PATH_MAX + 300];
+    kd_agree_or_fail(ckpt_resolve(cfg, ck, sizeof ck, MPI_COMM_WORLD, err, sizeof err), err);
+    resuming = ck[0] != '\0';
+  }
+  if (resuming) {
+    /* filled by ckpt_resume below */
+  } else if (strcmp(cfg->student_init, "random") == 0) {
     model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
   } else {
     const double t0 = phase_begin("loading student", cfg->student_init);
