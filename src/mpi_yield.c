@@ -61,12 +61,8 @@ static int polite_barrier(MPI_Comm c) {
 /* Decide on the first MPI call (not collective: MPI_Init itself stays MPICH's, so tools
  * that interpose it keep working): the node's rank count from the launcher's
  * environment (MPICH Hydra, Open MPI, Slurm) against the CPUs this process may use. */
+static int share = 1; /* the node's ranks per CPU of this process, rounded up */
 static void decide(void) {
-  const char *env = getenv("KD_MPI_YIELD");
-  if (env && *env) {
-    polite = atoi(env) != 0;
-    return;
-  }
   static const char *const vars[] = {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
                                      "SLURM_STEP_TASKS_PER_NODE"};
   int n = 1;
@@ -76,8 +72,16 @@ static void decide(void) {
   }
   cpu_set_t set;
   CPU_ZERO(&set);
-  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  polite = n > cpus;
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (cpus < 1) cpus = 1;
+  share = (n + cpus - 1) / cpus;
+  const char *env = getenv("KD_MPI_YIELD");
+  polite = env && *env ? atoi(env) != 0 : n > cpus;
+}
+
+int mpi_yield_share(void) {
+  if (polite < 0) decide();
+  return share;
 }
 
 int MPI_Finalize(void) {

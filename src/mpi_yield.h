@@ -7,4 +7,8 @@
  * decided at the first call, the same on every rank of a node. */
 int mpi_yield_on(void);
 
+/* The node's ranks per CPU this process may use, rounded up (1 when not oversubscribed):
+ * how much slower than on its own core a rank's share of a collective runs. */
+int mpi_yield_share(void);
+
 #endif

@@ -1,5 +1,7 @@
 /* util.c: error checkers, console helpers, RNG, timing. */
 #include "util.h"
+
+#include "mpi_yield.h"
 #include "util_mpi.h"
 
 #include <math.h>
@@ -205,8 +207,11 @@ static void guard_fire(int sig) {
 }
 
 void kd_io_guard_arm(const char *path) {
+  /* 60 s of no progress, times the node's ranks per CPU (each rank gets that share of a
+   * core: 256 ranks on 2 cores wrote one collective piece in over 60 s); a value set in
+   * KDTRAIN_IO_TIMEOUT_S is taken as it is */
   const char *env = getenv("KDTRAIN_IO_TIMEOUT_S");
-  long secs = env && atol(env) > 0 ? atol(env) : 60;
+  long secs = env && atol(env) > 0 ? atol(env) : 60L * mpi_yield_share();
   if (strcmp(path, guard_path) != 0) {
     snprintf(guard_path, sizeof guard_path, "%s", path);
     int n = snprintf(guard_msg, sizeof guard_msg,
