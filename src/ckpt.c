@@ -458,21 +458,17 @@ int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64
   return sig != 0;
 }
 
-int ckpt_resume(const struct kd_config *cfg, struct kd_model *mdl, struct ckpt_state *st,
-                char *from, size_t pathlen, MPI_Comm comm) {
-  char path[KD_PATH_MAX + 300], err[1024];
+int ckpt_resume(const struct kd_config *cfg, const char *path, struct kd_model *mdl,
+                struct ckpt_state *st, MPI_Comm comm) {
+  char err[1024];
   memset(st, 0, sizeof *st);
-  if (pathlen) from[0] = '\0';
-  int rc = ckpt_resolve(cfg, path, sizeof path, comm, err, sizeof err);
-  kd_agree_or_fail(rc, err);
   if (!path[0]) return 0;
-  rc = ckpt_load(path, mdl, st, comm, err, sizeof err);
+  const int rc = ckpt_load(path, mdl, st, comm, err, sizeof err);
   if (rc) {
     char msg[sizeof err + 32];
     snprintf(msg, sizeof msg, "cannot resume: %s", err);
     kd_agree_or_fail(rc, msg);
   }
-  if (pathlen) snprintf(from, pathlen, "%s", path);
 
   if (st->seed != cfg->run_seed)
     kd_info("kdtrain: warning: %s was written with run%%seed = %lld but this run has %lld: "

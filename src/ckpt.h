@@ -64,11 +64,10 @@ int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64
                   int64_t consumed, int64_t updates, const struct kd_scaler *scaler,
                   MPI_Comm comm);
 
-/* Startup hook, collective: resolve checkpoint%resume and, when there is a checkpoint,
- * load it into `mdl` and `st`, copy its path to `from` (pathlen bytes; '' on a fresh
- * start) and return 1 (0: fresh start, st zeroed). A refused checkpoint ends the run
- * with its status. */
-int ckpt_resume(const struct kd_config *cfg, struct kd_model *mdl, struct ckpt_state *st,
-                char *from, size_t pathlen, MPI_Comm comm);
+/* Startup hook, collective: load checkpoint `path` (checkpoint%resume as ckpt_resolve gave
+ * it) into `mdl` and `st` and return 1; '' is a fresh start: 0, st zeroed. A refused
+ * checkpoint ends the run with its status. */
+int ckpt_resume(const struct kd_config *cfg, const char *path, struct kd_model *mdl,
+                struct ckpt_state *st, MPI_Comm comm);
 
 #endif

@@ -386,17 +386,14 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
                            : MODEL_TRAIN,
                    vc, &r->grid);
   float *dst = r->eval ? r->student.w : r->student.master;
+  /* checkpoint%resume, resolved once ('': a fresh start). A checkpoint to resume from
+   * replaces every tensor: no random values are drawn and no init file is read for it
+   * (on a 0.5B student the draw alone takes seconds of the restart) */
   char resumed[KD_PATH_MAX + 300] = "";
-  /* a checkpoint to resume from replaces every tensor: no random values are drawn and no
-   * init file is read for it (on a 0.5B student the draw alone takes seconds of the
-   * restart) */
-  int resuming = 0;
-  if (!r->eval) {
-    char ck[KD_PATH_MAX + 300];
-    kd_agree_or_fail(ckpt_resolve(cfg, ck, sizeof ck, MPI_COMM_WORLD, err, sizeof err), err);
-    resuming = ck[0] != '\0';
-  }
-  if (resuming) {
+  if (!r->eval)
+    kd_agree_or_fail(
+        ckpt_resolve(cfg, resumed, sizeof resumed, MPI_COMM_WORLD, err, sizeof err), err);
+  if (resumed[0]) {
     /* filled by ckpt_resume below */
   } else if (strcmp(cfg->student_init, "random") == 0) {
     model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
@@ -412,8 +409,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   } else {
     update_build(&r->update, &r->be, &r->student, &r->grid, zero);
     const double t0 = kd_now();
-    ckpt_resume(cfg, update_state(&r->update), &r->resume, resumed, sizeof resumed,
-                MPI_COMM_WORLD); /* checkpoint%resume */
+    ckpt_resume(cfg, resumed, update_state(&r->update), &r->resume, MPI_COMM_WORLD);
     if (r->resume.step > 0) phase_end("checkpoint read", t0);
     update_refresh_weights(&r->update, &r->be);
   }
