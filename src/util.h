@@ -114,6 +114,16 @@ double kd_normal(uint64_t *state);        /* standard normal, Box-Muller */
 /* FNV-1a hash of a string, its offset basis XORed with `seed` (0: plain FNV-1a). */
 uint64_t kd_fnv1a(const char *s, uint64_t seed);
 
+/* A hot loop built for x86-64-v4 (AVX-512), v3 (AVX2) and the baseline, chosen at load
+ * time for the CPU it runs on (the rest of kdtrain is built for the baseline). Not under
+ * the sanitizers. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__)
+#define KD_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KD_SIMD_CLONES
+#endif
+
 /* Round a float to the nearest bfloat16 (round-to-nearest-even), returned as float. */
 static inline float kd_round_bf16(float x) {
   union { float f; uint32_t u; } v = {x};

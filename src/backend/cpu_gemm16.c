@@ -27,7 +27,6 @@
 
 #include "cpu_gemm16_amx.h"
 #include "cpu_hw.h"
-#include "cpu_math.h"
 #include "util.h"
 
 #define KC 256 /* K depth of a packed slice (even: pairs never straddle two slices) */

@@ -4,16 +4,6 @@
 
 #include <stdint.h>
 
-/* A hot loop built for x86-64-v4 (AVX-512), v3 (AVX2) and the baseline, chosen at load
- * time for the CPU it runs on (the rest of kdtrain is built for the baseline). Not under
- * the sanitizers (as weights.c's row_sum). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(__SANITIZE_ADDRESS__)
-#define KD_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define KD_SIMD_CLONES
-#endif
-
 /* exp(x) in float that GCC vectorises inside `omp simd` loops at -O2 (libm's
  * expf is a call per element). Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2,
  * and a degree-6 polynomial for e^r (Cephes coefficients): within 2 ulp of expf
