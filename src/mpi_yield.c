@@ -27,6 +27,7 @@
 #include "mpi_yield.h"
 
 static int polite = -1; /* 1: wait politely, 0: not, -1: not decided yet */
+static int share = 1;   /* the node's ranks per CPU of this process, rounded up */
 static void decide(void);
 
 int mpi_yield_on(void) {
@@ -61,7 +62,6 @@ static int polite_barrier(MPI_Comm c) {
 /* Decide on the first MPI call (not collective: MPI_Init itself stays MPICH's, so tools
  * that interpose it keep working): the node's rank count from the launcher's
  * environment (MPICH Hydra, Open MPI, Slurm) against the CPUs this process may use. */
-static int share = 1; /* the node's ranks per CPU of this process, rounded up */
 static void decide(void) {
   static const char *const vars[] = {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
                                      "SLURM_STEP_TASKS_PER_NODE"};
