@@ -36,15 +36,16 @@ printf '#!/bin/sh\necho "    Resource_List.walltime = 00:00:14"\n' > bin/qstat
 cat > bin/kdtrain <<'EOF'
 #!/bin/sh
 # stand-in kdtrain: FAKE=exit:N exits N; FAKE=wait waits for SIGUSR1/SIGTERM, exits 5
-echo "kdtrain: fake start $*"
-case $FAKE in
-  exit:*) exit "${FAKE#exit:}" ;;
-esac
+# (the trap is set before the first line: the test signals as soon as it sees that line)
 stop() {
   [ -n "${FAKE_NOCKPT:-}" ] || echo "kdtrain: checkpoint out/checkpoints/step_00000003.h5 written in 0.1 s (stopping on a signal)"
   echo "kdtrain: stopped by signal 10 after step 3: exit status 5, resume with the same command"; exit 5
 }
 trap stop USR1 TERM
+echo "kdtrain: fake start $*"
+case $FAKE in
+  exit:*) exit "${FAKE#exit:}" ;;
+esac
 i=0
 while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 exit 9
