@@ -10,7 +10,7 @@
 
 #include "backend/backend.h"
 
-enum loss_kind { LOSS_FKL = 0, LOSS_RKL, LOSS_JSD };
+#include "words.h" /* enum loss_kind */
 
 struct loss_spec {
   int distill;       /* 1: alpha * KD + (1 - alpha) * CE; 0: CE only (mode 'train'/'eval') */

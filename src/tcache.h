@@ -20,7 +20,7 @@
 #define TCACHE_FORMAT "kdtrain-teacher-cache"
 #define TCACHE_VERSION 1
 
-enum tcache_select { TCACHE_TOPK = 0, TCACHE_SAMPLE = 1 };
+#include "words.h" /* enum tcache_select */
 
 /* What a cache was made from: a distill run that differs in any field is refused. */
 struct tcache_meta {
