@@ -18,21 +18,22 @@
 #define CS(g, k, f, d, ch, fl) NAMELIST_KEY(kd_config, g, k, NL_STR, f, d, fl, 0, 0, ch)
 #define CI(g, k, f, d, fl, lo, hi) NAMELIST_KEY(kd_config, g, k, NL_INT, f, d, fl, lo, hi, NULL)
 #define CR(g, k, f, d, fl, lo, hi) NAMELIST_KEY(kd_config, g, k, NL_REAL, f, d, fl, lo, hi, NULL)
+#define CW(g, k, f, d, words) NAMELIST_KEY(kd_config, g, k, NL_WORD, f, d, 0, 0, 0, words)
 #define CB(g, k, f, d) NAMELIST_KEY(kd_config, g, k, NL_BOOL, f, d, 0, 0, 0, NULL)
 
 /* Every input group and key (INTERFACE.md), in printing order. */
 static const struct namelist_key cfg_keys[] = {
-    CS(run, mode, run_mode, "'distill'", "distill|train|eval|cache", 0),
+    CW(run, mode, run_mode, "'distill'", KD_RUN_MODE_WORDS),
     CI(run, steps, run_steps, "100", NL_GE, 0, 0),
     CI(run, seed, run_seed, "1234", NL_GE, 0, 0),
-    CS(run, device, run_device, "'auto'", "auto|cpu|cuda|devsim", 0),
+    CW(run, device, run_device, "'auto'", KD_DEVICE_WORDS),
     CS(run, out_dir, run_out_dir, "'out'", NULL, NL_PATH),
     CS(teacher, card, teacher_card, "''", NULL, 0),
     CS(teacher, init, teacher_init, "''", NULL, NL_PATH),
-    CS(teacher, source, teacher_source, "'live'", "live|cache", 0),
+    CW(teacher, source, teacher_source, "'live'", KD_TEACHER_SOURCE_WORDS),
     CS(teacher, cache, teacher_cache, "''", NULL, NL_PATH),
     CI(teacher, cache_k, teacher_cache_k, "32", NL_GE, 1, 0),
-    CS(teacher, cache_select, teacher_cache_select, "'topk'", "topk|sample", 0),
+    CW(teacher, cache_select, teacher_cache_select, "'topk'", KD_CACHE_SELECT_WORDS),
     CB(teacher, cache_compress, teacher_cache_compress, ".true."),
     CS(student, card, student_card, "''", NULL, 0),
     CS(student, init, student_init, "'random'", "random", NL_PATH),
@@ -47,11 +48,11 @@ static const struct namelist_key cfg_keys[] = {
     NAMELIST_LIST(kd_config, data, weights, NL_REAL, data_weights, data_nweights, "1.0", NL_GT, 0,
                   0, NULL),
     CS(data, valid, data_valid, "''", NULL, NL_PATH),
-    CS(data, format, data_format, "'bytes'", "bytes|u16|u32|h5|megatron|llmc", 0),
+    CW(data, format, data_format, "'bytes'", KD_DATA_FORMAT_WORDS),
     CI(data, seq_len, data_seq_len, "256", NL_GE, 1, 0),
     CI(data, valid_every, data_valid_every, "0", NL_GE, 0, 0),
     CI(data, valid_batches, data_valid_batches, "8", NL_GE, 1, 0),
-    CS(loss, kind, loss_kind, "'fkl'", "fkl|rkl|jsd", 0),
+    CW(loss, kind, loss_kind, "'fkl'", KD_LOSS_KIND_WORDS),
     CR(loss, temperature, loss_temperature, "1.0", NL_GT, 0, 0),
     CR(loss, alpha, loss_alpha, "1.0", NL_GE | NL_LE, 0, 1),
     CR(loss, beta, loss_beta, "0.5", NL_GT | NL_LT, 0, 1),
@@ -60,16 +61,16 @@ static const struct namelist_key cfg_keys[] = {
     CR(optim, lr, optim_lr, "3e-4", NL_GE, 0, 0),
     CR(optim, min_lr, optim_min_lr, "3e-5", NL_GE, 0, 0),
     CI(optim, warmup, optim_warmup, "10", NL_GE, 0, 0),
-    CS(optim, decay, optim_decay, "'cosine'", "cosine|linear|constant", 0),
+    CW(optim, decay, optim_decay, "'cosine'", KD_DECAY_WORDS),
     CR(optim, weight_decay, optim_weight_decay, "0.1", NL_GE, 0, 0),
     CR(optim, beta1, optim_beta1, "0.9", NL_GE | NL_LT, 0, 1),
     CR(optim, beta2, optim_beta2, "0.95", NL_GE | NL_LT, 0, 1),
     CR(optim, eps, optim_eps, "1e-8", NL_GT, 0, 0),
     CR(optim, clip, optim_clip, "1.0", NL_GE, 0, 0),
-    CS(precision, compute, prec_compute, "'bf16'", "bf16|fp32", 0),
+    CW(precision, compute, prec_compute, "'bf16'", KD_PRECISION_WORDS),
     CR(precision, loss_scale, prec_loss_scale, "1.0", NL_GE, 0, 0),
     CI(precision, max_skipped, prec_max_skipped, "10", NL_GE, 0, 0),
-    CS(memory, recompute, mem_recompute, "'none'", "none|full|selective", 0),
+    CW(memory, recompute, mem_recompute, "'none'", KD_RECOMPUTE_WORDS),
     CI(memory, recompute_every, mem_recompute_every, "1", NL_GE, 1, 0),
     CB(memory, offload, mem_offload, ".false."),
     CB(memory, tiled_mlp, mem_tiled_mlp, ".false."),
@@ -81,7 +82,7 @@ static const struct namelist_key cfg_keys[] = {
     CB(checkpoint, on_signal, ckpt_on_signal, ".true."),
     CI(log, every, log_every, "1", NL_GE, 1, 0),
     CS(log, metrics, log_metrics, "''", NULL, NL_PATH),
-    CS(log, level, log_level, "'info'", "error|warn|info|debug", 0),
+    CW(log, level, log_level, "'info'", KD_LOG_LEVEL_WORDS),
     CR(log, peak_tflops, log_peak_tflops, "0.0", NL_GE, 0, 0),
 };
 
@@ -360,7 +361,7 @@ static int check_data_path(struct namelist_ctx *c, size_t i, size_t e) {
   const char *p = namelist_field(&c->keys[i], c->base, e);
   char bin[KD_PATH_MAX + 8];
   snprintf(bin, sizeof bin, "%s.bin", p);
-  if (!strcmp(cfg->data_format, "megatron") && !is_file(p) && is_file(bin)) return 0;
+  if (cfg->data_format == KD_DATA_MEGATRON && !is_file(p) && is_file(bin)) return 0;
   return check_exists_at(c, i, e, "data file", 0);
 }
 
@@ -387,9 +388,9 @@ static int check_blend(struct namelist_ctx *c, struct kd_config *cfg) {
 static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
   size_t mode = key_index(c, "run", "mode"), tcard = key_index(c, "teacher", "card");
   size_t scard = key_index(c, "student", "card"), train = key_index(c, "data", "train");
-  size_t valid = key_index(c, "data", "valid"), gb = key_index(c, "parallel", "global_batch");
-  int distill = !strcmp(cfg->run_mode, "distill"), eval = !strcmp(cfg->run_mode, "eval");
-  int cache = !strcmp(cfg->run_mode, "cache"), cached = !strcmp(cfg->teacher_source, "cache");
+  size_t valid = key_index(c, "data", "valid");
+  int distill = cfg->run_mode == KD_MODE_DISTILL, eval = cfg->run_mode == KD_MODE_EVAL;
+  int cache = cfg->run_mode == KD_MODE_CACHE, cached = cfg->teacher_source == KD_TEACHER_CACHE;
   size_t tcache = key_index(c, "teacher", "cache");
   if (cache && !cfg->teacher_init[0])
     return namelist_key_err(c, key_index(c, "teacher", "init"), (long)mode,
@@ -398,13 +399,13 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
   if ((cache || (distill && cached)) && !cfg->teacher_cache[0])
     return namelist_key_err(c, tcache, (long)(cache ? mode : key_index(c, "teacher", "source")),
                             "missing; expected the path of the teacher cache file");
-  if (distill && cached && strcmp(cfg->loss_kind, "fkl") &&
-      !strcmp(cfg->teacher_cache_select, "sample"))
+  if (distill && cached && cfg->loss_kind != LOSS_FKL && cfg->teacher_cache_select == TCACHE_SAMPLE)
     return namelist_key_err(c, key_index(c, "loss", "kind"),
                             (long)key_index(c, "teacher", "cache_select"),
                             "'%s' cannot be computed from a 'sample' cache (the sampled "
                             "distribution has no mass outside the drawn ids); expected 'fkl', "
-                            "or a 'topk' cache (doc/cache.md)", cfg->loss_kind);
+                            "or a 'topk' cache (doc/cache.md)",
+                            kd_loss_kind_names[cfg->loss_kind]);
   if (distill && cached) distill = 0; /* no teacher model */
   if (distill && !cfg->teacher_card[0] && !cfg->teacher_init[0])
     return namelist_key_err(c, tcard, (long)mode,
@@ -420,7 +421,7 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
     return namelist_key_err(c, train, (long)mode,
                             "missing; mode '%s' needs training data, expected a "
                             "file path",
-                            cfg->run_mode);
+                            kd_run_mode_names[cfg->run_mode]);
   if (eval && !cfg->data_valid[0])
     return namelist_key_err(c, valid, (long)mode,
                             "missing; mode 'eval' needs validation data, expected "
@@ -430,23 +431,14 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
   if (!rc && cfg->data_valid[0]) rc = check_data_path(c, valid, 0);
   if (!rc && (distill || cache) && cfg->teacher_init[0])
     rc = check_exists(c, key_index(c, "teacher", "init"), "weights file", 0);
-  if (!rc && cached && !cache && !strcmp(cfg->run_mode, "distill"))
+  if (!rc && cached && !cache && cfg->run_mode == KD_MODE_DISTILL)
     rc = check_exists(c, tcache, "teacher cache", 0);
-  if (!rc && strcmp(cfg->student_init, "random"))
+  if (!rc && !config_student_random(cfg))
     rc = check_exists(c, key_index(c, "student", "init"), "weights file", 0);
-  if (!rc && strcmp(cfg->ckpt_resume, "auto") && strcmp(cfg->ckpt_resume, "none"))
+  if (!rc && config_resume(cfg) == KD_RESUME_PATH)
     rc = check_exists(c, key_index(c, "checkpoint", "resume"), "checkpoint", 1);
   if (rc) return rc;
-  if (cfg->par_global_batch % cfg->par_micro_batch)
-    return namelist_key_err(c, gb, (long)key_index(c, "parallel", "micro_batch"),
-                            "%d is not divisible by "
-                            "micro_batch = %d; expected a multiple of micro_batch",
-                            cfg->par_global_batch, cfg->par_micro_batch);
-  if (cfg->par_dp > 0 && cfg->par_global_batch % ((int64_t)cfg->par_micro_batch * cfg->par_dp))
-    return namelist_key_err(c, gb, (long)key_index(c, "parallel", "dp"),
-                            "%d is not divisible by "
-                            "micro_batch * dp = %d * %d; expected a multiple of micro_batch * dp",
-                            cfg->par_global_batch, cfg->par_micro_batch, cfg->par_dp);
+  if (config_check_batch(cfg, cfg->par_dp, c->err, c->errlen)) return KD_EXIT_INPUT;
   size_t mk = key_index(c, "log", "metrics");
   if (c->line[mk] || c->setby[mk]) { /* out_dir's own metrics.csv: created with out_dir */
     char d[KD_PATH_MAX];
@@ -493,6 +485,7 @@ static int resolve_card(struct namelist_ctx *c, struct kd_card *card, size_t ki)
  * else its &group's line, else 0; the command-line word that set it, if one did. */
 static int where_line[NAMELIST_MAXKEYS];
 static char where_word[NAMELIST_MAXKEYS][64];
+static int where_set[NAMELIST_MAXKEYS]; /* set by the file or the command line, not a default */
 
 int config_load(struct kd_config *cfg, const char *path, int noverrides, char **overrides,
                 char *err, size_t errlen) {
@@ -509,18 +502,18 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
   int rc = namelist_read_file(&c, path);
   for (int i = 0; i < noverrides && !rc; i++)
     rc = namelist_override(&c, overrides[i]);
-  if (!rc) rc = resolve_paths(&c, cfg);
-  if (!rc) rc = check_config(&c, cfg);
-  if (!rc && (!strcmp(cfg->run_mode, "distill") || !strcmp(cfg->run_mode, "cache")) &&
-      cfg->teacher_card[0])
-    rc = resolve_card(&c, &cfg->teacher, key_index(&c, "teacher", "card"));
-  if (!rc) rc = resolve_card(&c, &cfg->student, key_index(&c, "student", "card"));
-  for (size_t i = 0; i < c.n; i++) { /* for config_where */
+  for (size_t i = 0; i < c.n; i++) { /* for config_where (the checks below use it too) */
     size_t g = i;
     while (g > 0 && strcmp(c.keys[g - 1].group, c.keys[i].group) == 0) g--;
     where_line[i] = c.line[i] ? c.line[i] : c.gline[g];
+    where_set[i] = c.line[i] > 0 || c.setby[i];
     snprintf(where_word[i], sizeof where_word[i], "%s", c.setby[i] ? c.setby[i] : "");
   }
+  if (!rc) rc = resolve_paths(&c, cfg);
+  if (!rc) rc = check_config(&c, cfg);
+  if (!rc && config_teacher_model(cfg) && cfg->teacher_card[0])
+    rc = resolve_card(&c, &cfg->teacher, key_index(&c, "teacher", "card"));
+  if (!rc) rc = resolve_card(&c, &cfg->student, key_index(&c, "student", "card"));
   return rc;
 }
 
@@ -534,6 +527,48 @@ void config_where(const struct kd_config *cfg, const char *group, const char *ke
     snprintf(out, n, "%s:%d: &%s %s", cfg->source, where_line[i], group, key);
   else
     snprintf(out, n, "%s: &%s %s", cfg->source, group, key);
+}
+
+/* ---- what the words mean together (the only place that decides each) ------------------------ */
+
+int config_teacher_model(const struct kd_config *cfg) {
+  return cfg->run_mode == KD_MODE_CACHE ||
+         (cfg->run_mode == KD_MODE_DISTILL && cfg->teacher_source == KD_TEACHER_LIVE);
+}
+
+int config_teacher_live(const struct kd_config *cfg) {
+  return cfg->run_mode == KD_MODE_DISTILL && cfg->teacher_source == KD_TEACHER_LIVE;
+}
+
+int config_teacher_cached(const struct kd_config *cfg) {
+  return cfg->run_mode == KD_MODE_DISTILL && cfg->teacher_source == KD_TEACHER_CACHE;
+}
+
+int config_student_random(const struct kd_config *cfg) {
+  return strcmp(cfg->student_init, "random") == 0;
+}
+
+enum kd_resume config_resume(const struct kd_config *cfg) {
+  return strcmp(cfg->ckpt_resume, "auto") == 0   ? KD_RESUME_AUTO
+         : strcmp(cfg->ckpt_resume, "none") == 0 ? KD_RESUME_NONE
+                                                 : KD_RESUME_PATH;
+}
+
+int config_check_batch(const struct kd_config *cfg, int dp, char *err, size_t errlen) { /* dp 0: unknown */
+  const int64_t per = (int64_t)cfg->par_micro_batch * (dp > 0 ? dp : 1);
+  if (cfg->par_global_batch % per == 0) return 0;
+  char where[KD_PATH_MAX + 96];
+  config_where(cfg, "parallel", "global_batch", where, sizeof where);
+  if (dp <= 0)
+    snprintf(err, errlen, "%s: %d is not divisible by micro_batch = %d; expected a multiple of %d",
+             where, cfg->par_global_batch, cfg->par_micro_batch, cfg->par_micro_batch);
+  else
+    snprintf(err, errlen,
+             "%s: %d is not divisible by micro_batch * dp = %d * %d (dp %s); expected a "
+             "multiple of %lld",
+             where, cfg->par_global_batch, cfg->par_micro_batch, dp,
+             cfg->par_dp > 0 ? "as given in &parallel" : "= ranks / (tp * pp)", (long long)per);
+  return KD_EXIT_INPUT;
 }
 
 /* ---- printing and broadcast ---------------------------------------------------------------- */

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "words.h"
+
 #define KD_PATH_MAX 512
 #define KD_WORD_MAX 32
 #define KD_DATA_MAX 16 /* most training files of a blend */
@@ -25,18 +27,18 @@ struct kd_config {
   char source[KD_PATH_MAX]; /* the input file */
 
   /* &run */
-  char run_mode[KD_WORD_MAX];   /* 'distill' | 'train' | 'eval' | 'cache' */
+  enum kd_run_mode run_mode;    /* 'distill' | 'train' | 'eval' | 'cache' */
   int64_t run_steps;            /* last step number (counts steps before a resume) */
   int64_t run_seed;
-  char run_device[KD_WORD_MAX]; /* 'auto' | 'cpu' | 'cuda' */
+  enum kd_device run_device;    /* 'auto' | 'cpu' | 'cuda' | 'devsim' */
   char run_out_dir[KD_PATH_MAX];
   /* &teacher */
   char teacher_card[KD_PATH_MAX];
   char teacher_init[KD_PATH_MAX]; /* HDF5 weights file */
-  char teacher_source[KD_WORD_MAX];       /* 'live' | 'cache' (doc/cache.md) */
+  enum kd_teacher_source teacher_source;  /* 'live' | 'cache' (doc/cache.md) */
   char teacher_cache[KD_PATH_MAX];        /* the teacher cache file (made by mode 'cache') */
   int teacher_cache_k;                    /* entries per token position */
-  char teacher_cache_select[KD_WORD_MAX]; /* 'topk' | 'sample' */
+  enum tcache_select teacher_cache_select; /* 'topk' | 'sample' */
   int teacher_cache_compress;             /* deflate + shuffle on the cache datasets */
   /* &student */
   char student_card[KD_PATH_MAX];
@@ -50,24 +52,24 @@ struct kd_config {
   double data_weights[KD_DATA_MAX]; /* data_nweights blend weights (one per train path) */
   int data_nweights;
   char data_valid[KD_PATH_MAX];
-  char data_format[KD_WORD_MAX]; /* 'bytes' | 'u16' | 'u32' | 'h5' | 'megatron' | 'llmc' */
+  enum kd_data_format data_format; /* 'bytes' | 'u16' | 'u32' | 'h5' | 'megatron' | 'llmc' */
   int data_seq_len, data_valid_every, data_valid_batches;
   /* &loss */
-  char loss_kind[KD_WORD_MAX]; /* 'fkl' | 'rkl' | 'jsd' */
+  enum loss_kind loss_kind; /* 'fkl' | 'rkl' | 'jsd' */
   double loss_temperature, loss_alpha, loss_beta;
   int loss_t2_scale;
   int64_t loss_chunk_tokens; /* 0: from the memory budget */
   /* &optim */
   double optim_lr, optim_min_lr;
   int64_t optim_warmup;
-  char optim_decay[KD_WORD_MAX]; /* 'cosine' | 'linear' | 'constant' */
+  enum kd_decay optim_decay; /* 'cosine' | 'linear' | 'constant' */
   double optim_weight_decay, optim_beta1, optim_beta2, optim_eps, optim_clip;
   /* &precision */
-  char prec_compute[KD_WORD_MAX]; /* 'bf16' | 'fp32' */
+  enum kd_precision prec_compute; /* 'bf16' | 'fp32' */
   double prec_loss_scale;         /* 1 none, 0 dynamic, else fixed */
   int prec_max_skipped;
   /* &memory */
-  char mem_recompute[KD_WORD_MAX]; /* 'none' | 'full' | 'selective' */
+  enum kd_recompute mem_recompute; /* 'none' | 'full' | 'selective' */
   int mem_recompute_every, mem_offload, mem_tiled_mlp;
   int64_t mem_budget_mb;
   /* &checkpoint */
@@ -78,7 +80,7 @@ struct kd_config {
   /* &log */
   int log_every;
   char log_metrics[KD_PATH_MAX]; /* '' in the input: resolved to run%out_dir/metrics.csv */
-  char log_level[KD_WORD_MAX];
+  enum kd_log_level log_level;
   double log_peak_tflops; /* one rank's peak for the MFU column; 0: from the hardware */
 
   /* Every path above is absolute after config_load (relative ones are taken from the
@@ -119,6 +121,23 @@ void card_print(FILE *f, const struct kd_card *card);
  * of the last config_load in this process (rank 0's; other ranks say "FILE:"). */
 void config_where(const struct kd_config *cfg, const char *group, const char *key, char *out,
                   size_t n);
+
+/* What the words mean together, decided here once (no caller compares configuration words):
+ * a teacher model is loaded (mode 'cache', or 'distill' with a live teacher); the teacher runs
+ * live in every step; the teacher's distribution comes from a cache; the student starts from
+ * random values; what checkpoint%resume names. */
+int config_teacher_model(const struct kd_config *cfg);
+int config_teacher_live(const struct kd_config *cfg);
+int config_teacher_cached(const struct kd_config *cfg);
+int config_student_random(const struct kd_config *cfg);
+enum kd_resume { KD_RESUME_AUTO, KD_RESUME_NONE, KD_RESUME_PATH };
+enum kd_resume config_resume(const struct kd_config *cfg);
+
+/* The batch rule: global_batch is a multiple of micro_batch * dp (dp 0: not known yet, of
+ * micro_batch). 0, or KD_EXIT_INPUT with
+ * "WHERE: ..." in err (config_where: the line of global_batch). One rule for the input
+ * check (dp given), the layout check (dp from the ranks) and the cache maker. */
+int config_check_batch(const struct kd_config *cfg, int dp, char *err, size_t errlen);
 
 /* Rank 0 loads, everyone receives: collective over MPI_COMM_WORLD. On bad input
  * rank 0 prints the message and every rank exits with KD_EXIT_INPUT. */

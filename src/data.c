@@ -4,6 +4,7 @@
  * The order depends only on (seed, weights, g), so every rank and every data-parallel
  * layout draws the same global batches, and a resumed run continues exactly. */
 #include "data.h"
+#include "config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,4 +208,14 @@ int64_t data_count_labels_sequential(struct kd_data *d, int64_t i0, int64_t n) {
   for (int64_t j = 0; j < n; j++)
     c += data_window_counted(d, 0, data_sequential_window(d, i0 + j));
   return c;
+}
+
+int data_open_train(struct kd_data *d, const struct kd_config *cfg, int vocab_size, char *err,
+                    size_t errlen) {
+  const char *paths[KD_DATA_MAX];
+  for (int i = 0; i < cfg->data_ntrain; i++)
+    paths[i] = cfg->data_train[i];
+  return data_open_blend(d, cfg->data_ntrain, paths, cfg->data_weights,
+                         kd_data_format_names[cfg->data_format], cfg->data_seq_len, vocab_size,
+                         (uint64_t)cfg->run_seed, err, errlen);
 }

@@ -44,6 +44,12 @@ int data_open(struct kd_data *d, const char *path, const char *format, int seq_l
               uint64_t seed, char *err, size_t errlen);
 void data_close(struct kd_data *d);
 
+/* data_open_blend of the run's training blend (&data train, weights, format, seq_len; the
+ * run's seed) over `vocab_size` ids. */
+struct kd_config;
+int data_open_train(struct kd_data *d, const struct kd_config *cfg, int vocab_size, char *err,
+                    size_t errlen);
+
 /* Global sample g -> (file *set, its window *sample). The file is Megatron's greedy blend
  * over the sample counter (the file whose share lags its weight most), a function of g and
  * the weights only; the file's k-th draw is window perm_e[k % nsamples] of its epoch e =

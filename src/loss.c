@@ -69,14 +69,6 @@ static void stats_op_init(void) {
 
 /* --- public ------------------------------------------------------------------------- */
 
-int loss_kind_parse(const char *s) {
-  if (!s) return -1;
-  if (!strcmp(s, "fkl")) return LOSS_FKL;
-  if (!strcmp(s, "rkl")) return LOSS_RKL;
-  if (!strcmp(s, "jsd")) return LOSS_JSD;
-  return -1;
-}
-
 void loss_vocab_slice(struct loss_vocab *v, int V, int vocab_common, int tp, int r) {
   long long lo, n, clo, cn;
   grid_vocab_block(V, vocab_common, tp, r, &lo, &n);

@@ -39,9 +39,6 @@ struct loss_vocab {
                  teacher lacks): the CE then needs its own softmax stats on every rank */
 };
 
-/* Parse 'fkl' | 'rkl' | 'jsd'; returns -1 when unknown. */
-int loss_kind_parse(const char *s);
-
 /* Rank r of tp's slice of a student vocabulary of V ids of which the first
  * vocab_common are shared with the teacher (vocab_common == V: no padding). */
 void loss_vocab_slice(struct loss_vocab *v, int V, int vocab_common, int tp, int r);

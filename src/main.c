@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
   }
   static struct kd_config cfg;
   config_load_bcast(&cfg, input, argc - first_override, argv + first_override);
-  if ((strcmp(cfg.run_mode, "distill") == 0 || strcmp(cfg.run_mode, "cache") == 0) &&
+  if ((cfg.run_mode == KD_MODE_DISTILL || cfg.run_mode == KD_MODE_CACHE) &&
       cfg.teacher.hidden_size == 0 && cfg.teacher_init[0]) {
     /* &teacher gave only init: the card is the one stored in the weights file */
     char err[1024];

@@ -4,6 +4,7 @@
  * mean", defaults from the table and printing a table back as a namelist. */
 #include "namelist.h"
 #include "util.h"
+#include "words.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -353,30 +354,33 @@ static int assign(struct namelist_ctx *c, size_t i, size_t e, const struct nl_it
   char *field = namelist_field(k, c->base, e), words[256], more[NAMELIST_STR_MAX + 32];
   const char *t = it->text;
   if (it->kind == IT_NULL) return 0;
-  if (k->type != NL_STR && it->kind == IT_STR)
+  if (!NL_TEXT(k->type) && it->kind == IT_STR)
     return namelist_err(c, line, k->group, k->key, "got the string '%s'; expected %s", t,
                         namelist_type_words(k->type));
-  if (k->type == NL_STR) {
+  if (NL_TEXT(k->type)) {
     if (it->kind == IT_RAW && !raw_ok)
       return namelist_err(c, line, k->group, k->key, "'%s' is not quoted; expected %s, e.g. '%s'",
                           t, namelist_type_words(k->type), t);
     size_t tl = strlen(t);
     while (tl > 0 && t[tl - 1] == ' ')
       tl--; /* trailing blanks mean nothing in Fortran */
-    if (tl >= k->size)
+    if (k->type == NL_STR && tl >= k->size)
       return namelist_err(c, line, k->group, k->key,
                           "value too long; expected at most %zu characters", k->size - 1);
     if (k->choices) {
       const char *p = k->choices;
-      while (*p) {
+      for (int w = 0; *p; w++) {
         size_t l = strcspn(p, "|");
         if (tl == l && strncasecmp(p, t, l) == 0) {
-          snprintf(field, k->size, "%.*s", (int)l, p); /* the canonical spelling */
+          if (k->type == NL_WORD)
+            *(int *)field = w; /* the word's index: its enum (words.h) */
+          else
+            snprintf(field, k->size, "%.*s", (int)l, p); /* the canonical spelling */
           return 0;
         }
         p += l + (p[l] == '|');
       }
-      if (!(k->flags & NL_PATH)) {
+      if (!(k->flags & NL_PATH) || k->type == NL_WORD) {
         list_words(words, sizeof words, k->choices, "");
         namelist_suggest(more, sizeof more, t, k->choices, "");
         return namelist_err(c, line, k->group, k->key, "'%s' is not allowed; expected one of %s%s",
@@ -625,7 +629,7 @@ static int apply_override(struct namelist_ctx *c, const char *word) {
   c->setby[ki] = word, c->line[ki] = 0;
   const struct namelist_key *key = &c->keys[ki];
   const char *v = eq + 1;
-  if (key->type == NL_STR && *v != '\'' && *v != '"') { /* unquoted: the text as it is */
+  if (NL_TEXT(key->type) && *v != '\'' && *v != '"') { /* unquoted: the text as it is */
     struct nl_item it = {IT_RAW, 1, ""};
     if (strlen(v) >= sizeof it.text)
       return namelist_err(c, 0, key->group, key->key, "value too long");
@@ -685,8 +689,10 @@ static void format_real(char *out, size_t len, double v) {
 /* Print element e of key k (a string quoted, quotes doubled; a real that reads back exactly). */
 static void print_value(FILE *f, const struct namelist_key *k, const void *base, size_t e) {
   const char *field = namelist_field(k, (void *)base, e);
-  char num[64];
-  if (k->type == NL_STR) {
+  char num[64], word[NAMELIST_STR_MAX];
+  if (k->type == NL_WORD) {
+    fprintf(f, "'%s'", words_name(word, sizeof word, k->choices, *(const int *)field));
+  } else if (k->type == NL_STR) {
     fputc('\'', f);
     for (const char *p = field; *p; p++)
       fputs(*p == '\'' ? "''" : (char[]){*p, 0}, f);
@@ -741,6 +747,12 @@ long namelist_check_values(const struct namelist_key *keys, size_t n, const void
           snprintf(why, whylen, "'%s': expected one of %s", f, k->choices);
           return (long)i;
         }
+      }
+    } else if (k->type == NL_WORD) {
+      char w[NAMELIST_STR_MAX];
+      if (!words_name(w, sizeof w, k->choices, *(const int *)f)[0]) {
+        snprintf(why, whylen, "word number %d: expected one of %s", *(const int *)f, k->choices);
+        return (long)i;
       }
     } else if (k->type == NL_INT || k->type == NL_REAL) {
       double v = k->type == NL_REAL           ? *(const double *)f

@@ -15,7 +15,10 @@
 #define NAMELIST_MAXKEYS 64  /* most keys in one table */
 #define NAMELIST_MAXLIST 16  /* most values of a list key */
 
-enum namelist_type { NL_STR, NL_INT, NL_REAL, NL_BOOL }; /* NL_INT: int or int64_t by field size */
+/* NL_INT: int or int64_t by field size. NL_WORD: one word of `choices` (quoted as a string in
+ * the file), stored as its index in that list in an int (enum) field: the enums of words.h. */
+enum namelist_type { NL_STR, NL_INT, NL_REAL, NL_BOOL, NL_WORD };
+#define NL_TEXT(t) ((t) == NL_STR || (t) == NL_WORD) /* written as a quoted string */
 enum {
   NL_GE = 1,
   NL_GT = 2,

@@ -12,14 +12,18 @@ double optim_lr(const struct kd_config *cfg, int64_t step) {
   int64_t warmup = cfg->optim_warmup > 0 ? cfg->optim_warmup : 0;
   if (step < 1) step = 1;
   if (step <= warmup) return lr * (double)step / (double)warmup;
-  if (strcmp(cfg->optim_decay, "constant") == 0) return lr;
+  if (cfg->optim_decay == KD_DECAY_CONSTANT) return lr;
   int64_t span = cfg->run_steps - warmup;
   double p = (double)(step - warmup) / (double)(span > 1 ? span : 1);
   if (p < 0.0) p = 0.0;
   if (p > 1.0) p = 1.0;
-  if (strcmp(cfg->optim_decay, "linear") == 0) return lr - (lr - min_lr) * p;
-  /* cosine (the default) */
-  return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(optim_pi * p));
+  switch (cfg->optim_decay) {
+  case KD_DECAY_LINEAR:
+    return lr - (lr - min_lr) * p;
+  case KD_DECAY_COSINE:
+  default:
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(optim_pi * p));
+  }
 }
 
 double optim_clip_coef(double norm, double clip) {

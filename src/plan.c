@@ -17,9 +17,7 @@ void plan_policy(struct kd_mem_policy *pol, const struct kd_config *cfg, int fro
   memset(pol, 0, sizeof *pol);
   pol->tiled_mlp = cfg->mem_tiled_mlp;
   if (frozen) return;
-  pol->recompute = strcmp(cfg->mem_recompute, "full") == 0        ? 1
-                   : strcmp(cfg->mem_recompute, "selective") == 0 ? 2
-                                                                  : 0;
+  pol->recompute = (int)cfg->mem_recompute; /* 0 none, 1 full, 2 selective */
   pol->every = cfg->mem_recompute_every > 0 ? cfg->mem_recompute_every : 1;
   pol->offload = cfg->mem_offload;
 }
@@ -75,11 +73,11 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   const int dp = cfg->par_dp > 0 ? cfg->par_dp : nranks / (tp * pp);
   if (dp < 1) return;
   const int tp_rank = rank % tp, stage = rank / (tp * dp);
-  const int distill = strcmp(cfg->run_mode, "distill") == 0;
-  const int train = strcmp(cfg->run_mode, "eval") != 0, zero = cfg->par_zero && train;
-  const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
+  const int distill = cfg->run_mode == KD_MODE_DISTILL;
+  const int train = cfg->run_mode != KD_MODE_EVAL, zero = cfg->par_zero && train;
+  const int bf16 = cfg->prec_compute == KD_PREC_BF16;
   const int B = cfg->par_micro_batch, T = cfg->data_seq_len;
-  const int live = distill && strcmp(cfg->teacher_source, "cache") != 0; /* a teacher model */
+  const int live = config_teacher_live(cfg); /* a teacher model */
   const int Vs = cfg->student.vocab_size;
   const int Vt = distill && cfg->teacher.vocab_size ? cfg->teacher.vocab_size : Vs;
   const int vc = Vt < Vs ? Vt : Vs; /* the ids both models have */
@@ -171,24 +169,15 @@ int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size
     snprintf(err, errlen, "%s: %s", where, why);
     return KD_EXIT_INPUT;
   }
-  if (cfg->par_global_batch % (*dp * cfg->par_micro_batch) != 0) {
-    config_where(cfg, "parallel", "global_batch", where, sizeof where);
-    snprintf(err, errlen,
-             "%s: %d is not divisible by micro_batch = %d times dp = %d (%d ranks / (tp = %d x "
-             "pp = %d))",
-             where, cfg->par_global_batch, cfg->par_micro_batch, *dp, nranks, cfg->par_tp,
-             cfg->par_pp);
-    return KD_EXIT_INPUT;
-  }
+  if (config_check_batch(cfg, *dp, err, errlen)) return KD_EXIT_INPUT;
   if (card_cut(cfg, &cfg->student, "student", err, errlen)) return KD_EXIT_INPUT;
-  if (strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") != 0 &&
+  if (config_teacher_live(cfg) &&
       card_cut(cfg, &cfg->teacher, "teacher", err, errlen))
     return KD_EXIT_INPUT;
   return 0;
 }
 
 int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
-  const int distill = strcmp(cfg->run_mode, "distill") == 0;
   const int tp = cfg->par_tp, pp = cfg->par_pp;
   char err[2048], m1[32], m2[32], m3[32];
   int dp = 0;
@@ -198,15 +187,16 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   }
   kd_info("kdtrain --dry-run: %d rank(s), layout tp=%d pp=%d dp=%d, zero=%d | memory "
           "recompute='%s' every %d, offload %d, tiled_mlp %d\n",
-          nranks, tp, pp, dp, cfg->par_zero, cfg->mem_recompute, cfg->mem_recompute_every,
+          nranks, tp, pp, dp, cfg->par_zero, kd_recompute_names[cfg->mem_recompute],
+          cfg->mem_recompute_every,
           cfg->mem_offload, cfg->mem_tiled_mlp);
   kd_info("  student %s: %lld parameters", cfg->student_card,
           (long long)model_count_params(&cfg->student));
-  if (distill && strcmp(cfg->teacher_source, "cache") != 0)
+  if (config_teacher_live(cfg))
     kd_info("; teacher %s: %lld parameters, held in %s", cfg->teacher_card,
             (long long)model_count_params(&cfg->teacher),
-            strcmp(cfg->prec_compute, "bf16") == 0 ? "BF16 (2 bytes each; norms and biases FP32)"
-                                                   : "FP32");
+            cfg->prec_compute == KD_PREC_BF16 ? "BF16 (2 bytes each; norms and biases FP32)"
+                                              : "FP32");
   /* a rank's plan depends on its (tp rank, stage) only: plan those tp * pp cuts once */
   size_t(*cut)[KD_MEM_NCAT] = kd_malloc((size_t)tp * pp * sizeof *cut);
   for (int st = 0; st < pp; st++)
@@ -234,7 +224,7 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   for (int st = 0; st < pp; st++) {
     int f, ls, lt = 0;
     grid_stage_layers(cfg->student.num_hidden_layers, pp, st, &f, &ls);
-    if (distill) grid_stage_layers(cfg->teacher.num_hidden_layers, pp, st, &f, &lt);
+    if (cfg->run_mode == KD_MODE_DISTILL) grid_stage_layers(cfg->teacher.num_hidden_layers, pp, st, &f, &lt);
     size_t lo = (size_t)-1, hi = 0;
     for (int t = 0; t < tp; t++) {
       const size_t x = total_of(cut[st * tp + t]);

@@ -502,7 +502,7 @@ static int selftest_cuda(const struct kd_config *cfg) {
   }
   static struct kd_backend cpu, gpu;
   struct st x = {&cpu, &gpu, 0x5eed5eedULL + (uint64_t)kd_rank(), 0, 0, kd_rank() == 0};
-  x.bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
+  x.bf16 = cfg->prec_compute == KD_PREC_BF16;
   backend_cpu_init(&cpu, x.bf16);
   backend_cuda_init(&gpu, x.bf16, grid_node_rank()); /* as training selects it */
   char dev[256];
@@ -536,7 +536,7 @@ static int selftest_cuda(const struct kd_config *cfg) {
 #endif /* KD_HAVE_CUDA */
 
 int selftest_run(const struct kd_config *cfg) {
-  if (strcmp(cfg->run_device, "cpu") == 0) {
+  if (cfg->run_device == KD_DEV_CPU) {
     if (kd_rank() == 0)
       fprintf(stderr, "kdtrain --selftest: run%%device='cpu' selects no CUDA device; the "
                       "self-test compares the CUDA backend with the CPU backend (use "

@@ -323,14 +323,10 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
 
   /* what the cache is made from */
   struct kd_data data;
-  const char *paths[KD_DATA_MAX];
-  for (int i = 0; i < cfg->data_ntrain; i++)
-    paths[i] = cfg->data_train[i];
-  if (data_open_blend(&data, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format, T, vc,
-                      (uint64_t)cfg->run_seed, err, sizeof err))
+  if (data_open_train(&data, cfg, vc, err, sizeof err))
     kd_fail(KD_EXIT_INPUT, "%s", err);
   struct tcache_meta m = {0};
-  m.select = tcache_select_parse(cfg->teacher_cache_select);
+  m.select = cfg->teacher_cache_select;
   m.k = k;
   m.seq_len = T;
   m.vocab = vc;
@@ -564,24 +560,20 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
 }
 
 void tcache_plan_print(const struct kd_config *cfg) {
-  const int make = strcmp(cfg->run_mode, "cache") == 0;
-  if (!make && strcmp(cfg->teacher_source, "cache") != 0) return;
+  if (cfg->run_mode != KD_MODE_CACHE && cfg->teacher_source != KD_TEACHER_CACHE) return;
   const int Vs = cfg->student.vocab_size, Vt = cfg->teacher.vocab_size;
   const int vc = Vt && Vt < Vs ? Vt : Vs, T = cfg->data_seq_len, k = cfg->teacher_cache_k;
   struct kd_data d;
-  const char *paths[KD_DATA_MAX];
   char err[1024];
-  for (int i = 0; i < cfg->data_ntrain; i++)
-    paths[i] = cfg->data_train[i];
-  if (data_open_blend(&d, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format, T, vc,
-                      (uint64_t)cfg->run_seed, err, sizeof err)) {
+  if (data_open_train(&d, cfg, vc, err, sizeof err)) {
     kd_info("  teacher cache: size unknown (%s)\n", err);
     return;
   }
   const double tok = (double)tcache_nwindows(&d) * T, bpt = tcache_raw_bytes_per_token(k, T);
   kd_info("  teacher cache %s: %" PRId64 " windows x %d tokens, %s k = %d: %.1f bytes/token, "
           "%.1f MiB on disk uncompressed%s\n",
-          cfg->teacher_cache, tcache_nwindows(&d), T, cfg->teacher_cache_select, k, bpt,
+          cfg->teacher_cache, tcache_nwindows(&d), T, kd_cache_select_names[cfg->teacher_cache_select],
+          k, bpt,
           bpt * tok / 1048576.0,
           cfg->teacher_cache_compress ? " (an upper bound: shuffle + deflate shrink the ids, "
                                         "doc/cache.md)"

@@ -77,7 +77,7 @@ static void cache_setup(struct run *r, int vc) {
   const struct kd_config *cfg = r->cfg;
   char err[1024];
   struct tcache_meta want = {0};
-  want.select = tcache_select_parse(cfg->teacher_cache_select);
+  want.select = cfg->teacher_cache_select;
   want.k = cfg->teacher_cache_k;
   want.seq_len = cfg->data_seq_len;
   want.vocab = vc;
@@ -85,19 +85,13 @@ static void cache_setup(struct run *r, int vc) {
   want.temperature = cfg->loss_temperature;
   if (cfg->teacher_init[0])
     kd_agree_or_fail(tcache_teacher_id(cfg->teacher_init, &want.teacher_id, err, sizeof err), err);
-  const char *paths[KD_DATA_MAX];
-  for (int i = 0; i < cfg->data_ntrain; i++)
-    paths[i] = cfg->data_train[i];
-  kd_agree_or_fail(data_open_blend(&r->tc_data, cfg->data_ntrain, paths, cfg->data_weights,
-                                   cfg->data_format, cfg->data_seq_len, vc, (uint64_t)cfg->run_seed,
-                                   err, sizeof err),
-                   err);
+  kd_agree_or_fail(data_open_train(&r->tc_data, cfg, vc, err, sizeof err), err);
   want.data_id = tcache_data_id(&r->tc_data);
   want.nwindows = tcache_nwindows(&r->tc_data);
   kd_agree_or_fail(tcache_open(&r->tc, cfg->teacher_cache, &want, err, sizeof err), err);
   tcache_rows_alloc(&r->tc_rows, &r->tc.meta, (size_t)cfg->par_micro_batch * cfg->data_seq_len);
   kd_info("kdtrain: teacher from the cache %s (%s, k = %d): no teacher model\n", cfg->teacher_cache,
-          cfg->teacher_cache_select, cfg->teacher_cache_k);
+          kd_cache_select_names[cfg->teacher_cache_select], cfg->teacher_cache_k);
 }
 
 /* pipe tc_fetch: the cached rows of micro-batch m of this rank's share of the step. */
@@ -258,12 +252,12 @@ static size_t loss_budget(const struct run *r) {
 
 /* The compute backend named by run%device ('auto': CUDA when every rank has a device). */
 static void backend_select(struct run *r, const struct kd_config *cfg) {
-  const int bf16 = strcmp(cfg->prec_compute, "bf16") == 0;
-  const char *dev = cfg->run_device;
+  const int bf16 = cfg->prec_compute == KD_PREC_BF16;
+  const enum kd_device dev = cfg->run_device;
   char why[256] = "";
-  const int want_cuda = strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0;
+  const int want_cuda = dev == KD_DEV_CUDA || dev == KD_DEV_AUTO;
   const int ncuda = want_cuda ? cuda_devices_all_ranks(why, sizeof why) : 0;
-  if (strcmp(dev, "cuda") == 0 && ncuda == 0)
+  if (dev == KD_DEV_CUDA && ncuda == 0)
     kd_fail_all(KD_EXIT_INPUT,
                 "%s: run%%device='cuda' but no CUDA device: %s; use "
                 "run%%device='cpu' or 'auto'",
@@ -273,7 +267,7 @@ static void backend_select(struct run *r, const struct kd_config *cfg) {
 #ifdef KD_HAVE_CUDA
     backend_cuda_init(&r->be, bf16, node_rank);
 #endif
-  } else if (strcmp(dev, "devsim") == 0) {
+  } else if (dev == KD_DEV_DEVSIM) {
     backend_devsim_init(&r->be, bf16);
   } else {
     backend_cpu_init(&r->be, bf16);
@@ -286,7 +280,7 @@ static void backend_select(struct run *r, const struct kd_config *cfg) {
     snprintf(where, sizeof where, " (rank 0: %s)", d);
   }
 #endif
-  if (strcmp(dev, "auto") == 0 && ncuda == 0)
+  if (dev == KD_DEV_AUTO && ncuda == 0)
     snprintf(where, sizeof where, " (run%%device='auto', no CUDA device: %s)", why);
   if (!r->be.device) {
     char hw[1024];
@@ -355,8 +349,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   int dp;
   if (plan_check(cfg, r->nranks, &dp, err, sizeof err)) /* what --dry-run --ranks checks */
     kd_fail_all(KD_EXIT_INPUT, "%s", err);
-  if (strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") != 0 &&
-      !cfg->teacher_init[0]) {
+  if (config_teacher_live(cfg) && !cfg->teacher_init[0]) {
     config_where(cfg, "teacher", "init", err, sizeof err);
     kd_fail_all(KD_EXIT_INPUT,
                 "%s: missing: mode 'distill' with a live teacher needs its "
@@ -365,12 +358,12 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   }
   kd_agree_or_fail(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err),
                    err);
-  r->cached = strcmp(cfg->run_mode, "distill") == 0 && strcmp(cfg->teacher_source, "cache") == 0;
+  r->cached = config_teacher_cached(cfg);
   backend_select(r, cfg);
-  r->distill = strcmp(cfg->run_mode, "distill") == 0;
+  r->distill = cfg->run_mode == KD_MODE_DISTILL;
 
   /* student: in mode 'eval' weights only (compute precision, no gradients or optimizer) */
-  r->eval = strcmp(cfg->run_mode, "eval") == 0;
+  r->eval = cfg->run_mode == KD_MODE_EVAL;
   const int zero = cfg->par_zero && !r->eval;
   /* differing padded vocabularies: distil over the common ids [0, vc) */
   int vt = r->distill ? cfg->teacher.vocab_size : cfg->student.vocab_size;
@@ -395,7 +388,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
         ckpt_resolve(cfg, resumed, sizeof resumed, MPI_COMM_WORLD, err, sizeof err), err);
   if (resumed[0]) {
     /* filled by ckpt_resume below */
-  } else if (strcmp(cfg->student_init, "random") == 0) {
+  } else if (config_student_random(cfg)) {
     model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
   } else {
     const double t0 = phase_begin("loading student", cfg->student_init);
@@ -434,16 +427,11 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   /* data */
   const int T = cfg->data_seq_len;
   int st = 0;
-  if (strcmp(cfg->run_mode, "eval") != 0 || !cfg->data_valid[0]) {
-    const char *paths[KD_DATA_MAX];
-    for (int i = 0; i < cfg->data_ntrain; i++)
-      paths[i] = cfg->data_train[i];
-    st = data_open_blend(&r->train, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format, T,
-                         vc, (uint64_t)cfg->run_seed, err, sizeof err);
-  }
+  if (cfg->run_mode != KD_MODE_EVAL || !cfg->data_valid[0])
+    st = data_open_train(&r->train, cfg, vc, err, sizeof err);
   kd_agree_or_fail(st, err);
   if (cfg->data_valid[0]) {
-    kd_agree_or_fail(data_open(&r->valid, cfg->data_valid, cfg->data_format, T, vc,
+    kd_agree_or_fail(data_open(&r->valid, cfg->data_valid, kd_data_format_names[cfg->data_format], T, vc,
                                (uint64_t)cfg->run_seed, err, sizeof err),
                      err);
     r->have_valid = 1;
@@ -452,7 +440,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   /* activations and loss */
   const int mb = cfg->par_micro_batch;
   r->spec.distill = r->distill;
-  r->spec.kind = (enum loss_kind)loss_kind_parse(cfg->loss_kind);
+  r->spec.kind = cfg->loss_kind;
   r->spec.temperature = (float)cfg->loss_temperature;
   r->spec.alpha = (float)cfg->loss_alpha;
   r->spec.beta = (float)cfg->loss_beta;
@@ -782,11 +770,7 @@ static int cache_make(const struct kd_config *cfg) {
   memset(&r, 0, sizeof r);
   r.cfg = cfg;
   kd_agree_or_fail(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
-  if (cfg->par_global_batch % (r.grid.dp * cfg->par_micro_batch) != 0)
-    kd_fail_all(
-        KD_EXIT_INPUT,
-        "%s: &parallel global_batch = %d is not divisible by micro_batch = %d times dp = %d",
-        cfg->source, cfg->par_global_batch, cfg->par_micro_batch, r.grid.dp);
+  if (config_check_batch(cfg, r.grid.dp, err, sizeof err)) kd_fail_all(KD_EXIT_INPUT, "%s", err);
   backend_select(&r, cfg);
   const int status = tcache_make_run(cfg, &r.be, &r.grid);
   comm_release(&r.be);
@@ -798,7 +782,7 @@ static int cache_make(const struct kd_config *cfg) {
 }
 
 int train_run(const struct kd_config *cfg) {
-  if (strcmp(cfg->run_mode, "cache") == 0) return cache_make(cfg);
+  if (cfg->run_mode == KD_MODE_CACHE) return cache_make(cfg);
   struct run r;
   ckpt_signals_install(); /* SIGTERM while loading stops at once */
   run_setup(&r, cfg);     /* every input is checked before out_dir is created */
@@ -819,10 +803,11 @@ int train_run(const struct kd_config *cfg) {
   kd_info("kdtrain: mode %s | %d rank(s): tp=%d pp=%d dp=%d zero=%d | student %s (%.2fM "
           "params)%s%s%s | seq_len %d, global batch %d x %d tokens, micro-batch %d | loss chunk "
           "%zu tokens | %s\n",
-          cfg->run_mode, r.nranks, r.grid.tp, r.grid.pp, r.grid.dp, r.update.zero,
+          kd_run_mode_names[cfg->run_mode], r.nranks, r.grid.tp, r.grid.pp, r.grid.dp, r.update.zero,
           cfg->student_card, (double)model_count_params(&cfg->student) / 1e6,
           r.distill ? " | teacher " : "", r.distill ? cfg->teacher_card : "", vocab, T,
-          cfg->par_global_batch, T, cfg->par_micro_batch, r.chunk, cfg->prec_compute);
+          cfg->par_global_batch, T, cfg->par_micro_batch, r.chunk,
+          kd_precision_names[cfg->prec_compute]);
   if (r.peak > 0)
     kd_info("kdtrain: MFU peak %.4g GFLOP/s per rank: %s | sgemm 1536^3 measured %.4g GFLOP/s "
             "(%.0f%% of that peak)\n",
@@ -832,7 +817,7 @@ int train_run(const struct kd_config *cfg) {
             "%.4g GFLOP/s\n",
             r.peak_what, r.gemm_rate / 1e9);
   int status = KD_EXIT_OK;
-  if (strcmp(cfg->run_mode, "eval") == 0) {
+  if (r.eval) {
     open_metrics(&r);
     log_validation(&r, 0);
   } else {

@@ -1,68 +1,121 @@
-/* words.h: every word-valued configuration key as an enum, beside its word list.
- * config_load turns each word into its enum once (namelist NL_WORD keys: the value
- * stored is the index of the word in the list); nothing after the parser compares
- * configuration strings. The order of a word list is the order of its enum: add a
- * word to both, at the same place. Printing uses the same list (words_name). */
+/* words.h: every word-valued configuration key as an enum, with its words, written once.
+ * Each list is an X-macro of (enum constant, word) pairs; from it come the enum, the '|'
+ * word list the namelist reader parses (KD_..._WORDS: config_load turns each word into its
+ * enum once, NL_WORD keys) and the names array used to print a value (kd_..._names). Nothing
+ * after the parser compares configuration strings. */
 #ifndef KD_WORDS_H
 #define KD_WORDS_H
 
+#define KD_WORD_ENUM(e, w) e,
+#define KD_WORD_BAR(e, w) "|" w
+/* the '|' list of an X-macro list: "|a|b|c" + 1 */
+#define KD_WORDS_OF(list) (list(KD_WORD_BAR) + 1)
+
 /* &run mode */
-enum kd_run_mode { KD_MODE_DISTILL, KD_MODE_TRAIN, KD_MODE_EVAL, KD_MODE_CACHE, KD_MODE_N };
-#define KD_RUN_MODE_WORDS "distill|train|eval|cache"
+#define KD_RUN_MODE_LIST(X)                                                                        \
+  X(KD_MODE_DISTILL, "distill")                                                                    \
+  X(KD_MODE_TRAIN, "train")                                                                        \
+  X(KD_MODE_EVAL, "eval")                                                                          \
+  X(KD_MODE_CACHE, "cache")
+enum kd_run_mode { KD_RUN_MODE_LIST(KD_WORD_ENUM) KD_MODE_N };
+#define KD_RUN_MODE_WORDS KD_WORDS_OF(KD_RUN_MODE_LIST)
+extern const char *const kd_run_mode_names[KD_MODE_N];
 
 /* &run device */
-enum kd_device { KD_DEV_AUTO, KD_DEV_CPU, KD_DEV_CUDA, KD_DEV_DEVSIM, KD_DEV_N };
-#define KD_DEVICE_WORDS "auto|cpu|cuda|devsim"
+#define KD_DEVICE_LIST(X)                                                                          \
+  X(KD_DEV_AUTO, "auto")                                                                           \
+  X(KD_DEV_CPU, "cpu")                                                                             \
+  X(KD_DEV_CUDA, "cuda")                                                                           \
+  X(KD_DEV_DEVSIM, "devsim")
+enum kd_device { KD_DEVICE_LIST(KD_WORD_ENUM) KD_DEV_N };
+#define KD_DEVICE_WORDS KD_WORDS_OF(KD_DEVICE_LIST)
+extern const char *const kd_device_names[KD_DEV_N];
 
 /* &teacher source */
-enum kd_teacher_source { KD_TEACHER_LIVE, KD_TEACHER_CACHE, KD_TEACHER_N };
-#define KD_TEACHER_SOURCE_WORDS "live|cache"
+#define KD_TEACHER_SOURCE_LIST(X)                                                                  \
+  X(KD_TEACHER_LIVE, "live")                                                                       \
+  X(KD_TEACHER_CACHE, "cache")
+enum kd_teacher_source { KD_TEACHER_SOURCE_LIST(KD_WORD_ENUM) KD_TEACHER_N };
+#define KD_TEACHER_SOURCE_WORDS KD_WORDS_OF(KD_TEACHER_SOURCE_LIST)
+extern const char *const kd_teacher_source_names[KD_TEACHER_N];
 
 /* &teacher cache_select: which teacher entries a cache keeps per position */
-enum tcache_select { TCACHE_TOPK, TCACHE_SAMPLE, TCACHE_NSELECT };
-#define KD_CACHE_SELECT_WORDS "topk|sample"
+#define KD_CACHE_SELECT_LIST(X)                                                                    \
+  X(TCACHE_TOPK, "topk")                                                                           \
+  X(TCACHE_SAMPLE, "sample")
+enum tcache_select { KD_CACHE_SELECT_LIST(KD_WORD_ENUM) TCACHE_NSELECT };
+#define KD_CACHE_SELECT_WORDS KD_WORDS_OF(KD_CACHE_SELECT_LIST)
+extern const char *const kd_cache_select_names[TCACHE_NSELECT];
 
 /* &data format: one reader per format (data_source.c's table is indexed by this enum) */
-enum kd_data_format {
-  KD_DATA_BYTES,
-  KD_DATA_U16,
-  KD_DATA_U32,
-  KD_DATA_H5,
-  KD_DATA_MEGATRON,
-  KD_DATA_LLMC,
-  KD_DATA_NFORMATS
-};
-#define KD_DATA_FORMAT_WORDS "bytes|u16|u32|h5|megatron|llmc"
+#define KD_DATA_FORMAT_LIST(X)                                                                     \
+  X(KD_DATA_BYTES, "bytes")                                                                        \
+  X(KD_DATA_U16, "u16")                                                                            \
+  X(KD_DATA_U32, "u32")                                                                            \
+  X(KD_DATA_H5, "h5")                                                                              \
+  X(KD_DATA_MEGATRON, "megatron")                                                                  \
+  X(KD_DATA_LLMC, "llmc")
+enum kd_data_format { KD_DATA_FORMAT_LIST(KD_WORD_ENUM) KD_DATA_NFORMATS };
+#define KD_DATA_FORMAT_WORDS KD_WORDS_OF(KD_DATA_FORMAT_LIST)
+extern const char *const kd_data_format_names[KD_DATA_NFORMATS];
 
 /* &loss kind: the distillation divergence (the backends' loss ops take it too) */
-enum loss_kind { LOSS_FKL, LOSS_RKL, LOSS_JSD, LOSS_NKINDS };
-#define KD_LOSS_KIND_WORDS "fkl|rkl|jsd"
+#define KD_LOSS_KIND_LIST(X)                                                                       \
+  X(LOSS_FKL, "fkl")                                                                               \
+  X(LOSS_RKL, "rkl")                                                                               \
+  X(LOSS_JSD, "jsd")
+enum loss_kind { KD_LOSS_KIND_LIST(KD_WORD_ENUM) LOSS_NKINDS };
+#define KD_LOSS_KIND_WORDS KD_WORDS_OF(KD_LOSS_KIND_LIST)
+extern const char *const kd_loss_kind_names[LOSS_NKINDS];
 
 /* &optim decay: the learning-rate shape after warmup */
-enum kd_decay { KD_DECAY_COSINE, KD_DECAY_LINEAR, KD_DECAY_CONSTANT, KD_DECAY_N };
-#define KD_DECAY_WORDS "cosine|linear|constant"
+#define KD_DECAY_LIST(X)                                                                           \
+  X(KD_DECAY_COSINE, "cosine")                                                                     \
+  X(KD_DECAY_LINEAR, "linear")                                                                     \
+  X(KD_DECAY_CONSTANT, "constant")
+enum kd_decay { KD_DECAY_LIST(KD_WORD_ENUM) KD_DECAY_N };
+#define KD_DECAY_WORDS KD_WORDS_OF(KD_DECAY_LIST)
+extern const char *const kd_decay_names[KD_DECAY_N];
 
 /* &precision compute */
-enum kd_precision { KD_PREC_BF16, KD_PREC_FP32, KD_PREC_N };
-#define KD_PRECISION_WORDS "bf16|fp32"
+#define KD_PRECISION_LIST(X)                                                                       \
+  X(KD_PREC_BF16, "bf16")                                                                          \
+  X(KD_PREC_FP32, "fp32")
+enum kd_precision { KD_PRECISION_LIST(KD_WORD_ENUM) KD_PREC_N };
+#define KD_PRECISION_WORDS KD_WORDS_OF(KD_PRECISION_LIST)
+extern const char *const kd_precision_names[KD_PREC_N];
 
 /* &memory recompute: activation recomputation in the backward pass */
-enum kd_recompute { KD_RECOMPUTE_NONE, KD_RECOMPUTE_FULL, KD_RECOMPUTE_SELECTIVE, KD_RECOMPUTE_N };
-#define KD_RECOMPUTE_WORDS "none|full|selective"
+#define KD_RECOMPUTE_LIST(X)                                                                       \
+  X(KD_RECOMPUTE_NONE, "none")                                                                     \
+  X(KD_RECOMPUTE_FULL, "full")                                                                     \
+  X(KD_RECOMPUTE_SELECTIVE, "selective")
+enum kd_recompute { KD_RECOMPUTE_LIST(KD_WORD_ENUM) KD_RECOMPUTE_N };
+#define KD_RECOMPUTE_WORDS KD_WORDS_OF(KD_RECOMPUTE_LIST)
+extern const char *const kd_recompute_names[KD_RECOMPUTE_N];
 
 /* &log level */
-enum kd_log_level { KD_LOG_ERROR, KD_LOG_WARN, KD_LOG_INFO, KD_LOG_DEBUG, KD_LOG_N };
-#define KD_LOG_LEVEL_WORDS "error|warn|info|debug"
+#define KD_LOG_LEVEL_LIST(X)                                                                       \
+  X(KD_LOG_ERROR, "error")                                                                         \
+  X(KD_LOG_WARN, "warn")                                                                           \
+  X(KD_LOG_INFO, "info")                                                                           \
+  X(KD_LOG_DEBUG, "debug")
+enum kd_log_level { KD_LOG_LEVEL_LIST(KD_WORD_ENUM) KD_LOG_N };
+#define KD_LOG_LEVEL_WORDS KD_WORDS_OF(KD_LOG_LEVEL_LIST)
+extern const char *const kd_log_level_names[KD_LOG_N];
 
 /* &model arch of a model card */
-enum kd_arch { KD_ARCH_QWEN2, KD_ARCH_LLAMA, KD_ARCH_N };
-#define KD_ARCH_WORDS "qwen2|llama"
-
-/* The i-th word of a '|' list `words` (as given: lists are short) into out; "" when i is
- * out of range. Returns out. */
-const char *words_name(char *out, unsigned long outlen, const char *words, int i);
+#define KD_ARCH_LIST(X)                                                                            \
+  X(KD_ARCH_QWEN2, "qwen2")                                                                        \
+  X(KD_ARCH_LLAMA, "llama")
+enum kd_arch { KD_ARCH_LIST(KD_WORD_ENUM) KD_ARCH_N };
+#define KD_ARCH_WORDS KD_WORDS_OF(KD_ARCH_LIST)
+extern const char *const kd_arch_names[KD_ARCH_N];
 
 /* Index of `word` in the '|' list `words`, -1 when it is not there. */
 int words_find(const char *words, const char *word);
+
+/* The i-th word of the '|' list `words` into out ("" when i is out of range); returns out. */
+const char *words_name(char *out, unsigned long outlen, const char *words, int i);
 
 #endif

@@ -46,7 +46,7 @@ static void bad(const char *text, const char *want[]) {
 
 START_TEST(test_defaults) {
   config_defaults(&cfg);
-  ck_assert_str_eq(cfg.run_mode, "distill");
+  ck_assert_int_eq(cfg.run_mode, KD_MODE_DISTILL);
   ck_assert_int_eq(cfg.run_steps, 100);
   ck_assert_int_eq(cfg.run_seed, 1234);
   ck_assert_str_eq(cfg.run_out_dir, "out");
@@ -55,11 +55,11 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(cfg.data_seq_len, 256);
   ck_assert(cfg.loss_beta == 0.5 && cfg.loss_t2_scale == 1);
   ck_assert(cfg.optim_lr == 3e-4 && cfg.optim_min_lr == 3e-5 && cfg.optim_eps == 1e-8);
-  ck_assert_str_eq(cfg.prec_compute, "bf16");
+  ck_assert_int_eq(cfg.prec_compute, KD_PREC_BF16);
   ck_assert_int_eq(cfg.mem_offload, 0);
   ck_assert_int_eq(cfg.ckpt_keep, 3);
   ck_assert_str_eq(cfg.ckpt_resume, "auto");
-  ck_assert_str_eq(cfg.log_level, "info");
+  ck_assert_int_eq(cfg.log_level, KD_LOG_INFO);
   /* an empty file plus the required keys: defaults pass validation, paths are resolved */
   ck_assert_msg(load("", 0, NULL) == 0, "%s", err);
   char cwd[256], want[600];
@@ -101,12 +101,12 @@ START_TEST(test_values) {
                      "&log metrics = 'a''b.csv' /\n",
                      0, NULL) == 0,
                 "%s", err);
-  ck_assert_str_eq(cfg.run_mode, "train");
+  ck_assert_int_eq(cfg.run_mode, KD_MODE_TRAIN);
   ck_assert_int_eq(cfg.run_steps, 7);
   ck_assert_int_eq(cfg.run_seed, 3);
   ck_assert_ptr_nonnull(strstr(cfg.run_out_dir, "/o\"u'"));
   ck_assert_ptr_nonnull(strstr(cfg.log_metrics, "/a'b.csv"));
-  ck_assert_str_eq(cfg.loss_kind, "jsd");
+  ck_assert_int_eq(cfg.loss_kind, LOSS_JSD);
   ck_assert(cfg.loss_alpha == 0.25 && cfg.loss_beta == 0.75 && cfg.optim_lr == 2e-4);
   ck_assert(cfg.loss_temperature == 1.0);
   ck_assert_str_eq(cfg.teacher.name, ""); /* mode 'train': no teacher card is read */
@@ -120,8 +120,8 @@ START_TEST(test_overrides) {
   ck_assert_msg(load("&optim lr = 1e-3 /\n&loss kind = 'jsd' /\n", 7, w) == 0, "%s", err);
   ck_assert(cfg.optim_lr == 1e-4);
   ck_assert_int_eq(cfg.par_tp, 2);
-  ck_assert_str_eq(cfg.loss_kind, "rkl");
-  ck_assert_str_eq(cfg.log_level, "debug");
+  ck_assert_int_eq(cfg.loss_kind, LOSS_RKL);
+  ck_assert_int_eq(cfg.log_level, KD_LOG_DEBUG);
   ck_assert_int_eq(cfg.run_steps, 5);
   ck_assert_int_eq(cfg.mem_tiled_mlp, 1);
   ck_assert_ptr_nonnull(strstr(cfg.run_out_dir, "/x/y z"));

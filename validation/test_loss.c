@@ -317,11 +317,11 @@ START_TEST(test_chunk_budget_and_parse) {
     ck_assert_uint_le(be.arena.peak[KD_MEM_LOSS], budget);
     ck_assert_uint_gt(be.arena.peak[KD_MEM_LOSS], budget / 2);
   }
-  ck_assert_int_eq(loss_kind_parse("fkl"), LOSS_FKL);
-  ck_assert_int_eq(loss_kind_parse("rkl"), LOSS_RKL);
-  ck_assert_int_eq(loss_kind_parse("jsd"), LOSS_JSD);
-  ck_assert_int_eq(loss_kind_parse("kl"), -1);
-  ck_assert_int_eq(loss_kind_parse(""), -1);
+  ck_assert_int_eq(words_find(KD_LOSS_KIND_WORDS, "fkl"), LOSS_FKL);
+  ck_assert_int_eq(words_find(KD_LOSS_KIND_WORDS, "rkl"), LOSS_RKL);
+  ck_assert_int_eq(words_find(KD_LOSS_KIND_WORDS, "jsd"), LOSS_JSD);
+  ck_assert_int_eq(words_find(KD_LOSS_KIND_WORDS, "kl"), -1);
+  ck_assert_int_eq(words_find(KD_LOSS_KIND_WORDS, ""), -1);
 }
 END_TEST
 

@@ -15,7 +15,8 @@ static struct kd_config sched(const char *decay, double lr, double min_lr, int64
                               int64_t steps) {
   struct kd_config c;
   memset(&c, 0, sizeof c);
-  snprintf(c.optim_decay, sizeof c.optim_decay, "%s", decay);
+  c.optim_decay = (enum kd_decay)words_find(KD_DECAY_WORDS, decay);
+  ck_assert_int_ge(c.optim_decay, 0);
   c.optim_lr = lr;
   c.optim_min_lr = min_lr;
   c.optim_warmup = warmup;
