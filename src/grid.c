@@ -1,6 +1,8 @@
-/* grid.c: rank layout and communicators. */
+/* grid.c: rank layout and every communicator of the program. */
+#define _GNU_SOURCE /* sched_getaffinity, cpu_set_t */
 #include "grid.h"
 
+#include <sched.h>
 #include <stdio.h>
 
 #include "util.h"
@@ -39,6 +41,9 @@ int grid_init(struct kd_grid *g, int tp, int pp, int dp, char *err, size_t errle
   MPI_Comm_split(MPI_COMM_WORLD, g->pp_rank * dp + g->dp_rank, g->tp_rank, &g->tp_comm);
   MPI_Comm_split(MPI_COMM_WORLD, g->pp_rank * tp + g->tp_rank, g->dp_rank, &g->dp_comm);
   MPI_Comm_split(MPI_COMM_WORLD, g->dp_rank * tp + g->tp_rank, g->pp_rank, &g->pp_comm);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &g->node_comm);
+  MPI_Comm_rank(g->node_comm, &g->node_rank);
+  MPI_Comm_size(g->node_comm, &g->node_size);
   return 0;
 }
 
@@ -46,6 +51,40 @@ void grid_free(struct kd_grid *g) {
   MPI_Comm_free(&g->tp_comm);
   MPI_Comm_free(&g->dp_comm);
   MPI_Comm_free(&g->pp_comm);
+  MPI_Comm_free(&g->node_comm);
+}
+
+double grid_node_cores_per_rank(const struct kd_grid *g) {
+  cpu_set_t mine, all;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_SET(0, &mine);
+  MPI_Allreduce(&mine, &all, (int)sizeof mine, MPI_BYTE, MPI_BOR, g->node_comm);
+  return (double)CPU_COUNT(&all) / g->node_size;
+}
+
+MPI_Comm grid_kv_comm(const struct kd_grid *g, int kv_split, int kv_rep) {
+  MPI_Comm c = MPI_COMM_NULL;
+  if (g->tp > 1 && !kv_split) MPI_Comm_split(g->tp_comm, g->tp_rank / kv_rep, g->tp_rank, &c);
+  return c;
+}
+
+MPI_Comm grid_embedding_comm(const struct kd_grid *g, int tied) {
+  MPI_Comm c = MPI_COMM_NULL;
+  if (g->pp > 1 && tied) {
+    const int ends = g->pp_rank == 0 || g->pp_rank == g->pp - 1;
+    MPI_Comm_split(g->pp_comm, ends ? 0 : MPI_UNDEFINED, g->pp_rank, &c);
+  }
+  return c;
+}
+
+MPI_Comm grid_io_comm(MPI_Comm comm, int color, int key) {
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_Comm_split(comm, color, key, &c);
+  return c;
+}
+
+void grid_comm_free(MPI_Comm *c) {
+  if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
 int grid_pp_peer(const struct kd_grid *g, int delta) {

@@ -1,6 +1,10 @@
-/* grid.h: the rank layout. MPI_COMM_WORLD is split into tensor- (tp), data- (dp)
- * and pipeline-parallel (pp) groups; tp varies fastest, then dp, then pp (as in
- * Megatron-LM): world rank = tp_rank + tp * (dp_rank + dp * pp_rank). */
+/* grid.h: the rank layout, and every communicator of the program (as Megatron-LM's
+ * parallel_state: no other file splits a communicator). MPI_COMM_WORLD is split into
+ * tensor- (tp), data- (dp) and pipeline-parallel (pp) groups; tp varies fastest, then dp,
+ * then pp (as in Megatron-LM): world rank = tp_rank + tp * (dp_rank + dp * pp_rank).
+ * The node group (ranks sharing memory) comes with the grid; the groups that depend on a
+ * model (kv heads replicated over tp ranks, tied embeddings on the first and last stage)
+ * and the I/O groups of a file's tensors are made here on request, held by their user. */
 #ifndef KD_GRID_H
 #define KD_GRID_H
 
@@ -14,6 +18,8 @@ struct kd_grid {
   MPI_Comm tp_comm; /* ranks of my (pp, dp) that split tensors */
   MPI_Comm dp_comm; /* ranks of my (pp, tp) that hold the same shard of the model */
   MPI_Comm pp_comm; /* ranks of my (tp, dp) that form one pipeline */
+  MPI_Comm node_comm; /* ranks on my node (sharing memory) */
+  int node_rank, node_size;
 };
 
 /* The data-parallel size of tp x pp (x dp; 0: world / (tp * pp)) on `world` ranks into
@@ -26,9 +32,31 @@ int grid_layout(int world, int tp, int pp, int dp, int *dp_out, char *err, size_
 int grid_init(struct kd_grid *g, int tp, int pp, int dp, char *err, size_t errlen);
 void grid_free(struct kd_grid *g);
 
-/* This rank's index among the ranks of its node (selects its GPU). Collective over
- * MPI_COMM_WORLD. */
+/* This rank's index among the ranks of its node (selects its GPU), before a grid exists
+ * (grid->node_rank after). Collective over MPI_COMM_WORLD. */
 int grid_node_rank(void);
+
+/* CPUs per rank on this node: the union of the affinity masks of the node's ranks over
+ * their number (ranks bound to one core each, or all unbound, both count right).
+ * Collective over g->node_comm. */
+double grid_node_cores_per_rank(const struct kd_grid *g);
+
+/* The group of the tp ranks holding the same replicated kv heads (tp rank r in group
+ * r / kv_rep): their kv gradients are partial sums. MPI_COMM_NULL when tp == 1 or the kv
+ * heads are split. Collective over g->tp_comm. The caller frees it (grid_comm_free). */
+MPI_Comm grid_kv_comm(const struct kd_grid *g, int kv_split, int kv_rep);
+
+/* The group of the first and last pipeline stage, which both hold a tied embedding
+ * (MPI_COMM_NULL on the other stages, or when pp == 1 or the embedding is untied).
+ * Collective over g->pp_comm. */
+MPI_Comm grid_embedding_comm(const struct kd_grid *g, int tied);
+
+/* An I/O sharing group: the ranks of `comm` that pass the same `color` (MPI_UNDEFINED:
+ * none, MPI_COMM_NULL returned), ordered by `key`. Collective over comm. */
+MPI_Comm grid_io_comm(MPI_Comm comm, int color, int key);
+
+/* Free a communicator made here (MPI_COMM_NULL: nothing). */
+void grid_comm_free(MPI_Comm *c);
 
 /* World rank of the pipeline neighbour at stage pp_rank + delta (MPI_PROC_NULL
  * outside the pipeline). */

@@ -223,11 +223,8 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   }
 
   /* groups whose gradients are partial sums */
-  if (g && tp > 1 && !kv_split) MPI_Comm_split(g->tp_comm, r / kv_rep, r, &mdl->kv_comm);
-  if (g && pp > 1 && tied) {
-    const int ends = stage == 0 || stage == pp - 1;
-    MPI_Comm_split(g->pp_comm, ends ? 0 : MPI_UNDEFINED, stage, &mdl->emb_comm);
-  }
+  if (g) mdl->kv_comm = grid_kv_comm(g, kv_split, kv_rep);
+  if (g) mdl->emb_comm = grid_embedding_comm(g, tied);
 
   mdl->be = be;
   if (kind == MODEL_TABLE) return;
@@ -262,8 +259,8 @@ void model_build(struct kd_model *mdl, struct kd_backend *be, const struct kd_ca
 }
 
 void model_free(struct kd_model *mdl, struct kd_backend *be) {
-  if (mdl->kv_comm != MPI_COMM_NULL) MPI_Comm_free(&mdl->kv_comm);
-  if (mdl->emb_comm != MPI_COMM_NULL) MPI_Comm_free(&mdl->emb_comm);
+  grid_comm_free(&mdl->kv_comm);
+  grid_comm_free(&mdl->emb_comm);
   if (mdl->master != mdl->w) be->free(be, mdl->master);
   be->free(be, mdl->w);
   be->free(be, mdl->w16);

@@ -170,21 +170,6 @@ static double forward_flops(const struct kd_card *c, double tokens, int T) {
   return 2.0 * p * tokens + attn * tokens;
 }
 
-/* CPUs per rank on this node: the union of the affinity masks of the node's ranks
- * over their number (ranks bound to one core each, or all unbound, both count right). */
-static double node_cores_per_rank(void) {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  cpu_set_t mine, all;
-  CPU_ZERO(&mine);
-  if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_SET(0, &mine);
-  MPI_Allreduce(&mine, &all, (int)sizeof mine, MPI_BYTE, MPI_BOR, node);
-  int size;
-  MPI_Comm_size(node, &size);
-  MPI_Comm_free(&node);
-  return (double)CPU_COUNT(&all) / size;
-}
-
 /* This rank's share of the hardware's peak FLOP/s in the compute precision, the MFU
  * denominator, and where it came from: log%peak_tflops when given; the GPU's datasheet;
  * on the CPU, cores x FP32 FLOP/cycle (FMA units x lanes x 2, from the CPU's features) x
@@ -197,7 +182,7 @@ static double hardware_peak(struct run *r, char *what, size_t n) {
 #ifdef KD_HAVE_CUDA
   if (strcmp(r->be.name, "cuda") == 0) return backend_cuda_peak(r->be.bf16, what, n);
 #endif
-  const double cores = node_cores_per_rank(); /* collective: every rank takes this branch */
+  const double cores = grid_node_cores_per_rank(&r->grid); /* collective: every rank */
   /* rank 0's sgemm rate per thread it ran on, for the clock check below */
   double per_thread = 0;
   if (r->rank == 0) {
@@ -262,7 +247,7 @@ static void backend_select(struct run *r, const struct kd_config *cfg) {
                 "%s: run%%device='cuda' but no CUDA device: %s; use "
                 "run%%device='cpu' or 'auto'",
                 cfg->source, why);
-  const int node_rank = grid_node_rank();
+  const int node_rank = r->grid.node_rank;
   if (ncuda > 0) {
 #ifdef KD_HAVE_CUDA
     backend_cuda_init(&r->be, bf16, node_rank);
