@@ -43,10 +43,17 @@ static void line_write(char *buf, int n, size_t cap) {
   }
 }
 
-/* One console line "kdtrain: rank R: MESSAGE[SUFFIX]\n" (newline added where missing). */
+/* The program named at the start of every message (kd_set_program). */
+static const char *prog = "kdtrain";
+
+void kd_set_program(const char *name) {
+  prog = name;
+}
+
+/* One console line "PROGRAM: rank R: MESSAGE[SUFFIX]\n" (newline added where missing). */
 static void line_out(const char *suffix, const char *fmt, va_list ap) {
   char buf[4096];
-  int n = snprintf(buf, sizeof buf, "kdtrain: rank %d: ", kd_rank());
+  int n = snprintf(buf, sizeof buf, "%s: rank %d: ", prog, kd_rank());
   if (n >= 0 && (size_t)n < sizeof buf) {
     int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
     n = m < 0 ? n : n + m;
@@ -74,7 +81,7 @@ static int mpi_live_size(void) {
   return size;
 }
 
-/* "kdtrain: rank R: MESSAGE (file:line)" */
+/* "PROGRAM: rank R: MESSAGE (file:line)" */
 static void line_at(const char *file, int line, const char *fmt, va_list ap) {
   char where[512];
   snprintf(where, sizeof where, " (%s:%d)", file, line);
@@ -99,7 +106,7 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
 void kd_fail_all(int status, const char *fmt, ...) {
   if (kd_rank() == 0) {
     char buf[4096];
-    int n = snprintf(buf, sizeof buf, "kdtrain: ");
+    int n = snprintf(buf, sizeof buf, "%s: ", prog);
     va_list ap;
     va_start(ap, fmt);
     const int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
@@ -215,9 +222,9 @@ void kd_io_guard_arm(const char *path) {
   if (strcmp(path, guard_path) != 0) {
     snprintf(guard_path, sizeof guard_path, "%s", path);
     int n = snprintf(guard_msg, sizeof guard_msg,
-                     "kdtrain: rank %d: %s: a collective write made no progress for %ld s (a write failed "
-                     "on another rank, or the file system hangs): giving up, exit status 3\n",
-                     kd_rank(), path, secs);
+                     "%s: rank %d: %s: a collective write made no progress for %ld s (a write "
+                     "failed on another rank, or the file system hangs): giving up, exit status 3\n",
+                     prog, kd_rank(), path, secs);
     guard_len = n < 0 ? 0 : (size_t)n < sizeof guard_msg ? (size_t)n : sizeof guard_msg - 1;
     guard_unlink = kd_rank() == 0;
   }
@@ -348,6 +355,6 @@ void kd_progress(const char *what, double done, double total, double t0, double 
   *last = now;
   char a[32], b[32];
   const double left = (now - t0) / (done > 0 ? done : 1) * (total - done);
-  kd_info("kdtrain: %s: %.0f%% (%s of %s), about %.0f s left\n", what, 100 * done / total,
+  kd_info("%s: %s: %.0f%% (%s of %s), about %.0f s left\n", prog, what, 100 * done / total,
           kd_fmt_bytes(a, sizeof a, done), kd_fmt_bytes(b, sizeof b, total), left);
 }

@@ -18,6 +18,10 @@ enum kd_exit {
 /* Rank of this process in MPI_COMM_WORLD (0 before MPI_Init). */
 int kd_rank(void);
 
+/* The program name that begins every message of the functions below ("kdtrain" unless a
+ * tool sets its own, at the start of its main). */
+void kd_set_program(const char *name);
+
 /* Print "kdtrain: rank R: message (file:line)" to stderr (one write(2)) and end every
  * rank with `status` (MPI_Abort when MPI is running with more than one rank, exit
  * otherwise): a run-time fault that one rank may meet alone. */

@@ -34,6 +34,7 @@ static const char usage[] =
     "Exit status: 0 done, 2 bad input (nothing written), 3 I/O failure.\n";
 
 int main(int argc, char **argv) {
+  kd_set_program("kdconvert");
   MPI_Init(&argc, &argv);
   int st = KD_EXIT_INPUT, size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

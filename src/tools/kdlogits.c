@@ -94,6 +94,7 @@ static const char usage[] =
     ".npy file: the comparison with Hugging Face transformers (doc/checkpoint.md).\n";
 
 int main(int argc, char **argv) {
+  kd_set_program("kdlogits");
   /* --help and usage errors before MPI_Init: they need no MPI */
   if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     fputs(usage, stdout);
