@@ -21,7 +21,7 @@
 #define CW(g, k, f, d, words) NAMELIST_KEY(kd_config, g, k, NL_WORD, f, d, 0, 0, 0, words)
 #define CB(g, k, f, d) NAMELIST_KEY(kd_config, g, k, NL_BOOL, f, d, 0, 0, 0, NULL)
 
-/* Every input group and key (INTERFACE.md), in printing order. */
+/* Every input group and key (doc/interface.md), in printing order. */
 static const struct namelist_key cfg_keys[] = {
     CW(run, mode, run_mode, "'distill'", KD_RUN_MODE_WORDS),
     CI(run, steps, run_steps, "100", NL_GE, 0, 0),

@@ -1,5 +1,5 @@
 /* config.h: the typed run configuration, read from a Fortran namelist file
- * (INTERFACE.md) by rank 0 and broadcast; model cards from mod/. */
+ * (doc/interface.md) by rank 0 and broadcast; model cards from mod/. */
 #ifndef KD_CONFIG_H
 #define KD_CONFIG_H
 

@@ -1,4 +1,4 @@
-/* metrics.h: the metrics CSV of a run (INTERFACE.md), written by rank 0 with checked
+/* metrics.h: the metrics CSV of a run (doc/interface.md), written by rank 0 with checked
  * write(2) calls; every rank learns of a failed write and the run ends with exit 3. */
 #ifndef KD_METRICS_H
 #define KD_METRICS_H

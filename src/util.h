@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Exit status contract (INTERFACE.md). */
+/* Exit status contract (doc/interface.md). */
 enum kd_exit {
   KD_EXIT_OK = 0,
   KD_EXIT_INPUT = 2,    /* bad configuration, command line, card, data or checkpoint */
