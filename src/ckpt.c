@@ -222,8 +222,8 @@ static int resolve_rank0(const struct kd_config *cfg, char *path, size_t pathlen
                          size_t errlen) {
   path[0] = '\0';
   const char *r = cfg->ckpt_resume;
-  if (strcmp(r, "none") == 0) return 0;
-  if (strcmp(r, "auto") == 0) {
+  if (config_resume(cfg) == KD_RESUME_NONE) return 0;
+  if (config_resume(cfg) == KD_RESUME_AUTO) {
     int rc = read_latest(cfg->ckpt_dir, path, pathlen, err, errlen);
     if (rc == 1) path[0] = '\0';
     return rc == 1 ? 0 : rc;
