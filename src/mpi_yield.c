@@ -35,21 +35,30 @@ int mpi_yield_on(void) {
   return polite;
 }
 
-/* Wait for request q: test; yield the CPU for the first rounds, then sleep 20 us,
- * doubling up to 1 ms, between tests. */
+/* The pause between two tests of a wait: yield the CPU for the first rounds, then sleep
+ * 20 us, doubling up to 1 ms. */
+struct backoff {
+  unsigned k;
+  long ns;
+};
+
+static void backoff_pause(struct backoff *b) {
+  if (b->k++ < 32) {
+    sched_yield();
+    return;
+  }
+  if (b->ns == 0) b->ns = 20000;
+  struct timespec t = {0, b->ns};
+  nanosleep(&t, NULL);
+  if (b->ns < 1000000) b->ns *= 2;
+}
+
+/* Wait for request q: test, pause (backoff_pause), test again. */
 static int wait_req(MPI_Request *q, MPI_Status *st) {
   int done = 0;
-  long ns = 20000;
-  for (unsigned k = 0;; k++) {
+  for (struct backoff b = {0, 0};; backoff_pause(&b)) {
     const int rc = PMPI_Test(q, &done, st);
     if (rc != MPI_SUCCESS || done) return rc;
-    if (k < 32) {
-      sched_yield();
-      continue;
-    }
-    struct timespec t = {0, ns};
-    nanosleep(&t, NULL);
-    if (ns < 1000000) ns *= 2;
   }
 }
 
@@ -168,17 +177,9 @@ int MPI_Wait(MPI_Request *q, MPI_Status *st) {
 int MPI_Waitall(int n, MPI_Request *qs, MPI_Status *sts) {
   if (!mpi_yield_on()) return PMPI_Waitall(n, qs, sts);
   int done = 0;
-  long ns = 20000;
-  for (unsigned k = 0;; k++) {
+  for (struct backoff b = {0, 0};; backoff_pause(&b)) {
     const int rc = PMPI_Testall(n, qs, &done, sts);
     if (rc != MPI_SUCCESS || done) return rc;
-    if (k < 32) {
-      sched_yield();
-      continue;
-    }
-    struct timespec t = {0, ns};
-    nanosleep(&t, NULL);
-    if (ns < 1000000) ns *= 2;
   }
 }
 
