@@ -44,6 +44,21 @@ static void bad(const char *text, const char *want[]) {
 }
 #define BAD(text, ...) bad(text, (const char *[]){__VA_ARGS__, NULL})
 
+/* cfg printed by config_print reads back (config_load) to the identical struct. */
+static void print_reads_back(void) {
+  struct kd_config first = cfg;
+  char path[512];
+  snprintf(path, sizeof path, "%s/printed.nml", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  config_print(f, &cfg);
+  fclose(f);
+  memset(&cfg, 0x5a, sizeof cfg);
+  ck_assert_msg(config_load(&cfg, path, 0, NULL, err, sizeof err) == 0, "%s", err);
+  memset(first.source, 0, sizeof first.source), memset(cfg.source, 0, sizeof cfg.source);
+  ck_assert_int_eq(memcmp(&first, &cfg, sizeof cfg), 0);
+}
+
 START_TEST(test_defaults) {
   config_defaults(&cfg);
   ck_assert_int_eq(cfg.run_mode, KD_MODE_DISTILL);
@@ -196,17 +211,7 @@ START_TEST(test_round_trip) {
                      "&precision loss_scale = 0 compute = 'fp32' /\n",
                      2, w) == 0,
                 "%s", err);
-  struct kd_config first = cfg;
-  char path[512];
-  snprintf(path, sizeof path, "%s/printed.nml", dir);
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  config_print(f, &cfg);
-  fclose(f);
-  memset(&cfg, 0x5a, sizeof cfg);
-  ck_assert_msg(config_load(&cfg, path, 0, NULL, err, sizeof err) == 0, "%s", err);
-  memset(first.source, 0, sizeof first.source), memset(cfg.source, 0, sizeof cfg.source);
-  ck_assert_int_eq(memcmp(&first, &cfg, sizeof cfg), 0);
+  print_reads_back();
   ck_assert(cfg.optim_beta1 == 0.8999999999999999 && cfg.run_steps == 12345678901LL);
 }
 END_TEST
@@ -301,17 +306,7 @@ START_TEST(test_lists) {
   ck_assert_str_eq(cfg.data_train[0], b);
   ck_assert(cfg.data_weights[0] == 3.0 && cfg.data_weights[1] == 1.0);
   /* the blend prints and reads back identically */
-  struct kd_config first = cfg;
-  char path[512];
-  snprintf(path, sizeof path, "%s/printed.nml", dir);
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  config_print(f, &cfg);
-  fclose(f);
-  memset(&cfg, 0x5a, sizeof cfg);
-  ck_assert_msg(config_load(&cfg, path, 0, NULL, err, sizeof err) == 0, "%s", err);
-  memset(first.source, 0, sizeof first.source), memset(cfg.source, 0, sizeof cfg.source);
-  ck_assert_int_eq(memcmp(&first, &cfg, sizeof cfg), 0);
+  print_reads_back();
   /* a Megatron dataset named by its prefix */
   snprintf(text, sizeof text, "&data train = '%s/mg', format = 'megatron' /\n", dir);
   ck_assert_msg(load_plain(text, 0, NULL) == 0, "%s", err);
