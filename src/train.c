@@ -117,11 +117,6 @@ static void cache_fetch(void *arg, int m, struct tcache_rows *rows) {
   if (st) kd_fail(st, "%s: %s", r->cfg->teacher_cache, err);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Sustained FLOP/s of a large square GEMM on this backend (shown next to the peak at
  * start, as a check of the BLAS): the median of 5 timed products of n = 1536 after 3
  * warm-up products. */
@@ -160,7 +155,7 @@ static double measure_gemm_rate(struct kd_backend *be) {
     rate[r] = 2.0 * n * (double)nn / (kd_now() - t0);
   }
   be->bf16 = bf16;
-  qsort(rate, reps, sizeof *rate, cmp_double);
+  qsort(rate, reps, sizeof *rate, kd_cmp_double);
   be->free(be, A);
   be->free(be, B);
   be->free(be, Cm);
