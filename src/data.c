@@ -23,6 +23,20 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
     kd_seterr(err, errlen, "%s: seq_len must be at least 1 (got %d)", paths[0], seq_len);
     return KD_EXIT_INPUT;
   }
+  /* the format word, converted once: everything below takes the enum */
+  const int format_id = words_find(KD_DATA_FORMAT_WORDS, format ? format : "");
+  if (format_id < 0) {
+    char list[128] = "", w[16];
+    for (int i = 0; i < KD_DATA_NFORMATS; i++)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'",
+               i == 0                     ? ""
+               : i + 1 < KD_DATA_NFORMATS ? ", "
+                                          : " or ",
+               words_name(w, sizeof w, KD_DATA_FORMAT_WORDS, i));
+    kd_seterr(err, errlen, "%s: unsupported data format '%s' (use %s)", paths[0],
+              format ? format : "", list);
+    return KD_EXIT_INPUT;
+  }
   d->seq_len = seq_len;
   double wsum = 0;
   for (int i = 0; i < n; i++) {
@@ -39,7 +53,8 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
     s->perm_epoch = -1;
     /* file 0 keeps the single-file order of (seed, epoch); others get their own */
     s->seed = seed ^ (uint64_t)i * 0xD1B54A32D192ED03ull;
-    int rc = data_source_open(&s->src, paths[i], format, vocab_size, err, errlen);
+    int rc = data_source_open(&s->src, paths[i], (enum kd_data_format)format_id, vocab_size, err,
+                              errlen);
     if (rc) {
       data_close(d);
       return rc;

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "data_source.h"
+#include "data_reader.h"
 #include "util.h"
 
 enum { LLMC_MAGIC = 20240520, LLMC_HEADER_INTS = 256 };
@@ -12,7 +12,7 @@ enum { LLMC_MAGIC = 20240520, LLMC_HEADER_INTS = 256 };
 int data_llmc_open(struct data_source *s, char *err, size_t errlen) {
   const unsigned char *p;
   size_t bytes;
-  int rc = data_source_map(s, s->path, &p, &bytes, err, errlen);
+  int rc = data_reader_map(s, s->path, &p, &bytes, err, errlen);
   if (rc) return rc;
   const size_t hb = LLMC_HEADER_INTS * sizeof(int32_t);
   if (bytes < hb) {
