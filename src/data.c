@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "util.h"
+#include "words.h"
 
 int data_open_blend(struct kd_data *d, int n, const char *const *paths, const double *weights,
                     const char *format, int seq_len, int vocab_size, uint64_t seed, char *err,

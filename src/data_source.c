@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "data_reader.h"
 #include "util.h"
 
 /* Per format: its reader, and the element type of a headerless stream (0: the file's
