@@ -117,11 +117,6 @@ void config_defaults(struct kd_config *cfg) {
 
 /* ---- paths and model cards ----------------------------------------------------------------- */
 
-static int is_file(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* Directory part of `path` ("." if none). */
 static void dir_of(char *out, size_t len, const char *path) {
   const char *sl = path ? strrchr(path, '/') : NULL;
@@ -182,7 +177,7 @@ static int card_find(char *path, size_t plen, const char *name, const char *rela
   size_t l = strlen(name), n = 0;
   if (!l) return snprintf(msg, mlen, "empty card name; expected a name in mod/ or a path"), 1;
   if (strchr(name, '/') || (l > 4 && !strcmp(name + l - 4, ".nml"))) {
-    if (is_file(name)) return absolute(path, plen, name) ? 0 : 1;
+    if (kd_is_file(name)) return absolute(path, plen, name) ? 0 : 1;
     struct stat st;
     if (stat(name, &st) == 0) /* a FIFO would block the read, a device never end */
       return snprintf(msg, mlen, "model card file '%s' is not a regular file (%s); expected a "
@@ -190,7 +185,7 @@ static int card_find(char *path, size_t plen, const char *name, const char *rela
     dir_of(cand, sizeof cand, relative_to);
     if (name[0] != '/') {
       snprintf(cand + strlen(cand), sizeof cand - strlen(cand), "/%s", name);
-      if (is_file(cand)) return absolute(path, plen, cand) ? 0 : 1;
+      if (kd_is_file(cand)) return absolute(path, plen, cand) ? 0 : 1;
     }
     return snprintf(msg, mlen,
                     "model card file '%s' not found; looked in the current directory "
@@ -201,7 +196,7 @@ static int card_find(char *path, size_t plen, const char *name, const char *rela
   size_t nd = card_dirs(dirs, relative_to);
   for (size_t i = 0; i < nd; i++) {
     snprintf(cand, sizeof cand, "%.*s/%.*s.nml", KD_PATH_MAX - 1, dirs[i], KD_PATH_MAX - 1, name);
-    if (is_file(cand)) return absolute(path, plen, cand) ? 0 : 1;
+    if (kd_is_file(cand)) return absolute(path, plen, cand) ? 0 : 1;
   }
   for (size_t i = 0; i < nd; i++) { /* the cards that do exist, for "did you mean" */
     DIR *d = opendir(dirs[i]);
@@ -361,7 +356,7 @@ static int check_data_path(struct namelist_ctx *c, size_t i, size_t e) {
   const char *p = namelist_field(&c->keys[i], c->base, e);
   char bin[KD_PATH_MAX + 8];
   snprintf(bin, sizeof bin, "%s.bin", p);
-  if (cfg->data_format == KD_DATA_MEGATRON && !is_file(p) && is_file(bin)) return 0;
+  if (cfg->data_format == KD_DATA_MEGATRON && !kd_is_file(p) && kd_is_file(bin)) return 0;
   return check_exists_at(c, i, e, "data file", 0);
 }
 

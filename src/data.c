@@ -11,9 +11,10 @@
 #include <string.h>
 
 #include "util.h"
+#include "words.h"
 
 int data_open_blend(struct kd_data *d, int n, const char *const *paths, const double *weights,
-                    const char *format, int seq_len, int vocab_size, uint64_t seed, char *err,
+                    enum kd_data_format format, int seq_len, int vocab_size, uint64_t seed, char *err,
                     size_t errlen) {
   memset(d, 0, sizeof *d);
   if (n < 1 || n > DATA_MAX_SETS) {
@@ -22,6 +23,11 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
   }
   if (seq_len < 1) {
     kd_seterr(err, errlen, "%s: seq_len must be at least 1 (got %d)", paths[0], seq_len);
+    return KD_EXIT_INPUT;
+  }
+  if ((int)format < 0 || format >= KD_DATA_NFORMATS) {
+    kd_seterr(err, errlen, "%s: data format number %d; expected one of %s", paths[0], (int)format,
+              KD_DATA_FORMAT_WORDS);
     return KD_EXIT_INPUT;
   }
   d->seq_len = seq_len;
@@ -40,7 +46,8 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
     s->perm_epoch = -1;
     /* file 0 keeps the single-file order of (seed, epoch); others get their own */
     s->seed = seed ^ (uint64_t)i * 0xD1B54A32D192ED03ull;
-    int rc = data_source_open(&s->src, paths[i], format, vocab_size, err, errlen);
+    int rc = data_source_open(&s->src, paths[i], format, vocab_size, err,
+                              errlen);
     if (rc) {
       data_close(d);
       return rc;
@@ -66,7 +73,7 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
   return KD_EXIT_OK;
 }
 
-int data_open(struct kd_data *d, const char *path, const char *format, int seq_len, int vocab_size,
+int data_open(struct kd_data *d, const char *path, enum kd_data_format format, int seq_len, int vocab_size,
               uint64_t seed, char *err, size_t errlen) {
   return data_open_blend(d, 1, &path, NULL, format, seq_len, vocab_size, seed, err, errlen);
 }
@@ -215,7 +222,7 @@ int data_open_train(struct kd_data *d, const struct kd_config *cfg, int vocab_si
   const char *paths[KD_DATA_MAX];
   for (int i = 0; i < cfg->data_ntrain; i++)
     paths[i] = cfg->data_train[i];
-  return data_open_blend(d, cfg->data_ntrain, paths, cfg->data_weights,
-                         kd_data_format_names[cfg->data_format], cfg->data_seq_len, vocab_size,
+  return data_open_blend(d, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format,
+                         cfg->data_seq_len, vocab_size,
                          (uint64_t)cfg->run_seed, err, errlen);
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data_source.h"
+#include "data_reader.h"
 #include "util.h"
 
 /* Read 1-D integer dataset `name` whole as `mem_type` elements of `es` bytes. *n gets its
@@ -79,7 +79,7 @@ int data_h5_open(struct data_source *s, char *err, size_t errlen) {
   H5E_BEGIN_TRY {
     int64_t *tok = h5_read_1d(f, s->path, "/tokens", H5T_NATIVE_INT64, 8, 1, &nt, &rc, err, errlen);
     if (tok) {
-      data_source_keep(s, tok);
+      data_reader_keep(s, tok);
       s->tok = (const unsigned char *)tok;
       s->dtype = DATA_DT_I64;
       s->ntok = nt;
@@ -88,7 +88,7 @@ int data_h5_open(struct data_source *s, char *err, size_t errlen) {
         rc ? NULL
            : h5_read_1d(f, s->path, "/loss_mask", H5T_NATIVE_UINT8, 1, 0, &nm, &rc, err, errlen);
     if (m) {
-      data_source_keep(s, m);
+      data_reader_keep(s, m);
       s->mask = m;
       snprintf(s->mask_path, sizeof s->mask_path, "%.490s:/loss_mask", s->path);
       if (nm != nt) {

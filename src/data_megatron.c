@@ -7,9 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "data_source.h"
+#include "data_reader.h"
 #include "util.h"
 
 static const char MEGATRON_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
@@ -44,7 +43,7 @@ static int megatron_map(struct data_source *s, const char *prefix, struct megatr
   snprintf(bin, sizeof bin, "%s.bin", prefix);
   const unsigned char *p;
   size_t bytes, bbytes;
-  int rc = data_source_map(s, idx, &p, &bytes, err, errlen);
+  int rc = data_reader_map(s, idx, &p, &bytes, err, errlen);
   if (rc) return rc;
   if (bytes < MEGATRON_HEADER) {
     kd_seterr(err, errlen,
@@ -102,7 +101,7 @@ static int megatron_map(struct data_source *s, const char *prefix, struct megatr
       return KD_EXIT_INPUT;
     }
   }
-  rc = data_source_map(s, bin, &m->bin, &bbytes, err, errlen);
+  rc = data_reader_map(s, bin, &m->bin, &bbytes, err, errlen);
   if (rc) return rc;
   if (bbytes != at * es) {
     kd_seterr(err, errlen,
@@ -113,11 +112,6 @@ static int megatron_map(struct data_source *s, const char *prefix, struct megatr
   }
   m->ntok = (size_t)at;
   return KD_EXIT_OK;
-}
-
-static int is_file(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 int data_megatron_open(struct data_source *s, char *err, size_t errlen) {
@@ -135,7 +129,7 @@ int data_megatron_open(struct data_source *s, char *err, size_t errlen) {
   s->ntok = m.ntok;
   snprintf(mprefix, sizeof mprefix, "%s_mask", prefix);
   snprintf(midx, sizeof midx, "%s.idx", mprefix);
-  if (!is_file(midx)) return KD_EXIT_OK;
+  if (!kd_is_file(midx)) return KD_EXIT_OK;
   rc = megatron_map(s, mprefix, &k, err, errlen);
   if (rc) return rc;
   if (k.dtype != DATA_DT_U8 || k.nseq != m.nseq) {

@@ -1,21 +1,19 @@
 /* data_raw.c: headerless token streams ('bytes': one byte per token, 'u16' / 'u32':
- * little-endian unsigned integers), memory-mapped as they are. */
-#include <string.h>
-
-#include "data_source.h"
+ * little-endian unsigned integers), memory-mapped as they are. The element type comes
+ * from data_source.c's format table (s->dtype). */
+#include "data_reader.h"
 #include "util.h"
 
-int data_raw_open(struct data_source *s, const char *format, char *err, size_t errlen) {
-  s->dtype = strcmp(format, "u32") == 0   ? DATA_DT_U32
-             : strcmp(format, "u16") == 0 ? DATA_DT_U16
-                                          : DATA_DT_U8;
+int data_raw_open(struct data_source *s, char *err, size_t errlen) {
   size_t bytes, tb = data_dtype_size(s->dtype);
-  int rc = data_source_map(s, s->path, &s->tok, &bytes, err, errlen);
+  KD_CHECK(tb > 0, "data_raw_open: element type %d of %s", s->dtype, s->path);
+  int rc = data_reader_map(s, s->path, &s->tok, &bytes, err, errlen);
   if (rc) return rc;
   if (bytes % tb != 0) {
+    char word[16];
     kd_seterr(err, errlen,
               "%s: size %zu bytes is not a multiple of the %zu-byte token of format '%s'", s->path,
-              bytes, tb, format);
+              bytes, tb, words_name(word, sizeof word, KD_DATA_FORMAT_WORDS, (int)s->format));
     return KD_EXIT_INPUT;
   }
   s->ntok = bytes / tb;

@@ -62,10 +62,6 @@ static void heap_down(struct entry *h, int n, int i) { /* min-heap on entry_befo
 static int cmp_entry(const void *a, const void *b) {
   return entry_before(a, b) ? -1 : entry_before(b, a) ? 1 : 0;
 }
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* Scratch of the selection: V log-probabilities, a k-heap, k uniforms. */
 struct select_ws {
@@ -132,7 +128,7 @@ static void select_row(int32_t *ids, float *logp, float *tail, const float *z, i
    * of the cumulative sum; the ids come out sorted, repeats adjacent */
   for (int i = 0; i < k; i++)
     ws->u[i] = kd_uniform(&rng);
-  qsort(ws->u, (size_t)k, sizeof *ws->u, cmp_double);
+  qsort(ws->u, (size_t)k, sizeof *ws->u, kd_cmp_double);
   double cum = 0.0, total = 0.0;
   for (int j = 0; j < V; j++)
     total += exp((double)ws->lp[j]);

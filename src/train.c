@@ -111,11 +111,6 @@ static void cache_fetch(void *arg, int m, struct tcache_rows *rows) {
   if (st) kd_fail(st, "%s: %s", r->cfg->teacher_cache, err);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Sustained FLOP/s of a large square GEMM on this backend (shown next to the peak at
  * start, as a check of the BLAS): the median of 5 timed products of n = 1536 after 3
  * warm-up products. */
@@ -154,7 +149,7 @@ static double measure_gemm_rate(struct kd_backend *be) {
     rate[r] = 2.0 * n * (double)nn / (kd_now() - t0);
   }
   be->bf16 = bf16;
-  qsort(rate, reps, sizeof *rate, cmp_double);
+  qsort(rate, reps, sizeof *rate, kd_cmp_double);
   be->free(be, A);
   be->free(be, B);
   be->free(be, Cm);
@@ -416,7 +411,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
     st = data_open_train(&r->train, cfg, vc, err, sizeof err);
   kd_agree_or_fail(st, err);
   if (cfg->data_valid[0]) {
-    kd_agree_or_fail(data_open(&r->valid, cfg->data_valid, kd_data_format_names[cfg->data_format], T, vc,
+    kd_agree_or_fail(data_open(&r->valid, cfg->data_valid, cfg->data_format, T, vc,
                                (uint64_t)cfg->run_seed, err, sizeof err),
                      err);
     r->have_valid = 1;

@@ -358,3 +358,13 @@ void kd_progress(const char *what, double done, double total, double t0, double 
   kd_info("%s: %s: %.0f%% (%s of %s), about %.0f s left\n", prog, what, 100 * done / total,
           kd_fmt_bytes(a, sizeof a, done), kd_fmt_bytes(b, sizeof b, total), left);
 }
+
+int kd_is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int kd_cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}

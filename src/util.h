@@ -155,4 +155,10 @@ static inline float kd_bf16_unpack(uint16_t h) {
   return v.f;
 }
 
+/* 1 if `path` names a regular file (following links), else 0. */
+int kd_is_file(const char *path);
+
+/* qsort comparison of two doubles, ascending. */
+int kd_cmp_double(const void *a, const void *b);
+
 #endif

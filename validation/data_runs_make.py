@@ -1,27 +1,38 @@
-"""data_runs_make.py: the token files of test_data_runs.sh. The bytes of kjv-valid.txt as
-one stream stored as raw u16, a Megatron dataset (uint16, in documents of 97 tokens), an
-llm.c v1 shard and HDF5 /tokens; the same stream in HDF5 with a random /loss_mask and with
-an all-zero mask; and two u16 files for a blend. Also windows.txt + mask.txt: the eval
+"""data_runs_make.py: the token files of test_data_runs.sh, each written by its format's own
+writer. The bytes of kjv-valid.txt as one stream stored as raw u16 and u32 (numpy), a
+Megatron dataset (megatron.core's IndexedDatasetBuilder, uint16, in documents of 97
+tokens), llm.c GPT-2 and LLaMA-3 shards (llm.c's write_datafile layout, llmc_write.py)
+and HDF5 /tokens (h5py); the same stream in HDF5 with a random /loss_mask and with an
+all-zero mask; and two u16 files for a blend. Also windows.txt + mask.txt: the eval
 windows (inputs of seq_len T) and their label masks, for the expected-loss computation."""
-import struct
+import logging
+import os
 import sys
+import warnings
 
 import h5py
 import numpy as np
+
+warnings.simplefilter("ignore")
+logging.disable(logging.WARNING)  # torch's "no CUDA runtime" note when megatron imports
+import torch  # noqa: E402
+from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llmc_write import write_shard  # noqa: E402
 
 src, T, nwin = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 tok = np.frombuffer(open(src + "/input/corpus/kjv-valid.txt", "rb").read(), np.uint8)
 tok = tok[: nwin * T + 1].astype(np.uint16)  # exactly nwin windows
 tok.tofile("s.u16")
-lens = [97] * (len(tok) // 97) + ([len(tok) % 97] if len(tok) % 97 else [])
-ptrs = np.concatenate([[0], np.cumsum(lens)[:-1]]) * 2
-with open("s.idx", "wb") as f:
-    f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(lens), len(lens) + 1))
-    f.write(np.array(lens, np.int32).tobytes() + np.array(ptrs, np.int64).tobytes())
-    f.write(np.arange(len(lens) + 1, dtype=np.int64).tobytes())
-tok.tofile("s.bin")
-with open("s.llmc", "wb") as f:
-    f.write(np.array([20240520, 1, len(tok)] + [0] * 253, np.int32).tobytes() + tok.tobytes())
+tok.astype("<u4").tofile("s.u32")
+b = IndexedDatasetBuilder("s.bin", dtype=np.uint16)
+for i in range(0, len(tok), 97):
+    b.add_item(torch.from_numpy(tok[i: i + 97].astype(np.int64)))
+    b.end_document()
+b.finalize("s.idx")
+write_shard("s.llmc", tok, "gpt-2")
+write_shard("s.l3.llmc", tok, "llama-3")
 rng = np.random.default_rng(7)
 mask = (rng.random(len(tok)) < 0.4).astype(np.uint8)
 for name, m in (("s.h5", None), ("masked.h5", mask), ("empty.h5", np.zeros_like(mask))):

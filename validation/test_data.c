@@ -1,15 +1,20 @@
 /* test_data.c: token files of every format (bytes/u16/u32, Megatron .bin/.idx with and
- * without a loss mask, llm.c shards v1 and v2, HDF5 /tokens with and without /loss_mask),
- * sample contents, masked labels, the seeded global order (a permutation per epoch,
- * deterministic, independent of query order and of the data-parallel split), blends, and
- * the input error messages (damaged and foreign headers included). */
+ * without a loss mask, llm.c GPT-2 and LLaMA-3 shards, HDF5 /tokens with and without
+ * /loss_mask), sample contents, masked labels, the seeded global order (a permutation per
+ * epoch, deterministic, independent of query order and of the data-parallel split), blends,
+ * and the input error messages (damaged and foreign headers included). The files of the
+ * formats with a header come from each format's own writer (validation/data_write.py:
+ * megatron.core's IndexedDatasetBuilder, llm.c's write_datafile layout, h5py), run once
+ * before the tests; without that Python the tests of those formats are skipped (exit 77
+ * after the others pass; a failure when CI is set). Raw streams are written here, byte by
+ * byte little-endian, which is all those formats are. */
 #include <check.h>
-#include <hdf5.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_run.h"
@@ -17,7 +22,16 @@
 #include "util.h"
 
 static char tmpdir[256];
-static char written[128][512]; /* files to remove at the end */
+
+/* A scratch file that cannot be written ends the program (usable outside a test too: Check's
+ * assertions are not). */
+static void need(int ok, const char *path) {
+  if (!ok) {
+    perror(path);
+    exit(EXIT_FAILURE);
+  }
+}
+static char written[256][512]; /* files to remove at the end */
 static int nwritten;
 
 /* Write `n` tokens of width `tb` bytes (little-endian) to tmpdir/name; returns the path. */
@@ -25,15 +39,15 @@ static const char *write_tokens(const char *name, const uint32_t *tok, size_t n,
   static char path[512];
   snprintf(path, sizeof path, "%s/%s", tmpdir, name);
   FILE *f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
+  need(f != NULL, path);
   for (size_t k = 0; k < n; k++)
     for (int b = 0; b < tb; b++)
       fputc((int)((tok[k] >> (8 * b)) & 0xff), f);
-  fclose(f);
+  need(fclose(f) == 0, path);
   int seen = 0;
   for (int i = 0; i < nwritten; i++)
     seen |= strcmp(written[i], path) == 0;
-  if (!seen && nwritten < 128) snprintf(written[nwritten++], sizeof written[0], "%s", path);
+  if (!seen && nwritten < 256) snprintf(written[nwritten++], sizeof written[0], "%s", path);
   return path;
 }
 
@@ -44,7 +58,7 @@ static const char *scratch(const char *name) {
   int seen = 0;
   for (int i = 0; i < nwritten; i++)
     seen |= strcmp(written[i], path) == 0;
-  if (!seen && nwritten < 128) snprintf(written[nwritten++], sizeof written[0], "%s", path);
+  if (!seen && nwritten < 256) snprintf(written[nwritten++], sizeof written[0], "%s", path);
   return path;
 }
 
@@ -57,10 +71,15 @@ static uint32_t *make_tokens(size_t n, uint32_t mul, uint32_t add, uint32_t mod)
 }
 
 /* Open a file expected to be valid. */
+/* The enum of a format word as config_load makes it (-1 for a word it refuses). */
+static enum kd_data_format fmt_of(const char *word) {
+  return (enum kd_data_format)words_find(KD_DATA_FORMAT_WORDS, word);
+}
+
 static void open_ok(struct kd_data *d, const char *path, const char *fmt, int T, int vocab,
                     uint64_t seed) {
   char err[1024] = "";
-  int rc = data_open(d, path, fmt, T, vocab, seed, err, sizeof err);
+  int rc = data_open(d, path, fmt_of(fmt), T, vocab, seed, err, sizeof err);
   ck_assert_msg(rc == KD_EXIT_OK, "data_open failed: %s", err);
 }
 
@@ -108,13 +127,6 @@ static void check_format(const char *fmt, int tb, uint32_t mul, uint32_t add, ui
 }
 
 START_TEST(test_formats) {
-  ck_assert_int_eq(data_source_format_ok("bytes"), 0);
-  ck_assert_int_eq(data_source_format_ok("u16"), 0);
-  ck_assert_int_eq(data_source_format_ok("u32"), 0);
-  ck_assert_int_eq(data_source_format_ok("h5"), 0);
-  ck_assert_int_eq(data_source_format_ok("megatron"), 0);
-  ck_assert_int_eq(data_source_format_ok("llmc"), 0);
-  ck_assert_int_eq(data_source_format_ok("u8"), -1);
   check_format("bytes", 1, 37, 5, 256, 256);
   check_format("u16", 2, 7919, 300, 60000, 60000);       /* uses the high byte */
   check_format("u32", 4, 104729, 70000, 151936, 151936); /* beyond 16 bits */
@@ -229,7 +241,7 @@ END_TEST
 static void expect_error(const char *path, const char *fmt, int T, int vocab, const char *what) {
   struct kd_data d;
   char err[1024] = "";
-  int rc = data_open(&d, path, fmt, T, vocab, 1, err, sizeof err);
+  int rc = data_open(&d, path, fmt_of(fmt), T, vocab, 1, err, sizeof err);
   ck_assert_int_eq(rc, KD_EXIT_INPUT);
   ck_assert_msg(strstr(err, path) != NULL, "message '%s' does not name %s", err, path);
   ck_assert_msg(strstr(err, what) != NULL, "message '%s' does not say '%s'", err, what);
@@ -255,7 +267,8 @@ START_TEST(test_errors) {
   expect_error(p, "u16", 4, 500, "vocab_size 500");
   /* 101 tokens cannot hold one sample of 101 + 1 */
   expect_error(p, "u16", 101, 1000, "fewer than one sample");
-  expect_error(p, "u8", 4, 1000, "unsupported data format 'u8'");
+  expect_error(p, "u8", 4, 1000, "data format number -1; expected one of bytes|u16");
+  expect_error(p, "", 4, 1000, "data format number -1");
   /* exactly seq_len + 1 tokens is one sample */
   struct kd_data d;
   open_ok(&d, p, "u16", 100, 1000, 1);
@@ -267,97 +280,180 @@ END_TEST
 
 /* ---- the formats with headers ---------------------------------------------------------- */
 
-/* Store value v as one element of Megatron dtype code dt (little-endian). */
-static void put_elem(FILE *f, int dt, uint32_t v) {
-  unsigned char b[8];
-  size_t es = data_dtype_size(dt);
-  if (dt == DATA_DT_F32) {
-    float x = (float)v;
-    memcpy(b, &x, 4);
-  } else if (dt == DATA_DT_F64) {
-    double x = v;
-    memcpy(b, &x, 8);
-  } else {
-    uint64_t x = v;
-    memcpy(b, &x, 8);
-  }
-  fwrite(b, 1, es, f);
-}
+/* ---- files written by each format's own writer (validation/data_write.py) ---------------
+ * make_fixtures lists every file the tests below open, as lines of a manifest over raw
+ * uint32 token streams, and runs the writers once; a test copies a pristine file before it
+ * damages it. The token streams are functions the tests call again to know what to expect. */
 
-/* Write a Megatron indexed dataset tmpdir/NAME.bin/.idx of the n tokens split into
- * documents of `per_doc` tokens (the last one shorter), dtype code dt (one sequence per
- * document, as preprocess_data.py writes). */
-static void write_megatron(const char *name, const uint32_t *tok, size_t n, size_t per_doc,
-                           int dt) {
+static FILE *manifest;
+static int have_fixtures; /* the writers ran: the tests of the formats with headers can run */
+
+/* Write the n tokens as the raw uint32 source tmpdir/name.src; returns its path (static). */
+static const char *fixture_src(const char *name, const uint32_t *tok, size_t n) {
   char b[256];
+  snprintf(b, sizeof b, "%s.src", name);
+  return write_tokens(b, tok, n, 4);
+}
+
+/* A Megatron dataset tmpdir/NAME.bin/.idx of dtype code dt, one document per `per_doc`. */
+static void fixture_megatron(const char *name, const uint32_t *tok, size_t n, int dt,
+                             size_t per_doc) {
+  char b[256];
+  const char *src = fixture_src(name, tok, n);
+  fprintf(manifest, "megatron %s/%s %s %d %zu\n", tmpdir, name, src, dt, per_doc);
   snprintf(b, sizeof b, "%s.bin", name);
-  FILE *f = fopen(scratch(b), "wb");
-  ck_assert_ptr_nonnull(f);
-  for (size_t k = 0; k < n; k++)
-    put_elem(f, dt, tok[k]);
-  fclose(f);
+  scratch(b);
   snprintf(b, sizeof b, "%s.idx", name);
-  f = fopen(scratch(b), "wb");
-  ck_assert_ptr_nonnull(f);
-  uint64_t nseq = (n + per_doc - 1) / per_doc, ndoc = nseq + 1, version = 1;
-  fwrite("MMIDIDX\0\0", 1, 9, f);
-  fwrite(&version, 8, 1, f);
-  fputc(dt, f);
-  fwrite(&nseq, 8, 1, f);
-  fwrite(&ndoc, 8, 1, f);
-  for (uint64_t i = 0; i < nseq; i++) {
-    int32_t l = (int32_t)(i + 1 < nseq ? per_doc : n - i * per_doc);
-    fwrite(&l, 4, 1, f);
-  }
-  for (uint64_t i = 0; i < nseq; i++) {
-    int64_t p = (int64_t)(i * per_doc * data_dtype_size(dt));
-    fwrite(&p, 8, 1, f);
-  }
-  for (uint64_t i = 0; i < ndoc; i++)
-    fwrite(&i, 8, 1, f);
-  fclose(f);
+  scratch(b);
 }
 
-/* Write an llm.c shard (256 int32 header, then uint16 or uint32 tokens). */
-static const char *write_llmc(const char *name, const uint32_t *tok, size_t n, int version) {
-  int32_t h[256] = {20240520, version, (int32_t)n};
-  const char *path = scratch(name);
-  FILE *f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
-  fwrite(h, 4, 256, f);
-  for (size_t k = 0; k < n; k++)
-    put_elem(f, version == 1 ? DATA_DT_U16 : DATA_DT_U32, tok[k]);
-  fclose(f);
-  return path;
+/* An llm.c shard tmpdir/name of `model` ("gpt-2" or "llama-3"). */
+static void fixture_llmc(const char *name, const uint32_t *tok, size_t n, const char *model) {
+  const char *src = fixture_src(name, tok, n);
+  fprintf(manifest, "llmc %s %s %s\n", scratch(name), src, model);
 }
 
-/* Write an HDF5 file with /tokens (int32) and, when mask != NULL, /loss_mask (uint8) of
- * mask_n values. */
-static const char *write_h5(const char *name, const uint32_t *tok, size_t n,
-                            const unsigned char *mask, size_t mask_n) {
-  const char *path = scratch(name);
-  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  ck_assert_int_ge(f, 0);
-  hsize_t dim = n;
-  hid_t sp = H5Screate_simple(1, &dim, NULL);
-  hid_t d = H5Dcreate2(f, "tokens", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  int32_t *t = malloc(n * sizeof *t);
-  for (size_t k = 0; k < n; k++)
-    t[k] = (int32_t)tok[k];
-  H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, t);
-  free(t);
-  H5Dclose(d);
-  H5Sclose(sp);
+/* An HDF5 file tmpdir/name with /tokens (none when tok is NULL) and, when mask != NULL,
+ * /loss_mask of mask_n values. */
+static void fixture_h5(const char *name, const uint32_t *tok, size_t n, const unsigned char *mask,
+                       size_t mask_n) {
+  char src[512] = "-", msrc[512] = "", b[256];
+  if (tok) snprintf(src, sizeof src, "%s", fixture_src(name, tok, n));
   if (mask) {
-    dim = mask_n;
-    sp = H5Screate_simple(1, &dim, NULL);
-    d = H5Dcreate2(f, "loss_mask", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, mask);
-    H5Dclose(d);
-    H5Sclose(sp);
+    snprintf(b, sizeof b, "%s.mask", name);
+    FILE *f = fopen(scratch(b), "wb");
+    need(f != NULL && fwrite(mask, 1, mask_n, f) == mask_n && fclose(f) == 0, scratch(b));
+    snprintf(msrc, sizeof msrc, " %s", scratch(b));
   }
-  H5Fclose(f);
-  return path;
+  fprintf(manifest, "h5 %s %s%s\n", scratch(name), src, msrc);
+}
+
+/* Copy tmpdir/from to tmpdir/to (a pristine fixture to damage). */
+static void copy_file(const char *from, const char *to) {
+  char a[512], buf[4096];
+  snprintf(a, sizeof a, "%s/%s", tmpdir, from);
+  FILE *in = fopen(a, "rb"), *out = fopen(scratch(to), "wb");
+  ck_assert_ptr_nonnull(in);
+  ck_assert_ptr_nonnull(out);
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+    ck_assert_uint_eq(fwrite(buf, 1, k, out), k);
+  fclose(in);
+  fclose(out);
+}
+
+/* Copy the Megatron dataset tmpdir/FROM.bin/.idx to tmpdir/TO.bin/.idx. */
+static void copy_megatron(const char *from, const char *to) {
+  char a[256], b[256];
+  for (int i = 0; i < 2; i++) {
+    snprintf(a, sizeof a, "%s.%s", from, i ? "idx" : "bin");
+    snprintf(b, sizeof b, "%s.%s", to, i ? "idx" : "bin");
+    copy_file(a, b);
+  }
+}
+
+/* The streams of the fixtures. Megatron: 777 tokens below 30000 (below 256 for uint8) in
+ * documents of 50, a mask that drops the first 20 tokens of each document. */
+enum { MG_N = 777, MG_DOC = 50 };
+static const int mg_codes[] = {DATA_DT_U16, DATA_DT_I32, DATA_DT_I64, DATA_DT_F32, DATA_DT_U8};
+static uint32_t *mg_tokens(int dt) {
+  return dt == DATA_DT_U8 ? make_tokens(MG_N, 37, 5, 256) : make_tokens(MG_N, 7919, 11, 30000);
+}
+static unsigned char mg_mask(size_t k) {
+  return (k % MG_DOC) >= 20;
+}
+
+/* llm.c and HDF5: 901 tokens, GPT-2 ids (below 50257) and Qwen-sized ids beyond 16 bits. */
+enum { LL_N = 901 };
+static uint32_t *ll_tokens16(void) {
+  return make_tokens(LL_N, 7919, 300, 50257);
+}
+static uint32_t *ll_tokens32(void) {
+  return make_tokens(LL_N, 104729, 70000, 151936);
+}
+static unsigned char ll_mask(size_t k) {
+  return (k * 7) % 5 != 0;
+}
+
+/* The damaged files: 300 tokens below 1000. */
+enum { BAD_N = 300, BAD_DOC = 40 };
+static uint32_t *bad_tokens(void) {
+  return make_tokens(BAD_N, 13, 1, 1000);
+}
+
+/* The masked blend: 600 tokens below 200 with a mask, and its first half without one. */
+enum { BM_N = 600 };
+static uint32_t *bm_tokens(void) {
+  return make_tokens(BM_N, 31, 7, 200);
+}
+static unsigned char bm_mask(size_t k) {
+  return (k * 13) % 7 < 3;
+}
+
+/* Write every fixture with the formats' own writers. Returns 0, 77 when the Python writers
+ * are not available (their reason printed), or another nonzero status on failure. */
+static int make_fixtures(void) {
+  char mpath[600];
+  snprintf(mpath, sizeof mpath, "%s", scratch("manifest.txt"));
+  manifest = fopen(mpath, "w");
+  if (!manifest) return 1;
+  for (size_t c = 0; c < sizeof mg_codes / sizeof mg_codes[0]; c++) {
+    uint32_t *t = mg_tokens(mg_codes[c]);
+    char name[32];
+    snprintf(name, sizeof name, "mg%d", mg_codes[c]);
+    fixture_megatron(name, t, MG_N, mg_codes[c], MG_DOC);
+    free(t);
+  }
+  uint32_t *t = mg_tokens(DATA_DT_U16), m32[MG_N];
+  for (size_t k = 0; k < MG_N; k++)
+    m32[k] = mg_mask(k);
+  fixture_megatron("mgm", t, MG_N, DATA_DT_U16, MG_DOC);
+  fixture_megatron("mgm_mask", m32, MG_N, DATA_DT_U8, MG_DOC);
+  free(t);
+
+  uint32_t *t16 = ll_tokens16(), *t32 = ll_tokens32();
+  unsigned char lm[LL_N];
+  for (size_t k = 0; k < LL_N; k++)
+    lm[k] = ll_mask(k);
+  fixture_llmc("gpt2.llmc", t16, LL_N, "gpt-2");
+  fixture_llmc("llama3.llmc", t32, LL_N, "llama-3");
+  fixture_h5("plain.h5", t32, LL_N, NULL, 0);
+  fixture_h5("masked.h5", t32, LL_N, lm, LL_N);
+  free(t16);
+  free(t32);
+
+  uint32_t *tb = bad_tokens(), b01[BAD_N];
+  unsigned char zero[BAD_N] = {0};
+  for (size_t k = 0; k < BAD_N; k++)
+    b01[k] = tb[k] & 1;
+  fixture_megatron("bad_ref", tb, BAD_N, DATA_DT_U16, BAD_DOC);
+  fixture_megatron("bad_mask_u16", tb, BAD_N, DATA_DT_U16, BAD_DOC); /* a mask of the wrong type */
+  fixture_megatron("bad_mask_30", b01, BAD_N, DATA_DT_U8, 30);       /* ... or other lengths */
+  fixture_llmc("bad_gpt2.llmc", tb, BAD_N, "gpt-2");
+  fixture_llmc("bad_llama3.llmc", tb, BAD_N, "llama-3");
+  fixture_h5("bad_short.h5", tb, BAD_N, zero, BAD_N - 1);
+  fixture_h5("bad.h5", tb, BAD_N, zero, BAD_N);
+  fixture_h5("empty.h5", NULL, 0, NULL, 0);
+  free(tb);
+
+  uint32_t *tm = bm_tokens();
+  unsigned char bm[BM_N];
+  for (size_t k = 0; k < BM_N; k++)
+    bm[k] = bm_mask(k);
+  fixture_h5("bm.h5", tm, BM_N, bm, BM_N);
+  fixture_h5("bu.h5", tm, BM_N / 2, NULL, 0);
+  free(tm);
+  fclose(manifest);
+
+  const char *py = getenv("KD_PYTHON") ? getenv("KD_PYTHON") : "python3";
+  char script[600], cmd[2048];
+  if (getenv("KD_SRCDIR"))
+    snprintf(script, sizeof script, "%s/validation/data_write.py", getenv("KD_SRCDIR"));
+  else
+    snprintf(script, sizeof script, "%s/../validation/data_write.py", KD_SRC_MODDIR);
+  snprintf(cmd, sizeof cmd, "'%s' '%s' '%s'", py, script, mpath);
+  const int st = system(cmd);
+  return st == -1 || !WIFEXITED(st) ? 1 : WEXITSTATUS(st);
 }
 
 /* Every batch of an opened single file against the tokens it was written from: inputs are
@@ -392,67 +488,69 @@ static void check_stream(struct kd_data *d, const uint32_t *tok, size_t n,
 }
 
 START_TEST(test_megatron) {
-  const size_t n = 777;
-  uint32_t *tok = make_tokens(n, 7919, 11, 30000);
-  static const int codes[] = {DATA_DT_U16, DATA_DT_I32, DATA_DT_I64, DATA_DT_F32, DATA_DT_U8};
-  for (size_t c = 0; c < sizeof codes / sizeof codes[0]; c++) {
-    uint32_t *t = codes[c] == DATA_DT_U8 ? make_tokens(n, 37, 5, 256) : tok;
-    char name[64], path[512];
-    snprintf(name, sizeof name, "mg%d", codes[c]);
-    write_megatron(name, t, n, 50, codes[c]);
+  for (size_t c = 0; c < sizeof mg_codes / sizeof mg_codes[0]; c++) {
+    uint32_t *t = mg_tokens(mg_codes[c]);
+    char path[512];
     struct kd_data d;
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name); /* the prefix */
+    snprintf(path, sizeof path, "%s/mg%d", tmpdir, mg_codes[c]); /* the prefix */
     open_ok(&d, path, "megatron", 8, 30000, 5);
-    check_stream(&d, t, n, NULL);
+    ck_assert_int_eq(d.set[0].src.dtype, mg_codes[c]);
+    check_stream(&d, t, MG_N, NULL);
     data_close(&d);
-    snprintf(path, sizeof path, "%s/%s.bin", tmpdir, name); /* or the .bin */
+    snprintf(path, sizeof path, "%s/mg%d.bin", tmpdir, mg_codes[c]); /* or the .bin */
     open_ok(&d, path, "megatron", 8, 30000, 5);
-    ck_assert_uint_eq(d.set[0].src.ntok, n);
+    ck_assert_uint_eq(d.set[0].src.ntok, MG_N);
     data_close(&d);
-    if (t != tok) free(t);
+    free(t);
   }
   /* with a loss mask dataset PREFIX_mask: the prompt part of every 50-token document */
-  unsigned char *mask = malloc(n);
-  uint32_t *m32 = malloc(n * sizeof *m32);
-  for (size_t k = 0; k < n; k++)
-    mask[k] = (k % 50) >= 20, m32[k] = mask[k];
-  write_megatron("mgm", tok, n, 50, DATA_DT_U16);
-  write_megatron("mgm_mask", m32, n, 50, DATA_DT_U8);
+  uint32_t *tok = mg_tokens(DATA_DT_U16);
+  unsigned char mask[MG_N];
+  for (size_t k = 0; k < MG_N; k++)
+    mask[k] = mg_mask(k);
   struct kd_data d;
   char path[512];
   snprintf(path, sizeof path, "%s/mgm", tmpdir);
   open_ok(&d, path, "megatron", 8, 30000, 5);
-  check_stream(&d, tok, n, mask);
+  check_stream(&d, tok, MG_N, mask);
   data_close(&d);
-  free(mask);
-  free(m32);
   free(tok);
 }
 END_TEST
 
 START_TEST(test_llmc_h5) {
-  const size_t n = 901;
-  uint32_t *tok = make_tokens(n, 104729, 70000, 151936);
-  uint32_t *t16 = make_tokens(n, 7919, 300, 50257);
+  uint32_t *tok = ll_tokens32(), *t16 = ll_tokens16();
   struct kd_data d;
-  open_ok(&d, write_llmc("v1.llmc", t16, n, 1), "llmc", 9, 50257, 2);
+  char path[512];
+  snprintf(path, sizeof path, "%s/gpt2.llmc", tmpdir);
+  open_ok(&d, path, "llmc", 9, 50257, 2);
   ck_assert_int_eq(d.set[0].src.dtype, DATA_DT_U16);
-  check_stream(&d, t16, n, NULL);
+  check_stream(&d, t16, LL_N, NULL);
   data_close(&d);
-  open_ok(&d, write_llmc("v2.llmc", tok, n, 2), "llmc", 9, 151936, 2);
+  /* a LLaMA-3 shard reads as the same tokens stored as a raw 'u32' stream */
+  snprintf(path, sizeof path, "%s/llama3.llmc", tmpdir);
+  open_ok(&d, path, "llmc", 9, 151936, 2);
   ck_assert_int_eq(d.set[0].src.dtype, DATA_DT_U32);
-  check_stream(&d, tok, n, NULL);
+  check_stream(&d, tok, LL_N, NULL);
+  struct kd_data u;
+  open_ok(&u, write_tokens("llama3.u32", tok, LL_N, 4), "u32", 9, 151936, 2);
+  int a[LL_N], b[LL_N];
+  data_source_tokens(&d.set[0].src, 0, LL_N, a);
+  data_source_tokens(&u.set[0].src, 0, LL_N, b);
+  ck_assert_mem_eq(a, b, sizeof a);
+  data_close(&u);
   data_close(&d);
-  open_ok(&d, write_h5("plain.h5", tok, n, NULL, 0), "h5", 9, 151936, 2);
-  check_stream(&d, tok, n, NULL);
+  snprintf(path, sizeof path, "%s/plain.h5", tmpdir);
+  open_ok(&d, path, "h5", 9, 151936, 2);
+  check_stream(&d, tok, LL_N, NULL);
   data_close(&d);
-  unsigned char *mask = malloc(n);
-  for (size_t k = 0; k < n; k++)
-    mask[k] = (k * 7) % 5 != 0;
-  open_ok(&d, write_h5("masked.h5", tok, n, mask, n), "h5", 9, 151936, 2);
-  check_stream(&d, tok, n, mask);
+  unsigned char mask[LL_N];
+  for (size_t k = 0; k < LL_N; k++)
+    mask[k] = ll_mask(k);
+  snprintf(path, sizeof path, "%s/masked.h5", tmpdir);
+  open_ok(&d, path, "h5", 9, 151936, 2);
+  check_stream(&d, tok, LL_N, mask);
   data_close(&d);
-  free(mask);
   free(tok);
   free(t16);
 }
@@ -484,68 +582,72 @@ static void expect_bad(const char *name, const char *named, const char *fmt, int
   snprintf(want, sizeof want, "%s/%s", tmpdir, named);
   struct kd_data d;
   char err[1024] = "";
-  ck_assert_int_eq(data_open(&d, path, fmt, 4, vocab, 1, err, sizeof err), KD_EXIT_INPUT);
+  ck_assert_int_eq(data_open(&d, path, fmt_of(fmt), 4, vocab, 1, err, sizeof err), KD_EXIT_INPUT);
   ck_assert_msg(strstr(err, want) != NULL, "message '%s' does not name %s", err, want);
   ck_assert_msg(strstr(err, what) != NULL, "message '%s' does not say '%s'", err, what);
 }
 
 START_TEST(test_damaged) {
-  const size_t n = 300;
-  uint32_t *tok = make_tokens(n, 13, 1, 1000);
+  const long n = BAD_N;
   /* Megatron: magic, version, dtype code, truncated index, short .bin, token >= vocab */
-  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  copy_megatron("bad_ref", "bad");
   expect_bad("bad", "bad.bin", "megatron", 500, "vocab_size 500");
   patch("bad.idx", 0, "XMIDIDX", 7);
   expect_bad("bad", "bad.idx", "megatron", 1000, "MMIDIDX");
-  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  copy_megatron("bad_ref", "bad");
   patch("bad.idx", 9, "\x02", 1);
   expect_bad("bad", "bad.idx", "megatron", 1000, "version 2");
-  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  copy_megatron("bad_ref", "bad");
   patch("bad.idx", 17, "\x0b", 1);
   expect_bad("bad", "bad.idx", "megatron", 1000, "dtype code 11");
-  write_megatron("bad", tok, n, 40, DATA_DT_U16);
+  copy_megatron("bad_ref", "bad");
   cut("bad.idx", 60);
   expect_bad("bad", "bad.idx", "megatron", 1000, "truncated");
   cut("bad.idx", 20);
   expect_bad("bad", "bad.idx", "megatron", 1000, "shorter than the 34-byte");
-  write_megatron("bad", tok, n, 40, DATA_DT_U16);
-  cut("bad.bin", 2 * (long)n - 2);
+  copy_megatron("bad_ref", "bad");
+  cut("bad.bin", 2 * n - 2);
   expect_bad("bad", "bad.bin", "megatron", 1000, "truncated");
-  write_megatron("bad", tok, n, 40, DATA_DT_U16);
-  int32_t big = 41;
+  copy_megatron("bad_ref", "bad");
+  int32_t big = BAD_DOC + 1;
   patch("bad.idx", 34, &big, 4); /* sequence 0 longer: pointers no longer agree */
   expect_bad("bad", "bad.idx", "megatron", 1000, "sequence 1");
-  write_megatron("bad", tok, n, 40, DATA_DT_U16); /* a mask of the wrong dtype */
-  write_megatron("bad_mask", tok, n, 40, DATA_DT_U16);
+  copy_megatron("bad_ref", "bad");
+  copy_megatron("bad_mask_u16", "bad_mask"); /* a mask of the wrong dtype */
   expect_bad("bad", "bad_mask.idx", "megatron", 1000, "expected dtype code 1");
-  write_megatron("bad_mask", tok, n, 30, DATA_DT_U8); /* ... or other sequences */
+  copy_megatron("bad_mask_30", "bad_mask"); /* ... or other sequences */
   expect_bad("bad", "bad_mask.idx", "megatron", 1000, "sequences");
   expect_bad("nothing", "nothing.idx", "megatron", 1000, "No such file");
-  /* llm.c: magic, version, truncated, header only partly there */
-  write_llmc("bad.llmc", tok, n, 1);
+  /* llm.c: token >= vocab, any header but the two published ones (a foreign magic, the
+   * other model's version, the 'version 2' no llm.c release writes), truncated, header
+   * only partly there */
+  copy_file("bad_gpt2.llmc", "bad.llmc");
   expect_bad("bad.llmc", "bad.llmc", "llmc", 500, "vocab_size 500");
-  int32_t v = 20240521;
-  patch("bad.llmc", 0, &v, 4);
-  expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "magic 20240521");
-  write_llmc("bad.llmc", tok, n, 3);
-  expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "version 3");
-  write_llmc("bad.llmc", tok, n, 2);
-  cut("bad.llmc", 1024 + 4 * (long)n - 1);
+  copy_file("bad_llama3.llmc", "bad.llmc");
+  expect_bad("bad.llmc", "bad.llmc", "llmc", 500, "vocab_size 500");
+  static const int32_t hdr[][2] = {{20240521, 1}, {20240520, 7}, {20240801, 1},
+                                   {20240520, 2}, {20240801, 2}, {20240520, 3}};
+  for (size_t i = 0; i < sizeof hdr / sizeof hdr[0]; i++) {
+    char what[128];
+    copy_file(hdr[i][0] == 20240801 ? "bad_llama3.llmc" : "bad_gpt2.llmc", "bad.llmc");
+    patch("bad.llmc", 0, hdr[i], sizeof hdr[i]);
+    snprintf(what, sizeof what, "magic %d, version %d; expected magic 20240520 version 1",
+             hdr[i][0], hdr[i][1]);
+    expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, what);
+    expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "magic 20240801 version 7");
+  }
+  copy_file("bad_llama3.llmc", "bad.llmc");
+  cut("bad.llmc", 1024 + 4 * n - 1);
   expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "truncated");
+  cut("bad.llmc", 1024 + 4 * n - 4); /* whole tokens, one fewer than the header says */
+  expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "header says 300 tokens of 4 bytes");
   cut("bad.llmc", 1000);
   expect_bad("bad.llmc", "bad.llmc", "llmc", 1000, "1024-byte");
   /* HDF5: not HDF5, no /tokens, a mask of another length, a token >= vocab */
   expect_bad("bad.llmc", "bad.llmc", "h5", 1000, "cannot open as HDF5");
-  unsigned char *mask = calloc(n, 1);
-  write_h5("bad.h5", tok, n, mask, n - 1);
-  expect_bad("bad.h5", "bad.h5", "h5", 1000, "/loss_mask holds 299");
-  write_h5("bad.h5", tok, n, mask, n);
+  expect_bad("bad_short.h5", "bad_short.h5", "h5", 1000, "/loss_mask holds 299");
   expect_bad("bad.h5", "bad.h5", "h5", 500, "vocab_size 500");
-  hid_t f = H5Fcreate(scratch("empty.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  H5Fclose(f);
   expect_bad("empty.h5", "empty.h5", "h5", 1000, "no dataset /tokens");
-  free(mask);
-  free(tok);
 }
 END_TEST
 
@@ -566,8 +668,8 @@ START_TEST(test_blend) {
   }
   struct kd_data a, b;
   char err[1024] = "";
-  ck_assert_int_eq(data_open_blend(&a, 3, paths, w, "u16", T, 60000, 9, err, sizeof err), 0);
-  ck_assert_int_eq(data_open_blend(&b, 3, paths, w, "u16", T, 60000, 9, err, sizeof err), 0);
+  ck_assert_int_eq(data_open_blend(&a, 3, paths, w, KD_DATA_U16, T, 60000, 9, err, sizeof err), 0);
+  ck_assert_int_eq(data_open_blend(&b, 3, paths, w, KD_DATA_U16, T, 60000, 9, err, sizeof err), 0);
   const int64_t G = 2000;
   int64_t count[3] = {0, 0, 0};
   int *set = malloc(G * sizeof *set);
@@ -616,7 +718,7 @@ START_TEST(test_blend) {
   data_close(&b);
   /* a weight that is not positive is refused */
   const double bad[3] = {1, 0, 1};
-  ck_assert_int_eq(data_open_blend(&a, 3, paths, bad, "u16", T, 60000, 9, err, sizeof err),
+  ck_assert_int_eq(data_open_blend(&a, 3, paths, bad, KD_DATA_U16, T, 60000, 9, err, sizeof err),
                    KD_EXIT_INPUT);
   ck_assert_msg(strstr(err, "positive") != NULL, "%s", err);
 }
@@ -625,21 +727,18 @@ END_TEST
 START_TEST(test_blend_mask) {
   /* a masked HDF5 file blended with an unmasked one: the counted labels of any range of
    * global samples equal the labels >= 0 of its batches, in any call order (DP ranks) */
-  const size_t n = 600;
   const int T = 6, gb = 8;
-  uint32_t *tok = make_tokens(n, 31, 7, 200);
-  unsigned char *mask = malloc(n);
-  for (size_t k = 0; k < n; k++)
-    mask[k] = (k * 13) % 7 < 3;
   char hp[512], up[512];
-  snprintf(hp, sizeof hp, "%s", write_h5("bm.h5", tok, n, mask, n));
-  snprintf(up, sizeof up, "%s", write_h5("bu.h5", tok, n / 2, NULL, 0));
+  snprintf(hp, sizeof hp, "%s/bm.h5", tmpdir);
+  snprintf(up, sizeof up, "%s/bu.h5", tmpdir);
   const char *paths[2] = {hp, up};
   const double w[2] = {0.6, 0.4};
   struct kd_data d;
   char err[1024] = "";
-  ck_assert_int_eq(data_open_blend(&d, 2, paths, w, "h5", T, 200, 4, err, sizeof err), 0);
+  ck_assert_int_eq(data_open_blend(&d, 2, paths, w, KD_DATA_H5, T, 200, 4, err, sizeof err), 0);
   ck_assert_int_eq(d.has_mask, 1);
+  ck_assert_uint_eq(d.set[0].src.ntok, BM_N);
+  ck_assert_uint_eq(d.set[1].src.ntok, BM_N / 2);
   int in[8 * 6], lab[8 * 6];
   int64_t masked = 0;
   for (int64_t step = 0; step < 40; step++) {
@@ -656,8 +755,6 @@ START_TEST(test_blend_mask) {
   ck_assert_msg(masked > 0, "no label masked: the test cannot fail");
   ck_assert_int_eq(data_count_labels(&d, 5, 0), 0);
   data_close(&d);
-  free(mask);
-  free(tok);
 }
 END_TEST
 
@@ -670,11 +767,13 @@ static Suite *data_suite(void) {
   tcase_add_test(tc, test_query_order);
   tcase_add_test(tc, test_dp_split);
   tcase_add_test(tc, test_errors);
-  tcase_add_test(tc, test_megatron);
-  tcase_add_test(tc, test_llmc_h5);
-  tcase_add_test(tc, test_damaged);
   tcase_add_test(tc, test_blend);
-  tcase_add_test(tc, test_blend_mask);
+  if (have_fixtures) { /* the formats with headers, from their own writers */
+    tcase_add_test(tc, test_megatron);
+    tcase_add_test(tc, test_llmc_h5);
+    tcase_add_test(tc, test_damaged);
+    tcase_add_test(tc, test_blend_mask);
+  }
   suite_add_tcase(s, tc);
   return s;
 }
@@ -687,10 +786,24 @@ int main(int argc, char **argv) {
     perror("mkdtemp");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  const int fx = make_fixtures();
+  have_fixtures = fx == 0;
   int failed = check_run(data_suite());
   for (int i = 0; i < nwritten; i++)
     unlink(written[i]);
   if (rmdir(tmpdir) != 0) perror(tmpdir);
+  int status = failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  if (fx == 77 && !getenv("CI")) {
+    printf("SKIP: the Megatron, llm.c and HDF5 cases: their writers (validation/data_write.py) "
+           "do not run in %s\n",
+           getenv("KD_PYTHON") ? getenv("KD_PYTHON") : "python3");
+    if (!failed) status = 77;
+  } else if (fx != 0) {
+    printf("FAIL: validation/data_write.py exited with status %d: the files of the formats with "
+           "headers were not written\n",
+           fx);
+    status = EXIT_FAILURE;
+  }
   MPI_Finalize();
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return status;
 }

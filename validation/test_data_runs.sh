@@ -1,18 +1,21 @@
 #!/bin/sh
 # Token data end to end (doc/format.md "Token data", doc/user-guide.md): the same stream
-# stored as raw u16, Megatron .bin/.idx, an llm.c shard and HDF5 gives identical evaluation
-# losses; a loss mask excludes exactly the masked labels (the eval loss equals the mean
-# cross entropy over the counted labels computed from kdlogits' logits); an all-masked
-# global batch skips its update without a NaN; a blend resumes exactly from its
-# checkpoint (bitwise on the same layout, within 1e-5 on another DP size), and a blend
-# with other weights gives other losses. Needs $KD_PYTHON (default python3) with numpy
-# and h5py: skipped without them, a failure when CI is set.
+# stored as raw u16 and u32, Megatron .bin/.idx, llm.c GPT-2 and LLaMA-3 shards and HDF5,
+# each written by its format's own writer (validation/data_runs_make.py: numpy,
+# megatron.core, llm.c's write_datafile layout, h5py), gives identical evaluation losses
+# (the LLaMA-3 shard the same as the same tokens as 'u32'); a loss mask excludes exactly
+# the masked labels (the eval loss equals the mean cross entropy over the counted labels
+# computed from kdlogits' logits); an all-masked global batch skips its update without a
+# NaN; a blend resumes exactly from its checkpoint (bitwise on the same layout, within
+# 1e-5 on another DP size), and a blend with other weights gives other losses. Needs
+# $KD_PYTHON (default python3) with numpy, h5py and megatron.core: skipped without them,
+# a failure when CI is set.
 set -eu
 . "${KD_SRCDIR:?}/validation/test_lib.sh"
 py=${KD_PYTHON:-python3}
-if ! "$py" -c 'import numpy, h5py' 2> /dev/null; then
-  [ -n "${CI:-}" ] && fail "CI: $py lacks numpy/h5py"
-  echo "SKIP: $py lacks numpy/h5py"
+if ! "$py" -W ignore -c 'import numpy, h5py, megatron.core.datasets.indexed_dataset' 2> /dev/null; then
+  [ -n "${CI:-}" ] && fail "CI: $py lacks numpy/h5py/megatron.core"
+  echo "SKIP: $py lacks numpy/h5py/megatron.core"
   exit 77
 fi
 T=32
@@ -34,17 +37,19 @@ kd 1 run%mode=train data%train="'s.u16'" run%steps=3 run%out_dir="'tr'" > log.tx
   || { cat log.txt; fail "training run"; }
 W=tr/final.h5
 
-echo "== one stream, four formats: identical validation losses"
-for f in u16:s.u16 megatron:s megatron:s.bin llmc:s.llmc h5:s.h5; do
+echo "== one stream, six formats: identical validation losses"
+for f in u16:s.u16 u32:s.u32 megatron:s megatron:s.bin llmc:s.llmc llmc:s.l3.llmc h5:s.h5; do
   fmt=${f%%:*} file=${f#*:}
-  kd 1 student%init="'$W'" data%format=$fmt data%valid="'$file'" run%out_dir="'e_${fmt}'" \
+  kd 1 student%init="'$W'" data%format=$fmt data%valid="'$file'" run%out_dir="'e_$file'" \
     > log.txt 2>&1 || { cat log.txt; fail "eval of $file as $fmt"; }
-  v=$(val "e_$fmt")
+  v=$(val "e_$file")
   [ -n "$v" ] || fail "no val_loss for $fmt"
   ref=${ref:-$v}
   [ "$v" = "$ref" ] || fail "val_loss $v of $file ($fmt) != $ref of s.u16"
 done
-echo "   all formats: val_loss $ref"
+l3=$(val e_s.l3.llmc) u32=$(val e_s.u32)
+[ "$l3" = "$u32" ] || fail "llm.c LLaMA-3 shard: val_loss $l3 != $u32 of the same tokens as 'u32'"
+echo "   all formats: val_loss $ref (llm.c LLaMA-3 shard $l3, 'u32' $u32)"
 
 echo "== a loss mask counts exactly the unmasked labels"
 $MPIEXEC -n 1 "$KD_BUILDDIR/src/tools/kdlogits" "$W" windows.txt logits.npy > log.txt 2>&1 || { cat log.txt; fail "kdlogits"; }
