@@ -5,7 +5,7 @@
  * each src/backend/cuda*.cu into C++ that includes the stub headers in include/
  * (cuda_runtime.h, cuda_bf16.h, cublas_v2.h, emu.h) and is linked with this file
  * into validation/cuemu/kdtrain-cuemu, which runs `kdtrain --selftest` with
- * run%device='cuda' (validation/test_cuda_emu.sh). The kernels are the real ones;
+ * run%device='cuda' (validation/e2e/test_cuda_emu.sh). The kernels are the real ones;
  * only the machine underneath is emulated.
  *
  * What it checks: kernel logic. Blocks run one after another; inside a block every

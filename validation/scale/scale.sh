@@ -17,9 +17,9 @@
 # directory. Prints the wall time of each run.
 set -eu
 N=${1:?ranks} M=${2:?ranks of the resume}
-: "${KDTRAIN:?}" "${MPIEXEC:?}" "${KD_SRCDIR:?}"
+kd_here=1
+. "${KD_SRCDIR:?}/validation/lib.sh"
 export OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*" >&2; exit 1; }
 S=$KD_SRCDIR/validation/scale
 cat > scale.nml <<EOF2
 &run mode = 'distill', steps = 4, seed = 3, out_dir = 'ref' /
@@ -32,21 +32,23 @@ cat > scale.nml <<EOF2
 &precision compute = 'fp32' /
 &checkpoint dir = 'ref/ck', every = 2, keep = 2 /
 EOF2
-# kd NAME NP ARGS...: a run, its console in NAME.log, its wall time printed
-kd() {
-  name=$1 np=$2; shift 2
+# run NAME NP ARGS...: kd() of validation/lib.sh on scale.nml, its console in NAME.log
+# (the last 30 lines printed when it fails), its wall time printed
+kd_nml=scale.nml kd_log_tail=30
+run() {
+  name=$1 np=$2; kd_log=$name.log; shift 2
   t0=$(date +%s)
-  $MPIEXEC -n "$np" "$KDTRAIN" scale.nml "$@" > "$name.log" 2>&1 || { tail -30 "$name.log"; fail "$name on $np ranks"; }
+  kd "$np" "$@"
   echo "$name: $np rank(s) $* : $(($(date +%s) - t0)) s"
 }
-kd teacher 1 run%mode="'train'" student%card="'$S/teacher.nml'" run%steps=1 run%out_dir="'teacher'" \
+run teacher 1 run%mode="'train'" student%card="'$S/teacher.nml'" run%steps=1 run%out_dir="'teacher'" \
   checkpoint%every=0
-kd ref 1 run%steps=2
-kd ref_resume 1
+run ref 1 run%steps=2
+run ref_resume 1
 "$KDTRAIN" --dry-run --ranks "$N" scale.nml parallel%tp=2 parallel%pp=4 > plan.txt \
   || { cat plan.txt; fail "--dry-run --ranks $N"; }
-kd big "$N" parallel%tp=2 parallel%pp=4 run%steps=2 run%out_dir="'big'" checkpoint%dir="'big/ck'"
-kd resume "$M" parallel%tp=1 parallel%pp=2 run%out_dir="'big'" checkpoint%dir="'big/ck'"
+run big "$N" parallel%tp=2 parallel%pp=4 run%steps=2 run%out_dir="'big'" checkpoint%dir="'big/ck'"
+run resume "$M" parallel%tp=1 parallel%pp=2 run%out_dir="'big'" checkpoint%dir="'big/ck'"
 
 # losses (column 2) and grad_norm (column 6) of steps 1-4
 awk -F, 'NR > 1 && $2 != "" { print $1, $2, $6 }' ref/metrics.csv > a.txt

@@ -1,0 +1,151 @@
+#!/bin/sh
+# The batch scripts jobs/slurm.sh and jobs/pbs.sh against stand-in sbatch, srun,
+# scontrol, qsub, qstat and mpiexec commands on PATH that record what they were asked,
+# and a stand-in kdtrain that exits with a chosen status or waits for the warning
+# signal and then stops at a "checkpoint" with exit 5 (as kdtrain does):
+#  - ranks come from the scheduler (srun gets the allocation; mpiexec -n = lines of
+#    $PBS_NODEFILE, with -f), kdtrain from $KDTRAIN or PATH, override words pass through;
+#  - output is live: kdtrain's first line is in the job log while it still runs;
+#  - the warning signal (SIGUSR1 from Slurm; the PBS script's own timer from the qstat
+#    walltime) reaches kdtrain, which exits 5, and the script resubmits itself with the
+#    same input and words; any other status is the script's status, with no resubmission.
+set -eu
+. "${KD_SRCDIR:?}/validation/lib.sh"
+command -v bash > /dev/null || kd_skip "no bash"
+
+mkdir bin rec
+R=$PWD/rec
+for c in sbatch qsub; do
+  printf '#!/bin/sh\necho "$*" > %s/%s.args\n' "$R" "$c" > bin/$c
+done
+cat > bin/srun <<EOF
+#!/bin/sh
+echo "\$*" > $R/srun.args
+while [ \$# -gt 0 ]; do case \$1 in --*) shift ;; *) break ;; esac; done
+exec "\$@"
+EOF
+cat > bin/mpiexec <<EOF
+#!/bin/sh
+echo "\$*" > $R/mpiexec.args
+while [ \$# -gt 0 ]; do case \$1 in -n|-f) shift 2 ;; *) break ;; esac; done
+exec "\$@"
+EOF
+# scontrol show job -o: the fields slurm.sh resubmits with (as Slurm 22.05 prints them)
+printf '#!/bin/sh\necho "JobId=42 JobName=kdtrain Partition=gpu Account=(null) QOS=normal TimeLimit=01:00:00 NumNodes=2 NumCPUs=32 NumTasks=8 CPUs/Task=4 TresPerTask=gres:gpu:1 MinMemoryNode=0 Command=%s/copy-of-slurm.sh StdOut=%s/kdtrain-42.log"\n' "$R" "$PWD" > bin/scontrol
+printf '#!/bin/sh\necho "    Resource_List.walltime = 00:00:14"\n' > bin/qstat
+cat > bin/kdtrain <<'EOF'
+#!/bin/sh
+# stand-in kdtrain: FAKE=exit:N exits N; FAKE=wait waits for SIGUSR1/SIGTERM, exits 5
+# (the trap is set before the first line: the test signals as soon as it sees that line)
+stop() {
+  [ -n "${FAKE_NOCKPT:-}" ] || echo "kdtrain: checkpoint out/checkpoints/step_00000003.h5 written in 0.1 s (stopping on a signal)"
+  echo "kdtrain: stopped by signal 10 after step 3: exit status 5, resume with the same command"; exit 5
+}
+trap stop USR1 TERM
+echo "kdtrain: fake start $*"
+case $FAKE in
+  exit:*) exit "${FAKE#exit:}" ;;
+esac
+i=0
+while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+exit 9
+EOF
+chmod +x bin/*
+cp "$KD_SRCDIR/jobs/slurm.sh" rec/copy-of-slurm.sh
+export PATH="$PWD/bin:$PATH"
+unset KDTRAIN MPIEXEC SLURM_MPI_TYPE
+touch in.nml
+
+# slurm STATUS_WANTED: run jobs/slurm.sh as Slurm would
+slurm() {
+  rm -f rec/*.args
+  rc=0
+  SLURM_JOB_ID=41 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 SLURM_JOB_NUM_NODES=2 \
+    bash "$KD_SRCDIR/jobs/slurm.sh" in.nml optim%lr=1e-4 run%steps=7 > job.log 2>&1 || rc=$?
+  [ "$rc" -eq "$1" ] || { cat job.log; fail "slurm.sh with FAKE=$FAKE: exit $rc, expected $1"; }
+}
+echo "== Slurm: statuses pass through, no resubmission"
+for st in 0 2 3 4; do
+  FAKE=exit:$st slurm "$st"
+  [ ! -e rec/sbatch.args ] || fail "slurm.sh resubmitted after exit $st"
+done
+grep -q "^--kill-on-bad-exit=1 $PWD/bin/kdtrain in.nml optim%lr=1e-4 run%steps=7\$" rec/srun.args \
+  || { cat rec/srun.args; fail "srun was not asked for kdtrain (from PATH) with the words"; }
+grep -q '^kdtrain: fake start in.nml optim%lr=1e-4 run%steps=7$' job.log || fail "no kdtrain output in the log"
+grep -q '^#SBATCH --signal=B:USR1@[0-9]' "$KD_SRCDIR/jobs/slurm.sh" || fail "no --signal=B:USR1@N"
+grep -q '^#SBATCH --nodes\|^#SBATCH --ntasks' "$KD_SRCDIR/jobs/slurm.sh" && fail "slurm.sh hard-codes nodes or tasks"
+echo "ok"
+
+# signalled SIG: start slurm.sh with FAKE=wait, send SIG to the script once kdtrain's first
+# line is in the job log (live output), expect exit 5
+signalled() {
+  rm -f rec/*.args
+  rm -f job.log # else the wait below can see the last job's line before this job starts
+  FAKE=wait SLURM_JOB_ID=42 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 KDTRAIN=$PWD/bin/kdtrain \
+    bash "$KD_SRCDIR/jobs/slurm.sh" in.nml optim%lr=1e-4 run%steps=7 > job.log 2>&1 &
+  job=$!
+  i=0
+  until grep -q '^kdtrain: fake start' job.log 2> /dev/null; do
+    i=$((i + 1)); [ $i -lt 100 ] || { kill $job; fail "kdtrain's output is not live in the job log"; }
+    sleep 0.1
+  done
+  kill -0 $job || fail "the job ended before the signal"
+  kill -"$1" $job
+  rc=0; wait $job || rc=$?
+  [ "$rc" -eq 5 ] || { cat job.log; fail "slurm.sh after SIG$1: exit $rc, expected 5"; }
+}
+echo "== Slurm: SIGUSR1 -> kdtrain exits 5 -> resubmitted with the same options and words"
+signalled USR1
+grep -q "^--export=ALL,KD_STALLS=0 --nodes=2 --ntasks=8 --cpus-per-task=4 --time=01:00:00 --partition=gpu --qos=normal --job-name=kdtrain --gpus-per-task=1 $R/copy-of-slurm.sh in.nml optim%lr=1e-4 run%steps=7\$" rec/sbatch.args \
+  || { cat job.log rec/sbatch.args; fail "not resubmitted as submitted"; }
+echo "ok"
+echo "== Slurm: scancel's SIGTERM -> kdtrain exits 5 at a checkpoint, the chain ends"
+signalled TERM
+[ ! -e rec/sbatch.args ] || { cat job.log; fail "resubmitted after a SIGTERM (scancel)"; }
+grep -q "the chain ends" job.log || fail "no word that the chain ends"
+echo "ok"
+echo "== Slurm: a stop file ends the chain at the warning"
+touch kdtrain.stop
+signalled USR1
+rm kdtrain.stop
+[ ! -e rec/sbatch.args ] || { cat job.log; fail "resubmitted despite kdtrain.stop"; }
+echo "ok"
+echo "== Slurm: the second job in a row without a checkpoint ends the chain"
+FAKE_NOCKPT=1 KD_STALLS=1 signalled USR1
+[ ! -e rec/sbatch.args ] || { cat job.log; fail "resubmitted after 2 jobs without a checkpoint"; }
+grep -q "2 job(s) in a row wrote no checkpoint" job.log || { cat job.log; fail "no stall message"; }
+FAKE_NOCKPT=1 signalled USR1
+grep -q "^--export=ALL,KD_STALLS=1 " rec/sbatch.args || { cat rec/sbatch.args; fail "the stall count is not passed on"; }
+echo "ok"
+echo "== Slurm: no kdtrain found -> exit 3 with how to point at it (not 2: bad input)"
+mkdir -p empty
+rc=0
+(cd empty && PATH=/usr/bin:/bin SLURM_SUBMIT_DIR=$PWD bash "$KD_SRCDIR/jobs/slurm.sh" in.nml > ../job.log 2>&1) || rc=$?
+[ "$rc" -eq 3 ] && grep -q "set KDTRAIN=/path/to/kdtrain" job.log || { cat job.log; fail "no kdtrain: exit $rc"; }
+echo "ok"
+
+# pbs STATUS_WANTED: run jobs/pbs.sh as PBS would
+printf 'n1\nn1\nn1\nn2\nn2\nn2\n' > nodes
+pbs() {
+  rm -f rec/*.args
+  rc=0
+  PBS_JOBID=43.pbs PBS_O_WORKDIR=$PWD PBS_NODEFILE=$PWD/nodes KD_INPUT=in.nml \
+    KD_ARGS="optim%lr=1e-4 run%steps=7" KD_SIGNAL_LEAD=10 \
+    bash "$KD_SRCDIR/jobs/pbs.sh" > job.log 2>&1 || rc=$?
+  [ "$rc" -eq "$1" ] || { cat job.log; fail "pbs.sh with FAKE=$FAKE: exit $rc, expected $1"; }
+}
+echo "== PBS: statuses pass through, ranks from PBS_NODEFILE, words through -v"
+for st in 0 3 4; do
+  FAKE=exit:$st pbs "$st"
+  [ ! -e rec/qsub.args ] || fail "pbs.sh resubmitted after exit $st"
+done
+grep -q "^-n 6 -f $PWD/nodes $PWD/bin/kdtrain in.nml optim%lr=1e-4 run%steps=7\$" rec/mpiexec.args \
+  || { cat rec/mpiexec.args; fail "mpiexec was not asked for 6 ranks of kdtrain with the words"; }
+echo "ok"
+echo "== PBS: the script's timer sends SIGUSR1 (walltime 14 s - lead 10 s) -> exit 5 -> qsub"
+FAKE=wait pbs 5
+grep -q 'walltime warning' job.log || { cat job.log; fail "no walltime warning"; }
+grep -q '^-v KD_INPUT=in.nml,KD_ARGS=optim%lr=1e-4 run%steps=7,KD_JOB_SCRIPT=jobs/pbs.sh jobs/pbs.sh$' \
+  rec/qsub.args || { cat rec/qsub.args; fail "not resubmitted with the same input and words"; }
+echo "ok"
+echo "all job-script checks passed"

@@ -1,0 +1,75 @@
+#!/bin/sh
+# The tokenizer travels with the model through kdtrain: a teacher whose weights file
+# carries /tokenizer gives a randomly initialised student its tokenizer, which every
+# checkpoint and final.h5 carry (byte for byte), also after a resume; a student whose
+# tokenizer differs from the teacher's is refused (exit 2, naming the file that differs).
+set -eu
+. "${KD_SRCDIR:?}/validation/lib.sh"
+kd_python_or_skip h5py numpy
+
+cat > base.nml <<EOF2
+&run mode = 'train', steps = 2, seed = 3, out_dir = 't' /
+&teacher card = 'test-teacher', init = 't/final.h5' /
+&student card = 'test-teacher', init = 'random' /
+&parallel micro_batch = 2, global_batch = 4 /
+&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&optim lr = 1e-2, warmup = 1 /
+&precision compute = 'fp32' /
+EOF2
+
+# tok FILE ACTION [TEXT]: put /tokenizer (tokenizer.json = TEXT, a fixed config) into
+# FILE, or print a digest of FILE's /tokenizer ('-' when it has none)
+tok() {
+  "$KD_PYTHON" - "$@" <<'EOF2'
+import hashlib, sys, h5py, numpy as np
+path, action = sys.argv[1], sys.argv[2]
+with h5py.File(path, "a" if action == "put" else "r") as f:
+    if action == "put":
+        g = f.create_group("tokenizer")
+        for name, text in (("tokenizer.json", sys.argv[3]), ("tokenizer_config.json", '{"x": 1}')):
+            g.create_dataset(name, data=np.frombuffer(text.encode(), dtype=np.uint8))
+    elif "tokenizer" not in f:
+        print("-")
+    else:
+        h = hashlib.sha256()
+        for name in sorted(f["tokenizer"]):
+            h.update(name.encode() + bytes(f["tokenizer"][name][()]))
+        print(h.hexdigest())
+EOF2
+}
+
+echo "== a teacher with a tokenizer"
+kd 1 > log.txt 2>&1 || { cat log.txt; fail "teacher"; }
+[ "$(tok t/final.h5 digest)" = "-" ] || fail "a random model's final.h5 has a tokenizer"
+tok t/final.h5 put '{"model": {"vocab": {"a": 0}}}'
+want=$(tok t/final.h5 digest)
+
+echo "== a random student distilled from it carries the teacher's tokenizer"
+kd 2 run%mode="'distill'" student%card="'test-student'" run%out_dir="'s'" checkpoint%every=1 \
+  checkpoint%keep=1 > log.txt 2>&1 || { cat log.txt; fail "distill"; }
+grep -q "tokenizer files of .*t/final.h5 travel" log.txt || { cat log.txt; fail "start line"; }
+for f in s/final.h5 s/checkpoints/step_00000002.h5; do
+  [ "$(tok "$f" digest)" = "$want" ] || fail "$f does not carry the teacher's tokenizer"
+done
+
+echo "== resumed: the checkpoint's tokenizer goes on"
+kd 1 run%mode="'distill'" student%card="'test-student'" run%out_dir="'s'" run%steps=3 \
+  checkpoint%every=1 checkpoint%keep=1 > log.txt 2>&1 || { cat log.txt; fail "resume"; }
+grep -q "resumed from" log.txt || { cat log.txt; fail "did not resume"; }
+for f in s/final.h5 s/checkpoints/step_00000003.h5; do
+  [ "$(tok "$f" digest)" = "$want" ] || fail "$f (after resume) does not carry the tokenizer"
+done
+
+echo "== a student whose tokenizer differs from the teacher's is refused"
+cp s/final.h5 other.h5
+"$KD_PYTHON" -c "import h5py; f = h5py.File('other.h5', 'a'); del f['tokenizer']; f.close()"
+tok other.h5 put '{"model": {"vocab": {"b": 0}}}'
+set +e
+kd 1 run%mode="'distill'" student%card="'test-student'" student%init="'other.h5'" \
+  run%out_dir="'x'" > log.txt 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || { cat log.txt; fail "differing tokenizers: exit $rc, expected 2"; }
+grep -q "differs from the student's .*other.h5) in tokenizer.json" log.txt || { cat log.txt; fail "message"; }
+[ ! -e x/final.h5 ] || fail "a refused run wrote x/final.h5"
+echo PASS

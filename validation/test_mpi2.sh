@@ -1,8 +1,0 @@
-#!/bin/sh
-# Check programs that must also pass on two MPI ranks (vocabulary split over
-# ranks, hyperslab I/O split over ranks, MPI on backend blocks direct and staged).
-set -e
-for t in test_loss_tp test_weights test_comm test_tokfiles; do
-  echo "== mpiexec -n 2 $t"
-  $MPIEXEC -n 2 "$KD_BUILDDIR/validation/$t"
-done
