@@ -15,9 +15,8 @@ void update_apply(struct kd_update *u, struct kd_backend *be, double lr, float g
     const struct kd_param *p = &z->params[k];
     if (!p->local) continue;
     const float wd = p->decay ? (float)weight_decay : 0.0f;
-    be->adamw(z->master + p->offset, z->m + p->offset, z->v + p->offset, z->grad + p->offset,
-              p->numel, (float)lr, (float)beta1, (float)beta2, (float)eps, wd, bc1, bc2,
-              grad_mult);
+    be->adamw(be, z->master + p->offset, z->m + p->offset, z->v + p->offset, z->grad + p->offset,
+              p->numel, (float)lr, (float)beta1, (float)beta2, (float)eps, wd, bc1, bc2, grad_mult);
   }
   update_refresh_weights(u, be);
 }

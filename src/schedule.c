@@ -135,14 +135,14 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   const size_t ct = p->teacher ? (size_t)p->teacher->card.hidden_size : 0;
   fetch(arg, m, p->inputs[k], p->labels[k]);
   if (!s->has_embed) { /* unpack [teacher | student] hidden states */
-    if (t) be->copy(acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
-    be->copy(acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
+    if (t) be->copy(be, acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
+    be->copy(be, acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
   }
   if (t) model_forward(be, t, &p->tacts, p->inputs[k]);
   model_forward(be, s, sa, p->inputs[k]);
   if (!s->has_head) { /* pack for the next stage */
-    if (t) be->copy(p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
-    be->copy(p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
+    if (t) be->copy(be, p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
+    be->copy(be, p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
     return;
   }
   struct loss_spec spec = p->spec;
@@ -150,7 +150,7 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   spec.distill = (t != NULL || cached) && spec.distill;
   if (cached) p->tc_fetch(p->tc_arg, m, p->tc_rows);
   struct loss_sums ms = {0, 0};
-  if (train) be->zero(sa->dhn, N * cs);
+  if (train) be->zero(be, sa->dhn, N * cs);
   struct loss_vocab voc; /* both models are cut on the common ids (grid_vocab_block) */
   loss_vocab_slice(&voc, s->card.vocab_size, s->vocab_common, s->tp, s->tp_rank);
   if (cached)

@@ -223,9 +223,9 @@ START_TEST(backend_products) {
           const float beta = b ? -0.5f : 0.0f;
           memcpy(C, C0, (size_t)M * N * sizeof(float));
           if (w16)
-            be.gemm_w16(ta, M, N, K, 0.7f, A, lda, B16, K, beta, C, N);
+            be.gemm_w16(&be, ta, M, N, K, 0.7f, A, lda, B16, K, beta, C, N);
           else
-            be.gemm(ta, 1, M, N, K, 0.7f, A, lda, B, K, beta, C, N);
+            be.gemm(&be, ta, 1, M, N, K, 0.7f, A, lda, B, K, beta, C, N);
           const double e = check_product(ta, 1, M, N, K, 0.7f, Ar, lda, B, K, beta, C0, C, N);
           ck_assert_msg(e <= TOL, "backend %s exact=%d ta=%d beta=%g: error %g",
                         w16 ? "gemm_w16" : "gemm", exact, ta, beta, e);
@@ -234,6 +234,7 @@ START_TEST(backend_products) {
       free(A), free(B), free(C0), free(C), free(B16);
     }
   ck_assert_uint_eq(be.arena.live_total, 0);
+  be.release(&be);
 }
 END_TEST
 

@@ -346,6 +346,7 @@ int main(int argc, char **argv) {
   setup_data();
   backend_cpu_init(&be, 0);
   int failed = check_run(loss_suite());
+  be.release(&be);
   MPI_Finalize();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -267,6 +267,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_vocab_differ);
   suite_add_tcase(s, tc);
   int failed = check_run(s);
+  be.release(&be);
   if (nranks < 2 && rank == 0) fprintf(stderr, "test_loss_tp: run with mpiexec -n 2\n");
   MPI_Finalize();
   return failed || nranks < 2 ? EXIT_FAILURE : EXIT_SUCCESS;

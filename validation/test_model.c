@@ -63,6 +63,7 @@ START_TEST(test_table) {
   ck_assert_int_eq((int64_t)m.numel, model_count_params(&c));
   model_free(&m, &be);
   ck_assert_uint_eq(be.arena.live_total, 0);
+  be.release(&be);
 }
 END_TEST
 
@@ -82,6 +83,7 @@ START_TEST(test_init_deterministic) {
   ck_assert_float_eq(a.pw.layer[0].ln1[3], 1.0f);
   model_free(&a, &be);
   model_free(&b, &be);
+  be.release(&be);
 }
 END_TEST
 
@@ -101,7 +103,7 @@ static double objective(struct fixture *f, int backward) {
   model_forward(&f->be, &f->s, &f->sa, f->tok);
   struct loss_sums sums = {0, 0};
   const float gs = 1.0f / (float)f->N;
-  if (backward) f->be.zero(f->sa.dhn, f->N * (size_t)f->s.card.hidden_size);
+  if (backward) f->be.zero(&f->be, f->sa.dhn, f->N * (size_t)f->s.card.hidden_size);
   loss_chunked(&f->be, &f->spec, &sums, backward ? f->sa.dhn : NULL, backward ? f->s.pg.head : NULL,
                f->sa.hn, f->s.pw.head, f->spec.distill ? f->ta.hn : NULL,
                f->spec.distill ? f->t.pw.head : NULL, NULL, f->lab, f->N, f->s.card.hidden_size,
@@ -150,7 +152,7 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
     f.tok[i] = (int)(kd_splitmix64(&st) % (uint64_t)sc.vocab_size);
     f.lab[i] = (int)(kd_splitmix64(&st) % (uint64_t)sc.vocab_size);
   }
-  f.be.zero(f.s.grad, f.s.numel);
+  f.be.zero(&f.be, f.s.grad, f.s.numel);
   objective(&f, 1);
   float *grad = malloc(f.s.numel * sizeof(float));
   memcpy(grad, f.s.grad, f.s.numel * sizeof(float));
@@ -200,6 +202,7 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
     model_free(&f.t, &f.be);
   }
   ck_assert_uint_eq(f.be.arena.live_total, 0);
+  f.be.release(&f.be);
 }
 
 START_TEST(test_grad_train_bias_untied) {
@@ -242,6 +245,7 @@ START_TEST(test_frozen_forward_matches) {
   acts_free(&ba, &be);
   model_free(&a, &be);
   model_free(&b, &be);
+  be.release(&be);
 }
 END_TEST
 

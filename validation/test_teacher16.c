@@ -93,13 +93,14 @@ START_TEST(test_gemm_w16) {
       memcpy(C1, C0, (size_t)M * ldc * sizeof(float));
       uint16_t *B16 = kd_malloc((size_t)N * ldb * sizeof(uint16_t));
       for (size_t i = 0; i < (size_t)N * ldb; i++) B16[i] = kd_bf16_pack(B[i]);
-      be.gemm(ta, 1, M, N, K, 0.7f, A, lda, B, ldb, -0.5f, C0, ldc);
-      be.gemm_w16(ta, M, N, K, 0.7f, A, lda, B16, ldb, -0.5f, C1, ldc);
+      be.gemm(&be, ta, 1, M, N, K, 0.7f, A, lda, B, ldb, -0.5f, C0, ldc);
+      be.gemm_w16(&be, ta, M, N, K, 0.7f, A, lda, B16, ldb, -0.5f, C1, ldc);
       const double e = relerr(C1, C0, (size_t)M * ldc);
       ck_assert_msg(e <= TOL, "gemm_w16 %dx%dx%d ta=%d: rel err %g", M, N, K, ta, e);
       free(A), free(B), free(C0), free(C1), free(B16);
     }
   ck_assert_uint_eq(be.arena.live_total, 0);
+  be.release(&be);
 }
 END_TEST
 
@@ -114,10 +115,11 @@ START_TEST(test_embedding_w16) {
     for (size_t i = 0; i < (size_t)V * C; i++) w16[i] = kd_bf16_pack(w[i]);
     int tok[41];
     for (size_t i = 0; i < N; i++) tok[i] = (int)((i * 13) % 35); /* some outside the slice */
-    be.embedding_forward(o0, tok, w, N, C, lo, V);
-    be.embedding_forward_w16(o1, tok, w16, N, C, lo, V);
+    be.embedding_forward(&be, o0, tok, w, N, C, lo, V);
+    be.embedding_forward_w16(&be, o1, tok, w16, N, C, lo, V);
     ck_assert_int_eq(memcmp(o0, o1, N * C * sizeof(float)), 0);
     free(w), free(w16), free(o0), free(o1);
+    be.release(&be);
   }
 }
 END_TEST
@@ -134,7 +136,7 @@ static void pair_build(struct pair *x, struct kd_backend *be, const struct kd_ca
   model_build(&x->f, be, c, MODEL_FROZEN);
   model_build(&x->p, be, c, MODEL_FROZEN16);
   model_init_random(&x->f, be, 31);
-  be->round_bf16(x->f.w, x->f.numel);
+  be->round_bf16(be, x->f.w, x->f.numel);
   model_init_random(&x->p, be, 31);
   acts_build(&x->fa, be, &x->f, B, T);
   acts_build(&x->pa, be, &x->p, B, T);
@@ -202,6 +204,7 @@ static void check_forward(struct kd_card c) {
   free(hs), free(ws);
   pair_free(&x, &be);
   ck_assert_uint_eq(be.arena.live_total, 0);
+  be.release(&be);
 }
 
 START_TEST(test_forward_untied_bias) {
@@ -229,7 +232,7 @@ START_TEST(test_load_packed) {
   model_build(&f, &be, &c, MODEL_FROZEN);
   model_build(&p, &be, &c, MODEL_FROZEN16);
   ck_assert_int_eq(weights_load(path, &f, f.w, MPI_COMM_WORLD, err, sizeof err), 0);
-  be.round_bf16(f.w, f.numel);
+  be.round_bf16(&be, f.w, f.numel);
   ck_assert_msg(weights_load(path, &p, NULL, MPI_COMM_WORLD, err, sizeof err) == 0, "%s", err);
   check_storage(&f, &p);
   /* a damaged file is refused by the packed load as by the FP32 one */
@@ -239,6 +242,7 @@ START_TEST(test_load_packed) {
   model_free(&src, &be);
   model_free(&f, &be);
   model_free(&p, &be);
+  be.release(&be);
 }
 END_TEST
 
@@ -266,6 +270,7 @@ START_TEST(test_devsim) {
     be.download(&be, dev ? got : ref, a.hn, nh * sizeof(float));
     acts_free(&a, &be);
     model_free(&m, &be);
+    be.release(&be);
   }
   ck_assert_int_eq(memcmp(ref, got, nh * sizeof(float)), 0);
   free(ref), free(got);
