@@ -153,14 +153,16 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   if (train) be->zero(be, sa->dhn, N * cs);
   struct loss_vocab voc; /* both models are cut on the common ids (grid_vocab_block) */
   loss_vocab_slice(&voc, s->card.vocab_size, s->vocab_common, s->tp, s->tp_rank);
+  const struct loss_student ls = {sa->hn, s->pw.head, (int)cs, train ? sa->dhn : NULL,
+                                  train ? s->pg.head : NULL};
+  struct loss_teacher lt = {0}; /* read only when distilling live */
+  if (spec.distill && !cached)
+    lt = (struct loss_teacher){p->tacts.hn, t->pw.head, t->pw.head16, (int)ct};
   if (cached)
-    loss_chunked_cache(be, &spec, &ms, sa->dhn, s->pg.head, sa->hn, s->pw.head, p->tc_rows,
-                       p->labels[k], N, (int)cs, &voc, p->chunk, grad_scale, s->tp_comm);
+    loss_chunked_cache(be, &spec, &ms, &ls, p->tc_rows, p->labels[k], N, &voc, p->chunk, grad_scale,
+                       s->tp_comm);
   else
-    loss_chunked(be, &spec, &ms, train ? sa->dhn : NULL, train ? s->pg.head : NULL, sa->hn,
-                 s->pw.head, spec.distill ? p->tacts.hn : NULL, spec.distill ? t->pw.head : NULL,
-                 spec.distill ? t->pw.head16 : NULL, p->labels[k], N, (int)cs, (int)ct, &voc,
-                 p->chunk, grad_scale, s->tp_comm);
+    loss_chunked(be, &spec, &ms, &ls, &lt, p->labels[k], N, &voc, p->chunk, grad_scale, s->tp_comm);
   if (train && s->tp > 1) /* each rank's vocabulary slice gave a partial dhn */
     comm_allreduce(be, sa->dhn, N * cs, MPI_FLOAT, MPI_SUM, 0, s->tp_comm);
   sums->kd += ms.kd;

@@ -473,9 +473,9 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
     be->zero(be, sa.dhn, N * (size_t)cs.hidden_size);
     struct loss_sums sums = {0, 0};
     const struct loss_vocab voc = {0, cs.vocab_size, cs.vocab_size, 0};
-    loss_chunked(be, &spec, &sums, sa.dhn, s.pg.head, sa.hn, s.pw.head, ta.hn, t.pw.head,
-                 t.pw.head16, labels, N,
-                 cs.hidden_size, ct.hidden_size, &voc, 40, 1.0f / (float)N, MPI_COMM_SELF);
+    const struct loss_student ls = {sa.hn, s.pw.head, cs.hidden_size, sa.dhn, s.pg.head};
+    const struct loss_teacher lt = {ta.hn, t.pw.head, t.pw.head16, ct.hidden_size};
+    loss_chunked(be, &spec, &sums, &ls, &lt, labels, N, &voc, 40, 1.0f / (float)N, MPI_COMM_SELF);
     model_backward(be, &s, &sa);
     loss[step] = (spec.alpha * sums.kd + (1.0 - spec.alpha) * sums.ce) / (double)N;
     const float b1 = 0.9f, b2 = 0.95f;

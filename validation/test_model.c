@@ -104,12 +104,14 @@ static double objective(struct fixture *f, int backward) {
   struct loss_sums sums = {0, 0};
   const float gs = 1.0f / (float)f->N;
   if (backward) f->be.zero(&f->be, f->sa.dhn, f->N * (size_t)f->s.card.hidden_size);
-  loss_chunked(&f->be, &f->spec, &sums, backward ? f->sa.dhn : NULL, backward ? f->s.pg.head : NULL,
-               f->sa.hn, f->s.pw.head, f->spec.distill ? f->ta.hn : NULL,
-               f->spec.distill ? f->t.pw.head : NULL, NULL, f->lab, f->N, f->s.card.hidden_size,
-               f->t.card.hidden_size,
-               &(struct loss_vocab){0, f->s.card.vocab_size, f->s.card.vocab_size, 0}, 4, gs,
-               MPI_COMM_SELF);
+  loss_chunked(&f->be, &f->spec, &sums,
+               &(struct loss_student){f->sa.hn, f->s.pw.head, f->s.card.hidden_size,
+                                      backward ? f->sa.dhn : NULL, backward ? f->s.pg.head : NULL},
+               &(struct loss_teacher){f->spec.distill ? f->ta.hn : NULL,
+                                      f->spec.distill ? f->t.pw.head : NULL, NULL,
+                                      f->t.card.hidden_size},
+               f->lab, f->N, &(struct loss_vocab){0, f->s.card.vocab_size, f->s.card.vocab_size, 0},
+               4, gs, MPI_COMM_SELF);
   if (backward) model_backward(&f->be, &f->s, &f->sa);
   double a = f->spec.alpha;
   return f->spec.distill ? (a * sums.kd + (1 - a) * sums.ce) / (double)f->N

@@ -192,12 +192,12 @@ static void check_forward(struct kd_card c) {
   struct loss_sums s0, s1;
   const struct loss_vocab voc = {0, c.vocab_size, c.vocab_size, 0};
   float *hs = frand(nh, 1), *ws = frand((size_t)c.vocab_size * c.hidden_size, 1);
-  loss_chunked(&be, &spec, &s0, NULL, NULL, hs, ws, x.fa.hn, x.f.pw.head, NULL, tok + 1,
-               (size_t)N - 1, c.hidden_size, c.hidden_size, &voc, 5, 1.0f,
-               MPI_COMM_SELF);
-  loss_chunked(&be, &spec, &s1, NULL, NULL, hs, ws, x.fa.hn, NULL, x.p.pw.head16, tok + 1,
-               (size_t)N - 1, c.hidden_size, c.hidden_size, &voc, 5, 1.0f,
-               MPI_COMM_SELF);
+  loss_chunked(&be, &spec, &s0, &(struct loss_student){hs, ws, c.hidden_size, NULL, NULL},
+               &(struct loss_teacher){x.fa.hn, x.f.pw.head, NULL, c.hidden_size}, tok + 1,
+               (size_t)N - 1, &voc, 5, 1.0f, MPI_COMM_SELF);
+  loss_chunked(&be, &spec, &s1, &(struct loss_student){hs, ws, c.hidden_size, NULL, NULL},
+               &(struct loss_teacher){x.fa.hn, NULL, x.p.pw.head16, c.hidden_size}, tok + 1,
+               (size_t)N - 1, &voc, 5, 1.0f, MPI_COMM_SELF);
   ck_assert_msg(fabs(s1.kd - s0.kd) <= TOL * fabs(s0.kd) && s1.ce == s0.ce,
                 "loss with the packed head: kd %.9g vs %.9g, ce %.9g vs %.9g", s1.kd, s0.kd,
                 s1.ce, s0.ce);

@@ -192,8 +192,9 @@ template <typename W>
 static void embedding_launch(struct kd_backend *be, float *out, const int *tokens, const W *wte,
                              size_t N, int C, int vocab_lo, int vocab_n) {
   if (!N) return;
-  k_embedding_fwd < < <(unsigned)N, cuda_row_threads(C)> 256 ? 256 : cuda_row_threads(C), 0,
-      cuda_of(be)->compute >>> (out, tokens, wte, C, vocab_lo, vocab_n, cuda_of(be)->bf16);
+  const int threads = cuda_row_threads(C) > 256 ? 256 : cuda_row_threads(C);
+  k_embedding_fwd<<<(unsigned)N, threads, 0, cuda_of(be)->compute>>>(out, tokens, wte, C, vocab_lo,
+                                                                      vocab_n, cuda_of(be)->bf16);
   CUDA_OP_DONE();
 }
 
