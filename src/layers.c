@@ -319,8 +319,8 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
   maybe_round(be, out, N * C);
 }
 
-void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
-                   const int *tokens) {
+void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
+                    const int *tokens) {
   const struct kd_card *c = &mdl->card;
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = c->hidden_size, L = mdl->nlayers;
@@ -418,7 +418,7 @@ static void recompute_cheap(struct kd_backend *be, const struct kd_model *mdl,
   if (!a->d.pol.tiled_mlp) be->swiglu_forward(be, l->mlp, l->gu, N, mdl->ffn);
 }
 
-void model_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a) {
+void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = c->hidden_size, L = mdl->nlayers;

@@ -138,8 +138,8 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
     if (t) be->copy(be, acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
     be->copy(be, acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
   }
-  if (t) model_forward(be, t, &p->tacts, p->inputs[k]);
-  model_forward(be, s, sa, p->inputs[k]);
+  if (t) layers_forward(be, t, &p->tacts, p->inputs[k]);
+  layers_forward(be, s, sa, p->inputs[k]);
   if (!s->has_head) { /* pack for the next stage */
     if (t) be->copy(be, p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
     be->copy(be, p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
@@ -170,7 +170,7 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
 }
 
 static void stage_backward(struct kd_pipe *p, int m) {
-  model_backward(p->be, p->student, &p->sacts[m % p->nslots]);
+  layers_backward(p->be, p->student, &p->sacts[m % p->nslots]);
 }
 
 void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn fetch, void *arg,

@@ -447,7 +447,7 @@ static struct kd_card selftest_card(int teacher) {
 
 /* Two distillation steps (forward, chunked loss, backward, AdamW) on backend `be`;
  * loss[s] is the objective of step s. Uses layers.c and loss.c as train.c does:
- * tokens and labels are host arrays (model_forward and loss_chunked upload them). */
+ * tokens and labels are host arrays (layers_forward and loss_chunked upload them). */
 static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
   const int B = 2, T = 48;
   const size_t N = (size_t)B * T;
@@ -468,15 +468,15 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
   struct loss_spec spec = {1, LOSS_FKL, 2.0f, 0.5f, 0.5f, 1};
   for (int step = 0; step < 2; step++) {
     be->zero(be, s.grad, s.numel);
-    model_forward(be, &t, &ta, tokens);
-    model_forward(be, &s, &sa, tokens);
+    layers_forward(be, &t, &ta, tokens);
+    layers_forward(be, &s, &sa, tokens);
     be->zero(be, sa.dhn, N * (size_t)cs.hidden_size);
     struct loss_sums sums = {0, 0};
     const struct loss_vocab voc = {0, cs.vocab_size, cs.vocab_size, 0};
     const struct loss_student ls = {sa.hn, s.pw.head, cs.hidden_size, sa.dhn, s.pg.head};
     const struct loss_teacher lt = {ta.hn, t.pw.head, t.pw.head16, ct.hidden_size};
     loss_chunked(be, &spec, &sums, &ls, &lt, labels, N, &voc, 40, 1.0f / (float)N, MPI_COMM_SELF);
-    model_backward(be, &s, &sa);
+    layers_backward(be, &s, &sa);
     loss[step] = (spec.alpha * sums.kd + (1.0 - spec.alpha) * sums.ce) / (double)N;
     const float b1 = 0.9f, b2 = 0.95f;
     be->adamw(be, s.master, s.m, s.v, s.grad, s.numel, 3e-3f, b1, b2, 1e-8f, 0.0f,

@@ -427,7 +427,7 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
                   grid->pp_comm);
         comm_wait(&x, be);
       }
-      model_forward(be, &t, &acts, inputs);
+      layers_forward(be, &t, &acts, inputs);
       if (!t.has_head) {
         comm_post(&x, be, 1, acts_stage_output(&acts, &t), stage_out, N * Ct, grid->pp_rank + 1, 21,
                   grid->pp_comm);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "adamw.h"
 #include "backend/backend.h"
 #include "ckpt.h"
 #include "comm.h"
@@ -580,8 +581,8 @@ static int train_loop(struct run *r) {
     const int finite = isfinite(gnorm) && isfinite(loss);
     if (!empty && scaler_update(&scaler, finite)) {
       const double clip = optim_clip_coef(gnorm, cfg->optim_clip);
-      update_apply(&r->update, be, lr, (float)(clip / scale), ++updates, cfg->optim_beta1,
-                   cfg->optim_beta2, cfg->optim_eps, cfg->optim_weight_decay);
+      adamw_apply(&r->update, be, lr, (float)(clip / scale), ++updates, cfg->optim_beta1,
+                  cfg->optim_beta2, cfg->optim_eps, cfg->optim_weight_decay);
     }
     consumed += gb;
     const double dt = kd_now() - t0;

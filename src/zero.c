@@ -18,11 +18,6 @@ static int64_t local_extent(const struct kd_param *p, int dim) {
 /* Shard dimension of a tensor: its TP split dimension, rows when replicated. */
 static int shard_dim(const struct kd_param *p) { return p->split_dim < 0 ? 0 : p->split_dim; }
 
-static int icount(size_t n) {
-  KD_CHECK(n <= INT_MAX, "collective of %zu elements exceeds int", n);
-  return (int)n;
-}
-
 /* Build the shard table: every tensor's local block cut over DP along shard_dim. */
 static void shard_build(struct kd_update *u, struct kd_backend *be) {
   const struct kd_model *s = u->model;
@@ -92,7 +87,7 @@ static void shard_counts(const struct kd_update *u, const struct kd_param *p, in
   for (int d = 0; d < dp; d++) {
     long long st, len;
     grid_block(ext, dp, d, &st, &len);
-    cnt[d] = icount((size_t)len * (size_t)other);
+    cnt[d] = comm_count((size_t)len * (size_t)other);
     disp[d] = at;
     at += cnt[d];
   }

@@ -99,8 +99,8 @@ struct fixture {
 /* Loss of the current student weights (per token, the objective). */
 static double objective(struct fixture *f, int backward) {
   model_sync_working(&f->s, &f->be);
-  if (f->spec.distill) model_forward(&f->be, &f->t, &f->ta, f->tok);
-  model_forward(&f->be, &f->s, &f->sa, f->tok);
+  if (f->spec.distill) layers_forward(&f->be, &f->t, &f->ta, f->tok);
+  layers_forward(&f->be, &f->s, &f->sa, f->tok);
   struct loss_sums sums = {0, 0};
   const float gs = 1.0f / (float)f->N;
   if (backward) f->be.zero(&f->be, f->sa.dhn, f->N * (size_t)f->s.card.hidden_size);
@@ -112,7 +112,7 @@ static double objective(struct fixture *f, int backward) {
                                       f->t.card.hidden_size},
                f->lab, f->N, &(struct loss_vocab){0, f->s.card.vocab_size, f->s.card.vocab_size, 0},
                4, gs, MPI_COMM_SELF);
-  if (backward) model_backward(&f->be, &f->s, &f->sa);
+  if (backward) layers_backward(&f->be, &f->s, &f->sa);
   double a = f->spec.alpha;
   return f->spec.distill ? (a * sums.kd + (1 - a) * sums.ce) / (double)f->N
                          : sums.ce / (double)f->N;
@@ -240,8 +240,8 @@ START_TEST(test_frozen_forward_matches) {
   acts_build(&ba, &be, &b, 2, 9);
   int tok[18];
   for (int i = 0; i < 18; i++) tok[i] = (i * 7) % 29;
-  model_forward(&be, &a, &aa, tok);
-  model_forward(&be, &b, &ba, tok);
+  layers_forward(&be, &a, &aa, tok);
+  layers_forward(&be, &b, &ba, tok);
   ck_assert_int_eq(memcmp(aa.hn, ba.hn, 18 * 16 * sizeof(float)), 0);
   acts_free(&aa, &be);
   acts_free(&ba, &be);

@@ -182,8 +182,8 @@ static void check_forward(struct kd_card c) {
                     model_weight_bytes(&x.f) + model_weight_bytes(&x.p));
   int tok[22];
   for (int i = 0; i < N; i++) tok[i] = (i * 7 + 3) % c.vocab_size;
-  model_forward(&be, &x.f, &x.fa, tok);
-  model_forward(&be, &x.p, &x.pa, tok);
+  layers_forward(&be, &x.f, &x.fa, tok);
+  layers_forward(&be, &x.p, &x.pa, tok);
   const size_t nh = (size_t)N * c.hidden_size;
   const double e = relerr(x.pa.hn, x.fa.hn, nh);
   ck_assert_msg(e <= TOL, "packed forward: rel err %g", e);
@@ -266,7 +266,7 @@ START_TEST(test_devsim) {
     model_build(&m, &be, &c, MODEL_FROZEN16);
     model_init_random(&m, &be, 8);
     acts_build(&a, &be, &m, B, T);
-    model_forward(&be, &m, &a, tok);
+    layers_forward(&be, &m, &a, tok);
     be.download(&be, dev ? got : ref, a.hn, nh * sizeof(float));
     acts_free(&a, &be);
     model_free(&m, &be);

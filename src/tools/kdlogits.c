@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
   if (st) kd_fail(st, "%s", err);
   struct kd_acts a;
   acts_build(&a, &be, &m, B, T);
-  model_forward(&be, &m, &a, tokens);
+  layers_forward(&be, &m, &a, tokens);
 
   /* logits (N, V) = hn (N, C) . head (V, C)^T */
   const size_t N = (size_t)B * T;
