@@ -466,6 +466,12 @@ START_TEST(test_bf16_outputs) {
   ck_assert_msg(!lse_exact, "lse must stay FP32");
   b16.swiglu_forward(&b16, o, x, N, C / 2);
   assert_bf16("swiglu", o, N * C / 2);
+  /* the FP32 backend beside it keeps its own precision (no state shared between them) */
+  be.rmsnorm_forward(&be, o, rstd, x, w, N, C, 1e-6f);
+  int all16 = 1;
+  for (size_t i = 0; i < N * C; i++)
+    all16 &= o[i] == kd_round_bf16(o[i]);
+  ck_assert_msg(!all16, "the FP32 backend rounded like the BF16 one");
   free(wte), free(x), free(o), free(w), free(rstd), free(lse), free(qkv);
   b16.release(&b16);
 }

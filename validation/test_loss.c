@@ -121,7 +121,7 @@ static double rel(double a, double b) {
   return fabs(a - b) / fmax(fabs(b), 1e-12);
 }
 
-static struct kd_backend be; /* one CPU backend per process */
+static struct kd_backend be; /* the CPU backend of every case */
 
 /* Run loss_chunked and the reference on one case; assert sums and gradients agree. */
 static void check_case(struct kd_backend *be, const struct loss_spec *sp, size_t chunk,

@@ -8,7 +8,12 @@
 
 #include "../util.h"
 #include "backend.h"
+#include "cpu_hw.h"
 #include "cuda.h"
+
+void backend_prepare(char **argv) {
+  kd_blas_select(argv);
+}
 
 int backend_select(struct kd_backend *be, enum kd_device device, int bf16, int node_rank,
                    char *note, size_t notelen, char *err, size_t errlen) {

@@ -211,6 +211,12 @@ KD_STATIC_ASSERT(sizeof(struct kd_backend) ==
                      offsetof(struct kd_backend, describe) + KD_OP_COUNT * sizeof(void (*)(void)),
                  "struct kd_backend and KD_BACKEND_OPS disagree: add the new op to both");
 
+/* First thing in main, before MPI_Init and any thread: the process-wide preparation of
+ * the backends. A DYNAMIC_ARCH OpenBLAS that chose a kernel below the CPU's level gets
+ * the better one, by re-executing this program (cpu_hw.c, kd_blas_select); returns
+ * only when nothing is to be done or that failed. */
+void backend_prepare(char **argv);
+
 /* The backend named by `device` (KD_DEV_AUTO: CUDA when every rank has a device, else
  * the CPU) into *be, storing activations in BF16 when bf16; node_rank (this rank's
  * index on its node) picks the device. Collective over MPI_COMM_WORLD. Returns 0, or

@@ -115,14 +115,12 @@ static void cuda_copy2d(struct kd_backend *be, float *dst, size_t ldd, const flo
 /* Host <-> block copies on the compute stream (ordered after every op issued so far),
  * synchronous: on return the bytes have arrived (pageable host memory is fine). */
 static void cuda_upload(struct kd_backend *be, void *dev, const void *host, size_t bytes) {
-  (void)be;
   if (!bytes) return;
   CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyDefault, cuda_of(be)->compute));
   CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->compute));
 }
 
 static void cuda_download(struct kd_backend *be, void *host, const void *dev, size_t bytes) {
-  (void)be;
   if (!bytes) return;
   CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDefault, cuda_of(be)->compute));
   CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->compute));
@@ -130,7 +128,6 @@ static void cuda_download(struct kd_backend *be, void *host, const void *dev, si
 
 /* Every op is issued on the compute stream (offload uploads join it by event). */
 static void cuda_sync(struct kd_backend *be) {
-  (void)be;
   CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->compute));
   CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->copy));
 }
@@ -147,7 +144,6 @@ static void cuda_copy_async(struct kd_backend *be, float *dst, const float *src,
 /* The compute stream waits (on the device, not the host) for the copies issued so far:
  * the copy stream is in order, so its last event covers them all. */
 static void cuda_copy_wait(struct kd_backend *be) {
-  (void)be;
   CUDA_CHECK(cudaStreamWaitEvent(cuda_of(be)->compute, cuda_of(be)->ev_copy, 0));
 }
 
