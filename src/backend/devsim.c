@@ -9,11 +9,12 @@
  * is a one-line wrapper that translates its pointer arguments back (to_host) and calls
  * the op of a CPU backend held in the devsim backend's state (priv), so results are
  * bit-identical to the CPU backend; that CPU backend counts its blocks in the devsim
- * backend's arena, so the live and peak counters are the CPU backend's. KD_MEM_HOST blocks stay
- * host pointers (pinned host memory on a real device); ops, copies and transfers accept them too.
+ * backend's arena, so the live and peak counters are the CPU backend's. KD_MEM_HOST
+ * blocks stay host pointers (pinned host memory on a real device); ops, copies and
+ * transfers accept them too.
  *
- * A new op added to struct kd_backend (and to KD_BACKEND_OPS, or the build fails) must
- * get a wrapper ds_<op> here, or the build fails: an op left unwrapped would receive
+ * A new op of struct kd_backend (listed in KD_BACKEND_OPS, or the build fails) needs a
+ * wrapper ds_<op> here, or the build fails too: an op left unwrapped would receive
  * device addresses and crash. */
 #include <stdint.h>
 #include <stdlib.h>
