@@ -38,7 +38,7 @@ void comm_release(struct kd_backend *be) {
   stage_be = NULL;
 }
 
-static int icount(size_t n) {
+int comm_count(size_t n) {
   KD_CHECK(n <= INT_MAX, "collective of %zu elements exceeds int", n);
   return (int)n;
 }
@@ -127,9 +127,9 @@ void comm_post(struct comm_xfer *x, struct kd_backend *be, int send, float *buf,
     be->sync(be); /* MPI does not know the backend's queue */
   }
   if (send)
-    MPI_Isend(b, icount(n), MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
+    MPI_Isend(b, comm_count(n), MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
   else
-    MPI_Irecv(b, icount(n), MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
+    MPI_Irecv(b, comm_count(n), MPI_FLOAT, peer, tag, comm, &x->req[x->n++]);
 }
 
 void comm_wait(struct comm_xfer *x, struct kd_backend *be) {

@@ -11,6 +11,9 @@
 
 #include "backend/backend.h"
 
+/* n as the int element count MPI calls take; fails (internal error) above INT_MAX. */
+int comm_count(size_t n);
+
 /* In-place all-reduce of `count` elements of `type` in the backend block `buf`.
  * host_op = 1: `op` is a user-defined reduction that runs on the host, so the data
  * is staged even when MPI accepts device buffers. */

@@ -23,20 +23,20 @@
 static void linear_fwd(struct kd_backend *be, float *y, const float *x, const float *W,
                        const uint16_t *W16, size_t N, int in, int out) {
   if (W16)
-    be->gemm_w16(0, (int)N, out, in, 1.0f, x, in, W16, in, 0.0f, y, out);
+    be->gemm_w16(be, 0, (int)N, out, in, 1.0f, x, in, W16, in, 0.0f, y, out);
   else
-    be->gemm(0, 1, (int)N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+    be->gemm(be, 0, 1, (int)N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
 }
 
 /* dx (N, in) = dy W + beta dx ; dW (out, in) += dy^T x */
 static void linear_bwd(struct kd_backend *be, float *dx, float beta, float *dW, const float *dy,
                        const float *x, const float *W, size_t N, int in, int out) {
-  be->gemm(0, 0, (int)N, in, out, 1.0f, dy, out, W, in, beta, dx, in);
-  be->gemm(1, 0, out, in, (int)N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+  be->gemm(be, 0, 0, (int)N, in, out, 1.0f, dy, out, W, in, beta, dx, in);
+  be->gemm(be, 1, 0, out, in, (int)N, 1.0f, dy, out, x, in, 1.0f, dW, in);
 }
 
 static void maybe_round(struct kd_backend *be, float *x, size_t n) {
-  if (be->bf16) be->round_bf16(x, n);
+  if (be->bf16) be->round_bf16(be, x, n);
 }
 
 /* Sum a partial result over the tensor-parallel group. */
@@ -254,8 +254,7 @@ static struct layer_acts layer_view(const struct kd_acts *a, int i) {
 /* Bring an offloaded input of layer i back into its working buffer. */
 static void restore_input(struct kd_backend *be, const struct kd_acts *a, int i) {
   const float *home = a->keep[i].x_in;
-  if (home && a->d.pol.offload)
-    be->copy(xin_fwd(a, i), home, (size_t)a->d.B * a->d.T * a->d.C);
+  if (home && a->d.pol.offload) be->copy(be, xin_fwd(a, i), home, (size_t)a->d.B * a->d.T * a->d.C);
 }
 
 float *acts_stage_input(const struct kd_acts *a) {
@@ -280,7 +279,7 @@ static void mlp_forward(struct kd_backend *be, const struct kd_model *mdl,
     const size_t n = N - r0 < tile ? N - r0 : tile;
     linear_fwd(be, l->gu, l->h2 + r0 * C, w->wgu, w->wgu16, n, C, 2 * I);
     maybe_round(be, l->gu, n * 2 * I);
-    be->swiglu_forward(l->mlp, l->gu, n, I);
+    be->swiglu_forward(be, l->mlp, l->gu, n, I);
     if (out) linear_fwd(be, out + r0 * C, l->mlp, w->wd, w->wd16, n, I, C);
   }
 }
@@ -300,28 +299,28 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
   const int Q = mdl->q_dim, QKV = mdl->q_dim + 2 * mdl->kv_dim;
   const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
 
-  be->rmsnorm_forward(l->h1, l->rstd1, l->x_in, w->ln1, N, C, eps);
+  be->rmsnorm_forward(be, l->h1, l->rstd1, l->x_in, w->ln1, N, C, eps);
   linear_fwd(be, l->qkv, l->h1, w->wqkv, w->wqkv16, N, C, QKV);
-  if (w->bqkv) be->bias_forward(l->qkv, w->bqkv, N, QKV, QKV);
+  if (w->bqkv) be->bias_forward(be, l->qkv, w->bqkv, N, QKV, QKV);
   maybe_round(be, l->qkv, N * QKV);
-  be->rope_forward(l->qkv, N, T, nh, hd, QKV, theta);
-  be->rope_forward(l->qkv + Q, N, T, nkv, hd, QKV, theta);
-  be->attention_forward(l->att, l->lse, l->qkv, B, T, nh, nkv, hd);
+  be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, theta);
+  be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, theta);
+  be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd);
   linear_fwd(be, l->x_mid, l->att, w->wo, w->wo16, N, Q, C);
   tp_allreduce(be, mdl, l->x_mid, N * C);
-  be->add(l->x_mid, l->x_in, N * C);
+  be->add(be, l->x_mid, l->x_in, N * C);
   maybe_round(be, l->x_mid, N * C);
-  be->rmsnorm_forward(l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
+  be->rmsnorm_forward(be, l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
   if (a->d.pol.offload) be->copy_wait(be); /* out may be x_in's buffer, still being offloaded */
   mlp_forward(be, mdl, w, l, out, a);
   if (!out) return;
   tp_allreduce(be, mdl, out, N * C);
-  be->add(out, l->x_mid, N * C);
+  be->add(be, out, l->x_mid, N * C);
   maybe_round(be, out, N * C);
 }
 
-void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
-                   const int *tokens) {
+void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
+                    const int *tokens) {
   const struct kd_card *c = &mdl->card;
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = c->hidden_size, L = mdl->nlayers;
@@ -329,9 +328,9 @@ void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_
     float *x0 = acts_stage_input(a);
     be->upload(be, a->tokens, tokens, N * sizeof(int));
     if (mdl->pw.wte16)
-      be->embedding_forward_w16(x0, a->tokens, mdl->pw.wte16, N, C, mdl->vocab_lo, mdl->vocab);
+      be->embedding_forward_w16(be, x0, a->tokens, mdl->pw.wte16, N, C, mdl->vocab_lo, mdl->vocab);
     else
-      be->embedding_forward(x0, a->tokens, mdl->pw.wte, N, C, mdl->vocab_lo, mdl->vocab);
+      be->embedding_forward(be, x0, a->tokens, mdl->pw.wte, N, C, mdl->vocab_lo, mdl->vocab);
     tp_allreduce(be, mdl, x0, N * C);
   }
   for (int i = 0; i < L; i++) {
@@ -342,13 +341,13 @@ void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_
       out = a->x_out[i & 1];
     } else {
       if (a->d.pol.offload && a->keep[i].x_in) /* to host as soon as it exists; the copy */
-        be->copy_async(a->keep[i].x_in, l.x_in, N * C); /* overlaps layer i's compute */
+        be->copy_async(be, a->keep[i].x_in, l.x_in, N * C); /* overlaps layer i's compute */
       out = i + 1 < L ? xin_fwd(a, i + 1) : a->x_out[0];
     }
     layer_forward(be, mdl, &mdl->pw.layer[i], &l, out, a);
   }
   if (mdl->has_head)
-    be->rmsnorm_forward(a->hn, a->rstd_f, acts_stage_output(a, mdl), mdl->pw.norm, N, C,
+    be->rmsnorm_forward(be, a->hn, a->rstd_f, acts_stage_output(a, mdl), mdl->pw.norm, N, C,
                         (float)c->rms_norm_eps);
 }
 
@@ -367,11 +366,11 @@ static void mlp_backward(struct kd_backend *be, const struct kd_model *mdl,
     if (tiled) {
       linear_fwd(be, l->gu, h2, w->wgu, w->wgu16, n, C, 2 * I);
       maybe_round(be, l->gu, n * 2 * I);
-      be->swiglu_forward(l->mlp, l->gu, n, I);
+      be->swiglu_forward(be, l->mlp, l->gu, n, I);
     }
     linear_bwd(be, a->dmlp, 0.0f, g->wd, dy, l->mlp, w->wd, n, I, C);
-    be->zero(a->dgu, n * 2 * I);
-    be->swiglu_backward(a->dgu, a->dmlp, l->gu, n, I);
+    be->zero(be, a->dgu, n * 2 * I);
+    be->swiglu_backward(be, a->dgu, a->dmlp, l->gu, n, I);
     linear_bwd(be, a->dh + r0 * C, 0.0f, g->wgu, a->dgu, h2, w->wgu, n, C, 2 * I);
   }
 }
@@ -392,18 +391,18 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl,
   /* MLP: out = x_mid + down(silu(gate) * up) */
   mlp_backward(be, mdl, w, g, l, a);
   tp_allreduce(be, mdl, a->dh, N * C);
-  be->rmsnorm_backward(a->dres, g->ln2, a->dh, l->x_mid, w->ln2, l->rstd2, N, C);
+  be->rmsnorm_backward(be, a->dres, g->ln2, a->dh, l->x_mid, w->ln2, l->rstd2, N, C);
 
   /* attention: x_mid = x_in + o_proj(attn(rope(qkv(norm(x_in))))) */
   linear_bwd(be, a->datt, 0.0f, g->wo, a->dres, l->att, w->wo, N, Q, C);
-  be->zero(a->dqkv, N * QKV);
-  be->attention_backward(a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd);
-  be->rope_backward(a->dqkv, N, T, nh, hd, QKV, theta);
-  be->rope_backward(a->dqkv + Q, N, T, nkv, hd, QKV, theta);
-  if (g->bqkv) be->bias_backward(g->bqkv, a->dqkv, N, QKV, QKV);
+  be->zero(be, a->dqkv, N * QKV);
+  be->attention_backward(be, a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd);
+  be->rope_backward(be, a->dqkv, N, T, nh, hd, QKV, theta);
+  be->rope_backward(be, a->dqkv + Q, N, T, nkv, hd, QKV, theta);
+  if (g->bqkv) be->bias_backward(be, g->bqkv, a->dqkv, N, QKV, QKV);
   linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);
   tp_allreduce(be, mdl, a->dh, N * C);
-  be->rmsnorm_backward(a->dres, g->ln1, a->dh, l->x_in, w->ln1, l->rstd1, N, C);
+  be->rmsnorm_backward(be, a->dres, g->ln1, a->dh, l->x_in, w->ln1, l->rstd1, N, C);
 }
 
 /* 'selective': recompute the norms' outputs and the SwiGLU product of layer l from
@@ -414,20 +413,20 @@ static void recompute_cheap(struct kd_backend *be, const struct kd_model *mdl,
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = mdl->card.hidden_size;
   const float eps = (float)mdl->card.rms_norm_eps;
-  be->rmsnorm_forward(l->h1, l->rstd1, l->x_in, w->ln1, N, C, eps);
-  be->rmsnorm_forward(l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
-  if (!a->d.pol.tiled_mlp) be->swiglu_forward(l->mlp, l->gu, N, mdl->ffn);
+  be->rmsnorm_forward(be, l->h1, l->rstd1, l->x_in, w->ln1, N, C, eps);
+  be->rmsnorm_forward(be, l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
+  if (!a->d.pol.tiled_mlp) be->swiglu_forward(be, l->mlp, l->gu, N, mdl->ffn);
 }
 
-void model_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a) {
+void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = c->hidden_size, L = mdl->nlayers;
   KD_CHECK(!mdl->frozen && a->keep && a->d.layers == L, "backward of a frozen model");
   if (mdl->has_head) {
-    be->zero(a->dres, N * C);
-    be->rmsnorm_backward(a->dres, mdl->pg.norm, a->dhn, acts_stage_output(a, mdl),
-                         mdl->pw.norm, a->rstd_f, N, C);
+    be->zero(be, a->dres, N * C);
+    be->rmsnorm_backward(be, a->dres, mdl->pg.norm, a->dhn, acts_stage_output(a, mdl), mdl->pw.norm,
+                         a->rstd_f, N, C);
   }
   const struct layer_ptrs *W = mdl->pw.layer, *G = mdl->pg.layer;
   if (a->d.pol.recompute == 1) { /* segments, last first: forward again, then backward */
@@ -453,5 +452,5 @@ void model_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts 
     }
   }
   if (mdl->has_embed)
-    be->embedding_backward(mdl->pg.wte, a->dres, a->tokens, N, C, mdl->vocab_lo, mdl->vocab);
+    be->embedding_backward(be, mdl->pg.wte, a->dres, a->tokens, N, C, mdl->vocab_lo, mdl->vocab);
 }

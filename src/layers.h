@@ -70,7 +70,7 @@ void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd
 void acts_free(struct kd_acts *a, struct kd_backend *be);
 
 /* Where the stage's input hidden state (N, C) goes when it is not the first stage
- * (consumed by the next model_forward). */
+ * (consumed by the next layers_forward). */
 float *acts_stage_input(const struct kd_acts *a);
 /* The stage's output hidden state (N, C) when it is not the last stage. */
 float *acts_stage_output(const struct kd_acts *a, const struct kd_model *mdl);
@@ -79,14 +79,14 @@ float *acts_stage_output(const struct kd_acts *a, const struct kd_model *mdl);
  * stage, else from acts_stage_input; leaves the final normed hidden state in a->hn
  * on the last stage, else acts_stage_output. Training models keep what backward
  * needs. Collective over mdl->tp_comm. */
-void model_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
-                   const int *tokens);
+void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
+                    const int *tokens);
 
 /* Backward of this rank's stage, from a->dhn (gradient w.r.t. a->hn, complete over
  * TP) on the last stage, else from a->dres (gradient w.r.t. the stage output);
  * recomputes what the forward did not keep (bitwise the same values), accumulates
  * into mdl->grad and leaves the gradient w.r.t. the stage input in a->dres on
  * stages after the first. Collective over mdl->tp_comm. */
-void model_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a);
+void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a);
 
 #endif

@@ -112,13 +112,17 @@ size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill)
 }
 
 /* loss_chunked and loss_chunked_cache: the teacher logits of a chunk come from the
- * teacher's LM head (ht, wt / wt16) or, when tc != NULL, from cached sparse rows. */
+ * teacher's LM head (t) or, when tc != NULL, from cached sparse rows. */
 static void loss_run(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
-                     float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
-                     const float *wt, const uint16_t *wt16, const struct tcache_rows *tc,
-                     const int *labels, size_t N, int Cs, int Ct, const struct loss_vocab *voc,
-                     size_t chunk, float grad_scale, MPI_Comm tp_comm) {
+                     const struct loss_student *s, const struct loss_teacher *t,
+                     const struct tcache_rows *tc, const int *labels, size_t N,
+                     const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                     MPI_Comm tp_comm) {
   const int distill = spec->distill;
+  const float *hs = s->h, *ws = s->w;
+  float *dhs = s->dh, *dws = s->dw;
+  const int Cs = s->C;
+  KD_CHECK(!distill || tc || t, "loss_chunked: distillation without a teacher");
   const int V = voc->n, Vk = distill ? voc->common : V, vocab_lo = voc->lo; /* CE, KD columns */
   const float tau = distill ? spec->temperature : 1.0f, inv_t = 1.0f / tau;
   const int need_s1 = !distill || tau != 1.0f || voc->split;
@@ -155,35 +159,37 @@ static void loss_run(struct kd_backend *be, const struct loss_spec *spec, struct
     float *ss = distill ? stats : NULL, *st = distill ? stats + 2 * n : NULL;
     float *s1 = need_s1 ? stats + 2 * n * (size_t)(nstats - 1) : ss; /* shared */
 
-    be->gemm(0, 1, ni, V, Cs, 1.0f, hs_c, Cs, ws, Cs, 0.0f, zs, V);
+    be->gemm(be, 0, 1, ni, V, Cs, 1.0f, hs_c, Cs, ws, Cs, 0.0f, zs, V);
     if (distill && tc)
       tcache_fill(be, zt, stage, tc, r0, n, vocab_lo, Vk, tau);
-    else if (distill && wt16) /* the teacher's first Vk rows: the same ids as the student's first Vk */
-      be->gemm_w16(0, ni, Vk, Ct, 1.0f, ht + r0 * (size_t)Ct, Ct, wt16, Ct, 0.0f, zt, Vk);
+    else if (distill && t->w16) /* the teacher's first Vk rows: the student's first Vk ids */
+      be->gemm_w16(be, 0, ni, Vk, t->C, 1.0f, t->h + r0 * (size_t)t->C, t->C, t->w16, t->C, 0.0f,
+                   zt, Vk);
     else if (distill)
-      be->gemm(0, 1, ni, Vk, Ct, 1.0f, ht + r0 * (size_t)Ct, Ct, wt, Ct, 0.0f, zt, Vk);
+      be->gemm(be, 0, 1, ni, Vk, t->C, 1.0f, t->h + r0 * (size_t)t->C, t->C, t->w, t->C, 0.0f, zt,
+               Vk);
     if (be->bf16) {
-      be->round_bf16(zs, n * (size_t)V);
-      if (distill && !tc) be->round_bf16(zt, n * (size_t)Vk);
+      be->round_bf16(be, zs, n * (size_t)V);
+      if (distill && !tc) be->round_bf16(be, zt, n * (size_t)Vk);
     }
 
     if (distill) {
-      be->softmax_stats(ss, zs, n, Vk, V, inv_t);
-      be->softmax_stats(st, zt, n, Vk, Vk, inv_t);
+      be->softmax_stats(be, ss, zs, n, Vk, V, inv_t);
+      be->softmax_stats(be, st, zt, n, Vk, Vk, inv_t);
     }
-    if (need_s1) be->softmax_stats(s1, zs, n, V, V, 1.0f);
+    if (need_s1) be->softmax_stats(be, s1, zs, n, V, V, 1.0f);
     if (tp > 1) comm_allreduce(be, stats, (size_t)nstats * n, stats_type, stats_op, 1, tp_comm);
 
-    be->loss_partials(part, zs, zt, ss, st, s1, lab_c, n, V, Vk, vocab_lo, spec->kind, inv_t,
+    be->loss_partials(be, part, zs, zt, ss, st, s1, lab_c, n, V, Vk, vocab_lo, spec->kind, inv_t,
                       spec->beta);
     if (tp > 1) comm_allreduce(be, part, PART_W * n, MPI_DOUBLE, MPI_SUM, 0, tp_comm);
-    be->loss_accumulate(acc, part, n);
+    be->loss_accumulate(be, acc, part, n);
 
     if (!dhs) continue; /* forward only */
-    be->loss_grad(zs, zt, ss, st, s1, part, lab_c, n, V, Vk, vocab_lo, spec->kind, inv_t,
+    be->loss_grad(be, zs, zt, ss, st, s1, part, lab_c, n, V, Vk, vocab_lo, spec->kind, inv_t,
                   spec->beta, wkd, wce);
-    be->gemm(0, 0, ni, Cs, V, 1.0f, zs, V, ws, Cs, 1.0f, dhs + r0 * (size_t)Cs, Cs);
-    if (dws) be->gemm(1, 0, V, Cs, ni, 1.0f, zs, V, hs_c, Cs, 1.0f, dws, Cs);
+    be->gemm(be, 0, 0, ni, Cs, V, 1.0f, zs, V, ws, Cs, 1.0f, dhs + r0 * (size_t)Cs, Cs);
+    if (dws) be->gemm(be, 1, 0, V, Cs, ni, 1.0f, zs, V, hs_c, Cs, 1.0f, dws, Cs);
   }
 
   double total[2];
@@ -200,19 +206,15 @@ static void loss_run(struct kd_backend *be, const struct loss_spec *spec, struct
 }
 
 void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
-                  float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
-                  const float *wt, const uint16_t *wt16, const int *labels, size_t N, int Cs,
-                  int Ct, const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                  const struct loss_student *s, const struct loss_teacher *t, const int *labels,
+                  size_t N, const struct loss_vocab *voc, size_t chunk, float grad_scale,
                   MPI_Comm tp_comm) {
-  loss_run(be, spec, sums, dhs, dws, hs, ws, ht, wt, wt16, NULL, labels, N, Cs, Ct, voc, chunk,
-           grad_scale, tp_comm);
+  loss_run(be, spec, sums, s, t, NULL, labels, N, voc, chunk, grad_scale, tp_comm);
 }
 
-void loss_chunked_cache(struct kd_backend *be, const struct loss_spec *spec,
-                        struct loss_sums *sums, float *dhs, float *dws, const float *hs,
-                        const float *ws, const struct tcache_rows *tc, const int *labels, size_t N,
-                        int Cs, const struct loss_vocab *voc, size_t chunk, float grad_scale,
-                        MPI_Comm tp_comm) {
-  loss_run(be, spec, sums, dhs, dws, hs, ws, NULL, NULL, NULL, tc, labels, N, Cs, 0, voc, chunk,
-           grad_scale, tp_comm);
+void loss_chunked_cache(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
+                        const struct loss_student *s, const struct tcache_rows *tc,
+                        const int *labels, size_t N, const struct loss_vocab *voc, size_t chunk,
+                        float grad_scale, MPI_Comm tp_comm) {
+  loss_run(be, spec, sums, s, NULL, tc, labels, N, voc, chunk, grad_scale, tp_comm);
 }

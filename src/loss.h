@@ -39,31 +39,44 @@ struct loss_vocab {
                  teacher lacks): the CE then needs its own softmax stats on every rank */
 };
 
+/* The student side of a loss call (backend blocks). */
+struct loss_student {
+  const float *h; /* (N, C) final hidden (after the final norm) */
+  const float *w; /* (voc->n, C) LM-head rows of this rank's vocabulary slice */
+  int C;          /* hidden size */
+  float *dh;      /* (N, C) gradient, accumulated; NULL: forward only */
+  float *dw;      /* (voc->n, C) LM-head gradient, accumulated with dh; NULL: not wanted */
+};
+
+/* The teacher side of a loss call (backend blocks): its logits over the KD columns are
+ * h w^T, from the first voc->common LM-head rows of the same slice. */
+struct loss_teacher {
+  const float *h;      /* (N, C) final hidden */
+  const float *w;      /* LM-head rows of the slice (FP32), or NULL with w16 */
+  const uint16_t *w16; /* the head in packed BF16 instead of w (MODEL_FROZEN16), else NULL */
+  int C;               /* hidden size */
+};
+
 /* Rank r of tp's slice of a student vocabulary of V ids of which the first
  * vocab_common are shared with the teacher (vocab_common == V: no padding). */
 void loss_vocab_slice(struct loss_vocab *v, int V, int vocab_common, int tp, int r);
 
-/* Forward (and backward when dhs != NULL) of the loss over N token rows, in
- * chunks of `chunk` rows.
- *   hs: (N, Cs) student final hidden (after the final norm); ws: (voc->n, Cs) student
- *   LM head rows of this rank's vocabulary slice [voc->lo, voc->lo + voc->n);
- *   ht: (N, Ct) teacher hidden, wt: teacher LM head rows of the same slice, of which
- *   the first voc->common are read (both ignored unless spec->distill); wt16: the
- *   teacher head in packed BF16 instead of wt (MODEL_FROZEN16), else NULL;
- *   labels: (N) global token ids, in HOST memory (uploaded once per call); a label < 0
- *   masks its row out: it adds nothing to the sums or the gradients.
+/* Forward (and backward when s->dh != NULL) of the loss over N token rows, in
+ * chunks of `chunk` rows, on this rank's vocabulary slice [voc->lo, voc->lo + voc->n).
+ *   s: the student; t: the teacher, read only when spec->distill (may be NULL
+ *   otherwise); labels: (N) global token ids, in HOST memory (uploaded once per
+ *   call); a label < 0 masks its row out: it adds nothing to the sums or the gradients.
  * KD compares the teacher's and the student's softmax over the common ids (each
  * normalised over that range); CE uses the student's softmax over all its ids.
- * hs, ws, ht, wt, dhs, dws are backend blocks; the sums come back to the host.
- * Gradient of  grad_scale * sum_rows (alpha * kd_row + (1 - alpha) * ce_row)
- * (or grad_scale * sum ce_row without distillation) is ACCUMULATED into
- * dhs (N, Cs) and dws (voc->n, Cs). Collective over tp_comm (MPI_COMM_SELF for one
- * rank): the per-row (max, sum-of-exponentials) pairs are combined by one all-reduce
- * per chunk with a user-defined reduction. Uses arena category KD_MEM_LOSS. */
+ * The sums come back to the host. Gradient of
+ *   grad_scale * sum_rows (alpha * kd_row + (1 - alpha) * ce_row)
+ * (or grad_scale * sum ce_row without distillation) is ACCUMULATED into s->dh and
+ * s->dw. Collective over tp_comm (MPI_COMM_SELF for one rank): the per-row (max,
+ * sum-of-exponentials) pairs are combined by one all-reduce per chunk with a
+ * user-defined reduction. Uses arena category KD_MEM_LOSS. */
 void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
-                  float *dhs, float *dws, const float *hs, const float *ws, const float *ht,
-                  const float *wt, const uint16_t *wt16, const int *labels, size_t N, int Cs,
-                  int Ct, const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                  const struct loss_student *s, const struct loss_teacher *t, const int *labels,
+                  size_t N, const struct loss_vocab *voc, size_t chunk, float grad_scale,
                   MPI_Comm tp_comm);
 
 /* loss_chunked with the teacher's distribution taken from cached sparse rows (tcache.h:
@@ -71,11 +84,10 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
  * compares the student's softmax with the cached distribution over the common ids
  * (doc/cache.md). Same contract as loss_chunked otherwise. */
 struct tcache_rows;
-void loss_chunked_cache(struct kd_backend *be, const struct loss_spec *spec,
-                        struct loss_sums *sums, float *dhs, float *dws, const float *hs,
-                        const float *ws, const struct tcache_rows *tc, const int *labels, size_t N,
-                        int Cs, const struct loss_vocab *voc, size_t chunk, float grad_scale,
-                        MPI_Comm tp_comm);
+void loss_chunked_cache(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
+                        const struct loss_student *s, const struct tcache_rows *tc,
+                        const int *labels, size_t N, const struct loss_vocab *voc, size_t chunk,
+                        float grad_scale, MPI_Comm tp_comm);
 
 /* Largest chunk (rows) whose loss buffers for N rows fit in `budget_bytes` (at least 1)
  * for a slice of at most V ids. */

@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu_hw.h"
+#include "backend/backend.h"
 #include "config.h"
 #include "selftest.h"
 #include "train.h"
-#include "weights.h"
 #include "util.h"
+#include "weights.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -91,7 +91,7 @@ static double size_bytes(const char *w) {
 }
 
 int main(int argc, char **argv) {
-  kd_blas_select(argv); /* first: it may re-execute this program with a better BLAS kernel */
+  backend_prepare(argv); /* first: it may re-execute this program with a better BLAS kernel */
   int lrank;
   const int lsize = launch_size(&lrank);
   int print_config = 0, dry_run = 0, selftest = 0, plan_ranks = 0;

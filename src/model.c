@@ -349,8 +349,8 @@ size_t model_weight_bytes(const struct kd_model *mdl) {
 
 void model_sync_working(struct kd_model *mdl, struct kd_backend *be) {
   if (mdl->w == mdl->master) return;
-  be->copy(mdl->w, mdl->master, mdl->numel);
-  if (be->bf16) be->round_bf16(mdl->w, mdl->numel);
+  be->copy(be, mdl->w, mdl->master, mdl->numel);
+  if (be->bf16) be->round_bf16(be, mdl->w, mdl->numel);
 }
 
 const struct kd_param *model_find(const struct kd_model *mdl, const char *name) {

@@ -135,14 +135,14 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   const size_t ct = p->teacher ? (size_t)p->teacher->card.hidden_size : 0;
   fetch(arg, m, p->inputs[k], p->labels[k]);
   if (!s->has_embed) { /* unpack [teacher | student] hidden states */
-    if (t) be->copy(acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
-    be->copy(acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
+    if (t) be->copy(be, acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
+    be->copy(be, acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
   }
-  if (t) model_forward(be, t, &p->tacts, p->inputs[k]);
-  model_forward(be, s, sa, p->inputs[k]);
+  if (t) layers_forward(be, t, &p->tacts, p->inputs[k]);
+  layers_forward(be, s, sa, p->inputs[k]);
   if (!s->has_head) { /* pack for the next stage */
-    if (t) be->copy(p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
-    be->copy(p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
+    if (t) be->copy(be, p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
+    be->copy(be, p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
     return;
   }
   struct loss_spec spec = p->spec;
@@ -150,17 +150,19 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   spec.distill = (t != NULL || cached) && spec.distill;
   if (cached) p->tc_fetch(p->tc_arg, m, p->tc_rows);
   struct loss_sums ms = {0, 0};
-  if (train) be->zero(sa->dhn, N * cs);
+  if (train) be->zero(be, sa->dhn, N * cs);
   struct loss_vocab voc; /* both models are cut on the common ids (grid_vocab_block) */
   loss_vocab_slice(&voc, s->card.vocab_size, s->vocab_common, s->tp, s->tp_rank);
+  const struct loss_student ls = {sa->hn, s->pw.head, (int)cs, train ? sa->dhn : NULL,
+                                  train ? s->pg.head : NULL};
+  struct loss_teacher lt = {0}; /* read only when distilling live */
+  if (spec.distill && !cached)
+    lt = (struct loss_teacher){p->tacts.hn, t->pw.head, t->pw.head16, (int)ct};
   if (cached)
-    loss_chunked_cache(be, &spec, &ms, sa->dhn, s->pg.head, sa->hn, s->pw.head, p->tc_rows,
-                       p->labels[k], N, (int)cs, &voc, p->chunk, grad_scale, s->tp_comm);
+    loss_chunked_cache(be, &spec, &ms, &ls, p->tc_rows, p->labels[k], N, &voc, p->chunk, grad_scale,
+                       s->tp_comm);
   else
-    loss_chunked(be, &spec, &ms, train ? sa->dhn : NULL, train ? s->pg.head : NULL, sa->hn,
-                 s->pw.head, spec.distill ? p->tacts.hn : NULL, spec.distill ? t->pw.head : NULL,
-                 spec.distill ? t->pw.head16 : NULL, p->labels[k], N, (int)cs, (int)ct, &voc,
-                 p->chunk, grad_scale, s->tp_comm);
+    loss_chunked(be, &spec, &ms, &ls, &lt, p->labels[k], N, &voc, p->chunk, grad_scale, s->tp_comm);
   if (train && s->tp > 1) /* each rank's vocabulary slice gave a partial dhn */
     comm_allreduce(be, sa->dhn, N * cs, MPI_FLOAT, MPI_SUM, 0, s->tp_comm);
   sums->kd += ms.kd;
@@ -168,7 +170,7 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
 }
 
 static void stage_backward(struct kd_pipe *p, int m) {
-  model_backward(p->be, p->student, &p->sacts[m % p->nslots]);
+  layers_backward(p->be, p->student, &p->sacts[m % p->nslots]);
 }
 
 void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn fetch, void *arg,

@@ -9,21 +9,17 @@
  * memory reached only through the op table) and the losses are compared. Exit 0
  * only when every line passes.
  *
- * Builds without CUDA compile only the "no CUDA device" answer. */
+ * The CUDA backend comes from backend_select, as training selects it: a build without
+ * CUDA, or a machine without a device, gets the "no CUDA device" answer. */
 #include "kdtrain_config.h"
 
 #include "selftest.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
-#include <string.h>
-
-#include "util.h"
-
-#ifdef KD_HAVE_CUDA
-
-#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
@@ -31,6 +27,7 @@
 #include "layers.h"
 #include "loss.h"
 #include "model.h"
+#include "util.h"
 
 struct st {
   struct kd_backend *cpu, *gpu;
@@ -146,13 +143,13 @@ static void test_memory(struct st *x) {
    * offsets; the rest of dst must stay as it was. Then from a pinned source. */
   const size_t lds = 53, ldd = 41, rows = 37, cols = 29, os = 3 * lds + 7, od = 2 * ldd + 5;
   struct dual src = dual_rand(x, 45 * lds, 1.0f), dst = dual_rand(x, 40 * ldd, 1.0f);
-  x->cpu->copy2d((float *)dst.c + od, ldd, (float *)src.c + os, lds, rows, cols);
-  g->copy2d((float *)dst.g + od, ldd, (float *)src.g + os, lds, rows, cols);
+  x->cpu->copy2d(x->cpu, (float *)dst.c + od, ldd, (float *)src.c + os, lds, rows, cols);
+  g->copy2d(g, (float *)dst.g + od, ldd, (float *)src.g + os, lds, rows, cols);
   double e = dual_err(x, &dst, 0);
   float *pins = g->alloc(g, KD_MEM_HOST, src.bytes);
   memcpy(pins, src.c, src.bytes);
-  x->cpu->copy2d((float *)dst.c + 1, ldd, (float *)src.c + 2, lds, 40, ldd - 1);
-  g->copy2d((float *)dst.g + 1, ldd, pins + 2, lds, 40, ldd - 1);
+  x->cpu->copy2d(x->cpu, (float *)dst.c + 1, ldd, (float *)src.c + 2, lds, 40, ldd - 1);
+  g->copy2d(g, (float *)dst.g + 1, ldd, pins + 2, lds, 40, ldd - 1);
   e = fmax(e, dual_err(x, &dst, 0));
   g->free(g, pins);
   report(x, "copy2d (device, pinned source)", e, 0.0, 0.0);
@@ -163,8 +160,9 @@ static void test_memory(struct st *x) {
   const size_t n = (size_t)1 << 22;
   struct dual a = dual_rand(x, n, 1.0f);
   float *pa = g->alloc(g, KD_MEM_HOST, a.bytes);
-  for (int k = 0; k < 8; k++) x->cpu->scale(a.c, 1.5f, n), g->scale(a.g, 1.5f, n);
-  g->copy(pa, a.g, n);
+  for (int k = 0; k < 8; k++)
+    x->cpu->scale(x->cpu, a.c, 1.5f, n), g->scale(g, a.g, 1.5f, n);
+  g->copy(g, pa, a.g, n);
   g->sync(g);
   double diff = 0.0, mag = 0.0;
   for (size_t i = 0; i < n; i++) {
@@ -179,11 +177,12 @@ static void test_memory(struct st *x) {
    * download of the target. */
   float *back = g->alloc(g, KD_MEM_ACTS, a.bytes), *hb = kd_malloc(a.bytes);
   memset(pa, 0, a.bytes);
-  for (int k = 0; k < 8; k++) x->cpu->scale(a.c, 0.75f, n), g->scale(a.g, 0.75f, n);
-  g->copy_async(pa, a.g, n);
+  for (int k = 0; k < 8; k++)
+    x->cpu->scale(x->cpu, a.c, 0.75f, n), g->scale(g, a.g, 0.75f, n);
+  g->copy_async(g, pa, a.g, n);
   g->copy_wait(g);
-  g->scale(a.g, 2.0f, n);
-  g->copy_async(back, pa, n);
+  g->scale(g, a.g, 2.0f, n);
+  g->copy_async(g, back, pa, n);
   g->copy_wait(g);
   g->download(g, hb, back, a.bytes);
   g->sync(g);
@@ -203,8 +202,8 @@ static void test_gemm(struct st *x) {
     struct dual A = dual_rand(x, (size_t)(ta ? K : M) * lda, 1.0f);
     struct dual B = dual_rand(x, (size_t)(tb ? N : K) * ldb, 1.0f);
     struct dual C = dual_rand(x, (size_t)M * ldc, 1.0f);
-    x->cpu->gemm(ta, tb, M, N, K, 0.7f, A.c, lda, B.c, ldb, 0.5f, C.c, ldc);
-    x->gpu->gemm(ta, tb, M, N, K, 0.7f, A.g, lda, B.g, ldb, 0.5f, C.g, ldc);
+    x->cpu->gemm(x->cpu, ta, tb, M, N, K, 0.7f, A.c, lda, B.c, ldb, 0.5f, C.c, ldc);
+    x->gpu->gemm(x->gpu, ta, tb, M, N, K, 0.7f, A.g, lda, B.g, ldb, 0.5f, C.g, ldc);
     char name[32];
     snprintf(name, sizeof name, "gemm %c%c", ta ? 'T' : 'N', tb ? 'T' : 'N');
     report(x, name, dual_err(x, &C, 0), TOL_GEMM);
@@ -231,8 +230,8 @@ static void test_w16(struct st *x) {
     struct dual A = dual_rand(x, (size_t)(ta ? K : M) * lda, 1.0f);
     struct dual B = dual_rand16(x, (size_t)N * ldb, 1.0f);
     struct dual C = dual_rand(x, (size_t)M * ldc, 1.0f);
-    x->cpu->gemm_w16(ta, M, N, K, 0.7f, A.c, lda, B.c, ldb, 0.5f, C.c, ldc);
-    x->gpu->gemm_w16(ta, M, N, K, 0.7f, A.g, lda, B.g, ldb, 0.5f, C.g, ldc);
+    x->cpu->gemm_w16(x->cpu, ta, M, N, K, 0.7f, A.c, lda, B.c, ldb, 0.5f, C.c, ldc);
+    x->gpu->gemm_w16(x->gpu, ta, M, N, K, 0.7f, A.g, lda, B.g, ldb, 0.5f, C.g, ldc);
     report(x, ta ? "gemm_w16 T" : "gemm_w16 N", dual_err(x, &C, 0), TOL_GEMM);
     dual_free(x, &A), dual_free(x, &B), dual_free(x, &C);
   }
@@ -240,8 +239,8 @@ static void test_w16(struct st *x) {
   const int C2 = 200, V = 50, lo = 10;
   struct dual tok = dual_tokens(x, N2, 0, 70), wte = dual_rand16(x, (size_t)V * C2, 1.0f);
   struct dual out = dual_rand(x, N2 * C2, 1.0f);
-  x->cpu->embedding_forward_w16(out.c, tok.c, wte.c, N2, C2, lo, V);
-  x->gpu->embedding_forward_w16(out.g, tok.g, wte.g, N2, C2, lo, V);
+  x->cpu->embedding_forward_w16(x->cpu, out.c, tok.c, wte.c, N2, C2, lo, V);
+  x->gpu->embedding_forward_w16(x->gpu, out.g, tok.g, wte.g, N2, C2, lo, V);
   report(x, "embedding_forward_w16", dual_err(x, &out, 0), TOL_EXACT);
   dual_free(x, &tok), dual_free(x, &wte), dual_free(x, &out);
 }
@@ -249,30 +248,33 @@ static void test_w16(struct st *x) {
 static void test_elementwise(struct st *x) {
   const size_t n = 10007; /* odd: exercises the float4 tail */
   struct dual a = dual_rand(x, n, 2.0f), b = dual_rand(x, n, 2.0f);
-  x->cpu->add(a.c, b.c, n), x->gpu->add(a.g, b.g, n);
+  x->cpu->add(x->cpu, a.c, b.c, n), x->gpu->add(x->gpu, a.g, b.g, n);
   report(x, "add", dual_err(x, &a, 0), TOL_EXACT);
-  x->cpu->scale(a.c, 0.37f, n), x->gpu->scale(a.g, 0.37f, n);
+  x->cpu->scale(x->cpu, a.c, 0.37f, n), x->gpu->scale(x->gpu, a.g, 0.37f, n);
   report(x, "scale", dual_err(x, &a, 0), TOL_EXACT);
-  x->cpu->round_bf16(a.c, n), x->gpu->round_bf16(a.g, n);
+  x->cpu->round_bf16(x->cpu, a.c, n), x->gpu->round_bf16(x->gpu, a.g, n);
   report(x, "round_bf16", dual_err(x, &a, 0), 0.0, 0.0);
-  x->cpu->copy(b.c, a.c, n - 1), x->gpu->copy(b.g, a.g, n - 1);
-  x->cpu->zero(a.c, n / 2), x->gpu->zero(a.g, n / 2);
+  x->cpu->copy(x->cpu, b.c, a.c, n - 1), x->gpu->copy(x->gpu, b.g, a.g, n - 1);
+  x->cpu->zero(x->cpu, a.c, n / 2), x->gpu->zero(x->gpu, a.g, n / 2);
   report(x, "copy, zero", fmax(dual_err(x, &a, 0), dual_err(x, &b, 0)), 0.0, 0.0);
-  double sc = x->cpu->sumsq(b.c, n), sg = x->gpu->sumsq(b.g, n);
+  double sc = x->cpu->sumsq(x->cpu, b.c, n), sg = x->gpu->sumsq(x->gpu, b.g, n);
   report(x, "sumsq", fabs(sg - sc) / sc, 1e-9, 1e-9);
-  int f1 = x->cpu->all_finite(b.c, n) == x->gpu->all_finite(b.g, n);
+  int f1 = x->cpu->all_finite(x->cpu, b.c, n) == x->gpu->all_finite(x->gpu, b.g, n);
   float inf = INFINITY;
   memcpy((float *)b.c + n / 3, &inf, sizeof inf);
   x->gpu->upload(x->gpu, (float *)b.g + n / 3, &inf, sizeof inf);
-  int f2 = x->cpu->all_finite(b.c, n) == x->gpu->all_finite(b.g, n) && !x->cpu->all_finite(b.c, n);
+  int f2 = x->cpu->all_finite(x->cpu, b.c, n) == x->gpu->all_finite(x->gpu, b.g, n) &&
+           !x->cpu->all_finite(x->cpu, b.c, n);
   report(x, "all_finite", f1 && f2 ? 0.0 : 1.0, 0.0, 0.0);
   struct dual p = dual_rand(x, n, 0.1f), m = dual_rand(x, n, 0.01f), g = dual_rand(x, n, 1.0f);
   struct dual v = dual_rand(x, n, 0.01f);
   float *vh = v.c; /* second moments are non-negative */
   for (size_t i = 0; i < n; i++) vh[i] = fabsf(vh[i]);
   x->gpu->upload(x->gpu, v.g, v.c, v.bytes);
-  x->cpu->adamw(p.c, m.c, v.c, g.c, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f, 0.5f);
-  x->gpu->adamw(p.g, m.g, v.g, g.g, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f, 0.5f);
+  x->cpu->adamw(x->cpu, p.c, m.c, v.c, g.c, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f,
+                0.5f);
+  x->gpu->adamw(x->gpu, p.g, m.g, v.g, g.g, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f,
+                0.5f);
   report(x, "adamw (param, m, v)",
          fmax(dual_err(x, &p, 0), fmax(dual_err(x, &m, 0), dual_err(x, &v, 0))), 2e-6, 2e-6);
   dual_free(x, &a), dual_free(x, &b), dual_free(x, &p), dual_free(x, &m), dual_free(x, &g);
@@ -285,43 +287,49 @@ static void test_rows(struct st *x) {
   /* embedding: tokens in [0, 70): some outside the slice [10, 60), repeats collide */
   struct dual tok = dual_tokens(x, N, 0, 70), wte = dual_rand(x, (size_t)V * C, 1.0f);
   struct dual out = dual_rand(x, N * C, 1.0f);
-  x->cpu->embedding_forward(out.c, tok.c, wte.c, N, C, lo, V);
-  x->gpu->embedding_forward(out.g, tok.g, wte.g, N, C, lo, V);
+  x->cpu->embedding_forward(x->cpu, out.c, tok.c, wte.c, N, C, lo, V);
+  x->gpu->embedding_forward(x->gpu, out.g, tok.g, wte.g, N, C, lo, V);
   report(x, "embedding_forward", dual_err(x, &out, 0), TOL_EXACT);
-  x->cpu->embedding_backward(wte.c, out.c, tok.c, N, C, lo, V);
-  x->gpu->embedding_backward(wte.g, out.g, tok.g, N, C, lo, V);
+  x->cpu->embedding_backward(x->cpu, wte.c, out.c, tok.c, N, C, lo, V);
+  x->gpu->embedding_backward(x->gpu, wte.g, out.g, tok.g, N, C, lo, V);
   report(x, "embedding_backward", dual_err(x, &wte, 0), TOL_BWD);
   /* rmsnorm */
   struct dual in = dual_rand(x, N * C, 2.0f), w = dual_rand(x, C, 1.0f), r = dual_rand(x, N, 1.0f);
-  x->cpu->rmsnorm_forward(out.c, r.c, in.c, w.c, N, C, 1e-6f);
-  x->gpu->rmsnorm_forward(out.g, r.g, in.g, w.g, N, C, 1e-6f);
+  x->cpu->rmsnorm_forward(x->cpu, out.c, r.c, in.c, w.c, N, C, 1e-6f);
+  x->gpu->rmsnorm_forward(x->gpu, out.g, r.g, in.g, w.g, N, C, 1e-6f);
   report(x, "rmsnorm_forward (out, rstd)", fmax(dual_err(x, &out, 0), dual_err(x, &r, 0)),
          TOL_FWD);
   struct dual dout = dual_rand(x, N * C, 1.0f), din = dual_rand(x, N * C, 1.0f);
   struct dual dw = dual_rand(x, C, 1.0f);
-  x->cpu->rmsnorm_backward(din.c, dw.c, dout.c, in.c, w.c, r.c, N, C);
-  x->gpu->rmsnorm_backward(din.g, dw.g, dout.g, in.g, w.g, r.g, N, C);
+  x->cpu->rmsnorm_backward(x->cpu, din.c, dw.c, dout.c, in.c, w.c, r.c, N, C);
+  x->gpu->rmsnorm_backward(x->gpu, din.g, dw.g, dout.g, in.g, w.g, r.g, N, C);
   report(x, "rmsnorm_backward (dinp, dw)", fmax(dual_err(x, &din, 0), dual_err(x, &dw, 0)),
          TOL_BWD);
   /* bias on the first C' columns of rows of width ld */
   struct dual xb = dual_rand(x, N * ld, 1.0f), bias = dual_rand(x, ld - 5, 1.0f);
-  x->cpu->bias_forward(xb.c, bias.c, N, ld - 5, ld), x->gpu->bias_forward(xb.g, bias.g, N, ld - 5, ld);
+  x->cpu->bias_forward(x->cpu, xb.c, bias.c, N, ld - 5, ld),
+      x->gpu->bias_forward(x->gpu, xb.g, bias.g, N, ld - 5, ld);
   report(x, "bias_forward", dual_err(x, &xb, 0), TOL_EXACT);
-  x->cpu->bias_backward(bias.c, xb.c, N, ld - 5, ld), x->gpu->bias_backward(bias.g, xb.g, N, ld - 5, ld);
+  x->cpu->bias_backward(x->cpu, bias.c, xb.c, N, ld - 5, ld),
+      x->gpu->bias_backward(x->gpu, bias.g, xb.g, N, ld - 5, ld);
   report(x, "bias_backward", dual_err(x, &bias, 0), TOL_BWD);
   /* rope on heads at column 0 and at column nh*hd of rows of width ld */
-  x->cpu->rope_forward(xb.c, N, T, nh, hd, ld, 1e6f), x->gpu->rope_forward(xb.g, N, T, nh, hd, ld, 1e6f);
-  x->cpu->rope_forward((float *)xb.c + nh * hd, N, T, nh, hd, ld, 1e4f);
-  x->gpu->rope_forward((float *)xb.g + nh * hd, N, T, nh, hd, ld, 1e4f);
+  x->cpu->rope_forward(x->cpu, xb.c, N, T, nh, hd, ld, 1e6f),
+      x->gpu->rope_forward(x->gpu, xb.g, N, T, nh, hd, ld, 1e6f);
+  x->cpu->rope_forward(x->cpu, (float *)xb.c + nh * hd, N, T, nh, hd, ld, 1e4f);
+  x->gpu->rope_forward(x->gpu, (float *)xb.g + nh * hd, N, T, nh, hd, ld, 1e4f);
   report(x, "rope_forward", dual_err(x, &xb, 0), TOL_FWD);
-  x->cpu->rope_backward(xb.c, N, T, 2 * nh, hd, ld, 1e4f), x->gpu->rope_backward(xb.g, N, T, 2 * nh, hd, ld, 1e4f);
+  x->cpu->rope_backward(x->cpu, xb.c, N, T, 2 * nh, hd, ld, 1e4f),
+      x->gpu->rope_backward(x->gpu, xb.g, N, T, 2 * nh, hd, ld, 1e4f);
   report(x, "rope_backward", dual_err(x, &xb, 0), TOL_FWD);
   /* swiglu */
   struct dual gu = dual_rand(x, N * 2 * I, 3.0f), o2 = dual_rand(x, N * I, 1.0f);
   struct dual d2 = dual_rand(x, N * I, 1.0f), dgu = dual_rand(x, N * 2 * I, 1.0f);
-  x->cpu->swiglu_forward(o2.c, gu.c, N, I), x->gpu->swiglu_forward(o2.g, gu.g, N, I);
+  x->cpu->swiglu_forward(x->cpu, o2.c, gu.c, N, I),
+      x->gpu->swiglu_forward(x->gpu, o2.g, gu.g, N, I);
   report(x, "swiglu_forward", dual_err(x, &o2, 0), TOL_FWD);
-  x->cpu->swiglu_backward(dgu.c, d2.c, gu.c, N, I), x->gpu->swiglu_backward(dgu.g, d2.g, gu.g, N, I);
+  x->cpu->swiglu_backward(x->cpu, dgu.c, d2.c, gu.c, N, I),
+      x->gpu->swiglu_backward(x->gpu, dgu.g, d2.g, gu.g, N, I);
   report(x, "swiglu_backward", dual_err(x, &dgu, 0), TOL_BWD);
   struct dual *all[] = {&tok, &wte, &out, &in, &w, &r, &dout, &din, &dw, &xb, &bias, &gu, &o2, &d2, &dgu};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) dual_free(x, all[i]);
@@ -331,8 +339,8 @@ static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) 
   const size_t N = (size_t)B * T, ld = (size_t)(nh + 2 * nkv) * hd, ldo = (size_t)nh * hd;
   struct dual qkv = dual_rand(x, N * ld, 1.0f), out = dual_rand(x, N * ldo, 1.0f);
   struct dual lse = dual_rand(x, N * nh, 1.0f);
-  x->cpu->attention_forward(out.c, lse.c, qkv.c, B, T, nh, nkv, hd);
-  x->gpu->attention_forward(out.g, lse.g, qkv.g, B, T, nh, nkv, hd);
+  x->cpu->attention_forward(x->cpu, out.c, lse.c, qkv.c, B, T, nh, nkv, hd);
+  x->gpu->attention_forward(x->gpu, out.g, lse.g, qkv.g, B, T, nh, nkv, hd);
   char name[64];
   snprintf(name, sizeof name, "attention_forward hd=%d T=%d", hd, T);
   report(x, name, fmax(dual_err(x, &out, 0), dual_err(x, &lse, 0)), TOL_ATT);
@@ -340,8 +348,8 @@ static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) 
   x->gpu->upload(x->gpu, out.g, out.c, out.bytes);
   x->gpu->upload(x->gpu, lse.g, lse.c, lse.bytes);
   struct dual dout = dual_rand(x, N * ldo, 1.0f), dqkv = dual_rand(x, N * ld, 1.0f);
-  x->cpu->attention_backward(dqkv.c, dout.c, qkv.c, out.c, lse.c, B, T, nh, nkv, hd);
-  x->gpu->attention_backward(dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, nh, nkv, hd);
+  x->cpu->attention_backward(x->cpu, dqkv.c, dout.c, qkv.c, out.c, lse.c, B, T, nh, nkv, hd);
+  x->gpu->attention_backward(x->gpu, dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, nh, nkv, hd);
   snprintf(name, sizeof name, "attention_backward hd=%d T=%d", hd, T);
   report(x, name, dual_err(x, &dqkv, 0), TOL_ATT_BWD);
   dual_free(x, &qkv), dual_free(x, &out), dual_free(x, &lse), dual_free(x, &dout);
@@ -364,12 +372,12 @@ static void test_loss_cols(struct st *x, int Vk) {
   free(hl);
   struct dual st = dual_raw(x, n * 6 * sizeof(float), NULL);
   float *ss_c = st.c, *ss_g = st.g;
-  x->cpu->softmax_stats(ss_c, zs.c, n, Vk, V, inv_t);
-  x->gpu->softmax_stats(ss_g, zs.g, n, Vk, V, inv_t);
-  x->cpu->softmax_stats(ss_c + 2 * n, zt.c, n, Vk, Vk, inv_t);
-  x->gpu->softmax_stats(ss_g + 2 * n, zt.g, n, Vk, Vk, inv_t);
-  x->cpu->softmax_stats(ss_c + 4 * n, zs.c, n, V, V, 1.0f);
-  x->gpu->softmax_stats(ss_g + 4 * n, zs.g, n, V, V, 1.0f);
+  x->cpu->softmax_stats(x->cpu, ss_c, zs.c, n, Vk, V, inv_t);
+  x->gpu->softmax_stats(x->gpu, ss_g, zs.g, n, Vk, V, inv_t);
+  x->cpu->softmax_stats(x->cpu, ss_c + 2 * n, zt.c, n, Vk, Vk, inv_t);
+  x->gpu->softmax_stats(x->gpu, ss_g + 2 * n, zt.g, n, Vk, Vk, inv_t);
+  x->cpu->softmax_stats(x->cpu, ss_c + 4 * n, zs.c, n, V, V, 1.0f);
+  x->gpu->softmax_stats(x->gpu, ss_g + 4 * n, zs.g, n, V, V, 1.0f);
   char name[64];
   snprintf(name, sizeof name, "softmax_stats%s", tag);
   report(x, name, dual_err(x, &st, 0), TOL_BWD);
@@ -378,20 +386,20 @@ static void test_loss_cols(struct st *x, int Vk) {
   struct dual g = dual_raw(x, zs.bytes, NULL);
   for (int k = -1; k < 3; k++) {
     const float *zt_c = k < 0 ? NULL : zt.c, *zt_g = k < 0 ? NULL : zt.g;
-    int kind = k < 0 ? 0 : k;
-    x->cpu->loss_partials(part.c, zs.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, lab.c, n, V, Vk, lo,
-                          kind, inv_t, beta);
-    x->gpu->loss_partials(part.g, zs.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, lab.g, n, V, Vk, lo,
-                          kind, inv_t, beta);
+    const enum loss_kind kind = k < 0 ? LOSS_FKL : (enum loss_kind)k;
+    x->cpu->loss_partials(x->cpu, part.c, zs.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, lab.c, n, V,
+                          Vk, lo, kind, inv_t, beta);
+    x->gpu->loss_partials(x->gpu, part.g, zs.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, lab.g, n, V,
+                          Vk, lo, kind, inv_t, beta);
     snprintf(name, sizeof name, "loss_partials %s%s", k < 0 ? "ce only" : kinds[k], tag);
     report(x, name, dual_err(x, &part, 1), TOL_BWD);
     x->gpu->upload(x->gpu, part.g, part.c, part.bytes);
     memcpy(g.c, zs.c, zs.bytes);
     x->gpu->upload(x->gpu, g.g, zs.c, zs.bytes);
-    x->cpu->loss_grad(g.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, part.c, lab.c, n, V, Vk, lo,
-                      kind, inv_t, beta, 0.7f, 0.3f);
-    x->gpu->loss_grad(g.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, part.g, lab.g, n, V, Vk, lo,
-                      kind, inv_t, beta, 0.7f, 0.3f);
+    x->cpu->loss_grad(x->cpu, g.c, zt_c, ss_c, ss_c + 2 * n, ss_c + 4 * n, part.c, lab.c, n, V, Vk,
+                      lo, kind, inv_t, beta, 0.7f, 0.3f);
+    x->gpu->loss_grad(x->gpu, g.g, zt_g, ss_g, ss_g + 2 * n, ss_g + 4 * n, part.g, lab.g, n, V, Vk,
+                      lo, kind, inv_t, beta, 0.7f, 0.3f);
     snprintf(name, sizeof name, "loss_grad %s%s", k < 0 ? "ce only" : kinds[k], tag);
     report(x, name, dual_err(x, &g, 0), TOL_BWD);
   }
@@ -409,9 +417,10 @@ static void test_loss(struct st *x) {
   struct dual pa = dual_raw(x, na * 3 * sizeof(double), hp);
   struct dual acc = dual_raw(x, sizeof acc0, acc0);
   free(hp);
-  x->cpu->loss_accumulate(acc.c, pa.c, na), x->gpu->loss_accumulate(acc.g, pa.g, na);
-  x->cpu->loss_accumulate(acc.c, (double *)pa.c + 300, 37);
-  x->gpu->loss_accumulate(acc.g, (double *)pa.g + 300, 37);
+  x->cpu->loss_accumulate(x->cpu, acc.c, pa.c, na),
+      x->gpu->loss_accumulate(x->gpu, acc.g, pa.g, na);
+  x->cpu->loss_accumulate(x->cpu, acc.c, (double *)pa.c + 300, 37);
+  x->gpu->loss_accumulate(x->gpu, acc.g, (double *)pa.g + 300, 37);
   report(x, "loss_accumulate", dual_err(x, &acc, 1), 1e-12, 1e-12);
   dual_free(x, &pa), dual_free(x, &acc);
 }
@@ -438,7 +447,7 @@ static struct kd_card selftest_card(int teacher) {
 
 /* Two distillation steps (forward, chunked loss, backward, AdamW) on backend `be`;
  * loss[s] is the objective of step s. Uses layers.c and loss.c as train.c does:
- * tokens and labels are host arrays (model_forward and loss_chunked upload them). */
+ * tokens and labels are host arrays (layers_forward and loss_chunked upload them). */
 static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
   const int B = 2, T = 48;
   const size_t N = (size_t)B * T;
@@ -458,19 +467,19 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
   for (size_t i = 0; i <= N; i++) tokens[i] = (int)(kd_uniform(&rng) * cs.vocab_size);
   struct loss_spec spec = {1, LOSS_FKL, 2.0f, 0.5f, 0.5f, 1};
   for (int step = 0; step < 2; step++) {
-    be->zero(s.grad, s.numel);
-    model_forward(be, &t, &ta, tokens);
-    model_forward(be, &s, &sa, tokens);
-    be->zero(sa.dhn, N * (size_t)cs.hidden_size);
+    be->zero(be, s.grad, s.numel);
+    layers_forward(be, &t, &ta, tokens);
+    layers_forward(be, &s, &sa, tokens);
+    be->zero(be, sa.dhn, N * (size_t)cs.hidden_size);
     struct loss_sums sums = {0, 0};
     const struct loss_vocab voc = {0, cs.vocab_size, cs.vocab_size, 0};
-    loss_chunked(be, &spec, &sums, sa.dhn, s.pg.head, sa.hn, s.pw.head, ta.hn, t.pw.head,
-                 t.pw.head16, labels, N,
-                 cs.hidden_size, ct.hidden_size, &voc, 40, 1.0f / (float)N, MPI_COMM_SELF);
-    model_backward(be, &s, &sa);
+    const struct loss_student ls = {sa.hn, s.pw.head, cs.hidden_size, sa.dhn, s.pg.head};
+    const struct loss_teacher lt = {ta.hn, t.pw.head, t.pw.head16, ct.hidden_size};
+    loss_chunked(be, &spec, &sums, &ls, &lt, labels, N, &voc, 40, 1.0f / (float)N, MPI_COMM_SELF);
+    layers_backward(be, &s, &sa);
     loss[step] = (spec.alpha * sums.kd + (1.0 - spec.alpha) * sums.ce) / (double)N;
     const float b1 = 0.9f, b2 = 0.95f;
-    be->adamw(s.master, s.m, s.v, s.grad, s.numel, 3e-3f, b1, b2, 1e-8f, 0.0f,
+    be->adamw(be, s.master, s.m, s.v, s.grad, s.numel, 3e-3f, b1, b2, 1e-8f, 0.0f,
               1.0f - powf(b1, (float)(step + 1)), 1.0f - powf(b2, (float)(step + 1)), 1.0f);
     model_sync_working(&s, be);
   }
@@ -492,21 +501,24 @@ static void test_training(struct st *x) {
   }
 }
 
+/* The CUDA backend against the CPU backend; KD_EXIT_INPUT when there is no device. */
 static int selftest_cuda(const struct kd_config *cfg) {
-  char why[256];
-  if (cuda_devices_all_ranks(why, sizeof why) == 0) {
-    if (kd_rank() == 0)
-      fprintf(stderr, "kdtrain --selftest: no CUDA device: %s; nothing to compare with the CPU "
-                      "backend (run it on a GPU node)\n", why);
-    return KD_EXIT_INPUT;
-  }
   static struct kd_backend cpu, gpu;
   struct st x = {&cpu, &gpu, 0x5eed5eedULL + (uint64_t)kd_rank(), 0, 0, kd_rank() == 0};
   x.bf16 = cfg->prec_compute == KD_PREC_BF16;
+  char note[300], err[300];
+  if (backend_select(&gpu, KD_DEV_CUDA, x.bf16, grid_node_rank(), note, sizeof note, err,
+                     sizeof err) != 0) { /* as training selects it */
+    if (kd_rank() == 0)
+      fprintf(stderr,
+              "kdtrain --selftest: %s; nothing to compare with the CPU backend (run it "
+              "on a GPU node)\n",
+              err);
+    return KD_EXIT_INPUT;
+  }
   backend_cpu_init(&cpu, x.bf16);
-  backend_cuda_init(&gpu, x.bf16, grid_node_rank()); /* as training selects it */
   char dev[256];
-  backend_cuda_describe(dev, sizeof dev);
+  gpu.describe(&gpu, dev, sizeof dev);
   if (x.print) {
     printf("kdtrain --selftest: CUDA backend (%s) against the CPU backend, precision %s\n",
            dev, x.bf16 ? "bf16" : "fp32");
@@ -524,7 +536,8 @@ static int selftest_cuda(const struct kd_config *cfg) {
   test_attention(&x, 1, 70, 2, 2, 128);
   test_loss(&x);
   test_training(&x);
-  backend_cuda_finalize(&gpu);
+  gpu.release(&gpu);
+  cpu.release(&cpu);
   int fails = x.nfail, total = 0;
   MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (fails && !x.print) kd_warn("--selftest: %d comparisons failed on this rank\n", fails);
@@ -532,8 +545,6 @@ static int selftest_cuda(const struct kd_config *cfg) {
                       total);
   return total ? 1 : 0;
 }
-
-#endif /* KD_HAVE_CUDA */
 
 int selftest_run(const struct kd_config *cfg) {
   if (cfg->run_device == KD_DEV_CPU) {
@@ -543,12 +554,5 @@ int selftest_run(const struct kd_config *cfg) {
                       "run%%device='cuda' or 'auto')\n");
     return KD_EXIT_INPUT;
   }
-#ifdef KD_HAVE_CUDA
   return selftest_cuda(cfg);
-#else
-  if (kd_rank() == 0)
-    fprintf(stderr, "kdtrain --selftest: no CUDA device: this kdtrain was built without the "
-                    "CUDA backend (configure --with-cuda on a machine with the CUDA toolkit)\n");
-  return KD_EXIT_INPUT;
-#endif
 }

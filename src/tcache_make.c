@@ -419,7 +419,7 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
                   grid->pp_comm);
         comm_wait(&x, be);
       }
-      model_forward(be, &t, &acts, inputs);
+      layers_forward(be, &t, &acts, inputs);
       if (!t.has_head) {
         comm_post(&x, be, 1, acts_stage_output(&acts, &t), stage_out, N * Ct, grid->pp_rank + 1, 21,
                   grid->pp_comm);
@@ -429,12 +429,12 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
       for (size_t r0 = 0; r0 < N; r0 += crows) {
         const size_t n = N - r0 < crows ? N - r0 : crows;
         if (t.pw.head16)
-          be->gemm_w16(0, (int)n, Vk, (int)Ct, 1.0f, acts.hn + r0 * Ct, (int)Ct, t.pw.head16,
+          be->gemm_w16(be, 0, (int)n, Vk, (int)Ct, 1.0f, acts.hn + r0 * Ct, (int)Ct, t.pw.head16,
                        (int)Ct, 0.0f, z, Vk);
         else
-          be->gemm(0, 1, (int)n, Vk, (int)Ct, 1.0f, acts.hn + r0 * Ct, (int)Ct, t.pw.head, (int)Ct,
-                   0.0f, z, Vk);
-        if (be->bf16) be->round_bf16(z, n * (size_t)Vk); /* as the live loss rounds zt */
+          be->gemm(be, 0, 1, (int)n, Vk, (int)Ct, 1.0f, acts.hn + r0 * Ct, (int)Ct, t.pw.head,
+                   (int)Ct, 0.0f, z, Vk);
+        if (be->bf16) be->round_bf16(be, z, n * (size_t)Vk); /* as the live loss rounds zt */
         be->download(be, zh, z, n * (size_t)Vk * sizeof(float));
         if (t.tp > 1) { /* rank blocks of (n, Vk_r) in id order on the first rank */
           for (int q = 0; q < t.tp; q++) {

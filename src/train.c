@@ -3,7 +3,6 @@
  * the gradient reduction and update (zero.c), the loss sums over the world, the
  * checkpoint hook (ckpt.c). Data-parallel ranks each take their contiguous share of
  * every global batch. */
-#define _GNU_SOURCE /* sched_getaffinity, cpu_set_t */
 #include "kdtrain_config.h"
 
 #include "train.h"
@@ -11,18 +10,13 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-#include "backend/cpu_gemm16.h"
-#include "backend/cpu_hw.h"
-#include "backend/cuda.h"
+#include "adamw.h"
+#include "backend/backend.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
@@ -134,21 +128,19 @@ static double measure_gemm_rate(struct kd_backend *be) {
     be->upload(be, B + at, h, piece * sizeof(float));
   }
   free(h);
-  /* the FP32 GEMM's rate (the CPU backend multiplies a bf16 run's products on its BF16
-   * kernel while be->bf16 is set; the CUDA backend keeps its own flag) */
-  const int bf16 = be->bf16;
-  be->bf16 = 0;
+  /* the FP32 GEMM's rate (a bf16 run multiplies in BF16 until told otherwise) */
+  const int bf16 = be->gemm_bf16(be, 0);
   for (int w = 0; w < 3; w++) /* warm-up: threads spun up, caches and clocks settled */
-    be->gemm(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
+    be->gemm(be, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
   be->sync(be);
   double rate[5];
   for (int r = 0; r < reps; r++) {
     const double t0 = kd_now();
-    be->gemm(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
+    be->gemm(be, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
     be->sync(be);
     rate[r] = 2.0 * n * (double)nn / (kd_now() - t0);
   }
-  be->bf16 = bf16;
+  be->gemm_bf16(be, bf16);
   qsort(rate, reps, sizeof *rate, kd_cmp_double);
   be->free(be, A);
   be->free(be, B);
@@ -166,60 +158,18 @@ static double forward_flops(const struct kd_card *c, double tokens, int T) {
 }
 
 /* This rank's share of the hardware's peak FLOP/s in the compute precision, the MFU
- * denominator, and where it came from: log%peak_tflops when given; the GPU's datasheet;
- * on the CPU, cores x FP32 FLOP/cycle (FMA units x lanes x 2, from the CPU's features) x
- * the nominal clock. 0 when unknown (MFU then reads nan). Collective. */
+ * denominator, and where it came from: log%peak_tflops when given, else the backend's
+ * (a GPU's datasheet; on the CPU cores x FLOP/cycle x the clock, which rank 0's measured
+ * GEMM rate may raise). 0 when unknown (MFU then reads nan). Collective. */
 static double hardware_peak(struct run *r, char *what, size_t n) {
   if (r->cfg->log_peak_tflops > 0) {
     snprintf(what, n, "log%%peak_tflops");
     return r->cfg->log_peak_tflops * 1e12;
   }
-#ifdef KD_HAVE_CUDA
-  if (strcmp(r->be.name, "cuda") == 0) return backend_cuda_peak(r->be.bf16, what, n);
-#endif
   const double cores = grid_node_cores_per_rank(&r->grid); /* collective: every rank */
-  /* rank 0's sgemm rate per thread it ran on, for the clock check below */
-  double per_thread = 0;
-  if (r->rank == 0) {
-    int threads = kd_cpu_count();
-#ifdef _OPENMP
-    if (omp_get_max_threads() < threads) threads = omp_get_max_threads();
-#endif
-    per_thread = r->gemm_rate / (threads > 0 ? threads : 1);
-  }
-  MPI_Bcast(&per_thread, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  struct kd_cpu c;
-  kd_cpu_detect(&c);
-  char how[96], src[64];
-  const double fpc = kd_cpu_flops_per_cycle(&c, how, sizeof how);
-  double hz = kd_cpu_nominal_hz(&c, src, sizeof src);
-  if (hz <= 0) {
-    snprintf(what, n, "the CPU clock is unknown: set log%%peak_tflops");
-    return 0.0;
-  }
-  /* A core that ran the sgemm faster than fpc x the stated clock runs above it (turbo; a
-   * VM's /proc/cpuinfo gives the base clock: an AMD EPYC stated 2.60 GHz and ran the sgemm
-   * at 127% of that peak). The peak then takes the lowest clock that rate needs, so that
-   * the mfu column stays below 100%: a measurement can raise the peak, never lower it. */
-  char clock[256];
-  snprintf(clock, sizeof clock, "%.2f GHz (%s)", hz / 1e9, src);
-  if (fpc > 0 && per_thread > fpc * hz) {
-    const double seen = per_thread / fpc;
-    snprintf(clock, sizeof clock, "%.2f GHz (at least: the sgemm rate needs it; %s says %.2f)",
-             seen / 1e9, src, hz / 1e9);
-    hz = seen;
-  }
-  /* bf16 runs multiply on the CPU's BF16 unit where it has one: the AVX512-BF16
-   * dot-product instruction (two products per FP32 lane, twice the FMA's FLOP/cycle) or
-   * AMX tiles (TDPBF16PS: a 16x16x32 product, 16,384 FLOP, per 16 cycles) */
-  const int k16 = r->be.bf16 ? gemm16_kernel() : G16_PORTABLE;
-  const double f16 = k16 == G16_AMX ? 1024.0 : k16 == G16_AVX512 ? 2 * fpc : fpc;
-  snprintf(what, n, "%.3g cores x %.0f %s FLOP/cycle (%s, %s%s) x %s%s", cores, f16,
-           k16 >= G16_AVX512 ? "BF16" : "FP32", kd_isa_name(c.isa),
-           k16 == G16_AMX ? "AMX tiles: 16x16x32 BF16 products per 16 cycles" : how,
-           k16 == G16_AVX512 ? " x 2: vdpbf16ps" : "", clock,
-           r->be.bf16 && k16 < G16_AVX512 ? "; bf16 runs FP32 GEMMs on this CPU" : "");
-  return cores * f16 * hz;
+  double rate = r->rank == 0 ? r->gemm_rate : 0.0;
+  MPI_Bcast(&rate, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return r->be.peak_flops(&r->be, r->be.bf16, cores, rate, what, n);
 }
 
 /* Bytes for the loss chunk buffers: what memory%budget_mb leaves after everything
@@ -231,47 +181,24 @@ static size_t loss_budget(const struct run *r) {
 }
 
 /* The compute backend named by run%device ('auto': CUDA when every rank has a device). */
-static void backend_select(struct run *r, const struct kd_config *cfg) {
+static void backend_start(struct run *r, const struct kd_config *cfg) {
   const int bf16 = cfg->prec_compute == KD_PREC_BF16;
   const enum kd_device dev = cfg->run_device;
-  char why[256] = "";
-  const int want_cuda = dev == KD_DEV_CUDA || dev == KD_DEV_AUTO;
-  const int ncuda = want_cuda ? cuda_devices_all_ranks(why, sizeof why) : 0;
-  if (dev == KD_DEV_CUDA && ncuda == 0)
-    kd_fail_all(KD_EXIT_INPUT,
-                "%s: run%%device='cuda' but no CUDA device: %s; use "
-                "run%%device='cpu' or 'auto'",
-                cfg->source, why);
-  const int node_rank = r->grid.node_rank;
-  if (ncuda > 0) {
-#ifdef KD_HAVE_CUDA
-    backend_cuda_init(&r->be, bf16, node_rank);
-#endif
-  } else if (dev == KD_DEV_DEVSIM) {
-    backend_devsim_init(&r->be, bf16);
-  } else {
-    backend_cpu_init(&r->be, bf16);
-  }
-  char where[300] = "";
-#ifdef KD_HAVE_CUDA
-  if (ncuda > 0) {
-    char d[256];
-    backend_cuda_describe(d, sizeof d);
-    snprintf(where, sizeof where, " (rank 0: %s)", d);
-  }
-#endif
-  if (dev == KD_DEV_AUTO && ncuda == 0)
-    snprintf(where, sizeof where, " (run%%device='auto', no CUDA device: %s)", why);
-  if (!r->be.device) {
-    char hw[1024];
-    kd_blas_describe(hw, sizeof hw);
+  char note[300], err[300];
+  if (backend_select(&r->be, dev, bf16, r->grid.node_rank, note, sizeof note, err, sizeof err) != 0)
+    kd_fail_all(KD_EXIT_INPUT, "%s: run%%device='cuda' but %s; use run%%device='cpu' or 'auto'",
+                cfg->source, err);
+  char hw[1024], where[1100] = "";
+  r->be.describe(&r->be, hw, sizeof hw);
+  if (!r->be.device)
     kd_info("kdtrain: %s\n", hw);
-  }
+  else if (hw[0])
+    snprintf(where, sizeof where, " (rank 0: %s)", hw);
+  if (note[0]) snprintf(where, sizeof where, " (%s)", note);
   kd_info("kdtrain: backend %s%s | MPI %s\n", r->be.name, where,
           !r->be.device      ? "on host memory"
           : r->be.mpi_device ? "on device buffers (CUDA-aware MPI)"
                              : "staged through pinned host buffers");
-  (void)node_rank;
 }
 
 /* The student's tokenizer files (the resumed checkpoint's, else its init file's, else the
@@ -282,7 +209,7 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
   const struct kd_config *cfg = r->cfg;
   char err[1024];
   const char *own = resumed[0]                            ? resumed
-                    : strcmp(cfg->student_init, "random") ? cfg->student_init
+                    : !config_student_random(cfg) ? cfg->student_init
                                                           : "";
   struct tokset *ts = NULL, *tt = NULL;
   if (own[0]) kd_agree_or_fail(tokfiles_load(own, MPI_COMM_WORLD, &ts, err, sizeof err), err);
@@ -339,7 +266,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   kd_agree_or_fail(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err),
                    err);
   r->cached = config_teacher_cached(cfg);
-  backend_select(r, cfg);
+  backend_start(r, cfg);
   r->distill = cfg->run_mode == KD_MODE_DISTILL;
 
   /* student: in mode 'eval' weights only (compute precision, no gradients or optimizer) */
@@ -378,7 +305,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   }
   plan_policy(&r->student.mem, cfg, 0);
   if (r->eval) {
-    if (r->be.bf16) r->be.round_bf16(r->student.w, r->student.numel);
+    if (r->be.bf16) r->be.round_bf16(&r->be, r->student.w, r->student.numel);
   } else {
     update_build(&r->update, &r->be, &r->student, &r->grid, zero);
     const double t0 = kd_now();
@@ -467,9 +394,7 @@ static void run_teardown(struct run *r) {
   tokfiles_free(r->tok);
   model_free(&r->student, &r->be);
   comm_release(&r->be);
-#ifdef KD_HAVE_CUDA
-  if (strcmp(r->be.name, "cuda") == 0) backend_cuda_finalize(&r->be);
-#endif
+  r->be.release(&r->be);
   data_close(&r->train);
   if (r->have_valid) data_close(&r->valid);
   grid_free(&r->grid);
@@ -599,7 +524,7 @@ static int train_loop(struct run *r) {
     const long flt0 = kd_minor_faults();
     const double lr = optim_lr(cfg, step);
     const float scale = (float)scaler.scale;
-    be->zero(s->grad, s->numel);
+    be->zero(be, s->grad, s->numel);
     struct loss_sums sums = {0, 0};
     struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0};
     r->tc_g0 = f.g0; /* the cached teacher rows follow the same samples */
@@ -622,8 +547,8 @@ static int train_loop(struct run *r) {
     const int finite = isfinite(gnorm) && isfinite(loss);
     if (!empty && scaler_update(&scaler, finite)) {
       const double clip = optim_clip_coef(gnorm, cfg->optim_clip);
-      update_apply(&r->update, be, lr, (float)(clip / scale), ++updates, cfg->optim_beta1,
-                   cfg->optim_beta2, cfg->optim_eps, cfg->optim_weight_decay);
+      adamw_apply(&r->update, be, lr, (float)(clip / scale), ++updates, cfg->optim_beta1,
+                  cfg->optim_beta2, cfg->optim_eps, cfg->optim_weight_decay);
     }
     consumed += gb;
     const double dt = kd_now() - t0;
@@ -751,12 +676,10 @@ static int cache_make(const struct kd_config *cfg) {
   r.cfg = cfg;
   kd_agree_or_fail(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
   if (config_check_batch(cfg, r.grid.dp, err, sizeof err)) kd_fail_all(KD_EXIT_INPUT, "%s", err);
-  backend_select(&r, cfg);
+  backend_start(&r, cfg);
   const int status = tcache_make_run(cfg, &r.be, &r.grid);
   comm_release(&r.be);
-#ifdef KD_HAVE_CUDA
-  if (strcmp(r.be.name, "cuda") == 0) backend_cuda_finalize(&r.be);
-#endif
+  r.be.release(&r.be);
   grid_free(&r.grid);
   return status;
 }

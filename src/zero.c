@@ -18,11 +18,6 @@ static int64_t local_extent(const struct kd_param *p, int dim) {
 /* Shard dimension of a tensor: its TP split dimension, rows when replicated. */
 static int shard_dim(const struct kd_param *p) { return p->split_dim < 0 ? 0 : p->split_dim; }
 
-static int icount(size_t n) {
-  KD_CHECK(n <= INT_MAX, "collective of %zu elements exceeds int", n);
-  return (int)n;
-}
-
 /* Build the shard table: every tensor's local block cut over DP along shard_dim. */
 static void shard_build(struct kd_update *u, struct kd_backend *be) {
   const struct kd_model *s = u->model;
@@ -70,13 +65,17 @@ static void block_copy(struct kd_backend *be, float *full, float *part, const st
   const size_t at = (size_t)(q->split_off - (p->split_dim < 0 ? 0 : p->split_off));
   if (dim == 0) {
     float *f = full + at * cols;
-    if (to_part) be->copy(part, f, q->numel);
-    else be->copy(f, part, q->numel);
+    if (to_part)
+      be->copy(be, part, f, q->numel);
+    else
+      be->copy(be, f, part, q->numel);
     return;
   }
   const size_t rows = (size_t)p->shape[0], w = (size_t)q->split_len;
-  if (to_part) be->copy2d(part, w, full + at, cols, rows, w);
-  else be->copy2d(full + at, cols, part, w, rows, w);
+  if (to_part)
+    be->copy2d(be, part, w, full + at, cols, rows, w);
+  else
+    be->copy2d(be, full + at, cols, part, w, rows, w);
 }
 
 /* Element counts and displacements of every DP rank's shard of tensor k. */
@@ -88,7 +87,7 @@ static void shard_counts(const struct kd_update *u, const struct kd_param *p, in
   for (int d = 0; d < dp; d++) {
     long long st, len;
     grid_block(ext, dp, d, &st, &len);
-    cnt[d] = icount((size_t)len * (size_t)other);
+    cnt[d] = comm_count((size_t)len * (size_t)other);
     disp[d] = at;
     at += cnt[d];
   }
@@ -121,7 +120,7 @@ static void shard_gather(struct kd_update *u, struct kd_backend *be) {
   }
   free(cnt);
   free(disp);
-  if (be->bf16) be->round_bf16(s->w, s->numel);
+  if (be->bf16) be->round_bf16(be, s->w, s->numel);
 }
 
 void update_build(struct kd_update *u, struct kd_backend *be, struct kd_model *s,
@@ -136,7 +135,7 @@ void update_build(struct kd_update *u, struct kd_backend *be, struct kd_model *s
     if (u->shard.params[k].local)
       block_copy(be, s->w + s->params[k].offset, u->shard.master + u->shard.params[k].offset,
                  &s->params[k], &u->shard.params[k], 1);
-  if (be->bf16) be->round_bf16(s->w, s->numel);
+  if (be->bf16) be->round_bf16(be, s->w, s->numel);
 }
 
 void update_free(struct kd_update *u, struct kd_backend *be) {
@@ -181,7 +180,8 @@ double update_reduce_grads(struct kd_update *u, struct kd_backend *be) {
       comm_allreduce(be, s->grad, s->numel, MPI_FLOAT, MPI_SUM, 0, g->dp_comm);
     if (g->dp_rank == 0) /* the DP replicas are equal: count one of them */
       for (int k = 0; k < s->nparams; k++)
-        if (s->params[k].primary) sq += be->sumsq(s->grad + s->params[k].offset, s->params[k].numel);
+        if (s->params[k].primary)
+          sq += be->sumsq(be, s->grad + s->params[k].offset, s->params[k].numel);
   } else {
     int *cnt = kd_malloc((size_t)g->dp * sizeof(int)), *disp = kd_malloc((size_t)g->dp * sizeof(int));
     for (int k = 0; k < s->nparams; k++) {
@@ -195,7 +195,7 @@ double update_reduce_grads(struct kd_update *u, struct kd_backend *be) {
         comm_allreduce(be, full, p->numel, MPI_FLOAT, MPI_SUM, 0, g->dp_comm);
         if (q->local) block_copy(be, full, part, p, q, 1);
       }
-      if (q->primary) sq += be->sumsq(part, q->numel);
+      if (q->primary) sq += be->sumsq(be, part, q->numel);
     }
     free(cnt);
     free(disp);

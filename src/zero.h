@@ -37,12 +37,8 @@ struct kd_model *update_state(struct kd_update *u);
 void update_refresh_weights(struct kd_update *u, struct kd_backend *be);
 
 /* Sum the partial gradients of this step (see above) and return the global L2 norm
- * of the gradient (divide by the loss scale yourself). Collective over the world. */
+ * of the gradient (divide by the loss scale yourself); the AdamW step on them is
+ * adamw_apply (adamw.h). Collective over the world. */
 double update_reduce_grads(struct kd_update *u, struct kd_backend *be);
-
-/* AdamW step t (1-based) with learning rate lr on the reduced gradients multiplied
- * by grad_mult (clipping / loss scale), then refresh the working weights. */
-void update_apply(struct kd_update *u, struct kd_backend *be, double lr, float grad_mult,
-                  int64_t t, double beta1, double beta2, double eps, double weight_decay);
 
 #endif

@@ -7,10 +7,10 @@
  * gemm never rounds (the layer code calls round_bf16 on gemm outputs where the
  * GPU path stores BF16). rstd and lse stay FP32; backward ops never round.
  *
- * The ops receive no backend pointer, so two file-static values are set by
- * backend_cpu_init: `cpu_bf16` (the rounding flag) and `cpu_be` (the backend
- * whose arena counts the per-call KD_MEM_SCRATCH blocks of rmsnorm, rope and
- * attention). One CPU backend per process is therefore the contract. */
+ * Every op reads what it needs from its backend: be->bf16 (the rounding flag), the
+ * arena that counts the per-call KD_MEM_SCRATCH blocks of rmsnorm, gemm_w16 and
+ * attention, and the state in be->priv (struct cpu_state: the GEMM precision and the
+ * rotary tables). Any number of CPU backends may live in one process. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -18,23 +18,44 @@
 
 #include "../util.h"
 #include "backend.h"
+#include "cpu.h"
 #include "cpu_gemm16.h"
+#include "cpu_hw.h"
 #include "cpu_math.h"
 
 #include <cblas.h>
 #undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
 
-/* Provided by cpu_attention.c: fills the attention ops of the table. */
-void backend_cpu_attention_init(struct kd_backend *be);
+/* cos/sin tables of the rotary embedding kept per (T, hd, theta): see rope_table. */
+#define ROPE_SLOTS 8
+struct rope_tab {
+  int T, hd;
+  float theta;
+  float *tab;
+};
 
-static struct kd_backend *cpu_be; /* backend owning the scratch allocations */
-static int cpu_bf16;              /* round stored activations to BF16 */
+/* The CPU backend's own state (be->priv). */
+struct cpu_state {
+  struct kd_arena *arena; /* where blocks are counted: &be->arena, or a wrapper's */
+  int gemm16;             /* the BF16 kernel (cpu_gemm16.c) is faster than sgemm here */
+  int gemm_bf16;          /* products in BF16 now (the gemm_bf16 op; starts as bf16) */
+  struct rope_tab rope[ROPE_SLOTS];
+  int rope_next; /* the slot replaced next */
+};
 
-static void *scratch_alloc(size_t bytes) {
-  return arena_alloc(&cpu_be->arena, KD_MEM_SCRATCH, bytes);
+static struct cpu_state *cpu_of(struct kd_backend *be) {
+  return (struct cpu_state *)be->priv;
 }
-static void scratch_free(void *p) {
-  arena_free(&cpu_be->arena, p);
+
+void *cpu_scratch_alloc(struct kd_backend *be, size_t bytes) {
+  return arena_alloc(cpu_of(be)->arena, KD_MEM_SCRATCH, bytes);
+}
+void cpu_scratch_free(struct kd_backend *be, void *p) {
+  arena_free(cpu_of(be)->arena, p);
+}
+
+void backend_cpu_count_in(struct kd_backend *be, struct kd_arena *arena) {
+  cpu_of(be)->arena = arena;
 }
 
 /* Round n floats to BF16 (nearest even). */
@@ -44,9 +65,9 @@ KD_SIMD_CLONES static void round_row(float *restrict x, size_t n) {
     x[i] = kd_round_bf16(x[i]);
 }
 
-/* Round n floats to BF16 when the backend emulates BF16 storage. */
-static inline void store_round(float *restrict x, size_t n) {
-  if (cpu_bf16) round_row(x, n);
+/* Round n floats to BF16 when the backend emulates BF16 storage (on = be->bf16). */
+static inline void store_round(int on, float *restrict x, size_t n) {
+  if (on) round_row(x, n);
 }
 
 /* This thread's contiguous share [*c0, *c1) of C columns (inside a parallel region). */
@@ -61,23 +82,26 @@ static void thread_columns(int C, int *c0, int *c1) {
 /* --- memory -------------------------------------------------------------------------- */
 
 static void *cpu_alloc(struct kd_backend *be, enum kd_mem cat, size_t bytes) {
-  return arena_alloc(&be->arena, cat, bytes);
+  return arena_alloc(cpu_of(be)->arena, cat, bytes);
 }
 
 static void cpu_free(struct kd_backend *be, void *p) {
-  arena_free(&be->arena, p);
+  arena_free(cpu_of(be)->arena, p);
 }
 
-static void cpu_zero(float *x, size_t n) {
+static void cpu_zero(struct kd_backend *be, float *x, size_t n) {
+  (void)be;
   memset(x, 0, n * sizeof(float));
 }
 
-static void cpu_copy(float *dst, const float *src, size_t n) {
+static void cpu_copy(struct kd_backend *be, float *dst, const float *src, size_t n) {
+  (void)be;
   memcpy(dst, src, n * sizeof(float));
 }
 
-static void cpu_copy2d(float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
-                       size_t cols) {
+static void cpu_copy2d(struct kd_backend *be, float *dst, size_t ldd, const float *src, size_t lds,
+                       size_t rows, size_t cols) {
+  (void)be;
   for (size_t r = 0; r < rows; r++)
     memcpy(dst + r * ldd, src + r * lds, cols * sizeof(float));
 }
@@ -118,13 +142,18 @@ static void sgemm(int transa, int transb, int M, int N, int K, float alpha, cons
 /* Products below this many multiply-adds run on the calling thread. */
 #define GEMM_SPLIT_MIN (1L << 18)
 
-/* The BF16 kernel (cpu_gemm16.c) serves bf16 runs where the CPU has it; set at init. */
-static int cpu_gemm16;
+/* 1 when this backend's products are BF16 products on the BF16 kernel: BF16 products
+ * asked for (the gemm_bf16 op; a bf16 run's default) on a CPU that has the kernel. */
+static int use_gemm16(struct kd_backend *be) {
+  const struct cpu_state *st = cpu_of(be);
+  return st->gemm16 && st->gemm_bf16;
+}
 
-/* 1 when this run's products are BF16 products on the BF16 kernel: a bf16 run (read at
- * every call: measure_gemm_rate clears be->bf16 to time sgemm) on a CPU that has one. */
-static int use_gemm16(void) {
-  return cpu_gemm16 && cpu_be && cpu_be->bf16;
+static int cpu_gemm_bf16(struct kd_backend *be, int on) {
+  struct cpu_state *st = cpu_of(be);
+  const int was = st->gemm_bf16;
+  st->gemm_bf16 = on ? 1 : 0;
+  return was;
 }
 
 /* One thread's block of a product: with use16 the BF16 kernel on the operands rounded
@@ -145,9 +174,9 @@ static void gemm_block(int transa, int transb, int M, int N, int K, float alpha,
  * runs on it (B16 given: B's values in packed BF16, transb = 1) with A (and an FP32 B)
  * rounded to BF16 as packed, in the thread's own kept work space; returns 0 if a block
  * could not (no work space) and needed B's FP32 values that B16 replaces. */
-static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                      int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
-                      int ldc) {
+static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int N, int K,
+                      float alpha, const float *A, int lda, const float *B, const uint16_t *B16,
+                      int ldb, float beta, float *C, int ldc) {
   if (M <= 0 || N <= 0) return 1;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if ((long)M * N * (K > 0 ? K : 1) < GEMM_SPLIT_MIN) nt = 1;
@@ -155,7 +184,7 @@ static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, 
   int per = (len + nt - 1) / nt;
   per = (per + 63) / 64 * 64;
   nt = (len + per - 1) / per;
-  const int use16 = use_gemm16();
+  const int use16 = use_gemm16(be);
   if (B16 && !use16) return 0;
   int failed = 0;
 #pragma omp parallel num_threads(nt)
@@ -196,9 +225,10 @@ static int gemm_split(int transa, int transb, int M, int N, int K, float alpha, 
   return !failed;
 }
 
-static void cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  gemm_split(transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc);
+static void cpu_gemm(struct kd_backend *be, int transa, int transb, int M, int N, int K,
+                     float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                     float *C, int ldc) {
+  gemm_split(be, transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc);
 }
 
 /* Weight rows unpacked per block of gemm_w16 (at most). A block is multiplied by one
@@ -226,10 +256,12 @@ static void unpack_rows(float *restrict dst, const uint16_t *restrict B16, int l
  * buffer (KD_MEM_SCRATCH) and each block is one single-threaded sgemm. When M >= N every
  * thread takes a share of C's rows and walks all blocks; else the blocks (a multiple of
  * the thread count, for balance) are shared out, each unpacked once. */
-static void cpu_gemm_w16(int transa, int M, int N, int K, float alpha, const float *A, int lda,
-                         const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
+static void cpu_gemm_w16(struct kd_backend *be, int transa, int M, int N, int K, float alpha,
+                         const float *A, int lda, const uint16_t *B16, int ldb, float beta,
+                         float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
-  if (use_gemm16() && gemm_split(transa, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C, ldc))
+  if (use_gemm16(be) &&
+      gemm_split(be, transa, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C, ldc))
     return;
   const int kk = K > 0 ? K : 1, by_rows = M >= N;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -249,7 +281,7 @@ static void cpu_gemm_w16(int transa, int M, int N, int K, float alpha, const flo
     nblk = (N + R - 1) / R;
     if (nt > nblk) nt = nblk;
   }
-  float *buf = scratch_alloc((size_t)nt * R * kk * sizeof(float));
+  float *buf = cpu_scratch_alloc(be, (size_t)nt * R * kk * sizeof(float));
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num();
@@ -263,29 +295,33 @@ static void cpu_gemm_w16(int transa, int M, int N, int K, float alpha, const flo
       sgemm(transa, 1, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
     }
   }
-  scratch_free(buf);
+  cpu_scratch_free(be, buf);
 }
 
-static void cpu_add(float *restrict y, const float *restrict x, size_t n) {
+static void cpu_add(struct kd_backend *be, float *restrict y, const float *restrict x, size_t n) {
+  (void)be;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++)
     y[i] += x[i];
 }
 
-static void cpu_scale(float *restrict x, float a, size_t n) {
+static void cpu_scale(struct kd_backend *be, float *restrict x, float a, size_t n) {
+  (void)be;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++)
     x[i] *= a;
 }
 
-static void cpu_round_bf16(float *restrict x, size_t n) {
+static void cpu_round_bf16(struct kd_backend *be, float *restrict x, size_t n) {
+  (void)be;
   const size_t piece = 4096; /* a page of floats per iteration */
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i += piece)
     round_row(x + i, n - i < piece ? n - i : piece);
 }
 
-static double cpu_sumsq(const float *restrict x, size_t n) {
+static double cpu_sumsq(struct kd_backend *be, const float *restrict x, size_t n) {
+  (void)be;
   double s = 0.0;
 #pragma omp parallel for simd schedule(static) reduction(+ : s)
   for (size_t i = 0; i < n; i++)
@@ -293,7 +329,8 @@ static double cpu_sumsq(const float *restrict x, size_t n) {
   return s;
 }
 
-static int cpu_all_finite(const float *restrict x, size_t n) {
+static int cpu_all_finite(struct kd_backend *be, const float *restrict x, size_t n) {
+  (void)be;
   const uint32_t *restrict u = (const uint32_t *)(const void *)x;
   uint32_t bad = 0;
 #pragma omp parallel for simd schedule(static) reduction(| : bad)
@@ -304,23 +341,25 @@ static int cpu_all_finite(const float *restrict x, size_t n) {
 
 /* --- embedding ------------------------------------------------------------------------- */
 
-static void cpu_embedding_forward(float *out, const int *tokens, const float *wte, size_t N, int C,
-                                  int vocab_lo, int vocab_n) {
+static void cpu_embedding_forward(struct kd_backend *be, float *out, const int *tokens,
+                                  const float *wte, size_t N, int C, int vocab_lo, int vocab_n) {
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     float *o = out + n * C;
     int v = tokens[n] - vocab_lo;
     if (v >= 0 && v < vocab_n) {
       memcpy(o, wte + (size_t)v * C, (size_t)C * sizeof(float));
-      store_round(o, (size_t)C);
+      store_round(be->bf16, o, (size_t)C);
     } else {
       memset(o, 0, (size_t)C * sizeof(float));
     }
   }
 }
 
-static void cpu_embedding_forward_w16(float *out, const int *tokens, const uint16_t *wte16,
-                                      size_t N, int C, int vocab_lo, int vocab_n) {
+static void cpu_embedding_forward_w16(struct kd_backend *be, float *out, const int *tokens,
+                                      const uint16_t *wte16, size_t N, int C, int vocab_lo,
+                                      int vocab_n) {
+  (void)be;
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     float *restrict o = out + n * C;
@@ -337,8 +376,9 @@ static void cpu_embedding_forward_w16(float *out, const int *tokens, const uint1
 }
 
 /* Race-free: every thread owns a block of columns of dwte and walks all tokens. */
-static void cpu_embedding_backward(float *dwte, const float *dout, const int *tokens, size_t N,
-                                   int C, int vocab_lo, int vocab_n) {
+static void cpu_embedding_backward(struct kd_backend *be, float *dwte, const float *dout,
+                                   const int *tokens, size_t N, int C, int vocab_lo, int vocab_n) {
+  (void)be;
 #pragma omp parallel
   {
     int c0, c1;
@@ -357,8 +397,8 @@ static void cpu_embedding_backward(float *dwte, const float *dout, const int *to
 
 /* --- rmsnorm ----------------------------------------------------------------------------- */
 
-static void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, size_t N,
-                                int C, float eps) {
+static void cpu_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                                const float *w, size_t N, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     const float *restrict x = inp + n * C;
@@ -372,16 +412,17 @@ static void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const
 #pragma omp simd
     for (int c = 0; c < C; c++)
       o[c] = x[c] * r * w[c];
-    store_round(o, (size_t)C);
+    store_round(be->bf16, o, (size_t)C);
   }
 }
 
 /* dinp = r*w*dout - x * r^3/C * sum(dout*w*x); dw += sum_rows dout*x*r.
  * dw is reduced from per-thread partial sums (scratch) to stay single-pass. */
-static void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                                 const float *w, const float *rstd, size_t N, int C) {
+static void cpu_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
+                                 const float *inp, const float *w, const float *rstd, size_t N,
+                                 int C) {
   int nt = omp_get_max_threads();
-  float *part = scratch_alloc((size_t)nt * C * sizeof(float));
+  float *part = cpu_scratch_alloc(be, (size_t)nt * C * sizeof(float));
 #pragma omp parallel
   {
     float *restrict pw = part + (size_t)omp_get_thread_num() * C;
@@ -408,12 +449,14 @@ static void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, cons
       dw[c] += s;
     }
   }
-  scratch_free(part);
+  cpu_scratch_free(be, part);
 }
 
 /* --- bias ------------------------------------------------------------------------------------ */
 
-static void cpu_bias_forward(float *x, const float *bias, size_t N, int C, int ld) {
+static void cpu_bias_forward(struct kd_backend *be, float *x, const float *bias, size_t N, int C,
+                             int ld) {
+  (void)be;
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     float *restrict r = x + n * ld;
@@ -423,7 +466,9 @@ static void cpu_bias_forward(float *x, const float *bias, size_t N, int C, int l
   }
 }
 
-static void cpu_bias_backward(float *dbias, const float *dout, size_t N, int C, int ld) {
+static void cpu_bias_backward(struct kd_backend *be, float *dbias, const float *dout, size_t N,
+                              int C, int ld) {
+  (void)be;
 #pragma omp parallel
   {
     int c0, c1;
@@ -443,16 +488,10 @@ static void cpu_bias_backward(float *dbias, const float *dout, size_t N, int C, 
  * for each (T, hd, theta) in use (teacher and student, training and validation lengths)
  * and kept: libm's cos/sin/pow are not redone on every call. A few tables of T * hd
  * floats each, outside the counted categories (like the process's other small host
- * state); the oldest is replaced when more shapes are in use than slots. */
-#define ROPE_SLOTS 8
-static struct {
-  int T, hd;
-  float theta;
-  float *tab;
-} rope_cache[ROPE_SLOTS];
-static int rope_next;
-
-static const float *rope_table(int T, int hd, float theta) {
+ * state), per backend (struct cpu_state); the oldest is replaced when more shapes are
+ * in use than slots. */
+static const float *rope_table(struct kd_backend *be, int T, int hd, float theta) {
+  struct rope_tab *rope_cache = cpu_of(be)->rope;
   for (int k = 0; k < ROPE_SLOTS; k++)
     if (rope_cache[k].tab && rope_cache[k].T == T && rope_cache[k].hd == hd &&
         rope_cache[k].theta == theta)
@@ -467,8 +506,8 @@ static const float *rope_table(int T, int hd, float theta) {
       tab[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
     }
   }
-  const int k = rope_next;
-  rope_next = (rope_next + 1) % ROPE_SLOTS;
+  const int k = cpu_of(be)->rope_next;
+  cpu_of(be)->rope_next = (k + 1) % ROPE_SLOTS;
   free(rope_cache[k].tab);
   rope_cache[k].T = T;
   rope_cache[k].hd = hd;
@@ -478,11 +517,11 @@ static const float *rope_table(int T, int hd, float theta) {
 }
 
 /* Rotate pairs (i, i+hd/2) of every head by +angle (dir = 1) or -angle (dir = -1). */
-static void rope_apply(float *x, size_t N, int T, int nh, int hd, int ld, float theta, float dir,
-                       int round) {
+static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd, int ld,
+                       float theta, float dir, int round) {
   KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
   int half = hd / 2;
-  const float *tab = rope_table(T, hd, theta);
+  const float *tab = rope_table(be, T, hd, theta);
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     const float *restrict cs = tab + (size_t)(n % (size_t)T) * half * 2;
@@ -494,17 +533,19 @@ static void rope_apply(float *x, size_t N, int T, int nh, int hd, int ld, float 
         x1[i] = a * c - b * s;
         x2[i] = b * c + a * s;
       }
-      if (round) store_round(x1, (size_t)hd);
+      if (round) store_round(be->bf16, x1, (size_t)hd);
     }
   }
 }
 
-static void cpu_rope_forward(float *x, size_t N, int T, int nh, int hd, int ld, float theta) {
-  rope_apply(x, N, T, nh, hd, ld, theta, 1.0f, 1);
+static void cpu_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
+                             int ld, float theta) {
+  rope_apply(be, x, N, T, nh, hd, ld, theta, 1.0f, 1);
 }
 
-static void cpu_rope_backward(float *dx, size_t N, int T, int nh, int hd, int ld, float theta) {
-  rope_apply(dx, N, T, nh, hd, ld, theta, -1.0f, 0);
+static void cpu_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
+                              int ld, float theta) {
+  rope_apply(be, dx, N, T, nh, hd, ld, theta, -1.0f, 0);
 }
 
 /* --- swiglu ---------------------------------------------------------------------------------- */
@@ -517,17 +558,20 @@ KD_SIMD_CLONES static void swiglu_row(float *restrict o, const float *restrict g
     o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
 }
 
-static void cpu_swiglu_forward(float *out, const float *gu, size_t N, int I) {
+static void cpu_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
+                               int I) {
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     const float *restrict g = gu + n * 2 * I, *restrict u = g + I;
     float *restrict o = out + n * I;
     swiglu_row(o, g, u, I);
-    store_round(o, (size_t)I);
+    store_round(be->bf16, o, (size_t)I);
   }
 }
 
-static void cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, size_t N, int I) {
+static void cpu_swiglu_backward(struct kd_backend *be, float *dgu, const float *dout,
+                                const float *gu, size_t N, int I) {
+  (void)be;
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     const float *restrict g = gu + n * 2 * I, *restrict u = g + I, *restrict d = dout + n * I;
@@ -544,9 +588,10 @@ static void cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, 
 /* --- optimizer ---------------------------------------------------------------------------------
  */
 
-static void cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
-                      float beta1, float beta2, float eps, float wd, float bc1, float bc2,
-                      float grad_scale) {
+static void cpu_adamw(struct kd_backend *be, float *param, float *m, float *v, const float *grad,
+                      size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                      float bc2, float grad_scale) {
+  (void)be;
   float *restrict p = param, *restrict pm = m, *restrict pv = v;
   const float *restrict g = grad;
 #pragma omp parallel for simd schedule(static)
@@ -560,19 +605,82 @@ static void cpu_adamw(float *param, float *m, float *v, const float *grad, size_
   }
 }
 
+/* --- the backend itself ---------------------------------------------------------------- */
+
+static void cpu_describe(struct kd_backend *be, char *buf, size_t len) {
+  (void)be;
+  kd_blas_describe(buf, len);
+}
+
+/* cores x FLOP/cycle x the nominal clock. FLOP/cycle: FP32 FMA units x lanes x 2 (from
+ * the CPU's features); for BF16 products the BF16 unit where the CPU has one: the
+ * AVX512-BF16 dot-product instruction (two products per FP32 lane, twice the FMA's
+ * FLOP/cycle) or AMX tiles (TDPBF16PS: a 16x16x32 product, 16,384 FLOP, per 16 cycles).
+ * gemm_rate over the threads it ran on raises the clock where a core ran the FP32 gemm
+ * faster than the stated clock allows (turbo; a VM's /proc/cpuinfo gives the base clock:
+ * an AMD EPYC stated 2.60 GHz and ran the sgemm at 127% of that peak): the peak then
+ * takes the lowest clock that rate needs, so that the mfu column stays below 100%. */
+static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, double gemm_rate,
+                             char *what, size_t n) {
+  (void)be;
+  int threads = kd_cpu_count();
+  if (omp_get_max_threads() < threads) threads = omp_get_max_threads();
+  const double per_thread = gemm_rate / (threads > 0 ? threads : 1);
+  struct kd_cpu c;
+  kd_cpu_detect(&c);
+  char how[96], src[64];
+  const double fpc = kd_cpu_flops_per_cycle(&c, how, sizeof how);
+  double hz = kd_cpu_nominal_hz(&c, src, sizeof src);
+  if (hz <= 0) {
+    snprintf(what, n, "the CPU clock is unknown: set log%%peak_tflops");
+    return 0.0;
+  }
+  char clock[256];
+  snprintf(clock, sizeof clock, "%.2f GHz (%s)", hz / 1e9, src);
+  if (fpc > 0 && per_thread > fpc * hz) {
+    const double seen = per_thread / fpc;
+    snprintf(clock, sizeof clock, "%.2f GHz (at least: the sgemm rate needs it; %s says %.2f)",
+             seen / 1e9, src, hz / 1e9);
+    hz = seen;
+  }
+  const int k16 = bf16 ? gemm16_kernel() : G16_PORTABLE;
+  const double f16 = k16 == G16_AMX ? 1024.0 : k16 == G16_AVX512 ? 2 * fpc : fpc;
+  snprintf(what, n, "%.3g cores x %.0f %s FLOP/cycle (%s, %s%s) x %s%s", cores, f16,
+           k16 >= G16_AVX512 ? "BF16" : "FP32", kd_isa_name(c.isa),
+           k16 == G16_AMX ? "AMX tiles: 16x16x32 BF16 products per 16 cycles" : how,
+           k16 == G16_AVX512 ? " x 2: vdpbf16ps" : "", clock,
+           bf16 && k16 < G16_AVX512 ? "; bf16 runs FP32 GEMMs on this CPU" : "");
+  return cores * f16 * hz;
+}
+
+static void cpu_release(struct kd_backend *be) {
+  struct cpu_state *st = cpu_of(be);
+  if (!st) return;
+  for (int k = 0; k < ROPE_SLOTS; k++)
+    free(st->rope[k].tab);
+  free(st);
+  be->priv = NULL;
+}
+
 void backend_cpu_init(struct kd_backend *be, int bf16) {
   memset(be, 0, sizeof *be);
   be->name = "cpu";
   be->bf16 = bf16 ? 1 : 0;
-  cpu_be = be;
+  struct cpu_state *st = kd_calloc(1, sizeof *st);
+  st->arena = &be->arena;
+  st->gemm_bf16 = be->bf16;
+  be->priv = st;
   /* bf16 products on the fastest BF16 kernel; KDTRAIN_BF16_KERNEL = avx512 or sgemm caps
    * it (A/B measurements) */
   const char *cap = getenv("KDTRAIN_BF16_KERNEL");
   const int want = !cap || !strcmp(cap, "amx") ? G16_AMX
                    : !strcmp(cap, "avx512")    ? G16_AVX512
                                                : G16_PORTABLE;
-  cpu_gemm16 = gemm16_use(want) >= G16_AVX512;
-  cpu_bf16 = be->bf16;
+  st->gemm16 = gemm16_use(want) >= G16_AVX512;
+  be->describe = cpu_describe;
+  be->peak_flops = cpu_peak_flops;
+  be->gemm_bf16 = cpu_gemm_bf16;
+  be->release = cpu_release;
   be->alloc = cpu_alloc;
   be->free = cpu_free;
   be->zero = cpu_zero;
@@ -606,4 +714,5 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   blas_single_thread();
   backend_cpu_attention_init(be);
   backend_cpu_loss_init(be);
+  backend_check(be);
 }

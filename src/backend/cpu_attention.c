@@ -9,28 +9,22 @@
  * sequence inside, so the dK/dV accumulation has no race. The BLAS is single-
  * threaded (backend_cpu_init), so every thread calls it on its own tile.
  *
- * As cpu.c, this file keeps the backend (for scratch) and the bf16 flag in
- * file-static values set by backend_cpu_attention_init. Scratch comes from that
- * backend's arena directly, not through its alloc op: the kernels dereference it,
- * so it must be host memory also when the table wraps these ops (devsim.c). */
+ * Scratch comes from the backend's arena directly (cpu_scratch_alloc), not through
+ * its alloc op: the kernels dereference it, so it must be host memory also when the
+ * table wraps these ops (devsim.c). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "../util.h"
 #include "backend.h"
+#include "cpu.h"
 #include "cpu_math.h"
 
 #include <cblas.h>
 #undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
 
-/* Called by backend_cpu_init: fills the attention ops of the table. */
-void backend_cpu_attention_init(struct kd_backend *be);
-
 #define ATT_TILE 64 /* query rows per tile */
-
-static struct kd_backend *att_be;
-static int att_bf16;
 
 /* Row-major C = alpha * op(A) * op(B) + beta * C (the arguments of backend gemm). */
 static void att_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
@@ -65,10 +59,11 @@ static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd) {
   return s;
 }
 
-/* One forward tile: rows t0 .. t0+m-1 of q head h in sequence b; S is ATT_TILE x T scratch. */
+/* One forward tile: rows t0 .. t0+m-1 of q head h in sequence b; S is ATT_TILE x T
+ * scratch; rnd: round the output to BF16. */
 KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float *qkv,
                                             const struct att_shape *s, int b, int h, int t0,
-                                            float *S) {
+                                            float *S, int rnd) {
   int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE, nk = t0 + m;
   const float *q = qkv + ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
   const float *k = qkv + (size_t)b * s->T * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
@@ -97,21 +92,21 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
   }
   float *o = out + ((size_t)b * s->T + t0) * s->ldo + (size_t)h * s->hd;
   att_gemm(0, 0, m, s->hd, nk, 1.0f, S, nk, v, s->ld, 0.0f, o, s->ldo);
-  if (att_bf16)
+  if (rnd)
     for (int i = 0; i < m; i++)
       for (int d = 0; d < s->hd; d++)
         o[(size_t)i * s->ldo + d] = kd_round_bf16(o[(size_t)i * s->ldo + d]);
 }
 
-static void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int nh,
-                                  int nkv, int hd) {
+static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
+                                  int B, int T, int nh, int nkv, int hd) {
   struct att_shape s = att_shape_make(B, T, nh, nkv, hd);
   long njob = (long)B * nh * s.ntile;
   int nt = omp_get_max_threads();
   if (njob < nt) nt = (int)njob;
   if (nt < 1) return;
-  float *scr =
-      arena_alloc(&att_be->arena, KD_MEM_SCRATCH, (size_t)nt * ATT_TILE * T * sizeof(float));
+  float *scr = cpu_scratch_alloc(be, (size_t)nt * ATT_TILE * T * sizeof(float));
+  const int rnd = be->bf16;
 #pragma omp parallel num_threads(nt)
   {
     float *S = scr + (size_t)omp_get_thread_num() * ATT_TILE * T;
@@ -120,10 +115,10 @@ static void cpu_attention_forward(float *out, float *lse, const float *qkv, int 
     for (long job = 0; job < njob; job++) {
       int tile = s.ntile - 1 - (int)(job % s.ntile);
       long bh = job / s.ntile;
-      att_forward_tile(out, lse, qkv, &s, (int)(bh / nh), (int)(bh % nh), tile * ATT_TILE, S);
+      att_forward_tile(out, lse, qkv, &s, (int)(bh / nh), (int)(bh % nh), tile * ATT_TILE, S, rnd);
     }
   }
-  arena_free(&att_be->arena, scr);
+  cpu_scratch_free(be, scr);
 }
 
 /* One backward tile of q head h in sequence b; P and dP are ATT_TILE x T scratch. */
@@ -166,15 +161,15 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
   att_gemm(1, 0, nk, s->hd, m, 1.0f, P, nk, dO, s->ldo, 1.0f, dqkv + voff, s->ld);
 }
 
-static void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                   const float *out, const float *lse, int B, int T, int nh,
-                                   int nkv, int hd) {
+static void cpu_attention_backward(struct kd_backend *be, float *dqkv, const float *dout,
+                                   const float *qkv, const float *out, const float *lse, int B,
+                                   int T, int nh, int nkv, int hd) {
   struct att_shape s = att_shape_make(B, T, nh, nkv, hd);
   int njob = B * nkv, nt = omp_get_max_threads();
   if (njob < nt) nt = njob;
   if (nt < 1 || T < 1) return;
   size_t per = (size_t)2 * ATT_TILE * T;
-  float *scr = arena_alloc(&att_be->arena, KD_MEM_SCRATCH, (size_t)nt * per * sizeof(float));
+  float *scr = cpu_scratch_alloc(be, (size_t)nt * per * sizeof(float));
 #pragma omp parallel num_threads(nt)
   {
     float *P = scr + (size_t)omp_get_thread_num() * per, *dP = P + (size_t)ATT_TILE * T;
@@ -186,12 +181,10 @@ static void cpu_attention_backward(float *dqkv, const float *dout, const float *
           att_backward_tile(dqkv, dout, qkv, out, lse, &s, b, h, tile * ATT_TILE, P, dP);
     }
   }
-  arena_free(&att_be->arena, scr);
+  cpu_scratch_free(be, scr);
 }
 
 void backend_cpu_attention_init(struct kd_backend *be) {
-  att_be = be;
-  att_bf16 = be->bf16;
   be->attention_forward = cpu_attention_forward;
   be->attention_backward = cpu_attention_backward;
 }

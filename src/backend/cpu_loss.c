@@ -6,12 +6,12 @@
  * a step over a 32k vocabulary takes ~8 exponentials per logit, which with
  * libm's scalar expf cost as much as a third of the step); sums over the
  * vocabulary run in float over blocks of BLOCK columns and in double across
- * blocks. jsd keeps libm (log1pf). Kind codes follow enum loss_kind: 0 fkl,
- * 1 rkl, 2 jsd. */
+ * blocks. jsd keeps libm (log1pf). */
 #include <math.h>
 #include <stddef.h>
 
 #include "backend.h"
+#include "cpu.h"
 #include "cpu_math.h"
 
 /* Columns per block of a float partial sum (then summed in double). */
@@ -32,7 +32,9 @@ static inline float stats_lse(const float *ms, size_t r) {
 /* ms (n, 2) := (max, sum exp(z*inv_t - max)) over the first V columns of each row of
  * z (row stride ld): the row max, then the exponentials against it (the row, 128 KiB
  * at V = 32k, stays in L2). */
-static void cpu_softmax_stats(float *ms, const float *z, size_t n, int V, int ld, float inv_t) {
+static void cpu_softmax_stats(struct kd_backend *be, float *ms, const float *z, size_t n, int V,
+                              int ld, float inv_t) {
+  (void)be;
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < n; r++) {
     const float *restrict zr = z + r * (size_t)ld;
@@ -74,9 +76,11 @@ static double kl_row(const float *restrict a, const float *restrict b, int V, fl
 
 /* part (n, 3) := this slice's [KD divergence over the first Vk columns, sum_j p_s_j g_j,
  * CE of the label]; zero for a masked row (label < 0). */
-static void cpu_loss_partials(double *part, const float *zs, const float *zt, const float *ss,
-                              const float *st, const float *s1, const int *labels, size_t n, int V,
-                              int Vk, int vocab_lo, int kind, float inv_t, float beta) {
+static void cpu_loss_partials(struct kd_backend *be, double *part, const float *zs, const float *zt,
+                              const float *ss, const float *st, const float *s1, const int *labels,
+                              size_t n, int V, int Vk, int vocab_lo, enum loss_kind kind,
+                              float inv_t, float beta) {
+  (void)be;
   const float lb = logf(beta), l1b = logf(1.0f - beta);
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < n; r++) {
@@ -85,9 +89,9 @@ static void cpu_loss_partials(double *part, const float *zs, const float *zt, co
     if (zt && labels[r] >= 0) {
       const float *b = zt + r * (size_t)Vk;
       const float lse_s = stats_lse(ss, r), lse_t = stats_lse(st, r);
-      if (kind == 0) {
+      if (kind == LOSS_FKL) {
         kd = kl_row(b, a, Vk, inv_t, lse_t, lse_s);
-      } else if (kind == 1) {
+      } else if (kind == LOSS_RKL) {
         kd = kl_row(a, b, Vk, inv_t, lse_s, lse_t);
       } else {
         double kt = 0.0;
@@ -112,10 +116,11 @@ static void cpu_loss_partials(double *part, const float *zs, const float *zt, co
 
 /* zs (n, V) := wkd * dKD/dzs + wce * (softmax(zs) - onehot(label)), in place; the KD
  * term on the first Vk columns only; a masked row (label < 0) becomes zero. */
-static void cpu_loss_grad(float *zs, const float *zt, const float *ss, const float *st,
-                          const float *s1, const double *part, const int *labels, size_t n, int V,
-                          int Vk, int vocab_lo, int kind, float inv_t, float beta, float wkd,
-                          float wce) {
+static void cpu_loss_grad(struct kd_backend *be, float *zs, const float *zt, const float *ss,
+                          const float *st, const float *s1, const double *part, const int *labels,
+                          size_t n, int V, int Vk, int vocab_lo, enum loss_kind kind, float inv_t,
+                          float beta, float wkd, float wce) {
+  (void)be;
   const float lb = logf(beta), l1b = logf(1.0f - beta), omb = 1.0f - beta;
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < n; r++) {
@@ -131,13 +136,13 @@ static void cpu_loss_grad(float *zs, const float *zt, const float *ss, const flo
       const float *restrict b = zt + r * (size_t)Vk;
       const float lse_s = stats_lse(ss, r), lse_t = stats_lse(st, r);
       const float wk = wkd * inv_t;
-      if (kind == 0) {
+      if (kind == LOSS_FKL) {
 #pragma omp simd
         for (int j = 0; j < Vk; j++) {
           float ps = cpu_expf(a[j] * inv_t - lse_s), pt = cpu_expf(b[j] * inv_t - lse_t);
           a[j] = wk * (ps - pt) + wce * cpu_expf(a[j] - lse1);
         }
-      } else if (kind == 1) {
+      } else if (kind == LOSS_RKL) {
         const float kl = (float)part[3 * r];
 #pragma omp simd
         for (int j = 0; j < Vk; j++) {
@@ -163,7 +168,8 @@ static void cpu_loss_grad(float *zs, const float *zt, const float *ss, const flo
 }
 
 /* Sequential over rows: the same order as a host loop over the chunk. */
-static void cpu_loss_accumulate(double *acc, const double *part, size_t n) {
+static void cpu_loss_accumulate(struct kd_backend *be, double *acc, const double *part, size_t n) {
+  (void)be;
   double kd = acc[0], ce = acc[1];
   for (size_t r = 0; r < n; r++) {
     kd += part[3 * r];

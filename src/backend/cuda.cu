@@ -4,8 +4,8 @@
  * cuda_ops.cu, cuda_attention.cu and cuda_loss.cu.
  *
  * Memory: every block is one cudaMalloc (cudaHostAlloc for KD_MEM_HOST), zeroed on
- * the compute stream, and recorded in a small host hash table (pointer -> size,
- * category, kind) so that free() keeps the arena's live and peak counters exact,
+ * the compute stream, and recorded in a small host hash table of the backend's state
+ * (pointer -> size, category, kind) so that free() keeps the arena's live and peak counters exact,
  * exactly as the CPU arena does. Host code never dereferences a device block: it
  * reaches them through the ops, upload and download (be->device = 1).
  *
@@ -21,28 +21,23 @@
 
 #include "cuda_common.cuh"
 
-struct cuda_ctx kd_cuda;
-
 /* --- the allocation table ------------------------------------------------------------- */
 
 enum blk_kind { BLK_DEVICE, BLK_HOST };
 
-struct blk {
+struct cuda_blk {
   void *p;
   size_t bytes;
   int cat, kind;
-  struct blk *next;
+  struct cuda_blk *next;
 };
-
-#define BLK_BUCKETS 4096
-static struct blk *blk_table[BLK_BUCKETS];
 
 static size_t blk_hash(const void *p) {
   uint64_t x = (uint64_t)(uintptr_t)p;
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
-  return (size_t)(x % BLK_BUCKETS);
+  return (size_t)(x % CUDA_BLK_BUCKETS);
 }
 
 /* Count `bytes` in (+) or out (-) of category `cat`, as arena.c does. */
@@ -67,26 +62,29 @@ static void *cuda_alloc(struct kd_backend *be, enum kd_mem cat, size_t bytes) {
   cudaError_t e = kind == BLK_HOST ? cudaHostAlloc(&p, real, cudaHostAllocPortable)
                                    : cudaMalloc(&p, real);
   if (e != cudaSuccess)
-    kd_fail(KD_EXIT_IO, "CUDA out of memory allocating %zu bytes of %s on device %d: %s "
+    kd_fail(KD_EXIT_IO,
+            "CUDA out of memory allocating %zu bytes of %s on device %d: %s "
             "(live total %zu bytes; lower micro_batch or memory%%budget_mb)",
-            bytes, kd_mem_names[cat], kd_cuda.device, cudaGetErrorString(e),
+            bytes, kd_mem_names[cat], cuda_of(be)->device, cudaGetErrorString(e),
             be->arena.live_total);
   if (kind == BLK_HOST) memset(p, 0, real);
-  else CUDA_CHECK(cudaMemsetAsync(p, 0, real, kd_cuda.compute));
-  struct blk *b = (struct blk *)kd_malloc(sizeof *b);
+  else
+    CUDA_CHECK(cudaMemsetAsync(p, 0, real, cuda_of(be)->compute));
+  struct cuda_ctx *cx = cuda_of(be);
+  struct cuda_blk *b = (struct cuda_blk *)kd_malloc(sizeof *b);
   size_t h = blk_hash(p);
-  *b = (struct blk){p, bytes, (int)cat, kind, blk_table[h]};
-  blk_table[h] = b;
+  *b = (struct cuda_blk){p, bytes, (int)cat, kind, cx->blocks[h]};
+  cx->blocks[h] = b;
   arena_count(&be->arena, cat, bytes, +1);
   return p;
 }
 
 static void cuda_free(struct kd_backend *be, void *p) {
   if (!p) return;
-  struct blk **pp = &blk_table[blk_hash(p)];
+  struct cuda_blk **pp = &cuda_of(be)->blocks[blk_hash(p)];
   while (*pp && (*pp)->p != p) pp = &(*pp)->next;
   KD_CHECK(*pp, "cuda backend: free of %p, which it did not allocate", p);
-  struct blk *b = *pp;
+  struct cuda_blk *b = *pp;
   *pp = b->next;
   if (b->kind == BLK_HOST) CUDA_CHECK(cudaFreeHost(p));
   else CUDA_CHECK(cudaFree(p)); /* implicitly waits for work using it */
@@ -94,62 +92,59 @@ static void cuda_free(struct kd_backend *be, void *p) {
   free(b);
 }
 
-static void cuda_zero(float *x, size_t n) {
-  CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), kd_cuda.compute));
+static void cuda_zero(struct kd_backend *be, float *x, size_t n) {
+  CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_of(be)->compute));
   CUDA_OP_DONE();
 }
 
-static void cuda_copy(float *dst, const float *src, size_t n) {
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, kd_cuda.compute));
+static void cuda_copy(struct kd_backend *be, float *dst, const float *src, size_t n) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, cuda_of(be)->compute));
   CUDA_OP_DONE();
 }
 
 /* One strided 2-D copy on the compute stream; pitches and widths in bytes. */
-static void cuda_copy2d(float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
-                        size_t cols) {
+static void cuda_copy2d(struct kd_backend *be, float *dst, size_t ldd, const float *src, size_t lds,
+                        size_t rows, size_t cols) {
   if (!rows || !cols) return;
   CUDA_CHECK(cudaMemcpy2DAsync(dst, ldd * sizeof(float), src, lds * sizeof(float),
-                               cols * sizeof(float), rows, cudaMemcpyDefault, kd_cuda.compute));
+                               cols * sizeof(float), rows, cudaMemcpyDefault,
+                               cuda_of(be)->compute));
   CUDA_OP_DONE();
 }
 
 /* Host <-> block copies on the compute stream (ordered after every op issued so far),
  * synchronous: on return the bytes have arrived (pageable host memory is fine). */
 static void cuda_upload(struct kd_backend *be, void *dev, const void *host, size_t bytes) {
-  (void)be;
   if (!bytes) return;
-  CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyDefault, kd_cuda.compute));
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+  CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyDefault, cuda_of(be)->compute));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->compute));
 }
 
 static void cuda_download(struct kd_backend *be, void *host, const void *dev, size_t bytes) {
-  (void)be;
   if (!bytes) return;
-  CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDefault, kd_cuda.compute));
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+  CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDefault, cuda_of(be)->compute));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->compute));
 }
 
 /* Every op is issued on the compute stream (offload uploads join it by event). */
 static void cuda_sync(struct kd_backend *be) {
-  (void)be;
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.copy));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->compute));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->copy));
 }
 
 /* On the copy stream, after the compute work issued so far (event ev_compute); ev_copy
  * marks the last copy for cuda_copy_wait. */
-static void cuda_copy_async(float *dst, const float *src, size_t n) {
-  CUDA_CHECK(cudaEventRecord(kd_cuda.ev_compute, kd_cuda.compute));
-  CUDA_CHECK(cudaStreamWaitEvent(kd_cuda.copy, kd_cuda.ev_compute, 0));
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, kd_cuda.copy));
-  CUDA_CHECK(cudaEventRecord(kd_cuda.ev_copy, kd_cuda.copy));
+static void cuda_copy_async(struct kd_backend *be, float *dst, const float *src, size_t n) {
+  CUDA_CHECK(cudaEventRecord(cuda_of(be)->ev_compute, cuda_of(be)->compute));
+  CUDA_CHECK(cudaStreamWaitEvent(cuda_of(be)->copy, cuda_of(be)->ev_compute, 0));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, cuda_of(be)->copy));
+  CUDA_CHECK(cudaEventRecord(cuda_of(be)->ev_copy, cuda_of(be)->copy));
 }
 
 /* The compute stream waits (on the device, not the host) for the copies issued so far:
  * the copy stream is in order, so its last event covers them all. */
 static void cuda_copy_wait(struct kd_backend *be) {
-  (void)be;
-  CUDA_CHECK(cudaStreamWaitEvent(kd_cuda.compute, kd_cuda.ev_copy, 0));
+  CUDA_CHECK(cudaStreamWaitEvent(cuda_of(be)->compute, cuda_of(be)->ev_copy, 0));
 }
 
 /* --- GEMM ------------------------------------------------------------------------------- */
@@ -164,22 +159,23 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, int rows, int co
   }
 }
 
-void *cuda_scratch(int slot, size_t bytes) {
-  if (bytes > kd_cuda.ws_bytes[slot]) {
-    if (kd_cuda.ws[slot]) cuda_free(kd_cuda.be, kd_cuda.ws[slot]);
-    kd_cuda.ws[slot] = cuda_alloc(kd_cuda.be, KD_MEM_SCRATCH, bytes);
-    kd_cuda.ws_bytes[slot] = bytes;
+void *cuda_scratch(struct kd_backend *be, int slot, size_t bytes) {
+  if (bytes > cuda_of(be)->ws_bytes[slot]) {
+    if (cuda_of(be)->ws[slot]) cuda_free(be, cuda_of(be)->ws[slot]);
+    cuda_of(be)->ws[slot] = cuda_alloc(be, KD_MEM_SCRATCH, bytes);
+    cuda_of(be)->ws_bytes[slot] = bytes;
   }
-  return kd_cuda.ws[slot];
+  return cuda_of(be)->ws[slot];
 }
 
-static void cuda_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+static void cuda_gemm(struct kd_backend *be, int transa, int transb, int M, int N, int K,
+                      float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                      float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
   const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (!kd_cuda.bf16 || K <= 0) {
-    CUBLAS_CHECK(cublasGemmEx(kd_cuda.blas, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
+  if (!cuda_of(be)->gemm_bf16 || K <= 0) {
+    CUBLAS_CHECK(cublasGemmEx(cuda_of(be)->blas, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
                               CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
     CUDA_OP_DONE();
@@ -189,12 +185,12 @@ static void cuda_gemm(int transa, int transb, int M, int N, int K, float alpha, 
   const int ar = transa ? K : M, ac = transa ? M : K, br = transb ? N : K, bc = transb ? K : N;
   const size_t na = (size_t)ar * ac, nb = (size_t)br * bc;
   size_t abytes = (na * sizeof(__nv_bfloat16) + 255) / 256 * 256;
-  char *ws = (char *)cuda_scratch(WS_GEMM, abytes + nb * sizeof(__nv_bfloat16));
+  char *ws = (char *)cuda_scratch(be, WS_GEMM, abytes + nb * sizeof(__nv_bfloat16));
   __nv_bfloat16 *a16 = (__nv_bfloat16 *)ws, *b16 = (__nv_bfloat16 *)(ws + abytes);
-  k_to_bf16<<<cuda_blocks(na, 256), 256, 0, kd_cuda.compute>>>(a16, A, ar, ac, lda);
-  k_to_bf16<<<cuda_blocks(nb, 256), 256, 0, kd_cuda.compute>>>(b16, B, br, bc, ldb);
+  k_to_bf16<<<cuda_blocks(na, 256), 256, 0, cuda_of(be)->compute>>>(a16, A, ar, ac, lda);
+  k_to_bf16<<<cuda_blocks(nb, 256), 256, 0, cuda_of(be)->compute>>>(b16, B, br, bc, ldb);
   CUDA_CHECK(cudaGetLastError());
-  CUBLAS_CHECK(cublasGemmEx(kd_cuda.blas, opb, opa, N, M, K, &alpha, b16, CUDA_R_16BF, bc, a16,
+  CUBLAS_CHECK(cublasGemmEx(cuda_of(be)->blas, opb, opa, N, M, K, &alpha, b16, CUDA_R_16BF, bc, a16,
                             CUDA_R_16BF, ac, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
   CUDA_OP_DONE();
@@ -214,30 +210,31 @@ __global__ void k_from_bf16(float *dst, const uint16_t *src, int rows, int cols,
  * fewer and a third of the workspace of cuda_gemm's BF16 path), then the same
  * cublasGemmEx. In FP32 runs (no model is held packed there) B16 is unpacked and the
  * product is cuda_gemm's FP32 one, so the op always equals gemm on B's values. */
-static void cuda_gemm_w16(int transa, int M, int N, int K, float alpha, const float *A, int lda,
-                          const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
+static void cuda_gemm_w16(struct kd_backend *be, int transa, int M, int N, int K, float alpha,
+                          const float *A, int lda, const uint16_t *B16, int ldb, float beta,
+                          float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) { /* C = beta C: the FP32 path never reads B */
-    cuda_gemm(transa, 1, M, N, K, alpha, A, lda, nullptr, ldb > 0 ? ldb : 1, beta, C, ldc);
+    cuda_gemm(be, transa, 1, M, N, K, alpha, A, lda, nullptr, ldb > 0 ? ldb : 1, beta, C, ldc);
     return;
   }
-  if (!kd_cuda.bf16) {
+  if (!cuda_of(be)->gemm_bf16) {
     const size_t nb = (size_t)N * K;
-    float *b32 = (float *)cuda_scratch(WS_GEMM, nb * sizeof(float));
-    k_from_bf16<<<cuda_blocks(nb, 256), 256, 0, kd_cuda.compute>>>(b32, B16, N, K, ldb);
+    float *b32 = (float *)cuda_scratch(be, WS_GEMM, nb * sizeof(float));
+    k_from_bf16<<<cuda_blocks(nb, 256), 256, 0, cuda_of(be)->compute>>>(b32, B16, N, K, ldb);
     CUDA_CHECK(cudaGetLastError());
-    cuda_gemm(transa, 1, M, N, K, alpha, A, lda, b32, K, beta, C, ldc);
+    cuda_gemm(be, transa, 1, M, N, K, alpha, A, lda, b32, K, beta, C, ldc);
     return;
   }
   const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int ar = transa ? K : M, ac = transa ? M : K;
   const size_t na = (size_t)ar * ac;
-  __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(WS_GEMM, na * sizeof(__nv_bfloat16));
-  k_to_bf16<<<cuda_blocks(na, 256), 256, 0, kd_cuda.compute>>>(a16, A, ar, ac, lda);
+  __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(be, WS_GEMM, na * sizeof(__nv_bfloat16));
+  k_to_bf16<<<cuda_blocks(na, 256), 256, 0, cuda_of(be)->compute>>>(a16, A, ar, ac, lda);
   CUDA_CHECK(cudaGetLastError());
-  CUBLAS_CHECK(cublasGemmEx(kd_cuda.blas, CUBLAS_OP_T, opa, N, M, K, &alpha, B16, CUDA_R_16BF, ldb,
-                            a16, CUDA_R_16BF, ac, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublasGemmEx(cuda_of(be)->blas, CUBLAS_OP_T, opa, N, M, K, &alpha, B16, CUDA_R_16BF,
+                            ldb, a16, CUDA_R_16BF, ac, &beta, C, CUDA_R_32F, ldc,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   CUDA_OP_DONE();
 }
 
@@ -255,30 +252,91 @@ int backend_cuda_device_count(char *why, size_t whylen) {
   return n;
 }
 
+static void cuda_describe(struct kd_backend *be, char *buf, size_t len) {
+  cudaDeviceProp p;
+  CUDA_CHECK(cudaGetDeviceProperties(&p, cuda_of(be)->device));
+  snprintf(buf, len, "device %d: %s (sm_%d%d, %.0f GiB)", cuda_of(be)->device, p.name, p.major,
+           p.minor, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+}
+
+/* Datasheet figures (dense, no sparsity), TFLOP/s: NVIDIA's H200, H100 (SXM, PCIe,
+ * NVL), A100 (SXM and PCIe have equal peaks) and L40S data sheets. Matched on the name. */
+static const struct {
+  const char *name, *variant; /* both substrings of cudaDeviceProp.name (variant may be "") */
+  double fp32, bf16;
+} gpu_peaks[] = {
+    {"H200", "", 67.0, 989.0},     {"GH200", "", 67.0, 989.0},    {"H100", "PCIe", 51.0, 756.0},
+    {"H100", "NVL", 60.0, 835.0},  {"H100", "", 67.0, 989.0},     {"H800", "", 67.0, 989.0},
+    {"A100", "", 19.5, 312.0},     {"A800", "", 19.5, 312.0},     {"L40S", "", 91.6, 362.0},
+};
+
+/* The datasheet peak of the device for the precision; cores and gemm_rate are a CPU's. */
+static double cuda_peak_flops(struct kd_backend *be, int bf16, double cores, double gemm_rate,
+                              char *what, size_t len) {
+  (void)cores, (void)gemm_rate;
+  cudaDeviceProp p;
+  CUDA_CHECK(cudaGetDeviceProperties(&p, cuda_of(be)->device));
+  for (size_t i = 0; i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++)
+    if (strstr(p.name, gpu_peaks[i].name) && strstr(p.name, gpu_peaks[i].variant)) {
+      snprintf(what, len, "%s datasheet, dense %s", p.name, bf16 ? "BF16 tensor cores" : "FP32");
+      return 1e12 * (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32);
+    }
+  snprintf(what, len, "%s is not in kdtrain's datasheet table: set log%%peak_tflops", p.name);
+  return 0.0;
+}
+
+static int cuda_gemm_bf16(struct kd_backend *be, int on) {
+  const int was = cuda_of(be)->gemm_bf16;
+  cuda_of(be)->gemm_bf16 = on ? 1 : 0;
+  return was;
+}
+
+/* The handle, streams and workspaces; every be->alloc block must have been freed. */
+static void cuda_release(struct kd_backend *be) {
+  if (!be->priv) return;
+  CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->compute));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->copy));
+  for (int i = 0; i < WS_NSLOT; i++)
+    if (cuda_of(be)->ws[i]) cuda_free(be, cuda_of(be)->ws[i]);
+  CUDA_CHECK(cudaFree(cuda_of(be)->red));
+  CUDA_CHECK(cudaFreeHost(cuda_of(be)->red_host));
+  CUBLAS_CHECK(cublasDestroy(cuda_of(be)->blas));
+  CUDA_CHECK(cudaEventDestroy(cuda_of(be)->ev_compute));
+  CUDA_CHECK(cudaEventDestroy(cuda_of(be)->ev_copy));
+  CUDA_CHECK(cudaStreamDestroy(cuda_of(be)->compute));
+  CUDA_CHECK(cudaStreamDestroy(cuda_of(be)->copy));
+  free(be->priv);
+  be->priv = NULL;
+}
+
 void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank) {
   char why[256];
   int n = backend_cuda_device_count(why, sizeof why);
   if (n == 0) kd_fail(KD_EXIT_INPUT, "no CUDA device: %s (use run%%device='cpu')", why);
   memset(be, 0, sizeof *be);
-  memset(&kd_cuda, 0, sizeof kd_cuda);
+  be->priv = kd_calloc(1, sizeof(struct cuda_ctx));
   be->name = "cuda";
   be->bf16 = bf16 ? 1 : 0;
   be->device = 1;
   be->mpi_device = cuda_mpi_aware();
-  kd_cuda.be = be;
-  kd_cuda.bf16 = be->bf16;
-  kd_cuda.device = (local_rank < 0 ? 0 : local_rank) % n;
-  CUDA_CHECK(cudaSetDevice(kd_cuda.device));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&kd_cuda.compute, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&kd_cuda.copy, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&kd_cuda.ev_compute, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&kd_cuda.ev_copy, cudaEventDisableTiming));
-  CUBLAS_CHECK(cublasCreate(&kd_cuda.blas));
-  CUBLAS_CHECK(cublasSetStream(kd_cuda.blas, kd_cuda.compute));
-  CUBLAS_CHECK(cublasSetMathMode(kd_cuda.blas, CUBLAS_DEFAULT_MATH)); /* no TF32 */
-  CUDA_CHECK(cudaMalloc(&kd_cuda.red, (RED_BLOCKS + 1) * sizeof(double) + sizeof(int)));
-  kd_cuda.flag = (int *)(kd_cuda.red + RED_BLOCKS + 1);
-  CUDA_CHECK(cudaHostAlloc(&kd_cuda.red_host, 2 * sizeof(double), cudaHostAllocDefault));
+  cuda_of(be)->bf16 = be->bf16;
+  cuda_of(be)->gemm_bf16 = be->bf16;
+  cuda_of(be)->device = (local_rank < 0 ? 0 : local_rank) % n;
+  CUDA_CHECK(cudaSetDevice(cuda_of(be)->device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&cuda_of(be)->compute, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&cuda_of(be)->copy, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&cuda_of(be)->ev_compute, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&cuda_of(be)->ev_copy, cudaEventDisableTiming));
+  CUBLAS_CHECK(cublasCreate(&cuda_of(be)->blas));
+  CUBLAS_CHECK(cublasSetStream(cuda_of(be)->blas, cuda_of(be)->compute));
+  CUBLAS_CHECK(cublasSetMathMode(cuda_of(be)->blas, CUBLAS_DEFAULT_MATH)); /* no TF32 */
+  CUDA_CHECK(cudaMalloc(&cuda_of(be)->red, (RED_BLOCKS + 1) * sizeof(double) + sizeof(int)));
+  cuda_of(be)->flag = (int *)(cuda_of(be)->red + RED_BLOCKS + 1);
+  CUDA_CHECK(cudaHostAlloc(&cuda_of(be)->red_host, 2 * sizeof(double), cudaHostAllocDefault));
+  be->describe = cuda_describe;
+  be->peak_flops = cuda_peak_flops;
+  be->gemm_bf16 = cuda_gemm_bf16;
+  be->release = cuda_release;
   be->alloc = cuda_alloc;
   be->free = cuda_free;
   be->zero = cuda_zero;
@@ -294,51 +352,5 @@ void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank) {
   cuda_ops_init(be);
   cuda_attention_init(be);
   cuda_loss_init(be);
+  backend_check(be);
 }
-
-void backend_cuda_describe(char *buf, size_t len) {
-  cudaDeviceProp p;
-  CUDA_CHECK(cudaGetDeviceProperties(&p, kd_cuda.device));
-  snprintf(buf, len, "device %d: %s (sm_%d%d, %.0f GiB)", kd_cuda.device, p.name, p.major,
-           p.minor, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
-}
-
-/* Datasheet figures (dense, no sparsity), TFLOP/s: NVIDIA's H200, H100 (SXM, PCIe,
- * NVL), A100 (SXM and PCIe have equal peaks) and L40S data sheets. Matched on the name. */
-static const struct {
-  const char *name, *variant; /* both substrings of cudaDeviceProp.name (variant may be "") */
-  double fp32, bf16;
-} gpu_peaks[] = {
-    {"H200", "", 67.0, 989.0},     {"GH200", "", 67.0, 989.0},    {"H100", "PCIe", 51.0, 756.0},
-    {"H100", "NVL", 60.0, 835.0},  {"H100", "", 67.0, 989.0},     {"H800", "", 67.0, 989.0},
-    {"A100", "", 19.5, 312.0},     {"A800", "", 19.5, 312.0},     {"L40S", "", 91.6, 362.0},
-};
-
-double backend_cuda_peak(int bf16, char *what, size_t len) {
-  cudaDeviceProp p;
-  CUDA_CHECK(cudaGetDeviceProperties(&p, kd_cuda.device));
-  for (size_t i = 0; i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++)
-    if (strstr(p.name, gpu_peaks[i].name) && strstr(p.name, gpu_peaks[i].variant)) {
-      snprintf(what, len, "%s datasheet, dense %s", p.name, bf16 ? "BF16 tensor cores" : "FP32");
-      return 1e12 * (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32);
-    }
-  snprintf(what, len, "%s is not in kdtrain's datasheet table: set log%%peak_tflops", p.name);
-  return 0.0;
-}
-
-void backend_cuda_finalize(struct kd_backend *be) {
-  if (kd_cuda.be != be) return;
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.copy));
-  for (int i = 0; i < WS_NSLOT; i++)
-    if (kd_cuda.ws[i]) cuda_free(be, kd_cuda.ws[i]);
-  CUDA_CHECK(cudaFree(kd_cuda.red));
-  CUDA_CHECK(cudaFreeHost(kd_cuda.red_host));
-  CUBLAS_CHECK(cublasDestroy(kd_cuda.blas));
-  CUDA_CHECK(cudaEventDestroy(kd_cuda.ev_compute));
-  CUDA_CHECK(cudaEventDestroy(kd_cuda.ev_copy));
-  CUDA_CHECK(cudaStreamDestroy(kd_cuda.compute));
-  CUDA_CHECK(cudaStreamDestroy(kd_cuda.copy));
-  memset(&kd_cuda, 0, sizeof kd_cuda);
-}
-

@@ -23,20 +23,13 @@ int backend_cuda_device_count(char *why, size_t whylen);
 /* Fill `be` with the CUDA ops on device local_rank % device_count: cuBLAS handle,
  * a compute stream and a copy stream; be->mpi_device = cuda_mpi_aware() (call after
  * MPI_Init). bf16: GEMMs take BF16 inputs (FP32 accumulate) and forward ops round
- * what they store, as the CPU backend emulates. One CUDA backend per process. Fails (kd_fail) when no device is usable. */
+ * what they store, as the CPU backend emulates. Fails (kd_fail) when no device is
+ * usable. be->describe names the device ("device N: NAME (sm_XY, G GiB)");
+ * be->peak_flops gives its datasheet peak (dense BF16 tensor cores with bf16 = 1, FP32
+ * CUDA cores otherwise: kdtrain's FP32 GEMMs do not use TF32), 0 for a device not in
+ * the table (then log%peak_tflops gives it); be->release frees the handle, streams and
+ * workspaces. Called by backend_select (backend.c). */
 void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank);
-
-/* One line describing the device in use: "device N: NAME (sm_XY, G GiB)". */
-void backend_cuda_describe(char *buf, size_t len);
-
-/* The device's datasheet peak in FLOP/s for the compute precision (dense BF16 tensor
- * cores with bf16 = 1, FP32 CUDA cores otherwise: kdtrain's FP32 GEMMs do not use TF32),
- * and where the figure came from; 0 for a device not in the table (then log%peak_tflops
- * gives it). */
-double backend_cuda_peak(int bf16, char *what, size_t len);
-
-/* Release the handle, streams and workspaces (every be->alloc block must be freed). */
-void backend_cuda_finalize(struct kd_backend *be);
 
 /* The smallest CUDA device count over the ranks of MPI_COMM_WORLD (0 in builds without
  * CUDA); collective. When it is 0, `why` says why for this rank. Available in every

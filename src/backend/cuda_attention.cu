@@ -98,15 +98,16 @@ __global__ void k_att_fwd(float *out, float *lse, const float *qkv, att_dims a, 
   if (lane == 0) lse[((size_t)b * a.nh + h) * a.T + i] = m + logf(l);
 }
 
-static void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int nh,
-                                   int nkv, int hd) {
+static void cuda_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
+                                   int B, int T, int nh, int nkv, int hd) {
   att_dims a = att_dims_make(T, nh, nkv, hd);
   if (B <= 0 || T <= 0) return;
   size_t smem = sizeof(float) * ((size_t)ATT_TILE * (hd + 1) + (size_t)ATT_TILE * hd +
                                  (size_t)ATT_ROWS * hd);
   att_smem(k_att_fwd, smem);
   dim3 grid((unsigned)((T + ATT_ROWS - 1) / ATT_ROWS), (unsigned)nh, (unsigned)B);
-  k_att_fwd<<<grid, 32 * ATT_ROWS, smem, kd_cuda.compute>>>(out, lse, qkv, a, kd_cuda.bf16);
+  k_att_fwd<<<grid, 32 * ATT_ROWS, smem, cuda_of(be)->compute>>>(out, lse, qkv, a,
+                                                                 cuda_of(be)->bf16);
   CUDA_OP_DONE();
 }
 
@@ -234,22 +235,22 @@ __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
   }
 }
 
-static void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                    const float *out, const float *lse, int B, int T, int nh,
-                                    int nkv, int hd) {
+static void cuda_attention_backward(struct kd_backend *be, float *dqkv, const float *dout,
+                                    const float *qkv, const float *out, const float *lse, int B,
+                                    int T, int nh, int nkv, int hd) {
   att_dims a = att_dims_make(T, nh, nkv, hd);
   if (B <= 0 || T <= 0) return;
-  float *Dbuf = (float *)cuda_scratch(WS_ATT, (size_t)B * nh * T * sizeof(float));
+  float *Dbuf = (float *)cuda_scratch(be, WS_ATT, (size_t)B * nh * T * sizeof(float));
   size_t smem_q = sizeof(float) * (2 * (size_t)ATT_TILE * (hd + 1) + 2 * (size_t)ATT_ROWS * hd);
   size_t smem_kv = smem_q + sizeof(float) * 2 * ATT_TILE;
   att_smem(k_att_bwd_dq, smem_q);
   att_smem(k_att_bwd_dkv, smem_kv);
   unsigned nb = (unsigned)((T + ATT_ROWS - 1) / ATT_ROWS);
-  k_att_bwd_dq<<<dim3(nb, (unsigned)nh, (unsigned)B), 32 * ATT_ROWS, smem_q, kd_cuda.compute>>>(
-      dqkv, Dbuf, dout, qkv, out, lse, a);
+  k_att_bwd_dq<<<dim3(nb, (unsigned)nh, (unsigned)B), 32 * ATT_ROWS, smem_q,
+                 cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, out, lse, a);
   CUDA_CHECK(cudaGetLastError());
   k_att_bwd_dkv<<<dim3(nb, (unsigned)nkv, (unsigned)B), 32 * ATT_ROWS, smem_kv,
-                  kd_cuda.compute>>>(dqkv, Dbuf, dout, qkv, lse, a);
+                  cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, lse, a);
   CUDA_OP_DONE();
 }
 

@@ -1,5 +1,6 @@
-/* cuda_common.cuh: what the CUDA backend's .cu files share: the one device
- * context, error checkers, launch helpers, warp/block reductions, BF16 rounding. */
+/* cuda_common.cuh: what the CUDA backend's .cu files share: the backend's state
+ * (struct cuda_ctx, be->priv), error checkers, launch helpers, warp/block reductions, BF16
+ * rounding. */
 #ifndef KD_CUDA_COMMON_CUH
 #define KD_CUDA_COMMON_CUH
 
@@ -13,10 +14,13 @@ extern "C" {
 #include "cuda.h"
 }
 
-/* The process's CUDA backend state (one CUDA backend per process, like cpu.c). */
+#define CUDA_BLK_BUCKETS 4096 /* buckets of the allocation table (cuda.cu) */
+struct cuda_blk;
+
+/* The CUDA backend's own state (be->priv; cuda_of). */
 struct cuda_ctx {
-  struct kd_backend *be;
-  int bf16;            /* BF16 GEMM inputs, rounded stored activations */
+  int bf16;            /* rounded stored activations (be->bf16) */
+  int gemm_bf16;       /* BF16 GEMM inputs (the gemm_bf16 op; starts as bf16) */
   int device;          /* device ordinal in use */
   cudaStream_t compute;
   cudaStream_t copy;   /* host <-> device transfers (offload) */
@@ -27,14 +31,18 @@ struct cuda_ctx {
   double *red;         /* reduction partials (device), RED_BLOCKS + 1 doubles */
   int *flag;           /* device int for all_finite */
   double *red_host;    /* pinned landing place of reduction results */
+  struct cuda_blk *blocks[CUDA_BLK_BUCKETS]; /* every alloc'ed block, by address */
 };
-extern struct cuda_ctx kd_cuda;
+
+static inline struct cuda_ctx *cuda_of(struct kd_backend *be) {
+  return (struct cuda_ctx *)be->priv;
+}
 
 enum { WS_GEMM = 0, WS_ATT = 1, WS_NSLOT = 2 }; /* cuda_scratch slots */
 
 /* Workspace `slot` of at least `bytes`: grown (freed and reallocated) on demand, never
  * shrunk, counted as KD_MEM_SCRATCH while it lives. Ordered on the compute stream. */
-void *cuda_scratch(int slot, size_t bytes);
+void *cuda_scratch(struct kd_backend *be, int slot, size_t bytes);
 
 #define RED_BLOCKS 512 /* blocks of the two-stage reductions (sumsq) */
 

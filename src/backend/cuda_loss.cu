@@ -35,16 +35,18 @@ __global__ void k_softmax_stats(float *ms, const float *z, int V, int ld, float 
   }
 }
 
-static void cuda_softmax_stats(float *ms, const float *z, size_t n, int V, int ld, float inv_t) {
+static void cuda_softmax_stats(struct kd_backend *be, float *ms, const float *z, size_t n, int V,
+                               int ld, float inv_t) {
   if (!n) return;
-  k_softmax_stats<<<(unsigned)n, LOSS_THREADS, 0, kd_cuda.compute>>>(ms, z, V, ld, inv_t);
+  k_softmax_stats<<<(unsigned)n, LOSS_THREADS, 0, cuda_of(be)->compute>>>(ms, z, V, ld, inv_t);
   CUDA_OP_DONE();
 }
 
 struct loss_args {
   const float *zt, *ss, *st, *s1;
   const int *labels;
-  int V, Vk, vocab_lo, kind; /* CE columns, KD columns (zt row stride) */
+  int V, Vk, vocab_lo; /* CE columns, KD columns (zt row stride) */
+  enum loss_kind kind;
   float inv_t, beta;
 };
 
@@ -62,9 +64,9 @@ __global__ void k_loss_partials(double *part, const float *zs, loss_args a) {
     double kt = 0.0;
     for (int j = threadIdx.x; j < a.Vk; j += blockDim.x) {
       float lps = za[j] * a.inv_t - lse_s, lpt = zb[j] * a.inv_t - lse_t;
-      if (a.kind == 0) {
+      if (a.kind == LOSS_FKL) {
         kd += (double)(expf(lpt) * (lpt - lps));
-      } else if (a.kind == 1) {
+      } else if (a.kind == LOSS_RKL) {
         kd += (double)(expf(lps) * (lps - lpt));
       } else {
         float lm = d_logaddexp(lb + lpt, l1b + lps);
@@ -73,7 +75,7 @@ __global__ void k_loss_partials(double *part, const float *zs, loss_args a) {
       }
     }
     kd = block_sum(kd);
-    if (a.kind == 2) {
+    if (a.kind == LOSS_JSD) {
       kt = block_sum(kt);
       sg = block_sum(sg) * (1.0 - (double)a.beta);
       kd = (double)a.beta * kt + sg;
@@ -89,12 +91,13 @@ __global__ void k_loss_partials(double *part, const float *zs, loss_args a) {
   }
 }
 
-static void cuda_loss_partials(double *part, const float *zs, const float *zt, const float *ss,
-                               const float *st, const float *s1, const int *labels, size_t n, int V,
-                               int Vk, int vocab_lo, int kind, float inv_t, float beta) {
+static void cuda_loss_partials(struct kd_backend *be, double *part, const float *zs,
+                               const float *zt, const float *ss, const float *st, const float *s1,
+                               const int *labels, size_t n, int V, int Vk, int vocab_lo,
+                               enum loss_kind kind, float inv_t, float beta) {
   if (!n) return;
   loss_args a = {zt, ss, st, s1, labels, V, Vk, vocab_lo, kind, inv_t, beta};
-  k_loss_partials<<<(unsigned)n, LOSS_THREADS, 0, kd_cuda.compute>>>(part, zs, a);
+  k_loss_partials<<<(unsigned)n, LOSS_THREADS, 0, cuda_of(be)->compute>>>(part, zs, a);
   CUDA_OP_DONE();
 }
 
@@ -121,9 +124,9 @@ __global__ void k_loss_grad(float *zs, const double *part, loss_args a, float wk
       g = wce * expf(z - lse1);
     } else {
       float lps = z * a.inv_t - lse_s, lpt = zb[j] * a.inv_t - lse_t;
-      if (a.kind == 0) {
+      if (a.kind == LOSS_FKL) {
         g = wk * (expf(lps) - expf(lpt)) + wce * expf(z - lse1);
-      } else if (a.kind == 1) {
+      } else if (a.kind == LOSS_RKL) {
         g = wk * expf(lps) * ((lps - lpt) - kl) + wce * expf(z - lse1);
       } else {
         float gj = omb * (lps - d_logaddexp(lb + lpt, l1b + lps));
@@ -135,13 +138,13 @@ __global__ void k_loss_grad(float *zs, const double *part, loss_args a, float wk
   }
 }
 
-static void cuda_loss_grad(float *zs, const float *zt, const float *ss, const float *st,
-                           const float *s1, const double *part, const int *labels, size_t n, int V,
-                           int Vk, int vocab_lo, int kind, float inv_t, float beta, float wkd,
-                           float wce) {
+static void cuda_loss_grad(struct kd_backend *be, float *zs, const float *zt, const float *ss,
+                           const float *st, const float *s1, const double *part, const int *labels,
+                           size_t n, int V, int Vk, int vocab_lo, enum loss_kind kind, float inv_t,
+                           float beta, float wkd, float wce) {
   if (!n) return;
   loss_args a = {zt, ss, st, s1, labels, V, Vk, vocab_lo, kind, inv_t, beta};
-  k_loss_grad<<<(unsigned)n, LOSS_THREADS, 0, kd_cuda.compute>>>(zs, part, a, wkd, wce);
+  k_loss_grad<<<(unsigned)n, LOSS_THREADS, 0, cuda_of(be)->compute>>>(zs, part, a, wkd, wce);
   CUDA_OP_DONE();
 }
 
@@ -161,9 +164,9 @@ __global__ void k_loss_accumulate(double *acc, const double *part, size_t n) {
   }
 }
 
-static void cuda_loss_accumulate(double *acc, const double *part, size_t n) {
+static void cuda_loss_accumulate(struct kd_backend *be, double *acc, const double *part, size_t n) {
   if (!n) return;
-  k_loss_accumulate<<<1, ACC_THREADS, 0, kd_cuda.compute>>>(acc, part, n);
+  k_loss_accumulate<<<1, ACC_THREADS, 0, cuda_of(be)->compute>>>(acc, part, n);
   CUDA_OP_DONE();
 }
 

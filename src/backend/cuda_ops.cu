@@ -29,10 +29,10 @@ __global__ void k_add(float *y, const float *x, size_t n, int vec) {
   }
 }
 
-static void cuda_add(float *y, const float *x, size_t n) {
+static void cuda_add(struct kd_backend *be, float *y, const float *x, size_t n) {
   if (!n) return;
   int vec = cuda_aligned16(y, x);
-  k_add<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, kd_cuda.compute>>>(y, x, n, vec);
+  k_add<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, cuda_of(be)->compute>>>(y, x, n, vec);
   CUDA_OP_DONE();
 }
 
@@ -50,10 +50,10 @@ __global__ void k_scale(float *x, float a, size_t n, int vec) {
   }
 }
 
-static void cuda_scale(float *x, float a, size_t n) {
+static void cuda_scale(struct kd_backend *be, float *x, float a, size_t n) {
   if (!n) return;
   int vec = cuda_aligned16(x);
-  k_scale<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, kd_cuda.compute>>>(x, a, n, vec);
+  k_scale<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, cuda_of(be)->compute>>>(x, a, n, vec);
   CUDA_OP_DONE();
 }
 
@@ -72,10 +72,10 @@ __global__ void k_round(float *x, size_t n, int vec) {
   }
 }
 
-static void cuda_round_bf16(float *x, size_t n) {
+static void cuda_round_bf16(struct kd_backend *be, float *x, size_t n) {
   if (!n) return;
   int vec = cuda_aligned16(x);
-  k_round<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, kd_cuda.compute>>>(x, n, vec);
+  k_round<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, cuda_of(be)->compute>>>(x, n, vec);
   CUDA_OP_DONE();
 }
 
@@ -94,15 +94,16 @@ __global__ void k_sum_parts(double *out, const double *part, int np) {
   if (threadIdx.x == 0) *out = s;
 }
 
-static double cuda_sumsq(const float *x, size_t n) {
+static double cuda_sumsq(struct kd_backend *be, const float *x, size_t n) {
   if (!n) return 0.0;
-  k_sumsq_part<<<RED_BLOCKS, TPB, 0, kd_cuda.compute>>>(kd_cuda.red, x, n);
-  k_sum_parts<<<1, TPB, 0, kd_cuda.compute>>>(kd_cuda.red + RED_BLOCKS, kd_cuda.red, RED_BLOCKS);
+  k_sumsq_part<<<RED_BLOCKS, TPB, 0, cuda_of(be)->compute>>>(cuda_of(be)->red, x, n);
+  k_sum_parts<<<1, TPB, 0, cuda_of(be)->compute>>>(cuda_of(be)->red + RED_BLOCKS, cuda_of(be)->red,
+                                                   RED_BLOCKS);
   CUDA_CHECK(cudaGetLastError());
-  CUDA_CHECK(cudaMemcpyAsync(kd_cuda.red_host, kd_cuda.red + RED_BLOCKS, sizeof(double),
-                             cudaMemcpyDeviceToHost, kd_cuda.compute));
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
-  return kd_cuda.red_host[0];
+  CUDA_CHECK(cudaMemcpyAsync(cuda_of(be)->red_host, cuda_of(be)->red + RED_BLOCKS, sizeof(double),
+                             cudaMemcpyDeviceToHost, cuda_of(be)->compute));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->compute));
+  return cuda_of(be)->red_host[0];
 }
 
 __global__ void k_nonfinite(int *flag, const float *x, size_t n) {
@@ -111,15 +112,15 @@ __global__ void k_nonfinite(int *flag, const float *x, size_t n) {
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
 }
 
-static int cuda_all_finite(const float *x, size_t n) {
+static int cuda_all_finite(struct kd_backend *be, const float *x, size_t n) {
   if (!n) return 1;
-  CUDA_CHECK(cudaMemsetAsync(kd_cuda.flag, 0, sizeof(int), kd_cuda.compute));
-  k_nonfinite<<<cuda_blocks(n, TPB), TPB, 0, kd_cuda.compute>>>(kd_cuda.flag, x, n);
+  CUDA_CHECK(cudaMemsetAsync(cuda_of(be)->flag, 0, sizeof(int), cuda_of(be)->compute));
+  k_nonfinite<<<cuda_blocks(n, TPB), TPB, 0, cuda_of(be)->compute>>>(cuda_of(be)->flag, x, n);
   CUDA_CHECK(cudaGetLastError());
-  int *h = (int *)kd_cuda.red_host;
-  CUDA_CHECK(cudaMemcpyAsync(h, kd_cuda.flag, sizeof(int), cudaMemcpyDeviceToHost,
-                             kd_cuda.compute));
-  CUDA_CHECK(cudaStreamSynchronize(kd_cuda.compute));
+  int *h = (int *)cuda_of(be)->red_host;
+  CUDA_CHECK(cudaMemcpyAsync(h, cuda_of(be)->flag, sizeof(int), cudaMemcpyDeviceToHost,
+                             cuda_of(be)->compute));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->compute));
   return !*h;
 }
 
@@ -156,12 +157,12 @@ template <typename F> __global__ void k_colsum(float *dst, F f, size_t N, int C)
   }
 }
 
-template <typename F> static void colsum(float *dst, F f, size_t N, int C) {
+template <typename F> static void colsum(struct kd_backend *be, float *dst, F f, size_t N, int C) {
   if (!N || C <= 0) return;
   size_t ysplit = (N + 255) / 256; /* about 256 rows per split */
   if (ysplit > 64) ysplit = 64;
   dim3 grid((unsigned)((C + 31) / 32), (unsigned)ysplit), block(32, 8);
-  k_colsum<<<grid, block, 0, kd_cuda.compute>>>(dst, f, N, C);
+  k_colsum<<<grid, block, 0, cuda_of(be)->compute>>>(dst, f, N, C);
 }
 
 /* --- embedding ----------------------------------------------------------------------------- */
@@ -188,22 +189,24 @@ __global__ void k_embedding_fwd(float *out, const int *tokens, const W *wte, int
 }
 
 template <typename W>
-static void embedding_launch(float *out, const int *tokens, const W *wte, size_t N, int C,
-                             int vocab_lo, int vocab_n) {
+static void embedding_launch(struct kd_backend *be, float *out, const int *tokens, const W *wte,
+                             size_t N, int C, int vocab_lo, int vocab_n) {
   if (!N) return;
-  k_embedding_fwd<<<(unsigned)N, cuda_row_threads(C) > 256 ? 256 : cuda_row_threads(C), 0,
-                    kd_cuda.compute>>>(out, tokens, wte, C, vocab_lo, vocab_n, kd_cuda.bf16);
+  const int threads = cuda_row_threads(C) > 256 ? 256 : cuda_row_threads(C);
+  k_embedding_fwd<<<(unsigned)N, threads, 0, cuda_of(be)->compute>>>(out, tokens, wte, C, vocab_lo,
+                                                                      vocab_n, cuda_of(be)->bf16);
   CUDA_OP_DONE();
 }
 
-static void cuda_embedding_forward(float *out, const int *tokens, const float *wte, size_t N, int C,
-                                   int vocab_lo, int vocab_n) {
-  embedding_launch(out, tokens, wte, N, C, vocab_lo, vocab_n);
+static void cuda_embedding_forward(struct kd_backend *be, float *out, const int *tokens,
+                                   const float *wte, size_t N, int C, int vocab_lo, int vocab_n) {
+  embedding_launch(be, out, tokens, wte, N, C, vocab_lo, vocab_n);
 }
 
-static void cuda_embedding_forward_w16(float *out, const int *tokens, const uint16_t *wte16,
-                                       size_t N, int C, int vocab_lo, int vocab_n) {
-  embedding_launch(out, tokens, wte16, N, C, vocab_lo, vocab_n);
+static void cuda_embedding_forward_w16(struct kd_backend *be, float *out, const int *tokens,
+                                       const uint16_t *wte16, size_t N, int C, int vocab_lo,
+                                       int vocab_n) {
+  embedding_launch(be, out, tokens, wte16, N, C, vocab_lo, vocab_n);
 }
 
 /* Rows of the same token collide in dwte: atomicAdd per element. */
@@ -216,11 +219,11 @@ __global__ void k_embedding_bwd(float *dwte, const float *dout, const int *token
     atomicAdd(&dwte[(size_t)v * C + c], dout[n * C + c]);
 }
 
-static void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, size_t N,
-                                    int C, int vocab_lo, int vocab_n) {
+static void cuda_embedding_backward(struct kd_backend *be, float *dwte, const float *dout,
+                                    const int *tokens, size_t N, int C, int vocab_lo, int vocab_n) {
   if (!N) return;
-  k_embedding_bwd<<<(unsigned)N, 128, 0, kd_cuda.compute>>>(dwte, dout, tokens, C, vocab_lo,
-                                                            vocab_n);
+  k_embedding_bwd<<<(unsigned)N, 128, 0, cuda_of(be)->compute>>>(dwte, dout, tokens, C, vocab_lo,
+                                                                 vocab_n);
   CUDA_OP_DONE();
 }
 
@@ -250,12 +253,12 @@ __global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const f
   }
 }
 
-static void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
-                                 size_t N, int C, float eps) {
+static void cuda_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                                 const float *w, size_t N, int C, float eps) {
   if (!N) return;
   int vec = C % 4 == 0 && cuda_aligned16(inp);
-  k_rmsnorm_fwd<<<(unsigned)N, cuda_row_threads(C), 0, kd_cuda.compute>>>(
-      out, rstd, inp, w, C, eps, vec, kd_cuda.bf16);
+  k_rmsnorm_fwd<<<(unsigned)N, cuda_row_threads(C), 0, cuda_of(be)->compute>>>(
+      out, rstd, inp, w, C, eps, vec, cuda_of(be)->bf16);
   CUDA_OP_DONE();
 }
 
@@ -272,12 +275,13 @@ __global__ void k_rmsnorm_bwd_dx(float *dinp, const float *dout, const float *in
   for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += r * w[c] * g[c] - k * x[c];
 }
 
-static void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                                  const float *w, const float *rstd, size_t N, int C) {
+static void cuda_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
+                                  const float *inp, const float *w, const float *rstd, size_t N,
+                                  int C) {
   if (!N) return;
-  k_rmsnorm_bwd_dx<<<(unsigned)N, cuda_row_threads(C), 0, kd_cuda.compute>>>(dinp, dout, inp,
-                                                                             w, rstd, C);
-  colsum(dw, colsum_rms{dout, inp, rstd, C}, N, C);
+  k_rmsnorm_bwd_dx<<<(unsigned)N, cuda_row_threads(C), 0, cuda_of(be)->compute>>>(dinp, dout, inp,
+                                                                                  w, rstd, C);
+  colsum(be, dw, colsum_rms{dout, inp, rstd, C}, N, C);
   CUDA_OP_DONE();
 }
 
@@ -291,14 +295,16 @@ __global__ void k_bias_fwd(float *x, const float *bias, size_t N, int C, int ld)
   }
 }
 
-static void cuda_bias_forward(float *x, const float *bias, size_t N, int C, int ld) {
+static void cuda_bias_forward(struct kd_backend *be, float *x, const float *bias, size_t N, int C,
+                              int ld) {
   if (!N || C <= 0) return;
-  k_bias_fwd<<<cuda_blocks(N * (size_t)C, TPB), TPB, 0, kd_cuda.compute>>>(x, bias, N, C, ld);
+  k_bias_fwd<<<cuda_blocks(N * (size_t)C, TPB), TPB, 0, cuda_of(be)->compute>>>(x, bias, N, C, ld);
   CUDA_OP_DONE();
 }
 
-static void cuda_bias_backward(float *dbias, const float *dout, size_t N, int C, int ld) {
-  colsum(dbias, colsum_bias{dout, ld}, N, C);
+static void cuda_bias_backward(struct kd_backend *be, float *dbias, const float *dout, size_t N,
+                               int C, int ld) {
+  colsum(be, dbias, colsum_bias{dout, ld}, N, C);
   CUDA_OP_DONE();
 }
 
@@ -326,22 +332,24 @@ __global__ void k_rope(float *x, size_t N, int T, int nh, int hd, int ld, double
   }
 }
 
-static void rope_apply(float *x, size_t N, int T, int nh, int hd, int ld, float theta,
-                       float dir, int rnd) {
+static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd, int ld,
+                       float theta, float dir, int rnd) {
   KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
   size_t n = N * (size_t)nh * (hd / 2);
   if (!n) return;
-  k_rope<<<cuda_blocks(n, TPB), TPB, 0, kd_cuda.compute>>>(x, N, T, nh, hd, ld,
-                                                          log((double)theta), dir, rnd);
+  k_rope<<<cuda_blocks(n, TPB), TPB, 0, cuda_of(be)->compute>>>(x, N, T, nh, hd, ld,
+                                                                log((double)theta), dir, rnd);
   CUDA_OP_DONE();
 }
 
-static void cuda_rope_forward(float *x, size_t N, int T, int nh, int hd, int ld, float theta) {
-  rope_apply(x, N, T, nh, hd, ld, theta, 1.0f, kd_cuda.bf16);
+static void cuda_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
+                              int ld, float theta) {
+  rope_apply(be, x, N, T, nh, hd, ld, theta, 1.0f, cuda_of(be)->bf16);
 }
 
-static void cuda_rope_backward(float *dx, size_t N, int T, int nh, int hd, int ld, float theta) {
-  rope_apply(dx, N, T, nh, hd, ld, theta, -1.0f, 0);
+static void cuda_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
+                               int ld, float theta) {
+  rope_apply(be, dx, N, T, nh, hd, ld, theta, -1.0f, 0);
 }
 
 /* --- swiglu ---------------------------------------------------------------------------------- */
@@ -367,16 +375,19 @@ __global__ void k_swiglu_bwd(float *dgu, const float *dout, const float *gu, siz
   }
 }
 
-static void cuda_swiglu_forward(float *out, const float *gu, size_t N, int I) {
+static void cuda_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
+                                int I) {
   if (!N || I <= 0) return;
-  k_swiglu_fwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, kd_cuda.compute>>>(out, gu, N, I,
-                                                                            kd_cuda.bf16);
+  k_swiglu_fwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, cuda_of(be)->compute>>>(
+      out, gu, N, I, cuda_of(be)->bf16);
   CUDA_OP_DONE();
 }
 
-static void cuda_swiglu_backward(float *dgu, const float *dout, const float *gu, size_t N, int I) {
+static void cuda_swiglu_backward(struct kd_backend *be, float *dgu, const float *dout,
+                                 const float *gu, size_t N, int I) {
   if (!N || I <= 0) return;
-  k_swiglu_bwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, kd_cuda.compute>>>(dgu, dout, gu, N, I);
+  k_swiglu_bwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, cuda_of(be)->compute>>>(dgu, dout, gu, N,
+                                                                                  I);
   CUDA_OP_DONE();
 }
 
@@ -415,14 +426,14 @@ __global__ void k_adamw(float *p, float *m, float *v, const float *g, size_t n, 
   GRID_LOOP(i, n - done) adamw_one(p[done + i], m[done + i], v[done + i], g[done + i], a);
 }
 
-static void cuda_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
-                       float beta1, float beta2, float eps, float wd, float bc1, float bc2,
-                       float grad_scale) {
+static void cuda_adamw(struct kd_backend *be, float *param, float *m, float *v, const float *grad,
+                       size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                       float bc2, float grad_scale) {
   if (!n) return;
   int vec = cuda_aligned16(param, m, v, grad);
   adamw_args a = {lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale};
-  k_adamw<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, kd_cuda.compute>>>(param, m, v, grad,
-                                                                             n, a, vec);
+  k_adamw<<<cuda_blocks(vec ? n / 4 + 1 : n, TPB), TPB, 0, cuda_of(be)->compute>>>(param, m, v,
+                                                                                   grad, n, a, vec);
   CUDA_OP_DONE();
 }
 

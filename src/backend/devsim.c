@@ -7,21 +7,36 @@
  * on x86-64 (and in the kernel half on aarch64), so any host access to it outside an
  * op faults at once (SIGSEGV; under ASan a SEGV report with a stack). Every op below
  * is a one-line wrapper that translates its pointer arguments back (to_host) and calls
- * the CPU op, so results are bit-identical to the CPU backend and the arena's live and
- * peak counters are the CPU backend's. KD_MEM_HOST blocks stay host pointers (pinned
- * host memory on a real device); ops, copies and transfers accept them too.
+ * the op of a CPU backend held in the devsim backend's state (priv), so results are
+ * bit-identical to the CPU backend; that CPU backend counts its blocks in the devsim
+ * backend's arena, so the live and peak counters are the CPU backend's. KD_MEM_HOST
+ * blocks stay host pointers (pinned host memory on a real device); ops, copies and
+ * transfers accept them too.
  *
- * A new op added to struct kd_backend must get a wrapper here and a line in
- * DEVSIM_OPS: the build fails on a count mismatch, and backend_devsim_init fails on
- * an op left unwrapped (which would otherwise receive device addresses and crash). */
+ * A new op of struct kd_backend (listed in KD_BACKEND_OPS, or the build fails) needs a
+ * wrapper ds_<op> here, or the build fails too: an op left unwrapped would receive
+ * device addresses and crash. */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../util.h"
 #include "backend.h"
+#include "cpu.h"
 
 #define DEVSIM_OFFSET ((uintptr_t)1 << 55)
 
-static struct kd_backend cpu; /* the CPU ops the wrappers call */
+/* The devsim backend's own state (be->priv). */
+struct devsim_state {
+  struct kd_backend cpu; /* the CPU backend the wrappers call */
+};
+
+static struct kd_backend *cpu_of(struct kd_backend *be) {
+  return &((struct devsim_state *)be->priv)->cpu;
+}
+
+/* Call op `op` of the wrapped CPU backend (inside a wrapper taking `be`). */
+#define CPU_OP(op, ...) (cpu_of(be)->op(cpu_of(be), __VA_ARGS__))
 
 /* Device address (or a KD_MEM_HOST block, or NULL) -> host address. */
 static inline void *to_host(const void *p) {
@@ -34,218 +49,202 @@ static inline void *to_dev(void *p) {
   return (void *)((uintptr_t)p + DEVSIM_OFFSET);
 }
 
+/* --- the backend itself -------------------------------------------------------------- */
+
+/* Nothing to add to the name: the CPU's line would read as a CPU run. */
+static void ds_describe(struct kd_backend *be, char *buf, size_t len) {
+  (void)be;
+  if (len) buf[0] = '\0';
+}
+static double ds_peak_flops(struct kd_backend *be, int bf16, double cores, double gemm_rate,
+                            char *what, size_t len) {
+  return CPU_OP(peak_flops, bf16, cores, gemm_rate, what, len);
+}
+static int ds_gemm_bf16(struct kd_backend *be, int on) {
+  return CPU_OP(gemm_bf16, on);
+}
+static void ds_release(struct kd_backend *be) {
+  if (!be->priv) return;
+  struct kd_backend *c = cpu_of(be);
+  c->release(c);
+  free(be->priv);
+  be->priv = NULL;
+}
+
 /* --- memory -------------------------------------------------------------------------- */
 
 static void *ds_alloc(struct kd_backend *be, enum kd_mem cat, size_t bytes) {
-  void *p = cpu.alloc(be, cat, bytes);
+  void *p = CPU_OP(alloc, cat, bytes);
   return cat == KD_MEM_HOST ? p : to_dev(p);
 }
 static void ds_free(struct kd_backend *be, void *p) {
-  cpu.free(be, to_host(p));
+  CPU_OP(free, to_host(p));
 }
-static void ds_zero(float *x, size_t n) {
-  cpu.zero(to_host(x), n);
+static void ds_zero(struct kd_backend *be, float *x, size_t n) {
+  CPU_OP(zero, to_host(x), n);
 }
-static void ds_copy(float *dst, const float *src, size_t n) {
-  cpu.copy(to_host(dst), to_host(src), n);
+static void ds_copy(struct kd_backend *be, float *dst, const float *src, size_t n) {
+  CPU_OP(copy, to_host(dst), to_host(src), n);
 }
-static void ds_copy2d(float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
-                      size_t cols) {
-  cpu.copy2d(to_host(dst), ldd, to_host(src), lds, rows, cols);
+static void ds_copy2d(struct kd_backend *be, float *dst, size_t ldd, const float *src, size_t lds,
+                      size_t rows, size_t cols) {
+  CPU_OP(copy2d, to_host(dst), ldd, to_host(src), lds, rows, cols);
 }
 /* `host` is not translated: a device address passed as host memory faults. */
 static void ds_upload(struct kd_backend *be, void *dst, const void *host, size_t bytes) {
-  cpu.upload(be, to_host(dst), host, bytes);
+  CPU_OP(upload, to_host(dst), host, bytes);
 }
 static void ds_download(struct kd_backend *be, void *host, const void *src, size_t bytes) {
-  cpu.download(be, host, to_host(src), bytes);
+  CPU_OP(download, host, to_host(src), bytes);
 }
 static void ds_sync(struct kd_backend *be) {
-  cpu.sync(be);
+  cpu_of(be)->sync(cpu_of(be));
 }
-static void ds_copy_async(float *dst, const float *src, size_t n) {
-  cpu.copy_async(to_host(dst), to_host(src), n);
+static void ds_copy_async(struct kd_backend *be, float *dst, const float *src, size_t n) {
+  CPU_OP(copy_async, to_host(dst), to_host(src), n);
 }
 static void ds_copy_wait(struct kd_backend *be) {
-  cpu.copy_wait(be);
+  cpu_of(be)->copy_wait(cpu_of(be));
 }
 
 /* --- dense algebra ------------------------------------------------------------------------ */
 
-static void ds_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                    int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  cpu.gemm(transa, transb, M, N, K, alpha, to_host(A), lda, to_host(B), ldb, beta, to_host(C), ldc);
+static void ds_gemm(struct kd_backend *be, int transa, int transb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc) {
+  CPU_OP(gemm, transa, transb, M, N, K, alpha, to_host(A), lda, to_host(B), ldb, beta, to_host(C),
+         ldc);
 }
-static void ds_gemm_w16(int transa, int M, int N, int K, float alpha, const float *A, int lda,
-                        const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
-  cpu.gemm_w16(transa, M, N, K, alpha, to_host(A), lda, to_host(B16), ldb, beta, to_host(C), ldc);
+static void ds_gemm_w16(struct kd_backend *be, int transa, int M, int N, int K, float alpha,
+                        const float *A, int lda, const uint16_t *B16, int ldb, float beta, float *C,
+                        int ldc) {
+  CPU_OP(gemm_w16, transa, M, N, K, alpha, to_host(A), lda, to_host(B16), ldb, beta, to_host(C),
+         ldc);
 }
-static void ds_add(float *y, const float *x, size_t n) {
-  cpu.add(to_host(y), to_host(x), n);
+static void ds_add(struct kd_backend *be, float *y, const float *x, size_t n) {
+  CPU_OP(add, to_host(y), to_host(x), n);
 }
-static void ds_scale(float *x, float a, size_t n) {
-  cpu.scale(to_host(x), a, n);
+static void ds_scale(struct kd_backend *be, float *x, float a, size_t n) {
+  CPU_OP(scale, to_host(x), a, n);
 }
-static void ds_round_bf16(float *x, size_t n) {
-  cpu.round_bf16(to_host(x), n);
+static void ds_round_bf16(struct kd_backend *be, float *x, size_t n) {
+  CPU_OP(round_bf16, to_host(x), n);
 }
-static double ds_sumsq(const float *x, size_t n) {
-  return cpu.sumsq(to_host(x), n);
+static double ds_sumsq(struct kd_backend *be, const float *x, size_t n) {
+  return CPU_OP(sumsq, to_host(x), n);
 }
-static int ds_all_finite(const float *x, size_t n) {
-  return cpu.all_finite(to_host(x), n);
+static int ds_all_finite(struct kd_backend *be, const float *x, size_t n) {
+  return CPU_OP(all_finite, to_host(x), n);
 }
 
 /* --- transformer layers ---------------------------------------------------------------------- */
 
-static void ds_embedding_forward(float *out, const int *tokens, const float *wte, size_t N, int C,
-                                 int vocab_lo, int vocab_n) {
-  cpu.embedding_forward(to_host(out), to_host(tokens), to_host(wte), N, C, vocab_lo, vocab_n);
+static void ds_embedding_forward(struct kd_backend *be, float *out, const int *tokens,
+                                 const float *wte, size_t N, int C, int vocab_lo, int vocab_n) {
+  CPU_OP(embedding_forward, to_host(out), to_host(tokens), to_host(wte), N, C, vocab_lo, vocab_n);
 }
-static void ds_embedding_forward_w16(float *out, const int *tokens, const uint16_t *wte16, size_t N,
-                                     int C, int vocab_lo, int vocab_n) {
-  cpu.embedding_forward_w16(to_host(out), to_host(tokens), to_host(wte16), N, C, vocab_lo, vocab_n);
+static void ds_embedding_forward_w16(struct kd_backend *be, float *out, const int *tokens,
+                                     const uint16_t *wte16, size_t N, int C, int vocab_lo,
+                                     int vocab_n) {
+  CPU_OP(embedding_forward_w16, to_host(out), to_host(tokens), to_host(wte16), N, C, vocab_lo,
+         vocab_n);
 }
-static void ds_embedding_backward(float *dwte, const float *dout, const int *tokens, size_t N,
-                                  int C, int vocab_lo, int vocab_n) {
-  cpu.embedding_backward(to_host(dwte), to_host(dout), to_host(tokens), N, C, vocab_lo, vocab_n);
+static void ds_embedding_backward(struct kd_backend *be, float *dwte, const float *dout,
+                                  const int *tokens, size_t N, int C, int vocab_lo, int vocab_n) {
+  CPU_OP(embedding_backward, to_host(dwte), to_host(dout), to_host(tokens), N, C, vocab_lo,
+         vocab_n);
 }
-static void ds_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, size_t N,
-                               int C, float eps) {
-  cpu.rmsnorm_forward(to_host(out), to_host(rstd), to_host(inp), to_host(w), N, C, eps);
+static void ds_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                               const float *w, size_t N, int C, float eps) {
+  CPU_OP(rmsnorm_forward, to_host(out), to_host(rstd), to_host(inp), to_host(w), N, C, eps);
 }
-static void ds_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                                const float *w, const float *rstd, size_t N, int C) {
-  cpu.rmsnorm_backward(to_host(dinp), to_host(dw), to_host(dout), to_host(inp), to_host(w),
-                       to_host(rstd), N, C);
+static void ds_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
+                                const float *inp, const float *w, const float *rstd, size_t N,
+                                int C) {
+  CPU_OP(rmsnorm_backward, to_host(dinp), to_host(dw), to_host(dout), to_host(inp), to_host(w),
+         to_host(rstd), N, C);
 }
-static void ds_bias_forward(float *x, const float *bias, size_t N, int C, int ld) {
-  cpu.bias_forward(to_host(x), to_host(bias), N, C, ld);
+static void ds_bias_forward(struct kd_backend *be, float *x, const float *bias, size_t N, int C,
+                            int ld) {
+  CPU_OP(bias_forward, to_host(x), to_host(bias), N, C, ld);
 }
-static void ds_bias_backward(float *dbias, const float *dout, size_t N, int C, int ld) {
-  cpu.bias_backward(to_host(dbias), to_host(dout), N, C, ld);
+static void ds_bias_backward(struct kd_backend *be, float *dbias, const float *dout, size_t N,
+                             int C, int ld) {
+  CPU_OP(bias_backward, to_host(dbias), to_host(dout), N, C, ld);
 }
-static void ds_rope_forward(float *x, size_t N, int T, int nh, int hd, int ld, float theta) {
-  cpu.rope_forward(to_host(x), N, T, nh, hd, ld, theta);
+static void ds_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
+                            int ld, float theta) {
+  CPU_OP(rope_forward, to_host(x), N, T, nh, hd, ld, theta);
 }
-static void ds_rope_backward(float *dx, size_t N, int T, int nh, int hd, int ld, float theta) {
-  cpu.rope_backward(to_host(dx), N, T, nh, hd, ld, theta);
+static void ds_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
+                             int ld, float theta) {
+  CPU_OP(rope_backward, to_host(dx), N, T, nh, hd, ld, theta);
 }
-static void ds_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int nh,
-                                 int nkv, int hd) {
-  cpu.attention_forward(to_host(out), to_host(lse), to_host(qkv), B, T, nh, nkv, hd);
+static void ds_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
+                                 int B, int T, int nh, int nkv, int hd) {
+  CPU_OP(attention_forward, to_host(out), to_host(lse), to_host(qkv), B, T, nh, nkv, hd);
 }
-static void ds_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, int B, int T, int nh, int nkv,
-                                  int hd) {
-  cpu.attention_backward(to_host(dqkv), to_host(dout), to_host(qkv), to_host(out), to_host(lse), B,
-                         T, nh, nkv, hd);
+static void ds_attention_backward(struct kd_backend *be, float *dqkv, const float *dout,
+                                  const float *qkv, const float *out, const float *lse, int B,
+                                  int T, int nh, int nkv, int hd) {
+  CPU_OP(attention_backward, to_host(dqkv), to_host(dout), to_host(qkv), to_host(out), to_host(lse),
+         B, T, nh, nkv, hd);
 }
-static void ds_swiglu_forward(float *out, const float *gu, size_t N, int ffn) {
-  cpu.swiglu_forward(to_host(out), to_host(gu), N, ffn);
+static void ds_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
+                              int ffn) {
+  CPU_OP(swiglu_forward, to_host(out), to_host(gu), N, ffn);
 }
-static void ds_swiglu_backward(float *dgu, const float *dout, const float *gu, size_t N, int ffn) {
-  cpu.swiglu_backward(to_host(dgu), to_host(dout), to_host(gu), N, ffn);
+static void ds_swiglu_backward(struct kd_backend *be, float *dgu, const float *dout,
+                               const float *gu, size_t N, int ffn) {
+  CPU_OP(swiglu_backward, to_host(dgu), to_host(dout), to_host(gu), N, ffn);
 }
 
 /* --- loss chunk ops ------------------------------------------------------------------------------
  */
 
-static void ds_softmax_stats(float *ms, const float *z, size_t n, int V, int ld, float inv_t) {
-  cpu.softmax_stats(to_host(ms), to_host(z), n, V, ld, inv_t);
+static void ds_softmax_stats(struct kd_backend *be, float *ms, const float *z, size_t n, int V,
+                             int ld, float inv_t) {
+  CPU_OP(softmax_stats, to_host(ms), to_host(z), n, V, ld, inv_t);
 }
-static void ds_loss_partials(double *part, const float *zs, const float *zt, const float *ss,
-                             const float *st, const float *s1, const int *labels, size_t n, int V,
-                             int Vk, int vocab_lo, int kind, float inv_t, float beta) {
-  cpu.loss_partials(to_host(part), to_host(zs), to_host(zt), to_host(ss), to_host(st), to_host(s1),
-                    to_host(labels), n, V, Vk, vocab_lo, kind, inv_t, beta);
+static void ds_loss_partials(struct kd_backend *be, double *part, const float *zs, const float *zt,
+                             const float *ss, const float *st, const float *s1, const int *labels,
+                             size_t n, int V, int Vk, int vocab_lo, enum loss_kind kind,
+                             float inv_t, float beta) {
+  CPU_OP(loss_partials, to_host(part), to_host(zs), to_host(zt), to_host(ss), to_host(st),
+         to_host(s1), to_host(labels), n, V, Vk, vocab_lo, kind, inv_t, beta);
 }
-static void ds_loss_grad(float *zs, const float *zt, const float *ss, const float *st,
-                         const float *s1, const double *part, const int *labels, size_t n, int V,
-                         int Vk, int vocab_lo, int kind, float inv_t, float beta, float wkd,
-                         float wce) {
-  cpu.loss_grad(to_host(zs), to_host(zt), to_host(ss), to_host(st), to_host(s1), to_host(part),
-                to_host(labels), n, V, Vk, vocab_lo, kind, inv_t, beta, wkd, wce);
+static void ds_loss_grad(struct kd_backend *be, float *zs, const float *zt, const float *ss,
+                         const float *st, const float *s1, const double *part, const int *labels,
+                         size_t n, int V, int Vk, int vocab_lo, enum loss_kind kind, float inv_t,
+                         float beta, float wkd, float wce) {
+  CPU_OP(loss_grad, to_host(zs), to_host(zt), to_host(ss), to_host(st), to_host(s1), to_host(part),
+         to_host(labels), n, V, Vk, vocab_lo, kind, inv_t, beta, wkd, wce);
 }
-static void ds_loss_accumulate(double *acc, const double *part, size_t n) {
-  cpu.loss_accumulate(to_host(acc), to_host(part), n);
-}
-
-/* --- optimizer
- * ------------------------------------------------------------------------------------ */
-
-static void ds_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr,
-                     float beta1, float beta2, float eps, float wd, float bc1, float bc2,
-                     float grad_scale) {
-  cpu.adamw(to_host(param), to_host(m), to_host(v), to_host(grad), n, lr, beta1, beta2, eps, wd,
-            bc1, bc2, grad_scale);
+static void ds_loss_accumulate(struct kd_backend *be, double *acc, const double *part, size_t n) {
+  CPU_OP(loss_accumulate, to_host(acc), to_host(part), n);
 }
 
-/* Every op of struct kd_backend, once: the self-check of backend_devsim_init walks it,
- * and the static assertion below ties its length to the struct. */
-/* clang-format off */
-#define DEVSIM_OPS(X)                                                                        \
-  X(alloc) X(free) X(zero) X(copy) X(copy2d) X(upload) X(download) X(sync)                   \
-  X(copy_async) X(copy_wait)                                                                 \
-  X(gemm) X(gemm_w16) X(add) X(scale) X(round_bf16) X(sumsq) X(all_finite)                   \
-  X(embedding_forward) X(embedding_forward_w16) X(embedding_backward)                        \
-  X(rmsnorm_forward) X(rmsnorm_backward)                                                     \
-  X(bias_forward) X(bias_backward) X(rope_forward) X(rope_backward)                          \
-  X(attention_forward) X(attention_backward) X(swiglu_forward) X(swiglu_backward)            \
-  X(softmax_stats) X(loss_partials) X(loss_grad) X(loss_accumulate)                          \
-  X(adamw)
-/* clang-format on */
+/* --- optimizer ------------------------------------------------------------------------------- */
 
-/* The ops are the function pointers from `alloc` to the end of the struct. */
-#define DEVSIM_COUNT(op) +1
-_Static_assert(sizeof(struct kd_backend) ==
-                   offsetof(struct kd_backend, alloc) +
-                       (0 DEVSIM_OPS(DEVSIM_COUNT)) * sizeof(void (*)(void)),
-               "struct kd_backend has an op that devsim.c does not wrap (add it to DEVSIM_OPS)");
+static void ds_adamw(struct kd_backend *be, float *param, float *m, float *v, const float *grad,
+                     size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                     float bc2, float grad_scale) {
+  CPU_OP(adamw, to_host(param), to_host(m), to_host(v), to_host(grad), n, lr, beta1, beta2, eps, wd,
+         bc1, bc2, grad_scale);
+}
 
 void backend_devsim_init(struct kd_backend *be, int bf16) {
-  backend_cpu_init(be, bf16);
-  cpu = *be;
+  memset(be, 0, sizeof *be);
+  struct devsim_state *st = kd_calloc(1, sizeof *st);
+  backend_cpu_init(&st->cpu, bf16);
+  backend_cpu_count_in(&st->cpu, &be->arena);
+  be->priv = st;
   be->name = "devsim";
+  be->bf16 = st->cpu.bf16;
   be->device = 1;
   be->mpi_device = 0;
-  be->alloc = ds_alloc;
-  be->free = ds_free;
-  be->zero = ds_zero;
-  be->copy = ds_copy;
-  be->copy2d = ds_copy2d;
-  be->upload = ds_upload;
-  be->download = ds_download;
-  be->sync = ds_sync;
-  be->copy_async = ds_copy_async;
-  be->copy_wait = ds_copy_wait;
-  be->gemm = ds_gemm;
-  be->gemm_w16 = ds_gemm_w16;
-  be->add = ds_add;
-  be->scale = ds_scale;
-  be->round_bf16 = ds_round_bf16;
-  be->sumsq = ds_sumsq;
-  be->all_finite = ds_all_finite;
-  be->embedding_forward = ds_embedding_forward;
-  be->embedding_forward_w16 = ds_embedding_forward_w16;
-  be->embedding_backward = ds_embedding_backward;
-  be->rmsnorm_forward = ds_rmsnorm_forward;
-  be->rmsnorm_backward = ds_rmsnorm_backward;
-  be->bias_forward = ds_bias_forward;
-  be->bias_backward = ds_bias_backward;
-  be->rope_forward = ds_rope_forward;
-  be->rope_backward = ds_rope_backward;
-  be->attention_forward = ds_attention_forward;
-  be->attention_backward = ds_attention_backward;
-  be->swiglu_forward = ds_swiglu_forward;
-  be->swiglu_backward = ds_swiglu_backward;
-  be->softmax_stats = ds_softmax_stats;
-  be->loss_partials = ds_loss_partials;
-  be->loss_grad = ds_loss_grad;
-  be->loss_accumulate = ds_loss_accumulate;
-  be->adamw = ds_adamw;
-  /* self-check: no op may still be the CPU's (it would be handed device addresses) */
-#define DEVSIM_WRAPPED(op) KD_CHECK(be->op != cpu.op, "devsim: op `%s` has no wrapper", #op);
-  DEVSIM_OPS(DEVSIM_WRAPPED)
-#undef DEVSIM_WRAPPED
+#define DEVSIM_SET(op) be->op = ds_##op;
+  KD_BACKEND_OPS(DEVSIM_SET) /* every op wrapped: a missing ds_<op> fails the build */
+#undef DEVSIM_SET
+  backend_check(be);
 }

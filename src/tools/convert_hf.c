@@ -180,6 +180,7 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
   free(sf);
   free(where);
   model_free(&m, &be);
+  be.release(&be);
   return 0;
 }
 
@@ -350,6 +351,7 @@ int convert_to_hf(const char *in, const char *dir, int64_t max_shard) {
   if (ntok == 0) fprintf(stderr, "kdconvert: note: %s stores no tokenizer: %s has none\n", in, dir);
   free(x);
   model_free(&m, &be);
+  be.release(&be);
   return 0;
 }
 

@@ -122,19 +122,20 @@ int main(int argc, char **argv) {
   if (st) kd_fail(st, "%s", err);
   struct kd_acts a;
   acts_build(&a, &be, &m, B, T);
-  model_forward(&be, &m, &a, tokens);
+  layers_forward(&be, &m, &a, tokens);
 
   /* logits (N, V) = hn (N, C) . head (V, C)^T */
   const size_t N = (size_t)B * T;
   const int C = card.hidden_size, V = card.vocab_size;
   float *logits = be.alloc(&be, KD_MEM_LOSS, N * (size_t)V * sizeof(float));
-  be.gemm(0, 1, (int)N, V, C, 1.0f, a.hn, C, m.pw.head, C, 0.0f, logits, V);
+  be.gemm(&be, 0, 1, (int)N, V, C, 1.0f, a.hn, C, m.pw.head, C, 0.0f, logits, V);
   write_npy(argv[3], logits, B, T, V);
   printf("kdlogits: %s: logits (%d, %d, %d) -> %s\n", argv[1], B, T, V, argv[3]);
 
   be.free(&be, logits);
   acts_free(&a, &be);
   model_free(&m, &be);
+  be.release(&be);
   free(tokens);
   MPI_Finalize();
   return 0;

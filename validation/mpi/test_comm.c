@@ -107,6 +107,7 @@ START_TEST(test_comm_cpu) {
   struct kd_backend be;
   backend_cpu_init(&be, 0);
   run_all(&be);
+  be.release(&be);
 }
 END_TEST
 
@@ -115,6 +116,7 @@ START_TEST(test_comm_devsim) {
   backend_devsim_init(&be, 0);
   run_all(&be);
   ck_assert_uint_gt(be.arena.peak[KD_MEM_HOST], 0); /* it did stage */
+  be.release(&be);
 }
 END_TEST
 

@@ -55,11 +55,14 @@ static double tp_error(const struct loss_spec *sp, size_t chunk, int backward) {
   memset(dh1, 0, sizeof dh1), memset(dw1, 0, sizeof dw1);
   memset(dh2, 0, sizeof dh2), memset(dw2, 0, sizeof dw2);
   const struct loss_vocab all = {0, V, V, 0}, slice = {vlo, vn, vn, 0};
-  loss_chunked(&be, sp, &s1, backward ? dh1 : NULL, dw1, hs, ws, t_h, t_w, NULL, labels, N, CS, CT, &all,
-               chunk, 0.9f, MPI_COMM_SELF);
-  loss_chunked(&be, sp, &s2, backward ? dh2 : NULL, dw2 + (size_t)vlo * CS, hs,
-               ws + (size_t)vlo * CS, t_h, t_w ? t_w + (size_t)vlo * CT : NULL, NULL, labels, N, CS, CT,
-               &slice, chunk, 0.9f, MPI_COMM_WORLD);
+  loss_chunked(&be, sp, &s1, &(struct loss_student){hs, ws, CS, backward ? dh1 : NULL, dw1},
+               &(struct loss_teacher){t_h, t_w, NULL, CT}, labels, N, &all, chunk, 0.9f,
+               MPI_COMM_SELF);
+  loss_chunked(&be, sp, &s2,
+               &(struct loss_student){hs, ws + (size_t)vlo * CS, CS, backward ? dh2 : NULL,
+                                      dw2 + (size_t)vlo * CS},
+               &(struct loss_teacher){t_h, t_w ? t_w + (size_t)vlo * CT : NULL, NULL, CT}, labels,
+               N, &slice, chunk, 0.9f, MPI_COMM_WORLD);
   /* dws: each rank holds its rows; dhs: each rank holds its slice's share */
   MPI_Allreduce(MPI_IN_PLACE, dw2, V * CS, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, dh2, N * CS, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -197,8 +200,10 @@ static double vocab_error(const struct loss_spec *sp, int Vs, int Vt, MPI_Comm c
   grid_vocab_block(Vt, Vc, tp, r, &tlo, &tn);
   memset(dh, 0, sizeof dh), memset(dw, 0, sizeof dw);
   struct loss_sums s;
-  loss_chunked(&be, sp, &s, dh, dw + (size_t)voc.lo * CS, hs, wsb + (size_t)voc.lo * CS, ht,
-               wtb + (size_t)tlo * CT, NULL, vlab, N, CS, CT, &voc, chunk, gs, comm);
+  loss_chunked(
+      &be, sp, &s,
+      &(struct loss_student){hs, wsb + (size_t)voc.lo * CS, CS, dh, dw + (size_t)voc.lo * CS},
+      &(struct loss_teacher){ht, wtb + (size_t)tlo * CT, NULL, CT}, vlab, N, &voc, chunk, gs, comm);
   MPI_Allreduce(MPI_IN_PLACE, dw, VB * CS, MPI_FLOAT, MPI_SUM, comm);
   MPI_Allreduce(MPI_IN_PLACE, dh, N * CS, MPI_FLOAT, MPI_SUM, comm);
   double ref[2];
@@ -267,6 +272,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_vocab_differ);
   suite_add_tcase(s, tc);
   int failed = check_run(s);
+  be.release(&be);
   if (nranks < 2 && rank == 0) fprintf(stderr, "test_loss_tp: run with mpiexec -n 2\n");
   MPI_Finalize();
   return failed || nranks < 2 ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -219,6 +219,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_refusals);
   suite_add_tcase(s, tc);
   int failed = check_run(s);
+  be.release(&be);
   if (!getenv("KD_KEEP_TMP")) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -46,13 +46,13 @@ START_TEST(test_addresses) {
     h[i] = (float)i - 20.5f;
   float *acts = pd[KD_MEM_ACTS], *host = pd[KD_MEM_HOST];
   dev.upload(&dev, acts, h, sizeof h);
-  dev.copy(host, acts, 64);
+  dev.copy(&dev, host, acts, 64);
   ck_assert(memcmp(host, h, sizeof h) == 0);
   host[3] = 7.0f; /* written on the host, read back through download */
   dev.download(&dev, back, host, sizeof back);
   ck_assert(back[3] == 7.0f && back[4] == h[4]);
   dev.upload(&dev, host, h, sizeof h);
-  dev.copy2d(acts + 32, 8, host, 16, 4, 8); /* rows 0, 16, 32, 48 of width 8 */
+  dev.copy2d(&dev, acts + 32, 8, host, 16, 4, 8); /* rows 0, 16, 32, 48 of width 8 */
   dev.download(&dev, back, acts, sizeof back);
   ck_assert(back[32] == h[0] && back[47] == h[23] && back[63] == h[55] && back[31] == h[31]);
 
@@ -63,6 +63,8 @@ START_TEST(test_addresses) {
   }
   ck_assert(memcmp(&dev.arena, &cpu.arena, sizeof dev.arena) == 0);
   ck_assert_uint_eq(dev.arena.live_total, 0);
+  dev.release(&dev);
+  cpu.release(&cpu);
 }
 END_TEST
 
@@ -166,17 +168,17 @@ static void run_ops(struct run *r) {
   float *lse = run_alloc(r, KD_MEM_ACTS, (size_t)B * nh * T * sizeof(float));
   float *gu = run_alloc(r, KD_MEM_ACTS, N * 2 * F * sizeof(float));
   float *h = run_alloc(r, KD_MEM_ACTS, N * F * sizeof(float));
-  be->embedding_forward(x, tokens, wte, N, C, lo, V - lo);
-  be->rmsnorm_forward(xn, rstd, x, w, N, C, 1e-5f);
-  be->gemm(0, 1, (int)N, Q, C, 1.0f, xn, C, wqkv, C, 0.0f, qkv, Q);
-  be->bias_forward(qkv, bqkv, N, Q, Q);
-  be->rope_forward(qkv, N, T, nh + nkv, hd, Q, 10000.0f);
-  be->round_bf16(qkv, N * Q);
-  be->attention_forward(att, lse, qkv, B, T, nh, nkv, hd);
-  be->gemm(0, 1, (int)N, 2 * F, C, 1.0f, att, C, wgu, C, 0.0f, gu, 2 * F);
-  be->swiglu_forward(h, gu, N, F);
+  be->embedding_forward(be, x, tokens, wte, N, C, lo, V - lo);
+  be->rmsnorm_forward(be, xn, rstd, x, w, N, C, 1e-5f);
+  be->gemm(be, 0, 1, (int)N, Q, C, 1.0f, xn, C, wqkv, C, 0.0f, qkv, Q);
+  be->bias_forward(be, qkv, bqkv, N, Q, Q);
+  be->rope_forward(be, qkv, N, T, nh + nkv, hd, Q, 10000.0f);
+  be->round_bf16(be, qkv, N * Q);
+  be->attention_forward(be, att, lse, qkv, B, T, nh, nkv, hd);
+  be->gemm(be, 0, 1, (int)N, 2 * F, C, 1.0f, att, C, wgu, C, 0.0f, gu, 2 * F);
+  be->swiglu_forward(be, h, gu, N, F);
   float *off = run_alloc(r, KD_MEM_HOST, N * C * sizeof(float)); /* offloaded att */
-  be->copy(off, att, N * C);
+  be->copy(be, off, att, N * C);
   GET(r, x, N * C);
   GET(r, rstd, N);
   GET(r, qkv, N * Q);
@@ -193,15 +195,15 @@ static void run_ops(struct run *r) {
   float *s1 = run_alloc(r, KD_MEM_LOSS, 2 * N * sizeof(float));
   double *part = run_alloc(r, KD_MEM_LOSS, 3 * N * sizeof(double));
   double *acc = run_alloc(r, KD_MEM_LOSS, 2 * sizeof(double));
-  be->gemm(0, 1, (int)N, V, F, 1.0f, h, F, wout, F, 0.0f, z, V);
-  be->copy2d(zt, V, zwide + 1, V + 3, N, V);
-  be->softmax_stats(ss, z, N, V, V, 0.5f);
-  be->softmax_stats(st, zt, N, V, V, 0.5f);
-  be->softmax_stats(s1, z, N, V, V, 1.0f);
-  be->loss_partials(part, z, zt, ss, st, s1, labels, N, V, V, 0, 2, 0.5f, 0.4f);
-  be->loss_accumulate(acc, part, N);
-  be->copy(dz, z, N * V);
-  be->loss_grad(dz, zt, ss, st, s1, part, labels, N, V, V, 0, 2, 0.5f, 0.4f, 0.7f, 0.3f);
+  be->gemm(be, 0, 1, (int)N, V, F, 1.0f, h, F, wout, F, 0.0f, z, V);
+  be->copy2d(be, zt, V, zwide + 1, V + 3, N, V);
+  be->softmax_stats(be, ss, z, N, V, V, 0.5f);
+  be->softmax_stats(be, st, zt, N, V, V, 0.5f);
+  be->softmax_stats(be, s1, z, N, V, V, 1.0f);
+  be->loss_partials(be, part, z, zt, ss, st, s1, labels, N, V, V, 0, 2, 0.5f, 0.4f);
+  be->loss_accumulate(be, acc, part, N);
+  be->copy(be, dz, z, N * V);
+  be->loss_grad(be, dz, zt, ss, st, s1, part, labels, N, V, V, 0, 2, 0.5f, 0.4f, 0.7f, 0.3f);
   GET(r, z, N * V);
   GET(r, zt, N * V);
   GET(r, ss, 2 * N);
@@ -222,18 +224,18 @@ static void run_ops(struct run *r) {
   float *dbqkv = run_alloc(r, KD_MEM_GRADS, Q * sizeof(float));
   float *dw = run_alloc(r, KD_MEM_GRADS, C * sizeof(float));
   float *dwte = run_alloc(r, KD_MEM_GRADS, (size_t)(V - lo) * C * sizeof(float));
-  be->gemm(0, 0, (int)N, F, V, 1.0f, dz, V, wout, F, 0.0f, dh, F);
-  be->gemm(1, 0, V, F, (int)N, 1.0f, dz, V, h, F, 1.0f, dwout, F);
-  be->swiglu_backward(dgu, dh, gu, N, F);
-  be->gemm(0, 0, (int)N, C, 2 * F, 1.0f, dgu, 2 * F, wgu, C, 0.0f, datt, C);
-  be->attention_backward(dqkv, datt, qkv, off, lse, B, T, nh, nkv, hd);
-  be->rope_backward(dqkv, N, T, nh + nkv, hd, Q, 10000.0f);
-  be->bias_backward(dbqkv, dqkv, N, Q, Q);
-  be->gemm(0, 0, (int)N, C, Q, 1.0f, dqkv, Q, wqkv, C, 0.0f, dxn, C);
-  be->rmsnorm_backward(dx, dw, dxn, x, w, rstd, N, C);
-  be->embedding_backward(dwte, dx, tokens, N, C, lo, V - lo);
-  be->add(dwte, wte, (size_t)(V - lo) * C);
-  be->scale(dwte, 0.5f, (size_t)(V - lo) * C);
+  be->gemm(be, 0, 0, (int)N, F, V, 1.0f, dz, V, wout, F, 0.0f, dh, F);
+  be->gemm(be, 1, 0, V, F, (int)N, 1.0f, dz, V, h, F, 1.0f, dwout, F);
+  be->swiglu_backward(be, dgu, dh, gu, N, F);
+  be->gemm(be, 0, 0, (int)N, C, 2 * F, 1.0f, dgu, 2 * F, wgu, C, 0.0f, datt, C);
+  be->attention_backward(be, dqkv, datt, qkv, off, lse, B, T, nh, nkv, hd);
+  be->rope_backward(be, dqkv, N, T, nh + nkv, hd, Q, 10000.0f);
+  be->bias_backward(be, dbqkv, dqkv, N, Q, Q);
+  be->gemm(be, 0, 0, (int)N, C, Q, 1.0f, dqkv, Q, wqkv, C, 0.0f, dxn, C);
+  be->rmsnorm_backward(be, dx, dw, dxn, x, w, rstd, N, C);
+  be->embedding_backward(be, dwte, dx, tokens, N, C, lo, V - lo);
+  be->add(be, dwte, wte, (size_t)(V - lo) * C);
+  be->scale(be, dwte, 0.5f, (size_t)(V - lo) * C);
   GET(r, dgu, N * 2 * F);
   GET(r, dqkv, N * Q);
   GET(r, dx, N * C);
@@ -243,16 +245,16 @@ static void run_ops(struct run *r) {
   GET(r, dwte, (V - lo) * C);
 
   /* gradient norm, finiteness, AdamW */
-  double sumsq = be->sumsq(dwte, (size_t)(V - lo) * C);
-  int finite = be->all_finite(dwte, (size_t)(V - lo) * C);
+  double sumsq = be->sumsq(be, dwte, (size_t)(V - lo) * C);
+  int finite = be->all_finite(be, dwte, (size_t)(V - lo) * C);
   const float bad_h[4] = {1.0f, INFINITY, 0.0f, 2.0f};
   float *bad = run_put(r, KD_MEM_COMM, bad_h, sizeof bad_h);
-  int finite_bad = be->all_finite(bad, 4);
+  int finite_bad = be->all_finite(be, bad, 4);
   float *m = run_alloc(r, KD_MEM_OPTIM, (size_t)(V - lo) * C * sizeof(float));
   float *v = run_alloc(r, KD_MEM_OPTIM, (size_t)(V - lo) * C * sizeof(float));
-  be->adamw(wte, m, v, dwte, (size_t)(V - lo) * C, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f,
+  be->adamw(be, wte, m, v, dwte, (size_t)(V - lo) * C, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f,
             0.5f);
-  be->zero(dz, N * V);
+  be->zero(be, dz, N * V);
   be->sync(be);
   KEEP(r, sumsq);
   KEEP(r, finite);
@@ -267,7 +269,7 @@ START_TEST(test_ops_match_cpu) {
   for (int bf16 = 0; bf16 <= 1; bf16++) {
     struct kd_backend cpu, dev;
     backend_cpu_init(&cpu, bf16);
-    backend_devsim_init(&dev, bf16); /* the CPU ops' scratch now counts in dev's arena */
+    backend_devsim_init(&dev, bf16); /* each counts its own scratch */
     struct run rc = {.be = &cpu}, rd = {.be = &dev};
     run_ops(&rc);
     run_ops(&rd);
@@ -292,15 +294,18 @@ START_TEST(test_ops_match_cpu) {
       nonzero += dz[i] != 0.0f;
     }
     ck_assert_int_gt(nonzero, 0);
-    /* the same blocks counted alike (scratch peaks aside: all scratch counts in dev's) */
+    /* the same blocks counted alike, the ops' scratch included (each backend's own) */
     for (int c = 0; c < KD_MEM_NCAT; c++) {
       ck_assert_uint_eq(cpu.arena.live[c], dev.arena.live[c]);
-      if (c != KD_MEM_SCRATCH) ck_assert_uint_eq(cpu.arena.peak[c], dev.arena.peak[c]);
+      ck_assert_uint_eq(cpu.arena.peak[c], dev.arena.peak[c]);
     }
+    ck_assert_uint_gt(dev.arena.peak[KD_MEM_SCRATCH], 0);
     run_free(&rc);
     run_free(&rd);
     ck_assert_uint_eq(dev.arena.live_total, 0);
     ck_assert_uint_eq(cpu.arena.live_total, 0);
+    dev.release(&dev);
+    cpu.release(&cpu);
   }
 }
 END_TEST
@@ -339,6 +344,7 @@ START_TEST(test_host_read_dies) {
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0, "a host read of a device block survived");
   be.free(&be, dev);
   be.free(&be, host);
+  be.release(&be);
 }
 END_TEST
 

@@ -223,9 +223,9 @@ START_TEST(backend_products) {
           const float beta = b ? -0.5f : 0.0f;
           memcpy(C, C0, (size_t)M * N * sizeof(float));
           if (w16)
-            be.gemm_w16(ta, M, N, K, 0.7f, A, lda, B16, K, beta, C, N);
+            be.gemm_w16(&be, ta, M, N, K, 0.7f, A, lda, B16, K, beta, C, N);
           else
-            be.gemm(ta, 1, M, N, K, 0.7f, A, lda, B, K, beta, C, N);
+            be.gemm(&be, ta, 1, M, N, K, 0.7f, A, lda, B, K, beta, C, N);
           const double e = check_product(ta, 1, M, N, K, 0.7f, Ar, lda, B, K, beta, C0, C, N);
           ck_assert_msg(e <= TOL, "backend %s exact=%d ta=%d beta=%g: error %g",
                         w16 ? "gemm_w16" : "gemm", exact, ta, beta, e);
@@ -234,6 +234,33 @@ START_TEST(backend_products) {
       free(A), free(B), free(C0), free(C), free(B16);
     }
   ck_assert_uint_eq(be.arena.live_total, 0);
+  be.release(&be);
+}
+END_TEST
+
+/* gemm_bf16(be, 0): a bf16 backend multiplies as an FP32 one, bit for bit, until it is
+ * switched back (then, with a BF16 kernel, on rounded operands again); the rounding of
+ * stored activations (be->bf16) stays. */
+START_TEST(backend_gemm_precision) {
+  struct kd_backend b16, b32;
+  backend_cpu_init(&b16, 1);
+  backend_cpu_init(&b32, 0);
+  omp_set_num_threads(2);
+  const int M = 300, N = 260, K = 129;
+  const size_t nc = (size_t)M * N;
+  float *A = frand((size_t)M * K, 0), *B = frand((size_t)N * K, 0);
+  float *C32 = kd_malloc(nc * sizeof(float)), *C = kd_malloc(nc * sizeof(float));
+  b32.gemm(&b32, 0, 1, M, N, K, 0.7f, A, K, B, K, 0.0f, C32, N);
+  ck_assert_int_eq(b16.gemm_bf16(&b16, 0), 1);
+  b16.gemm(&b16, 0, 1, M, N, K, 0.7f, A, K, B, K, 0.0f, C, N);
+  ck_assert_int_eq(memcmp(C, C32, nc * sizeof(float)), 0);
+  ck_assert_int_eq(b16.bf16, 1);
+  ck_assert_int_eq(b16.gemm_bf16(&b16, 1), 0);
+  b16.gemm(&b16, 0, 1, M, N, K, 0.7f, A, K, B, K, 0.0f, C, N);
+  if (gemm16_available()) ck_assert_int_ne(memcmp(C, C32, nc * sizeof(float)), 0);
+  free(A), free(B), free(C32), free(C);
+  b16.release(&b16);
+  b32.release(&b32);
 }
 END_TEST
 
@@ -248,6 +275,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, not_bf16);
   tcase_add_test(tc, rounding);
   tcase_add_test(tc, backend_products);
+  tcase_add_test(tc, backend_gemm_precision);
   suite_add_tcase(s, tc);
   const int failed = check_run(s);
   MPI_Finalize();

@@ -121,7 +121,7 @@ static double rel(double a, double b) {
   return fabs(a - b) / fmax(fabs(b), 1e-12);
 }
 
-static struct kd_backend be; /* one CPU backend per process */
+static struct kd_backend be; /* the CPU backend of every case */
 
 /* Run loss_chunked and the reference on one case; assert sums and gradients agree. */
 static void check_case(struct kd_backend *be, const struct loss_spec *sp, size_t chunk,
@@ -136,8 +136,9 @@ static void check_case(struct kd_backend *be, const struct loss_spec *sp, size_t
   ref_loss(sp, &kd_r, &ce_r, dh_r, dw_r, h, w, gs);
   memset(dhs, 0, sizeof dhs), memset(dws, 0, sizeof dws);
   struct loss_sums s = {-1, -1};
-  loss_chunked(be, sp, &s, dhs, dws, hs, ws, sp->distill ? ht : NULL, sp->distill ? wt : NULL, NULL,
-               labels, N, CS, CT, &full, chunk, gs, MPI_COMM_SELF);
+  loss_chunked(be, sp, &s, &(struct loss_student){hs, ws, CS, dhs, dws},
+               &(struct loss_teacher){sp->distill ? ht : NULL, sp->distill ? wt : NULL, NULL, CT},
+               labels, N, &full, chunk, gs, MPI_COMM_SELF);
   ck_assert_msg(be->arena.live[KD_MEM_LOSS] == 0, "loss buffers leaked");
   if (sp->distill)
     ck_assert_msg(rel(s.kd, kd_r) < tol_sum,
@@ -213,12 +214,12 @@ START_TEST(test_accumulate_and_forward_only) {
   struct loss_sums s1, s2, s3;
   memset(dh1, 0, sizeof dh1), memset(dw1, 0, sizeof dw1);
   memset(dh2, 0, sizeof dh2), memset(dw2, 0, sizeof dw2);
-  loss_chunked(&be, &sp, &s1, dh1, dw1, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
-               MPI_COMM_SELF);
-  loss_chunked(&be, &sp, &s2, dh2, dw2, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
-               MPI_COMM_SELF);
-  loss_chunked(&be, &sp, &s2, dh2, dw2, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 2, 1.0f,
-               MPI_COMM_SELF);
+  loss_chunked(&be, &sp, &s1, &(struct loss_student){hs, ws, CS, dh1, dw1},
+               &(struct loss_teacher){ht, wt, NULL, CT}, labels, N, &full, 3, 1.0f, MPI_COMM_SELF);
+  loss_chunked(&be, &sp, &s2, &(struct loss_student){hs, ws, CS, dh2, dw2},
+               &(struct loss_teacher){ht, wt, NULL, CT}, labels, N, &full, 3, 1.0f, MPI_COMM_SELF);
+  loss_chunked(&be, &sp, &s2, &(struct loss_student){hs, ws, CS, dh2, dw2},
+               &(struct loss_teacher){ht, wt, NULL, CT}, labels, N, &full, 2, 1.0f, MPI_COMM_SELF);
   for (int i = 0; i < N * CS; i++)
     ck_assert_float_eq_tol(dh2[i], 2 * dh1[i], 1e-5);
   for (int i = 0; i < V * CS; i++)
@@ -226,8 +227,8 @@ START_TEST(test_accumulate_and_forward_only) {
   /* sums are per call (not accumulated); forward only touches nothing else */
   ck_assert(rel(s2.kd, s1.kd) < 1e-6 && rel(s2.ce, s1.ce) < 1e-6);
   memcpy(dw2, dw1, sizeof dw1);
-  loss_chunked(&be, &sp, &s3, NULL, dw2, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
-               MPI_COMM_SELF);
+  loss_chunked(&be, &sp, &s3, &(struct loss_student){hs, ws, CS, NULL, dw2},
+               &(struct loss_teacher){ht, wt, NULL, CT}, labels, N, &full, 3, 1.0f, MPI_COMM_SELF);
   ck_assert(s3.kd == s1.kd && s3.ce == s1.ce);
   ck_assert(memcmp(dw2, dw1, sizeof dw1) == 0);
   ck_assert(be.arena.live[KD_MEM_LOSS] == 0);
@@ -245,11 +246,13 @@ START_TEST(test_masked_rows) {
       struct loss_sums s0, s1;
       memset(dh0, 0, sizeof dh0), memset(dw0, 0, sizeof dw0);
       memset(dh1, 0, sizeof dh1), memset(dw1, 0, sizeof dw1);
-      loss_chunked(&be, &sp, &s0, dh0, dw0, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
+      loss_chunked(&be, &sp, &s0, &(struct loss_student){hs, ws, CS, dh0, dw0},
+                   &(struct loss_teacher){ht, wt, NULL, CT}, labels, N, &full, 3, 1.0f,
                    MPI_COMM_SELF);
       labels[2] = labels[5] = -1;
       check_case(&be, &sp, 3, 1e-5, 1e-4);
-      loss_chunked(&be, &sp, &s1, dh1, dw1, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, 3, 1.0f,
+      loss_chunked(&be, &sp, &s1, &(struct loss_student){hs, ws, CS, dh1, dw1},
+                   &(struct loss_teacher){ht, wt, NULL, CT}, labels, N, &full, 3, 1.0f,
                    MPI_COMM_SELF);
       labels[2] = saved[0], labels[5] = saved[1];
       ck_assert(s1.ce < s0.ce && (!distill || s1.kd < s0.kd));
@@ -276,10 +279,12 @@ START_TEST(test_bf16_logits) {
   check_case(&be, &ce, 3, 1e-2, 1e-2);
   /* and the rounding is really applied: the BF16 sums differ from FP32 ones */
   struct loss_sums a, b;
-  loss_chunked(&be, &ce, &b, NULL, NULL, hs, ws, NULL, NULL, NULL, labels, N, CS, CT, &full, 3, 1.0f,
+  loss_chunked(&be, &ce, &b, &(struct loss_student){hs, ws, CS, NULL, NULL},
+               &(struct loss_teacher){NULL, NULL, NULL, CT}, labels, N, &full, 3, 1.0f,
                MPI_COMM_SELF);
   be.bf16 = 0;
-  loss_chunked(&be, &ce, &a, NULL, NULL, hs, ws, NULL, NULL, NULL, labels, N, CS, CT, &full, 3, 1.0f,
+  loss_chunked(&be, &ce, &a, &(struct loss_student){hs, ws, CS, NULL, NULL},
+               &(struct loss_teacher){NULL, NULL, NULL, CT}, labels, N, &full, 3, 1.0f,
                MPI_COMM_SELF);
   ck_assert(a.ce != b.ce);
 }
@@ -311,7 +316,8 @@ START_TEST(test_chunk_budget_and_parse) {
     struct loss_spec sp = {distill, LOSS_FKL, 2.5f, 0.3f, 0.5f, 1};
     struct loss_sums s;
     arena_reset_peaks(&be.arena);
-    loss_chunked(&be, &sp, &s, NULL, NULL, hs, ws, ht, wt, NULL, labels, N, CS, CT, &full, chunk, 1.0f,
+    loss_chunked(&be, &sp, &s, &(struct loss_student){hs, ws, CS, NULL, NULL},
+                 &(struct loss_teacher){ht, wt, NULL, CT}, labels, N, &full, chunk, 1.0f,
                  MPI_COMM_SELF);
     ck_assert(chunk >= 2 && chunk < N);
     ck_assert_uint_le(be.arena.peak[KD_MEM_LOSS], budget);
@@ -346,6 +352,7 @@ int main(int argc, char **argv) {
   setup_data();
   backend_cpu_init(&be, 0);
   int failed = check_run(loss_suite());
+  be.release(&be);
   MPI_Finalize();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -46,6 +46,7 @@ START_TEST(test_table) {
   ck_assert_int_eq((int64_t)m.numel, model_count_params(&c));
   model_free(&m, &be);
   ck_assert_uint_eq(be.arena.live_total, 0);
+  be.release(&be);
 }
 END_TEST
 
@@ -65,6 +66,7 @@ START_TEST(test_init_deterministic) {
   ck_assert_float_eq(a.pw.layer[0].ln1[3], 1.0f);
   model_free(&a, &be);
   model_free(&b, &be);
+  be.release(&be);
 }
 END_TEST
 
@@ -80,18 +82,20 @@ struct fixture {
 /* Loss of the current student weights (per token, the objective). */
 static double objective(struct fixture *f, int backward) {
   model_sync_working(&f->s, &f->be);
-  if (f->spec.distill) model_forward(&f->be, &f->t, &f->ta, f->tok);
-  model_forward(&f->be, &f->s, &f->sa, f->tok);
+  if (f->spec.distill) layers_forward(&f->be, &f->t, &f->ta, f->tok);
+  layers_forward(&f->be, &f->s, &f->sa, f->tok);
   struct loss_sums sums = {0, 0};
   const float gs = 1.0f / (float)f->N;
-  if (backward) f->be.zero(f->sa.dhn, f->N * (size_t)f->s.card.hidden_size);
-  loss_chunked(&f->be, &f->spec, &sums, backward ? f->sa.dhn : NULL, backward ? f->s.pg.head : NULL,
-               f->sa.hn, f->s.pw.head, f->spec.distill ? f->ta.hn : NULL,
-               f->spec.distill ? f->t.pw.head : NULL, NULL, f->lab, f->N, f->s.card.hidden_size,
-               f->t.card.hidden_size,
-               &(struct loss_vocab){0, f->s.card.vocab_size, f->s.card.vocab_size, 0}, 4, gs,
-               MPI_COMM_SELF);
-  if (backward) model_backward(&f->be, &f->s, &f->sa);
+  if (backward) f->be.zero(&f->be, f->sa.dhn, f->N * (size_t)f->s.card.hidden_size);
+  loss_chunked(&f->be, &f->spec, &sums,
+               &(struct loss_student){f->sa.hn, f->s.pw.head, f->s.card.hidden_size,
+                                      backward ? f->sa.dhn : NULL, backward ? f->s.pg.head : NULL},
+               &(struct loss_teacher){f->spec.distill ? f->ta.hn : NULL,
+                                      f->spec.distill ? f->t.pw.head : NULL, NULL,
+                                      f->t.card.hidden_size},
+               f->lab, f->N, &(struct loss_vocab){0, f->s.card.vocab_size, f->s.card.vocab_size, 0},
+               4, gs, MPI_COMM_SELF);
+  if (backward) layers_backward(&f->be, &f->s, &f->sa);
   double a = f->spec.alpha;
   return f->spec.distill ? (a * sums.kd + (1 - a) * sums.ce) / (double)f->N
                          : sums.ce / (double)f->N;
@@ -133,7 +137,7 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
     f.tok[i] = (int)(kd_splitmix64(&st) % (uint64_t)sc.vocab_size);
     f.lab[i] = (int)(kd_splitmix64(&st) % (uint64_t)sc.vocab_size);
   }
-  f.be.zero(f.s.grad, f.s.numel);
+  f.be.zero(&f.be, f.s.grad, f.s.numel);
   objective(&f, 1);
   float *grad = malloc(f.s.numel * sizeof(float));
   memcpy(grad, f.s.grad, f.s.numel * sizeof(float));
@@ -183,6 +187,7 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
     model_free(&f.t, &f.be);
   }
   ck_assert_uint_eq(f.be.arena.live_total, 0);
+  f.be.release(&f.be);
 }
 
 START_TEST(test_grad_train_bias_untied) {
@@ -218,13 +223,14 @@ START_TEST(test_frozen_forward_matches) {
   acts_build(&ba, &be, &b, 2, 9);
   int tok[18];
   for (int i = 0; i < 18; i++) tok[i] = (i * 7) % 29;
-  model_forward(&be, &a, &aa, tok);
-  model_forward(&be, &b, &ba, tok);
+  layers_forward(&be, &a, &aa, tok);
+  layers_forward(&be, &b, &ba, tok);
   ck_assert_int_eq(memcmp(aa.hn, ba.hn, 18 * 16 * sizeof(float)), 0);
   acts_free(&aa, &be);
   acts_free(&ba, &be);
   model_free(&a, &be);
   model_free(&b, &be);
+  be.release(&be);
 }
 END_TEST
 

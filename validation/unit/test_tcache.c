@@ -93,6 +93,7 @@ START_TEST(test_topk_select_fill) {
   for (int j = 0; j < V; j++)
     ck_assert_double_eq_tol(q[j], exp(lp[j]), 1e-6);
   free(scr);
+  be.release(&be);
 }
 END_TEST
 
@@ -138,6 +139,7 @@ START_TEST(test_sample_unbiased) {
   ck_assert_double_eq_tol(tcache_kd_offset(&rows, &lab, 1), off, 1e-5);
   ck_assert_double_eq(tcache_kd_offset(&rows, &masked, 1), 0.0);
   free(scr);
+  be.release(&be);
 }
 END_TEST
 

@@ -76,13 +76,14 @@ START_TEST(test_gemm_w16) {
       memcpy(C1, C0, (size_t)M * ldc * sizeof(float));
       uint16_t *B16 = kd_malloc((size_t)N * ldb * sizeof(uint16_t));
       for (size_t i = 0; i < (size_t)N * ldb; i++) B16[i] = kd_bf16_pack(B[i]);
-      be.gemm(ta, 1, M, N, K, 0.7f, A, lda, B, ldb, -0.5f, C0, ldc);
-      be.gemm_w16(ta, M, N, K, 0.7f, A, lda, B16, ldb, -0.5f, C1, ldc);
+      be.gemm(&be, ta, 1, M, N, K, 0.7f, A, lda, B, ldb, -0.5f, C0, ldc);
+      be.gemm_w16(&be, ta, M, N, K, 0.7f, A, lda, B16, ldb, -0.5f, C1, ldc);
       const double e = relerr(C1, C0, (size_t)M * ldc);
       ck_assert_msg(e <= TOL, "gemm_w16 %dx%dx%d ta=%d: rel err %g", M, N, K, ta, e);
       free(A), free(B), free(C0), free(C1), free(B16);
     }
   ck_assert_uint_eq(be.arena.live_total, 0);
+  be.release(&be);
 }
 END_TEST
 
@@ -97,10 +98,11 @@ START_TEST(test_embedding_w16) {
     for (size_t i = 0; i < (size_t)V * C; i++) w16[i] = kd_bf16_pack(w[i]);
     int tok[41];
     for (size_t i = 0; i < N; i++) tok[i] = (int)((i * 13) % 35); /* some outside the slice */
-    be.embedding_forward(o0, tok, w, N, C, lo, V);
-    be.embedding_forward_w16(o1, tok, w16, N, C, lo, V);
+    be.embedding_forward(&be, o0, tok, w, N, C, lo, V);
+    be.embedding_forward_w16(&be, o1, tok, w16, N, C, lo, V);
     ck_assert_int_eq(memcmp(o0, o1, N * C * sizeof(float)), 0);
     free(w), free(w16), free(o0), free(o1);
+    be.release(&be);
   }
 }
 END_TEST
@@ -117,7 +119,7 @@ static void pair_build(struct pair *x, struct kd_backend *be, const struct kd_ca
   model_build(&x->f, be, c, MODEL_FROZEN);
   model_build(&x->p, be, c, MODEL_FROZEN16);
   model_init_random(&x->f, be, 31);
-  be->round_bf16(x->f.w, x->f.numel);
+  be->round_bf16(be, x->f.w, x->f.numel);
   model_init_random(&x->p, be, 31);
   acts_build(&x->fa, be, &x->f, B, T);
   acts_build(&x->pa, be, &x->p, B, T);
@@ -163,8 +165,8 @@ static void check_forward(struct kd_card c) {
                     model_weight_bytes(&x.f) + model_weight_bytes(&x.p));
   int tok[22];
   for (int i = 0; i < N; i++) tok[i] = (i * 7 + 3) % c.vocab_size;
-  model_forward(&be, &x.f, &x.fa, tok);
-  model_forward(&be, &x.p, &x.pa, tok);
+  layers_forward(&be, &x.f, &x.fa, tok);
+  layers_forward(&be, &x.p, &x.pa, tok);
   const size_t nh = (size_t)N * c.hidden_size;
   const double e = relerr(x.pa.hn, x.fa.hn, nh);
   ck_assert_msg(e <= TOL, "packed forward: rel err %g", e);
@@ -173,18 +175,19 @@ static void check_forward(struct kd_card c) {
   struct loss_sums s0, s1;
   const struct loss_vocab voc = {0, c.vocab_size, c.vocab_size, 0};
   float *hs = frand(nh, 1), *ws = frand((size_t)c.vocab_size * c.hidden_size, 1);
-  loss_chunked(&be, &spec, &s0, NULL, NULL, hs, ws, x.fa.hn, x.f.pw.head, NULL, tok + 1,
-               (size_t)N - 1, c.hidden_size, c.hidden_size, &voc, 5, 1.0f,
-               MPI_COMM_SELF);
-  loss_chunked(&be, &spec, &s1, NULL, NULL, hs, ws, x.fa.hn, NULL, x.p.pw.head16, tok + 1,
-               (size_t)N - 1, c.hidden_size, c.hidden_size, &voc, 5, 1.0f,
-               MPI_COMM_SELF);
+  loss_chunked(&be, &spec, &s0, &(struct loss_student){hs, ws, c.hidden_size, NULL, NULL},
+               &(struct loss_teacher){x.fa.hn, x.f.pw.head, NULL, c.hidden_size}, tok + 1,
+               (size_t)N - 1, &voc, 5, 1.0f, MPI_COMM_SELF);
+  loss_chunked(&be, &spec, &s1, &(struct loss_student){hs, ws, c.hidden_size, NULL, NULL},
+               &(struct loss_teacher){x.fa.hn, NULL, x.p.pw.head16, c.hidden_size}, tok + 1,
+               (size_t)N - 1, &voc, 5, 1.0f, MPI_COMM_SELF);
   ck_assert_msg(fabs(s1.kd - s0.kd) <= TOL * fabs(s0.kd) && s1.ce == s0.ce,
                 "loss with the packed head: kd %.9g vs %.9g, ce %.9g vs %.9g", s1.kd, s0.kd,
                 s1.ce, s0.ce);
   free(hs), free(ws);
   pair_free(&x, &be);
   ck_assert_uint_eq(be.arena.live_total, 0);
+  be.release(&be);
 }
 
 START_TEST(test_forward_untied_bias) {
@@ -212,7 +215,7 @@ START_TEST(test_load_packed) {
   model_build(&f, &be, &c, MODEL_FROZEN);
   model_build(&p, &be, &c, MODEL_FROZEN16);
   ck_assert_int_eq(weights_load(path, &f, f.w, MPI_COMM_WORLD, err, sizeof err), 0);
-  be.round_bf16(f.w, f.numel);
+  be.round_bf16(&be, f.w, f.numel);
   ck_assert_msg(weights_load(path, &p, NULL, MPI_COMM_WORLD, err, sizeof err) == 0, "%s", err);
   check_storage(&f, &p);
   /* a damaged file is refused by the packed load as by the FP32 one */
@@ -222,6 +225,7 @@ START_TEST(test_load_packed) {
   model_free(&src, &be);
   model_free(&f, &be);
   model_free(&p, &be);
+  be.release(&be);
 }
 END_TEST
 
@@ -245,10 +249,11 @@ START_TEST(test_devsim) {
     model_build(&m, &be, &c, MODEL_FROZEN16);
     model_init_random(&m, &be, 8);
     acts_build(&a, &be, &m, B, T);
-    model_forward(&be, &m, &a, tok);
+    layers_forward(&be, &m, &a, tok);
     be.download(&be, dev ? got : ref, a.hn, nh * sizeof(float));
     acts_free(&a, &be);
     model_free(&m, &be);
+    be.release(&be);
   }
   ck_assert_int_eq(memcmp(ref, got, nh * sizeof(float)), 0);
   free(ref), free(got);

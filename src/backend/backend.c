@@ -1,0 +1,47 @@
+/* backend.c: the one place that knows which backends exist: backend_select turns the
+ * run%device word into a backend (CPU, CUDA where built and present, the simulated
+ * device), and backend_check proves a table complete. */
+#include "kdtrain_config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../util.h"
+#include "backend.h"
+#include "cpu_hw.h"
+#include "cuda.h"
+
+void backend_prepare(char **argv) {
+  kd_blas_select(argv);
+}
+
+int backend_select(struct kd_backend *be, enum kd_device device, int bf16, int node_rank,
+                   char *note, size_t notelen, char *err, size_t errlen) {
+  char why[256] = "";
+  const int want_cuda = device == KD_DEV_CUDA || device == KD_DEV_AUTO;
+  const int ncuda = want_cuda ? cuda_devices_all_ranks(why, sizeof why) : 0; /* collective */
+  if (notelen) note[0] = '\0';
+  if (device == KD_DEV_CUDA && ncuda == 0) {
+    snprintf(err, errlen, "no CUDA device: %s", why);
+    return KD_EXIT_INPUT;
+  }
+#ifdef KD_HAVE_CUDA
+  if (ncuda > 0) {
+    backend_cuda_init(be, bf16, node_rank);
+    return 0;
+  }
+#endif
+  (void)node_rank; /* no device to pick in a build without CUDA */
+  if (device == KD_DEV_DEVSIM)
+    backend_devsim_init(be, bf16);
+  else
+    backend_cpu_init(be, bf16);
+  if (device == KD_DEV_AUTO) snprintf(note, notelen, "run%%device='auto', no CUDA device: %s", why);
+  return 0;
+}
+
+void backend_check(const struct kd_backend *be) {
+#define BACKEND_HAS(op) KD_CHECK(be->op, "backend %s: op `%s` is not set", be->name, #op);
+  KD_BACKEND_OPS(BACKEND_HAS)
+#undef BACKEND_HAS
+}

@@ -1,0 +1,26 @@
+/* cpu.h: what the CPU backend's files (cpu.c, cpu_attention.c, cpu_loss.c) and the
+ * simulated device wrapped around it (devsim.c) share. Not for use outside
+ * src/backend/: everything else reaches the CPU backend through its op table. */
+#ifndef KD_CPU_H
+#define KD_CPU_H
+
+#include <stddef.h>
+
+#include "backend.h"
+
+/* A block of `bytes` of KD_MEM_SCRATCH host memory for the duration of one op, counted
+ * in the backend's arena (a wrapping backend's arena: backend_cpu_count_in). The
+ * kernels dereference it, so it is host memory also under devsim. */
+void *cpu_scratch_alloc(struct kd_backend *be, size_t bytes);
+void cpu_scratch_free(struct kd_backend *be, void *p);
+
+/* Count every block of the CPU backend `be` (alloc'ed and scratch) in `arena` instead
+ * of be->arena: devsim.c's wrapped CPU backend counts in the devsim backend's arena. */
+void backend_cpu_count_in(struct kd_backend *be, struct kd_arena *arena);
+
+/* Called by backend_cpu_init: fill the attention ops (cpu_attention.c) and the loss
+ * chunk ops (cpu_loss.c) of the table. */
+void backend_cpu_attention_init(struct kd_backend *be);
+void backend_cpu_loss_init(struct kd_backend *be);
+
+#endif
