@@ -493,6 +493,7 @@ static int resolve_card(struct namelist_ctx *c, struct kd_card *card, size_t ki)
  * else its &group's line, else 0; the command-line word that set it, if one did. */
 static int where_line[NAMELIST_MAXKEYS];
 static char where_word[NAMELIST_MAXKEYS][64];
+static unsigned char where_set[NAMELIST_MAXKEYS]; /* for config_is_set: the file or a word */
 
 int config_load(struct kd_config *cfg, const char *path, int noverrides, char **overrides,
                 char *err, size_t errlen) {
@@ -520,6 +521,7 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
     while (g > 0 && strcmp(c.keys[g - 1].group, c.keys[i].group) == 0) g--;
     where_line[i] = c.line[i] ? c.line[i] : c.gline[g];
     snprintf(where_word[i], sizeof where_word[i], "%s", c.setby[i] ? c.setby[i] : "");
+    where_set[i] = c.line[i] > 0 || c.setby[i] != NULL;
   }
   return rc;
 }
@@ -534,6 +536,13 @@ void config_where(const struct kd_config *cfg, const char *group, const char *ke
     snprintf(out, n, "%s:%d: &%s %s", cfg->source, where_line[i], group, key);
   else
     snprintf(out, n, "%s: &%s %s", cfg->source, group, key);
+}
+
+int config_is_set(const struct kd_config *cfg, const char *group, const char *key) {
+  (void)cfg;
+  const struct namelist_ctx c = {.keys = cfg_keys, .n = NKEYS(cfg_keys)};
+  const long i = namelist_find_key(&c, group, key);
+  return i >= 0 && where_set[i];
 }
 
 /* ---- printing and broadcast ---------------------------------------------------------------- */

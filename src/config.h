@@ -120,6 +120,10 @@ void card_print(FILE *f, const struct kd_card *card);
 void config_where(const struct kd_config *cfg, const char *group, const char *key, char *out,
                   size_t n);
 
+/* 1 when group%key of the last config_load in this process was set by the input file or a
+ * command-line override, 0 when it holds its default (rank 0's knowledge, as config_where). */
+int config_is_set(const struct kd_config *cfg, const char *group, const char *key);
+
 /* Rank 0 loads, everyone receives: collective over MPI_COMM_WORLD. On bad input
  * rank 0 prints the message and every rank exits with KD_EXIT_INPUT. */
 void config_load_bcast(struct kd_config *cfg, const char *path, int noverrides, char **overrides);
