@@ -351,3 +351,22 @@ void kd_progress(const char *what, double done, double total, double t0, double 
   kd_info("kdtrain: %s: %.0f%% (%s of %s), about %.0f s left\n", what, 100 * done / total,
           kd_fmt_bytes(a, sizeof a, done), kd_fmt_bytes(b, sizeof b, total), left);
 }
+
+void kd_format_eta(char *buf, size_t n, double sec) {
+  if (sec < 0 || !isfinite(sec)) sec = 0;
+  long s = (long)(sec + 0.5);
+  if (s >= 3600)
+    snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else
+    snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+}
+
+void kd_stop_signals(void (*handler)(int)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+}
