@@ -129,8 +129,12 @@ static int header_int(hid_t f, const char *path, const char *name, long long lo,
                       long long *v, char *err, size_t errlen) {
   if (h5attr_get_int(f, name, v, err, errlen)) return KD_EXIT_INPUT;
   if (*v < lo || *v > hi) {
-    kd_seterr(err, errlen, "teacher cache %s: field '%s' is %lld, expected %lld to %lld", path,
-              name, *v, lo, hi);
+    if (lo == hi)
+      kd_seterr(err, errlen, "teacher cache %s: field '%s' is %lld, this kdtrain reads %lld", path,
+                name, *v, lo);
+    else
+      kd_seterr(err, errlen, "teacher cache %s: field '%s' is %lld, expected %lld to %lld", path,
+                name, *v, lo, hi);
     return KD_EXIT_INPUT;
   }
   return 0;
@@ -164,8 +168,8 @@ static int read_header(struct tcache *c, const char *path, char *err, size_t err
       h5attr_get_u64(f, "data_id", &m->data_id, err, errlen))
     return KD_EXIT_INPUT;
   if (!(tau > 0) || !isfinite(tau)) {
-    kd_seterr(err, errlen, "teacher cache %s: field 'temperature' is %g, expected a positive number",
-              path, tau);
+    kd_seterr(err, errlen,
+              "teacher cache %s: field 'temperature' is %g, expected a positive number", path, tau);
     return KD_EXIT_INPUT;
   }
   m->k = (int)k, m->seq_len = (int)T, m->vocab = (int)v, m->teacher_vocab = (int)tv;
@@ -297,7 +301,9 @@ static int open_check(struct tcache *c, const char *path, const struct tcache_me
   if (c->crc < 0) return KD_EXIT_INPUT;
   if (!want) return 0; /* the header only */
   if (c->done != m->nwindows) {
-    kd_seterr(err, errlen, "teacher cache %s: incomplete (%" PRId64 " of %" PRId64 " windows)",
+    kd_seterr(err, errlen,
+              "teacher cache %s: incomplete: field 'windows_done' is %" PRId64 " of %" PRId64
+              " windows (a caching run that did not finish; run it again to complete the file)",
               path, c->done, m->nwindows);
     return KD_EXIT_INPUT;
   }

@@ -49,7 +49,7 @@ struct tcache_rows {
 struct tcache {
   struct tcache_meta meta;
   hid_t file, ids, logp, tail, crc;
-  int64_t done; /* windows_done: the windows written (nwindows when finished) */
+  int64_t done;                     /* windows_done: the windows written (nwindows when finished) */
   int64_t set_first[DATA_MAX_SETS]; /* first global window of each file of the blend */
 };
 

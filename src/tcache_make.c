@@ -142,13 +142,13 @@ static int64_t resumable(const char *tmp, const struct tcache_meta *m) {
   char err[512];
   if (tcache_open(&c, tmp, NULL, err, sizeof err) != 0) return -1;
   const struct tcache_meta *h = &c.meta;
-  const int64_t done =
-      h->select == m->select && h->k == m->k && h->seq_len == m->seq_len &&
-              h->vocab == m->vocab && h->teacher_vocab == m->teacher_vocab &&
-              h->temperature == m->temperature && h->teacher_id == m->teacher_id &&
-              h->data_id == m->data_id && h->nwindows == m->nwindows && h->seed == m->seed
-          ? c.done
-          : -1;
+  const int64_t done = h->select == m->select && h->k == m->k && h->seq_len == m->seq_len &&
+                               h->vocab == m->vocab && h->teacher_vocab == m->teacher_vocab &&
+                               h->temperature == m->temperature && h->teacher_id == m->teacher_id &&
+                               h->data_id == m->data_id && h->nwindows == m->nwindows &&
+                               h->seed == m->seed
+                           ? c.done
+                           : -1;
   tcache_close(&c);
   return done;
 }
@@ -191,8 +191,8 @@ struct cmake {
   int *cnt, *disp;     /* (tp) the Gatherv counts and offsets */
   int32_t *bids;       /* writer: (share, T, k) the batch's entries */
   float *blogp, *btail;
-  uint64_t *bcrc;      /* writer: (share) window checksums */
-  int *inputs;         /* (mb, T) tokens of a micro-batch */
+  uint64_t *bcrc; /* writer: (share) window checksums */
+  int *inputs;    /* (mb, T) tokens of a micro-batch */
   float *stage_in, *stage_out;
 };
 
@@ -301,9 +301,9 @@ static int64_t make_setup(struct cmake *s, const struct kd_config *cfg, struct k
   const int64_t done = make_file(s);
   kd_info("kdtrain: mode cache | teacher %s (%s) | %" PRId64 " windows x %d tokens | %s, k = %d, "
           "temperature %g, over %d ids | %d rank(s): tp=%d pp=%d dp=%d | raw %.1f bytes/token%s\n",
-          cfg->teacher_card[0] ? cfg->teacher_card : "from init", cfg->teacher_init,
-          s->m.nwindows, s->T, tcache_select_name(s->m.select), s->k, s->m.temperature, s->vc,
-          grid->world, grid->tp, grid->pp, grid->dp, tcache_raw_bytes_per_token(s->k, s->T),
+          cfg->teacher_card[0] ? cfg->teacher_card : "from init", cfg->teacher_init, s->m.nwindows,
+          s->T, tcache_select_name(s->m.select), s->k, s->m.temperature, s->vc, grid->world,
+          grid->tp, grid->pp, grid->dp, tcache_raw_bytes_per_token(s->k, s->T),
           cfg->teacher_cache_compress ? " before shuffle + deflate" : "");
   if (cfg->ckpt_on_signal) kd_stop_signals(on_stop);
   return done;
@@ -316,8 +316,8 @@ static void make_chunk(struct cmake *s, int mi, int64_t mine0, size_t r0, size_t
   const struct kd_model *t = &s->t;
   const int Vk = s->Vk, Ct = (int)s->Ct, k = s->k, T = s->T;
   if (t->pw.head16)
-    be->gemm_w16(0, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head16, Ct, 0.0f,
-                 s->z, Vk);
+    be->gemm_w16(0, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head16, Ct, 0.0f, s->z,
+                 Vk);
   else
     be->gemm(0, 1, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head, Ct, 0.0f, s->z,
              Vk);
@@ -349,8 +349,8 @@ static void make_chunk(struct cmake *s, int mi, int64_t mine0, size_t r0, size_t
     uint64_t key = (uint64_t)s->m.seed * 0x9E3779B97F4A7C15ull ^
                    ((uint64_t)win * (uint64_t)T + rr % (size_t)T + 1);
     const uint64_t rng = kd_splitmix64(&key); /* a mixed state: unrelated streams */
-    tcache_select_row(s->bids + rr * (size_t)k, s->blogp + rr * (size_t)k, s->btail + rr, zr,
-                      s->vc, k, s->m.select, s->inv_t, rng, s->scratch);
+    tcache_select_row(s->bids + rr * (size_t)k, s->blogp + rr * (size_t)k, s->btail + rr, zr, s->vc,
+                      k, s->m.select, s->inv_t, rng, s->scratch);
   }
 }
 
@@ -374,8 +374,8 @@ static void make_batch(struct cmake *s, int64_t mine0) {
     }
     struct comm_xfer x = {.n = 0};
     if (grid->pp_rank > 0) {
-      comm_post(&x, be, 0, acts_stage_input(&s->acts), s->stage_in, s->N * s->Ct,
-                grid->pp_rank - 1, 21, grid->pp_comm);
+      comm_post(&x, be, 0, acts_stage_input(&s->acts), s->stage_in, s->N * s->Ct, grid->pp_rank - 1,
+                21, grid->pp_comm);
       comm_wait(&x, be);
     }
     model_forward(be, &s->t, &s->acts, s->inputs);
@@ -470,9 +470,9 @@ static void make_publish(struct cmake *s, int status) {
     put(h5attr_set_u64(cf->file, "checksum", sum), "checksum");
   }
   const double bytes = stored_bytes(cf);
-  const double raw[4] = {(double)H5Dget_storage_size(cf->ids),
-                         (double)H5Dget_storage_size(cf->logp),
-                         (double)H5Dget_storage_size(cf->tail), (double)H5Dget_storage_size(cf->crc)};
+  const double raw[4] = {
+      (double)H5Dget_storage_size(cf->ids), (double)H5Dget_storage_size(cf->logp),
+      (double)H5Dget_storage_size(cf->tail), (double)H5Dget_storage_size(cf->crc)};
   H5Pclose(cf->dxpl);
   H5Dclose(cf->ids);
   H5Dclose(cf->logp);
