@@ -209,7 +209,11 @@ static hid_t open_dataset(hid_t f, const char *path, const char *name, H5T_class
   snprintf(want + n, sizeof want - (size_t)n, ")");
   if (!typed)
     kd_seterr(err, errlen, "teacher cache %s: dataset /%s is not of %zu-byte %s%s", path, name,
-              size, sign == 0 ? "unsigned " : "", what[cls]);
+              size,
+              sign == 0   ? "unsigned "
+              : sign == 1 ? "signed "
+                          : "",
+              what[cls]);
   else
     kd_seterr(err, errlen,
               "teacher cache %s: dataset /%s has %d dimension(s) (%llu, ...), expected %s from "

@@ -9,10 +9,11 @@ entries get token ids out of range and NaN or infinite log-probabilities and tai
 the window checksums and the file checksum recomputed as kdtrain computes them (so only
 the entry checks can catch them); a damaged window and a wrong file checksum are left for
 the checksums. The file is truncated at several points and replaced by bytes that are not
-HDF5. Each mutant is read by `kdtrain BASE.nml teacher%cache='mutant.h5'` (a one-step
+HDF5. Each mutant is read by `kdtrain BASE.nml teacher%cache='mN/mutant.h5'` (a one-step
 distillation from the cache). The only allowed outcome is exit 2 with a message that names
 the file and the field, and no sanitizer report: a signal, an I/O status, a hang (60 s), a
 silent run all fail. The unmutated cache must first train (exit 0). Prints the counts."""
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -148,42 +149,54 @@ cases += [entry_case("token id = vocab", ["/ids"], set_entries("ids", (slice(Non
           entry_case("window checksums resealed, file checksum not", ["'checksum'"],
                      set_entries("logp", (slice(None), 0, 0), -0.5), file_sum=False)]
 size = os.path.getsize(cache)
+FILE_CASES = []  # mutations of the bytes, not through h5py
 for frac in (0.01, 0.3, 0.6, 0.95, 0.999):
-    cases.append((f"truncated to {frac:g} of its size",
-                  lambda f, n=int(size * frac): os.truncate(MUT, n), []))
-cases.append(("not HDF5 (random bytes)", lambda f: open(MUT, "wb").write(os.urandom(4096)), []))
+    FILE_CASES.append((f"truncated to {frac:g} of its size",
+                       lambda p, n=int(size * frac): os.truncate(p, n), []))
+FILE_CASES.append(("not HDF5 (random bytes)",
+                   lambda p: open(p, "wb").write(os.urandom(4096)), []))
+cases = [(w, m, x, False) for w, m, x in cases] + [(w, m, x, True) for w, m, x in FILE_CASES]
 
 
-def run(path):
-    shutil.rmtree("fz", ignore_errors=True)
+def run(path, out_dir):
+    shutil.rmtree(out_dir, ignore_errors=True)
     try:
-        r = subprocess.run([kdtrain, base, "run%out_dir='fz'", f"teacher%cache='{path}'"],
+        r = subprocess.run([kdtrain, base, f"run%out_dir='{out_dir}'", f"teacher%cache='{path}'"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     except subprocess.TimeoutExpired:
         return None, "hang (60 s)"
     return r.returncode, r.stdout.decode(errors="replace")
 
 
-st, out = run(cache)
+st, out = run(cache, "fz")
 if st != 0:
     print(out[-3000:])
     sys.exit("cache_fuzz: the unmutated cache does not train (exit %s)" % st)
 
-bad, refused = [], 0
-for what, mutate, fields in cases:
-    shutil.copy(cache, MUT)
-    if what.startswith(("truncated", "not HDF5")):
-        mutate(None)
+# the mutants are made one after another (h5py), read 2 at a time (a run mostly waits on
+# process and MPI start-up, slow under the sanitizers)
+mutants = []
+for n, (what, mutate, fields, raw) in enumerate(cases):
+    os.makedirs(f"m{n}", exist_ok=True)
+    path = os.path.join(f"m{n}", MUT)
+    shutil.copy(cache, path)
+    if raw:
+        mutate(path)
     else:
-        with h5py.File(MUT, "r+") as f:
+        with h5py.File(path, "r+") as f:
             mutate(f)
-    st, out = run(MUT)
+    mutants.append(path)
+with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    results = list(pool.map(lambda n: run(mutants[n], f"fz{n}"), range(len(cases))))
+
+bad, refused = [], 0
+for (what, mutate, fields, raw), path, (st, out) in zip(cases, mutants, results):
     clean = "Sanitizer" not in out and "runtime error" not in out
-    named = MUT in out and all(x in out for x in fields)
+    named = path in out and all(x in out for x in fields)
     if st == 2 and clean and named:
         refused += 1
     else:
-        why = "no field named" if st == 2 and clean else f"exit {st}"
+        why = "no file or field named" if st == 2 and clean else f"exit {st}"
         bad.append(f"{what}: {why}\n" + out[-1500:])
 
 print(f"cache_fuzz: {len(cases)} hostile caches ({len(attrs)} root attributes x 4 kinds, "
