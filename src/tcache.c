@@ -252,65 +252,9 @@ uint64_t tcache_file_sum(uint64_t sum, uint64_t crc) {
   return sum;
 }
 
-static int open_check(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
-                      size_t errlen);
-
-int tcache_open(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
-                size_t errlen) {
-  H5E_auto2_t fn;
-  void *data;
-  H5Eget_auto2(H5E_DEFAULT, &fn, &data);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* failures are reported here, by name */
-  const int st = open_check(c, path, want, err, errlen);
-  H5Eset_auto2(H5E_DEFAULT, fn, data);
-  if (st) tcache_close(c);
-  return st;
-}
-
-/* The file, its header and the shapes of its datasets; with `want`, a finished file of this
- * run (every field of the header as tcache_open says, then the file checksum). */
-static int open_check(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
-                      size_t errlen) {
-  memset(c, 0, sizeof *c);
-  c->file = c->ids = c->logp = c->tail = c->crc = -1;
-  c->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (c->file < 0) {
-    kd_seterr(err, errlen,
-              "teacher%%cache = '%s': not a kdtrain teacher cache (HDF5 cannot open it: not an "
-              "HDF5 file, or a truncated or damaged one); make one with run%%mode = 'cache'",
-              path);
-    return KD_EXIT_INPUT;
-  }
-  char fmt[64] = "";
-  if (h5attr_get_string(c->file, "format", fmt, sizeof fmt, err, errlen) ||
-      strcmp(fmt, TCACHE_FORMAT)) {
-    char why[1024];
-    snprintf(why, sizeof why, "%s", err);
-    kd_seterr(err, errlen,
-              "teacher%%cache = '%s': not a kdtrain teacher cache (HDF5 file with "
-              "format = '%s'; %s); make one with run%%mode = 'cache'",
-              path, TCACHE_FORMAT, fmt[0] ? "field 'format' differs" : why);
-    return KD_EXIT_INPUT;
-  }
-  if (read_header(c, path, err, errlen)) return KD_EXIT_INPUT;
-  const struct tcache_meta *m = &c->meta;
-  const hsize_t d3[3] = {(hsize_t)m->nwindows, (hsize_t)m->seq_len, (hsize_t)m->k};
-  c->ids = open_dataset(c->file, path, "ids", H5T_INTEGER, 4, 1, 3, d3, err, errlen);
-  if (c->ids >= 0)
-    c->logp = open_dataset(c->file, path, "logp", H5T_FLOAT, 4, -1, 3, d3, err, errlen);
-  if (c->logp >= 0)
-    c->tail = open_dataset(c->file, path, "tail", H5T_FLOAT, 4, -1, 2, d3, err, errlen);
-  if (c->tail >= 0)
-    c->crc = open_dataset(c->file, path, "crc", H5T_INTEGER, 8, 0, 1, d3, err, errlen);
-  if (c->crc < 0) return KD_EXIT_INPUT;
-  if (!want) return 0; /* the header only */
-  if (c->done != m->nwindows) {
-    kd_seterr(err, errlen,
-              "teacher cache %s: incomplete: field 'windows_done' is %" PRId64 " of %" PRId64
-              " windows (a caching run that did not finish; run it again to complete the file)",
-              path, c->done, m->nwindows);
-    return KD_EXIT_INPUT;
-  }
+/* A header against the run's `want` (tcache_open): the first differing field named. */
+static int match_run(const struct tcache_meta *m, const char *path, const struct tcache_meta *want,
+                     char *err, size_t errlen) {
 #define FIELD_INT(f)                                                                               \
   if (m->f != want->f) {                                                                           \
     kd_seterr(err, errlen,                                                                         \
@@ -353,13 +297,77 @@ static int open_check(struct tcache *c, const char *path, const struct tcache_me
               path, m->data_id, m->nwindows, want->data_id, want->nwindows);
     return KD_EXIT_INPUT;
   }
-  return check_sum(c, path, err, errlen);
+  return 0;
+}
+
+static int open_check(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
+                      size_t errlen);
+
+int tcache_open(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
+                size_t errlen) {
+  H5E_auto2_t fn;
+  void *data;
+  H5Eget_auto2(H5E_DEFAULT, &fn, &data);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* failures are reported here, by name */
+  const int st = open_check(c, path, want, err, errlen);
+  H5Eset_auto2(H5E_DEFAULT, fn, data);
+  if (st) tcache_close(c);
+  return st;
+}
+
+/* The file, its header and the shapes of its datasets; with `want`, a finished file of this
+ * run (every field of the header as tcache_open says, then the file checksum). */
+static int open_check(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
+                      size_t errlen) {
+  memset(c, 0, sizeof *c);
+  c->file = c->ids = c->logp = c->tail = c->crc = -1;
+  c->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (c->file < 0) {
+    kd_seterr(err, errlen,
+              "teacher%%cache = '%s': not a kdtrain teacher cache (HDF5 cannot open it: not an "
+              "HDF5 file, or a truncated or damaged one); make one with run%%mode = 'cache'",
+              path);
+    return KD_EXIT_INPUT;
+  }
+  char fmt[64] = "";
+  const int unread = h5attr_get_string(c->file, "format", fmt, sizeof fmt, err, errlen);
+  if (unread || strcmp(fmt, TCACHE_FORMAT)) {
+    char why[1024] = "field 'format' differs";
+    if (unread) snprintf(why, sizeof why, "%s", err);
+    kd_seterr(err, errlen,
+              "teacher%%cache = '%s': not a kdtrain teacher cache (HDF5 file with "
+              "format = '%s'; %s); make one with run%%mode = 'cache'",
+              path, TCACHE_FORMAT, why);
+    return KD_EXIT_INPUT;
+  }
+  if (read_header(c, path, err, errlen)) return KD_EXIT_INPUT;
+  const struct tcache_meta *m = &c->meta;
+  const hsize_t d3[3] = {(hsize_t)m->nwindows, (hsize_t)m->seq_len, (hsize_t)m->k};
+  c->ids = open_dataset(c->file, path, "ids", H5T_INTEGER, 4, 1, 3, d3, err, errlen);
+  if (c->ids >= 0)
+    c->logp = open_dataset(c->file, path, "logp", H5T_FLOAT, 4, -1, 3, d3, err, errlen);
+  if (c->logp >= 0)
+    c->tail = open_dataset(c->file, path, "tail", H5T_FLOAT, 4, -1, 2, d3, err, errlen);
+  if (c->tail >= 0)
+    c->crc = open_dataset(c->file, path, "crc", H5T_INTEGER, 8, 0, 1, d3, err, errlen);
+  if (c->crc < 0) return KD_EXIT_INPUT;
+  if (!want) return 0; /* the header only */
+  if (c->done != m->nwindows) {
+    kd_seterr(err, errlen,
+              "teacher cache %s: incomplete: field 'windows_done' is %" PRId64 " of %" PRId64
+              " windows (a caching run that did not finish; run it again to complete the file)",
+              path, c->done, m->nwindows);
+    return KD_EXIT_INPUT;
+  }
+  const int st = match_run(m, path, want, err, errlen);
+  return st ? st : check_sum(c, path, err, errlen);
 }
 
 /* --- the run's description from the file ------------------------------------------------- */
 
-/* One key the cache decides: `set` says the input stated it, `same` that it holds the file's
- * value. A stated different value: the message, KD_EXIT_INPUT. */
+/* One key the cache decides (group%key, the file's `field`): `same` says the run's value is
+ * the file's. A different value the input stated (config_is_set): the message naming both
+ * places, KD_EXIT_INPUT; a default is replaced by the caller. */
 static int from_file(const struct kd_config *cfg, const char *group, const char *key,
                      const char *field, const char *in_file, const char *in_run, int same,
                      char *err, size_t errlen) {
