@@ -418,15 +418,7 @@ void ckpt_signals_install(void) {
     early_len[i] = n < 0 ? 0 : (size_t)n < sizeof early_msg[i] ? (size_t)n : sizeof early_msg[i] - 1;
   }
   training = 0;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  /* SA_RESTART: in training the handler only sets a flag, and the writes of a checkpoint
-   * (ROMIO's pwrite does not retry on EINTR) must not fail because a signal arrived */
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGUSR1, &sa, NULL);
+  kd_stop_signals(on_signal); /* SA_RESTART: a checkpoint write must not fail on EINTR */
 }
 
 void ckpt_signals_training(int on_signal_ckpt) {

@@ -394,13 +394,7 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
   if ((cache || (distill && cached)) && !cfg->teacher_cache[0])
     return namelist_key_err(c, tcache, (long)(cache ? mode : key_index(c, "teacher", "source")),
                             "missing; expected the path of the teacher cache file");
-  if (distill && cached && cfg->loss_kind != LOSS_FKL && cfg->teacher_cache_select == TCACHE_SAMPLE)
-    return namelist_key_err(c, key_index(c, "loss", "kind"),
-                            (long)key_index(c, "teacher", "cache_select"),
-                            "'%s' cannot be computed from a 'sample' cache (the sampled "
-                            "distribution has no mass outside the drawn ids); expected 'fkl', "
-                            "or a 'topk' cache (doc/cache.md)",
-                            kd_loss_kind_names[cfg->loss_kind]);
+  if (distill && cached && config_check_cache_loss(cfg, c->err, c->errlen)) return KD_EXIT_INPUT;
   if (distill && cached) distill = 0; /* no teacher model */
   if (distill && !cfg->teacher_card[0] && !cfg->teacher_init[0])
     return namelist_key_err(c, tcard, (long)mode,
@@ -503,6 +497,7 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
     where_line[i] = c.line[i] ? c.line[i] : c.gline[g];
     where_set[i] = c.line[i] > 0 || c.setby[i];
     snprintf(where_word[i], sizeof where_word[i], "%s", c.setby[i] ? c.setby[i] : "");
+    where_set[i] = c.line[i] > 0 || c.setby[i] != NULL;
   }
   if (!rc) rc = resolve_paths(&c, cfg);
   if (!rc) rc = check_config(&c, cfg);
@@ -564,6 +559,24 @@ int config_check_batch(const struct kd_config *cfg, int dp, char *err, size_t er
              where, cfg->par_global_batch, cfg->par_micro_batch, dp,
              cfg->par_dp > 0 ? "as given in &parallel" : "= ranks / (tp * pp)", (long long)per);
   return KD_EXIT_INPUT;
+}
+
+int config_check_cache_loss(const struct kd_config *cfg, char *err, size_t errlen) {
+  if (cfg->loss_kind == LOSS_FKL || cfg->teacher_cache_select != TCACHE_SAMPLE) return 0;
+  char where[KD_PATH_MAX + 96];
+  config_where(cfg, "loss", "kind", where, sizeof where);
+  snprintf(err, errlen,
+           "%s: '%s' cannot be computed from a 'sample' cache (%s: the sampled distribution has "
+           "no mass outside the drawn ids); expected 'fkl', or a 'topk' cache (doc/cache.md)",
+           where, kd_loss_kind_names[cfg->loss_kind], cfg->teacher_cache);
+  return KD_EXIT_INPUT;
+}
+
+int config_is_set(const struct kd_config *cfg, const char *group, const char *key) {
+  (void)cfg;
+  const struct namelist_ctx c = {.keys = cfg_keys, .n = NKEYS(cfg_keys)};
+  const long i = namelist_find_key(&c, group, key);
+  return i >= 0 && where_set[i];
 }
 
 /* ---- printing and broadcast ---------------------------------------------------------------- */

@@ -139,6 +139,14 @@ enum kd_resume config_resume(const struct kd_config *cfg);
  * check (dp given), the layout check (dp from the ranks) and the cache maker. */
 int config_check_batch(const struct kd_config *cfg, int dp, char *err, size_t errlen);
 
+/* The cache rule: only 'fkl' is computed from a 'sample' cache (teacher%cache_select, stated
+ * or taken from the cache file). 0, or KD_EXIT_INPUT with "WHERE: ..." in err. */
+int config_check_cache_loss(const struct kd_config *cfg, char *err, size_t errlen);
+
+/* 1 when group%key of the last config_load in this process was set by the input file or a
+ * command-line override, 0 when it holds its default (rank 0's knowledge, as config_where). */
+int config_is_set(const struct kd_config *cfg, const char *group, const char *key);
+
 /* Rank 0 loads, everyone receives: collective over MPI_COMM_WORLD. On bad input
  * rank 0 prints the message and every rank exits with KD_EXIT_INPUT. */
 void config_load_bcast(struct kd_config *cfg, const char *path, int noverrides, char **overrides);

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "config.h"
 #include "selftest.h"
+#include "tcache.h"
 #include "train.h"
 #include "util.h"
 #include "weights.h"
@@ -164,6 +165,7 @@ int main(int argc, char **argv) {
     if (weights_read_card(cfg.teacher_init, &cfg.teacher, err, sizeof err) != 0)
       kd_fail(KD_EXIT_INPUT, "%s: &teacher init: %s", cfg.source, err);
   }
+  tcache_config_apply(&cfg); /* teacher%source = 'cache': k, selection, ... from the file */
   int status = KD_EXIT_OK;
   if (print_config) config_print(stdout, &cfg);
   else if (dry_run) status = train_dry_run(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes);

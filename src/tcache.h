@@ -49,12 +49,9 @@ struct tcache_rows {
 struct tcache {
   struct tcache_meta meta;
   hid_t file, ids, logp, tail, crc;
+  int64_t done;                     /* windows_done: the windows written (nwindows when finished) */
   int64_t set_first[DATA_MAX_SETS]; /* first global window of each file of the blend */
 };
-
-/* Parse 'topk' | 'sample' (-1: unknown). */
-int tcache_select_parse(const char *s);
-const char *tcache_select_name(int select);
 
 /* Identity of a teacher weights file: a hash of every /params tensor's name and stored
  * checksum (content, not path or time). Not collective. 0 or KD_EXIT_INPUT. */
@@ -71,21 +68,37 @@ int64_t tcache_nwindows(const struct kd_data *d);
 /* Bytes per token of a cache with k entries before compression. */
 double tcache_raw_bytes_per_token(int k, int T);
 
-/* Open `path` (serial read-only) and check its header against `want` (every field but
- * seed; teacher_vocab and teacher_id only when nonzero): on a mismatch the message names
- * the field and both values. want NULL: read the header into c->meta, check nothing.
- * 0 or KD_EXIT_INPUT. */
+/* Open `path` (serial read-only): every header attribute one value of its kind and in
+ * range, each dataset of the type and extents the header gives. Then with `want`: the file
+ * finished, its header equal to `want` (every field but seed; teacher_vocab and teacher_id
+ * only when nonzero; on a mismatch the message names the field and both values) and its
+ * checksum over /crc right. want NULL: the header only (c->meta, c->done). 0 or
+ * KD_EXIT_INPUT (message naming the file and the field), KD_EXIT_IO; on failure nothing
+ * stays open. */
 int tcache_open(struct tcache *c, const char *path, const struct tcache_meta *want, char *err,
                 size_t errlen);
 void tcache_close(struct tcache *c);
 
+/* A distill run with teacher%source = 'cache' takes the cache's description: k, selection,
+ * temperature and seq_len come from the file's header into cfg; a key the input sets
+ * (config_is_set) must hold the file's value. Call on every rank after config_load_bcast:
+ * rank 0 (which knows the keys set) decides, then cfg is broadcast (collective over
+ * MPI_COMM_WORLD when MPI runs). A conflict or a damaged header: exit 2, the message
+ * naming the cache file, its field and where the input set the key. */
+void tcache_config_apply(struct kd_config *cfg);
+
 /* Read the rows of the `nw` windows win[0..nw) into `rows` (nw * T rows, buffers sized
- * by tcache_rows_alloc), verifying each window's checksum: 0 or KD_EXIT_INPUT. */
+ * by tcache_rows_alloc), verifying each window's checksum and entries (ids in range,
+ * finite log-probabilities): 0, KD_EXIT_INPUT (the file is damaged) or KD_EXIT_IO. */
 int tcache_read(struct tcache *c, const int64_t *win, int nw, struct tcache_rows *rows, char *err,
                 size_t errlen);
 
 void tcache_rows_alloc(struct tcache_rows *rows, const struct tcache_meta *meta, size_t n);
 void tcache_rows_free(struct tcache_rows *rows);
+
+/* The file checksum (attribute 'checksum'): FNV-1a over the little-endian bytes of every
+ * window checksum of /crc in order, started from sum = 0xcbf29ce484222325. One step. */
+uint64_t tcache_file_sum(uint64_t sum, uint64_t crc);
 
 /* Checksum of window data (ids, logp, tail of its T positions): FNV-1a over the bytes. */
 uint64_t tcache_window_crc(const int32_t *ids, const float *logp, const float *tail, int T, int k);

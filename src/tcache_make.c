@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 
 #include "comm.h"
 #include "grid.h"
+#include "h5attr.h"
 #include "layers.h"
 #include "loss.h"
 #include "model.h"
@@ -34,137 +34,19 @@ static void on_stop(int sig) {
   stop_signal = sig;
 }
 
-/* --- selection of the entries of one position (host, double precision) ----------------- */
-
-struct entry {
-  float lp;
-  int32_t id;
-};
-
-/* a before b in the kept order: larger log-probability first, then the smaller id */
-static int entry_before(const struct entry *a, const struct entry *b) {
-  return a->lp > b->lp || (a->lp == b->lp && a->id < b->id);
-}
-
-static void heap_down(struct entry *h, int n, int i) { /* min-heap on entry_before */
-  for (;;) {
-    int l = 2 * i + 1, r = l + 1, m = i;
-    if (l < n && entry_before(&h[m], &h[l])) m = l;
-    if (r < n && entry_before(&h[m], &h[r])) m = r;
-    if (m == i) return;
-    struct entry t = h[i];
-    h[i] = h[m];
-    h[m] = t;
-    i = m;
-  }
-}
-
-static int cmp_entry(const void *a, const void *b) {
-  return entry_before(a, b) ? -1 : entry_before(b, a) ? 1 : 0;
-}
-
-/* Scratch of the selection: V log-probabilities, a k-heap, k uniforms. */
-struct select_ws {
-  float *lp;
-  struct entry *heap;
-  double *u;
-};
-
-size_t tcache_select_scratch(int V, int k) {
-  return (size_t)V * sizeof(float) + (size_t)k * (sizeof(struct entry) + sizeof(double)) + 16;
-}
-
-static void select_row(int32_t *ids, float *logp, float *tail, const float *z, int V, int k,
-                       int select, float inv_t, uint64_t rng, struct select_ws *ws);
-
-void tcache_select_row(int32_t *ids, float *logp, float *tail, const float *z, int V, int k,
-                       int select, float inv_t, uint64_t rng, void *scratch) {
-  char *p = scratch;
-  struct select_ws ws;
-  ws.u = (double *)p; /* doubles first: aligned */
-  ws.heap = (struct entry *)(p + (size_t)k * sizeof(double));
-  ws.lp = (float *)(p + (size_t)k * (sizeof(double) + sizeof(struct entry)));
-  select_row(ids, logp, tail, z, V, k, select, inv_t, rng, &ws);
-}
-
-/* One position: logits z (V) at inverse temperature inv_t -> k entries and the tail.
- * rng: the position's own stream (select 'sample'). */
-static void select_row(int32_t *ids, float *logp, float *tail, const float *z, int V, int k,
-                       int select, float inv_t, uint64_t rng, struct select_ws *ws) {
-  double m = -INFINITY, s = 0.0;
-  for (int j = 0; j < V; j++)
-    m = (double)z[j] * inv_t > m ? (double)z[j] * inv_t : m;
-  for (int j = 0; j < V; j++)
-    s += exp((double)z[j] * inv_t - m);
-  const double lse = m + log(s);
-  for (int j = 0; j < V; j++)
-    ws->lp[j] = (float)((double)z[j] * inv_t - lse);
-  double kept = 0.0;
-  if (select == TCACHE_TOPK) {
-    int n = 0;
-    for (int j = 0; j < V; j++) {
-      struct entry e = {ws->lp[j], j};
-      if (n < k) {
-        ws->heap[n++] = e;
-        if (n == k)
-          for (int i = k / 2 - 1; i >= 0; i--)
-            heap_down(ws->heap, k, i);
-      } else if (entry_before(&e, &ws->heap[0])) {
-        ws->heap[0] = e;
-        heap_down(ws->heap, k, 0);
-      }
-    }
-    qsort(ws->heap, (size_t)k, sizeof *ws->heap, cmp_entry);
-    for (int i = 0; i < k; i++) {
-      ids[i] = ws->heap[i].id;
-      logp[i] = ws->heap[i].lp;
-      kept += exp((double)ws->heap[i].lp);
-    }
-    const double rest = 1.0 - kept;
-    *tail = k == V || rest <= 0.0 ? -INFINITY : (float)log(rest);
-    return;
-  }
-  /* sample: k draws with replacement from the teacher's distribution, one ordered walk
-   * of the cumulative sum; the ids come out sorted, repeats adjacent */
-  for (int i = 0; i < k; i++)
-    ws->u[i] = kd_uniform(&rng);
-  qsort(ws->u, (size_t)k, sizeof *ws->u, kd_cmp_double);
-  double cum = 0.0, total = 0.0;
-  for (int j = 0; j < V; j++)
-    total += exp((double)ws->lp[j]);
-  int j = 0;
-  cum = exp((double)ws->lp[0]);
-  for (int i = 0; i < k; i++) {
-    while (ws->u[i] * total >= cum && j + 1 < V)
-      cum += exp((double)ws->lp[++j]);
-    ids[i] = j;
-    logp[i] = ws->lp[j];
-    if (i == 0 || ids[i - 1] != j) kept += exp((double)ws->lp[j]);
-  }
-  const double rest = total - kept;
-  *tail = rest <= 0.0 ? -INFINITY : (float)log(rest / total);
-}
-
 /* --- the file -------------------------------------------------------------------------- */
 
 struct cfile {
   hid_t file, ids, logp, tail, crc, dxpl;
 };
 
-static void attr_put(hid_t loc, const char *name, hid_t type, const void *v) {
-  hid_t sp = H5Screate(H5S_SCALAR);
-  hid_t a = H5Aexists(loc, name) > 0 ? H5Aopen(loc, name, H5P_DEFAULT)
-                                     : H5Acreate2(loc, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
-  KD_CHECK(a >= 0 && H5Awrite(a, type, v) >= 0, "teacher cache: writing attribute %s failed", name);
-  H5Aclose(a);
-  H5Sclose(sp);
+/* A header attribute written through h5attr (collective in a file open over MPI-IO). */
+static void put(int st, const char *name) {
+  KD_CHECK(st == 0, "teacher cache: writing attribute %s failed", name);
 }
-
-static void attr_put_string(hid_t loc, const char *name, const char *v) {
-  hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, strlen(v) + 1);
-  attr_put(loc, name, t, v);
-  H5Tclose(t);
+/* the int fields keep their 32-bit file type */
+static void put_i32(hid_t f, const char *name, int v) {
+  put(h5attr_set_typed(f, name, H5T_STD_I32LE, H5T_NATIVE_INT, &v), name);
 }
 
 static hid_t make_dset(hid_t f, const char *name, hid_t type, int rank, const hsize_t *dims,
@@ -191,21 +73,20 @@ static void cfile_create(struct cfile *cf, const char *tmp, const struct tcache_
   cf->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (cf->file < 0) kd_fail(KD_EXIT_IO, "cannot create the teacher cache %s", tmp);
-  attr_put_string(cf->file, "format", TCACHE_FORMAT);
-  const int ver = TCACHE_VERSION;
-  const int64_t zero = 0;
-  attr_put(cf->file, "format_version", H5T_NATIVE_INT, &ver);
-  attr_put_string(cf->file, "select", tcache_select_name(m->select));
-  attr_put(cf->file, "k", H5T_NATIVE_INT, &m->k);
-  attr_put(cf->file, "seq_len", H5T_NATIVE_INT, &m->seq_len);
-  attr_put(cf->file, "vocab", H5T_NATIVE_INT, &m->vocab);
-  attr_put(cf->file, "teacher_vocab", H5T_NATIVE_INT, &m->teacher_vocab);
-  attr_put(cf->file, "temperature", H5T_NATIVE_DOUBLE, &m->temperature);
-  attr_put(cf->file, "teacher_id", H5T_NATIVE_UINT64, &m->teacher_id);
-  attr_put(cf->file, "data_id", H5T_NATIVE_UINT64, &m->data_id);
-  attr_put(cf->file, "nwindows", H5T_NATIVE_INT64, &m->nwindows);
-  attr_put(cf->file, "seed", H5T_NATIVE_INT64, &m->seed);
-  attr_put(cf->file, "windows_done", H5T_NATIVE_INT64, &zero);
+  const hid_t f = cf->file;
+  put(h5attr_set_string(f, "format", TCACHE_FORMAT), "format");
+  put_i32(f, "format_version", TCACHE_VERSION);
+  put(h5attr_set_string(f, "select", kd_cache_select_names[m->select]), "select");
+  put_i32(f, "k", m->k);
+  put_i32(f, "seq_len", m->seq_len);
+  put_i32(f, "vocab", m->vocab);
+  put_i32(f, "teacher_vocab", m->teacher_vocab);
+  put(h5attr_set_double(f, "temperature", m->temperature), "temperature");
+  put(h5attr_set_u64(f, "teacher_id", m->teacher_id), "teacher_id");
+  put(h5attr_set_u64(f, "data_id", m->data_id), "data_id");
+  put(h5attr_set_int(f, "nwindows", m->nwindows), "nwindows");
+  put(h5attr_set_int(f, "seed", m->seed), "seed");
+  put(h5attr_set_int(f, "windows_done", 0), "windows_done");
   const hsize_t W = (hsize_t)m->nwindows, T = (hsize_t)m->seq_len, K = (hsize_t)m->k;
   /* distillation reads windows in permuted order, one at a time: a chunk holds one window
    * (several when windows are under 16 KiB), so a read decompresses little else */
@@ -214,10 +95,10 @@ static void cfile_create(struct cfile *cf, const char *tmp, const struct tcache_
   if (cw > W) cw = W;
   const hsize_t d3[3] = {W, T, K}, c3[3] = {cw, T, K}, d2[2] = {W, T}, c2[2] = {cw, T};
   hsize_t cc = W < 4096 ? W : 4096;
-  cf->ids = make_dset(cf->file, "ids", H5T_STD_I32LE, 3, d3, c3, compress);
-  cf->logp = make_dset(cf->file, "logp", H5T_IEEE_F32LE, 3, d3, c3, compress);
-  cf->tail = make_dset(cf->file, "tail", H5T_IEEE_F32LE, 2, d2, c2, compress);
-  cf->crc = make_dset(cf->file, "crc", H5T_STD_U64LE, 1, &W, &cc, 0);
+  cf->ids = make_dset(f, "ids", H5T_STD_I32LE, 3, d3, c3, compress);
+  cf->logp = make_dset(f, "logp", H5T_IEEE_F32LE, 3, d3, c3, compress);
+  cf->tail = make_dset(f, "tail", H5T_IEEE_F32LE, 2, d2, c2, compress);
+  cf->crc = make_dset(f, "crc", H5T_STD_U64LE, 1, &W, &cc, 0);
 }
 
 /* Open an existing PATH.tmp for continuing (collective). */
@@ -253,24 +134,21 @@ static void write_block(const struct cfile *cf, hid_t d, hid_t mtype, int rank, 
   KD_CHECK(st >= 0, "teacher cache: collective write failed");
 }
 
-/* The header of an unfinished PATH.tmp, if it is one of this run (rank 0). */
+/* The windows done of an unfinished PATH.tmp, if it is one of this run (rank 0), else -1. */
 static int64_t resumable(const char *tmp, const struct tcache_meta *m) {
   struct stat sb;
   if (stat(tmp, &sb) != 0) return -1;
   struct tcache c;
   char err[512];
-  int64_t done = -1;
-  if (tcache_open(&c, tmp, NULL, err, sizeof err) == 0) {
-    const struct tcache_meta *h = &c.meta;
-    if (h->select == m->select && h->k == m->k && h->seq_len == m->seq_len &&
-        h->vocab == m->vocab && h->teacher_vocab == m->teacher_vocab &&
-        h->temperature == m->temperature && h->teacher_id == m->teacher_id &&
-        h->data_id == m->data_id && h->nwindows == m->nwindows && h->seed == m->seed) {
-      hid_t a = H5Aopen(c.file, "windows_done", H5P_DEFAULT);
-      if (a >= 0 && H5Aread(a, H5T_NATIVE_INT64, &done) < 0) done = -1;
-      if (a >= 0) H5Aclose(a);
-    }
-  }
+  if (tcache_open(&c, tmp, NULL, err, sizeof err) != 0) return -1;
+  const struct tcache_meta *h = &c.meta;
+  const int64_t done = h->select == m->select && h->k == m->k && h->seq_len == m->seq_len &&
+                               h->vocab == m->vocab && h->teacher_vocab == m->teacher_vocab &&
+                               h->temperature == m->temperature && h->teacher_id == m->teacher_id &&
+                               h->data_id == m->data_id && h->nwindows == m->nwindows &&
+                               h->seed == m->seed
+                           ? c.done
+                           : -1;
   tcache_close(&c);
   return done;
 }
@@ -284,15 +162,6 @@ static void window_of(const struct kd_data *d, int64_t g, int *set, size_t *w) {
   *w = (size_t)g;
 }
 
-static void format_eta(char *buf, size_t n, double sec) {
-  if (sec < 0 || !isfinite(sec)) sec = 0;
-  long s = (long)(sec + 0.5);
-  if (s >= 3600)
-    snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else
-    snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
-}
-
 /* Bytes of the datasets as stored (allocated chunks, after compression). */
 static double stored_bytes(const struct cfile *cf) {
   return (double)H5Dget_storage_size(cf->ids) + (double)H5Dget_storage_size(cf->logp) +
@@ -301,257 +170,344 @@ static double stored_bytes(const struct cfile *cf) {
 
 /* --- the run ----------------------------------------------------------------------------- */
 
-int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
-                    const struct kd_grid *grid) {
+/* One caching run: what it reads, the teacher, the buffers of one batch, the file. */
+struct cmake {
+  const struct kd_config *cfg;
+  struct kd_backend *be;
+  const struct kd_grid *grid;
+  struct kd_data data;
+  struct tcache_meta m;
+  struct kd_model t;
+  struct kd_acts acts;
+  struct cfile cf;
+  char tmp[KD_PATH_MAX + 8]; /* PATH.tmp */
+  int T, mb, gb, share, nmicro, k, vc, Vk;
+  int writer;          /* holds and writes its windows' rows: last stage, first TP rank */
+  float inv_t;         /* 1 / temperature */
+  size_t N, Ct, crows; /* rows of a micro-batch, hidden size, logit rows per chunk */
+  float *z, *zh;       /* (crows, Vk) logits of a chunk: backend block, host copy */
+  float *zall, *row;   /* writer: (crows, vc) gathered over TP; one row in id order */
+  void *scratch;       /* writer: tcache_select_row's */
+  int *cnt, *disp;     /* (tp) the Gatherv counts and offsets */
+  int32_t *bids;       /* writer: (share, T, k) the batch's entries */
+  float *blogp, *btail;
+  uint64_t *bcrc; /* writer: (share) window checksums */
+  int *inputs;    /* (mb, T) tokens of a micro-batch */
+  float *stage_in, *stage_out;
+};
+
+/* The header of the cache this run makes: the data's identity, the teacher's. */
+static void make_meta(struct cmake *s) {
+  const struct kd_config *cfg = s->cfg;
   char err[1024];
-  const int T = cfg->data_seq_len, mb = cfg->par_micro_batch, gb = cfg->par_global_batch;
-  const int dp = grid->dp, share = gb / dp, nmicro = share / mb;
+  if (data_open_train(&s->data, cfg, s->vc, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
+  struct tcache_meta *m = &s->m;
+  memset(m, 0, sizeof *m);
+  m->select = cfg->teacher_cache_select;
+  m->k = s->k;
+  m->seq_len = s->T;
+  m->vocab = s->vc;
+  m->teacher_vocab = cfg->teacher.vocab_size;
+  m->temperature = cfg->loss_temperature;
+  m->data_id = tcache_data_id(&s->data);
+  m->nwindows = tcache_nwindows(&s->data);
+  m->seed = m->select == TCACHE_SAMPLE ? cfg->run_seed : 0;
+  if (tcache_teacher_id(cfg->teacher_init, &m->teacher_id, err, sizeof err))
+    kd_fail(KD_EXIT_INPUT, "%s", err);
+}
+
+/* The teacher on this rank's stage and shard, and the buffers of one batch. */
+static void make_teacher(struct cmake *s) {
+  const struct kd_config *cfg = s->cfg;
+  struct kd_backend *be = s->be;
+  char err[1024];
+  const int Vt = cfg->teacher.vocab_size;
+  model_build_grid(&s->t, be, &cfg->teacher, be->bf16 ? MODEL_FROZEN16 : MODEL_FROZEN, s->vc,
+                   s->grid);
+  if (weights_load(cfg->teacher_init, &s->t, s->t.w, MPI_COMM_WORLD, err, sizeof err))
+    kd_fail(KD_EXIT_INPUT, "%s", err);
+  const struct kd_model *t = &s->t;
+  acts_build(&s->acts, be, t, s->mb, s->T);
+  s->N = (size_t)s->mb * s->T;
+  s->Ct = (size_t)t->card.hidden_size;
+  struct loss_vocab voc;
+  loss_vocab_slice(&voc, Vt, s->vc, t->tp, t->tp_rank);
+  s->Vk = voc.common;
+  s->writer = t->has_head && t->tp_rank == 0;
+  s->crows = s->N < 256 ? s->N : 256;
+  const size_t zb = s->crows * (size_t)s->Vk * sizeof(float), vb = (size_t)s->vc * sizeof(float);
+  const size_t E = (size_t)s->share * s->T * (size_t)s->k, w = (size_t)s->writer;
+  s->z = t->has_head ? be->alloc(be, KD_MEM_LOSS, zb) : NULL;
+  s->zh = t->has_head ? kd_malloc(zb) : NULL;
+  s->zall = w ? kd_malloc(s->crows * vb) : NULL;
+  s->row = w ? kd_malloc(vb) : NULL;
+  s->scratch = w ? kd_malloc(tcache_select_scratch(s->vc, s->k)) : NULL;
+  s->cnt = kd_malloc((size_t)t->tp * sizeof(int));
+  s->disp = kd_malloc((size_t)t->tp * sizeof(int));
+  s->bids = w ? kd_malloc(E * sizeof *s->bids) : NULL;
+  s->blogp = w ? kd_malloc(E * sizeof *s->blogp) : NULL;
+  s->btail = w ? kd_malloc((size_t)s->share * s->T * sizeof *s->btail) : NULL;
+  s->bcrc = w ? kd_malloc((size_t)s->share * sizeof *s->bcrc) : NULL;
+  s->inputs = kd_malloc(s->N * sizeof *s->inputs);
+  s->stage_in = comm_stage_alloc(be, s->N * s->Ct);
+  s->stage_out = comm_stage_alloc(be, s->N * s->Ct);
+}
+
+/* The file: continue PATH.tmp when it is this cache's, else start it. The windows done. */
+static int64_t make_file(struct cmake *s) {
+  const struct kd_config *cfg = s->cfg;
+  const struct kd_grid *grid = s->grid;
+  snprintf(s->tmp, sizeof s->tmp, "%s.tmp", cfg->teacher_cache);
+  int64_t done = grid->rank == 0 ? resumable(s->tmp, &s->m) : -1;
+  MPI_Bcast(&done, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  if (done >= 0) {
+    cfile_open(&s->cf, s->tmp);
+    kd_info("kdtrain: continuing the teacher cache %s at window %" PRId64 " of %" PRId64 "\n",
+            s->tmp, done, s->m.nwindows);
+  } else {
+    cfile_create(&s->cf, s->tmp, &s->m, cfg->teacher_cache_compress);
+    done = 0;
+  }
+  s->cf.dxpl = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(s->cf.dxpl, H5FD_MPIO_COLLECTIVE);
+  return done;
+}
+
+/* Set-up: checks, the header, the teacher and its buffers, the file, the signals. */
+static int64_t make_setup(struct cmake *s, const struct kd_config *cfg, struct kd_backend *be,
+                          const struct kd_grid *grid) {
+  char err[1024];
+  memset(s, 0, sizeof *s);
+  s->cfg = cfg, s->be = be, s->grid = grid;
+  s->T = cfg->data_seq_len, s->mb = cfg->par_micro_batch, s->gb = cfg->par_global_batch;
+  s->share = s->gb / grid->dp, s->nmicro = s->share / s->mb;
   const int Vt = cfg->teacher.vocab_size, Vs = cfg->student.vocab_size;
-  const int vc = Vt < Vs ? Vt : Vs, k = cfg->teacher_cache_k;
-  const float tau = (float)cfg->loss_temperature, inv_t = 1.0f / tau;
+  s->vc = Vt < Vs ? Vt : Vs, s->k = cfg->teacher_cache_k;
+  s->inv_t = 1.0f / (float)cfg->loss_temperature;
   if (model_check_layout(&cfg->teacher, "teacher", grid->tp, grid->pp, err, sizeof err))
     kd_fail(KD_EXIT_INPUT, "%s", err);
-  if (k > vc)
+  if (s->k > s->vc)
     kd_fail(KD_EXIT_INPUT,
             "%s: &teacher cache_k = %d is larger than the %d ids the teacher's distribution "
             "covers (the ids teacher and student share); expected cache_k <= %d",
-            cfg->source, k, vc, vc);
-
-  /* what the cache is made from */
-  struct kd_data data;
-  if (data_open_train(&data, cfg, vc, err, sizeof err))
-    kd_fail(KD_EXIT_INPUT, "%s", err);
-  struct tcache_meta m = {0};
-  m.select = cfg->teacher_cache_select;
-  m.k = k;
-  m.seq_len = T;
-  m.vocab = vc;
-  m.teacher_vocab = Vt;
-  m.temperature = cfg->loss_temperature;
-  m.data_id = tcache_data_id(&data);
-  m.nwindows = tcache_nwindows(&data);
-  m.seed = m.select == TCACHE_SAMPLE ? cfg->run_seed : 0;
-  if (tcache_teacher_id(cfg->teacher_init, &m.teacher_id, err, sizeof err))
-    kd_fail(KD_EXIT_INPUT, "%s", err);
-
-  /* the teacher */
-  struct kd_model t;
-  model_build_grid(&t, be, &cfg->teacher, be->bf16 ? MODEL_FROZEN16 : MODEL_FROZEN, vc, grid);
-  if (weights_load(cfg->teacher_init, &t, t.w, MPI_COMM_WORLD, err, sizeof err))
-    kd_fail(KD_EXIT_INPUT, "%s", err);
-  struct kd_acts acts;
-  acts_build(&acts, be, &t, mb, T);
-  const size_t N = (size_t)mb * T, Ct = (size_t)t.card.hidden_size;
-  struct loss_vocab voc;
-  loss_vocab_slice(&voc, Vt, vc, t.tp, t.tp_rank);
-  const int Vk = voc.common;
-  const int writer = t.has_head && t.tp_rank == 0; /* holds and writes its windows' rows */
-  const size_t crows = N < 256 ? N : 256;          /* logit rows per gathered chunk */
-  float *z = t.has_head ? be->alloc(be, KD_MEM_LOSS, crows * (size_t)Vk * sizeof(float)) : NULL;
-  float *zh = t.has_head ? kd_malloc(crows * (size_t)Vk * sizeof(float)) : NULL;
-  float *zall = writer ? kd_malloc(crows * (size_t)vc * sizeof(float)) : NULL;
-  float *row = writer ? kd_malloc((size_t)vc * sizeof(float)) : NULL;
-  struct select_ws ws = {writer ? kd_malloc((size_t)vc * sizeof(float)) : NULL,
-                         writer ? kd_malloc((size_t)k * sizeof(struct entry)) : NULL,
-                         writer ? kd_malloc((size_t)k * sizeof(double)) : NULL};
-  int *cnt = kd_malloc((size_t)t.tp * sizeof(int)), *disp = kd_malloc((size_t)t.tp * sizeof(int));
-  const size_t E = (size_t)share * T * (size_t)k;
-  int32_t *bids = writer ? kd_malloc(E * sizeof *bids) : NULL;
-  float *blogp = writer ? kd_malloc(E * sizeof *blogp) : NULL;
-  float *btail = writer ? kd_malloc((size_t)share * T * sizeof *btail) : NULL;
-  uint64_t *bcrc = writer ? kd_malloc((size_t)share * sizeof *bcrc) : NULL;
-  int *inputs = kd_malloc(N * sizeof *inputs);
-  float *stage_in = comm_stage_alloc(be, N * Ct), *stage_out = comm_stage_alloc(be, N * Ct);
-
-  /* the file: continue PATH.tmp when it is this cache's, else start it */
-  char tmp[KD_PATH_MAX + 8];
-  snprintf(tmp, sizeof tmp, "%s.tmp", cfg->teacher_cache);
-  int64_t done = grid->rank == 0 ? resumable(tmp, &m) : -1;
-  MPI_Bcast(&done, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  struct cfile cf;
-  if (done >= 0) {
-    cfile_open(&cf, tmp);
-    kd_info("kdtrain: continuing the teacher cache %s at window %" PRId64 " of %" PRId64 "\n", tmp,
-            done, m.nwindows);
-  } else {
-    cfile_create(&cf, tmp, &m, cfg->teacher_cache_compress);
-    done = 0;
-  }
-  cf.dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(cf.dxpl, H5FD_MPIO_COLLECTIVE);
+            cfg->source, s->k, s->vc, s->vc);
+  make_meta(s);
+  make_teacher(s);
+  const int64_t done = make_file(s);
   kd_info("kdtrain: mode cache | teacher %s (%s) | %" PRId64 " windows x %d tokens | %s, k = %d, "
           "temperature %g, over %d ids | %d rank(s): tp=%d pp=%d dp=%d | raw %.1f bytes/token%s\n",
-          cfg->teacher_card[0] ? cfg->teacher_card : "from init", cfg->teacher_init, m.nwindows, T,
-          tcache_select_name(m.select), k, m.temperature, vc, grid->world, grid->tp, grid->pp,
-          grid->dp, tcache_raw_bytes_per_token(k, T),
+          cfg->teacher_card[0] ? cfg->teacher_card : "from init", cfg->teacher_init, s->m.nwindows,
+          s->T, kd_cache_select_names[s->m.select], s->k, s->m.temperature, s->vc, grid->world,
+          grid->tp, grid->pp, grid->dp, tcache_raw_bytes_per_token(s->k, s->T),
           cfg->teacher_cache_compress ? " before shuffle + deflate" : "");
-  if (cfg->ckpt_on_signal) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-  }
+  if (cfg->ckpt_on_signal) kd_stop_signals(on_stop);
+  return done;
+}
 
+/* Chunk [r0, r0 + n) of micro-batch mi's rows: logits of this rank's vocabulary slice,
+ * gathered in id order on the writer, which keeps each row's entries. */
+static void make_chunk(struct cmake *s, int mi, int64_t mine0, size_t r0, size_t n) {
+  struct kd_backend *be = s->be;
+  const struct kd_model *t = &s->t;
+  const int Vk = s->Vk, Ct = (int)s->Ct, k = s->k, T = s->T;
+  if (t->pw.head16)
+    be->gemm_w16(be, 0, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head16, Ct, 0.0f, s->z,
+                 Vk);
+  else
+    be->gemm(be, 0, 1, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head, Ct, 0.0f, s->z,
+             Vk);
+  if (be->bf16) be->round_bf16(be, s->z, n * (size_t)Vk); /* as the live loss rounds zt */
+  be->download(be, s->zh, s->z, n * (size_t)Vk * sizeof(float));
+  if (t->tp > 1) { /* rank blocks of (n, Vk_r) in id order on the first rank */
+    for (int q = 0; q < t->tp; q++) {
+      long long lo, len;
+      grid_block(s->vc, t->tp, q, &lo, &len);
+      s->cnt[q] = (int)(n * (size_t)len);
+      s->disp[q] = (int)(n * (size_t)lo);
+    }
+    MPI_Gatherv(s->zh, (int)(n * (size_t)Vk), MPI_FLOAT, s->zall, s->cnt, s->disp, MPI_FLOAT, 0,
+                t->tp_comm);
+  }
+  if (!s->writer) return;
+  for (size_t i = 0; i < n; i++) {
+    const float *zr = s->zh + i * (size_t)Vk;
+    if (t->tp > 1) {
+      for (int q = 0; q < t->tp; q++) {
+        const int len = s->cnt[q] / (int)n, lo = s->disp[q] / (int)n;
+        memcpy(s->row + lo, s->zall + (size_t)s->disp[q] + i * (size_t)len,
+               (size_t)len * sizeof *s->row);
+      }
+      zr = s->row;
+    }
+    const size_t rr = (size_t)mi * s->N + r0 + i; /* row within this rank's share */
+    const int64_t win = mine0 + (int64_t)(rr / (size_t)T);
+    uint64_t key = (uint64_t)s->m.seed * 0x9E3779B97F4A7C15ull ^
+                   ((uint64_t)win * (uint64_t)T + rr % (size_t)T + 1);
+    const uint64_t rng = kd_splitmix64(&key); /* a mixed state: unrelated streams */
+    tcache_select_row(s->bids + rr * (size_t)k, s->blogp + rr * (size_t)k, s->btail + rr, zr, s->vc,
+                      k, s->m.select, s->inv_t, rng, s->scratch);
+  }
+}
+
+/* The teacher over this rank's windows of one batch, the first at mine0, into the
+ * writer's batch buffers. */
+static void make_batch(struct cmake *s, int64_t mine0) {
+  struct kd_backend *be = s->be;
+  const struct kd_grid *grid = s->grid;
+  const int T = s->T;
+  for (int mi = 0; mi < s->nmicro; mi++) {
+    /* windows past the end are computed on the last window and not kept: every rank runs
+     * the same collectives */
+    for (int j = 0; j < s->mb; j++) {
+      int64_t g = mine0 + (int64_t)mi * s->mb + j;
+      if (g >= s->m.nwindows) g = s->m.nwindows - 1;
+      int set;
+      size_t w;
+      window_of(&s->data, g, &set, &w);
+      data_source_tokens(&s->data.set[set].src, w * (size_t)T, (size_t)T,
+                         s->inputs + (size_t)j * T);
+    }
+    struct comm_xfer x = {.n = 0};
+    if (grid->pp_rank > 0) {
+      comm_post(&x, be, 0, acts_stage_input(&s->acts), s->stage_in, s->N * s->Ct, grid->pp_rank - 1,
+                21, grid->pp_comm);
+      comm_wait(&x, be);
+    }
+    layers_forward(be, &s->t, &s->acts, s->inputs);
+    if (!s->t.has_head) {
+      comm_post(&x, be, 1, acts_stage_output(&s->acts, &s->t), s->stage_out, s->N * s->Ct,
+                grid->pp_rank + 1, 21, grid->pp_comm);
+      comm_wait(&x, be);
+      continue;
+    }
+    for (size_t r0 = 0; r0 < s->N; r0 += s->crows)
+      make_chunk(s, mi, mine0, r0, s->N - r0 < s->crows ? s->N - r0 : s->crows);
+  }
+}
+
+/* One collective write per dataset of this rank's windows of the batch (the writer's,
+ * with their checksums; empty selections elsewhere). */
+static void make_write(struct cmake *s, int64_t mine0) {
+  const int T = s->T, k = s->k;
+  int64_t nmine = s->m.nwindows - mine0;
+  nmine = nmine < 0 ? 0 : nmine > s->share ? s->share : nmine;
+  if (!s->writer) nmine = 0;
+  for (int64_t i = 0; i < nmine; i++)
+    s->bcrc[i] = tcache_window_crc(s->bids + (size_t)i * T * k, s->blogp + (size_t)i * T * k,
+                                   s->btail + (size_t)i * T, T, k);
+  const struct cfile *cf = &s->cf;
+  write_block(cf, cf->ids, H5T_NATIVE_INT32, 3, mine0, nmine, (hsize_t)T, (hsize_t)k, s->bids);
+  write_block(cf, cf->logp, H5T_NATIVE_FLOAT, 3, mine0, nmine, (hsize_t)T, (hsize_t)k, s->blogp);
+  write_block(cf, cf->tail, H5T_NATIVE_FLOAT, 2, mine0, nmine, (hsize_t)T, 0, s->btail);
+  write_block(cf, cf->crc, H5T_NATIVE_UINT64, 1, mine0, nmine, 0, 0, s->bcrc);
+}
+
+/* The loop: batch after batch from window `done` to the end, or to an agreed signal.
+ * KD_EXIT_OK or KD_EXIT_SIGNAL. */
+static int make_loop(struct cmake *s, int64_t done) {
+  const struct kd_grid *grid = s->grid;
+  const struct tcache_meta *m = &s->m;
   const double t_start = kd_now();
   const int64_t done0 = done;
-  int status = KD_EXIT_OK;
   double t_log = 0.0;
   const char *delay = getenv("KDTRAIN_TEST_STEP_DELAY_MS"); /* tests: time to send a signal */
-  while (done < m.nwindows) {
+  while (done < m->nwindows) {
     if (delay) usleep((useconds_t)atoi(delay) * 1000u);
-    const int64_t mine0 = done + (int64_t)grid->dp_rank * share; /* this rank's windows */
-    for (int mi = 0; mi < nmicro; mi++) {
-      /* windows past the end are computed on the last window and not kept: every rank
-       * runs the same collectives */
-      for (int j = 0; j < mb; j++) {
-        int64_t g = mine0 + (int64_t)mi * mb + j;
-        if (g >= m.nwindows) g = m.nwindows - 1;
-        int set;
-        size_t w;
-        window_of(&data, g, &set, &w);
-        data_source_tokens(&data.set[set].src, w * (size_t)T, (size_t)T, inputs + (size_t)j * T);
-      }
-      struct comm_xfer x = {.n = 0};
-      if (grid->pp_rank > 0) {
-        comm_post(&x, be, 0, acts_stage_input(&acts), stage_in, N * Ct, grid->pp_rank - 1, 21,
-                  grid->pp_comm);
-        comm_wait(&x, be);
-      }
-      layers_forward(be, &t, &acts, inputs);
-      if (!t.has_head) {
-        comm_post(&x, be, 1, acts_stage_output(&acts, &t), stage_out, N * Ct, grid->pp_rank + 1, 21,
-                  grid->pp_comm);
-        comm_wait(&x, be);
-        continue;
-      }
-      for (size_t r0 = 0; r0 < N; r0 += crows) {
-        const size_t n = N - r0 < crows ? N - r0 : crows;
-        if (t.pw.head16)
-          be->gemm_w16(be, 0, (int)n, Vk, (int)Ct, 1.0f, acts.hn + r0 * Ct, (int)Ct, t.pw.head16,
-                       (int)Ct, 0.0f, z, Vk);
-        else
-          be->gemm(be, 0, 1, (int)n, Vk, (int)Ct, 1.0f, acts.hn + r0 * Ct, (int)Ct, t.pw.head,
-                   (int)Ct, 0.0f, z, Vk);
-        if (be->bf16) be->round_bf16(be, z, n * (size_t)Vk); /* as the live loss rounds zt */
-        be->download(be, zh, z, n * (size_t)Vk * sizeof(float));
-        if (t.tp > 1) { /* rank blocks of (n, Vk_r) in id order on the first rank */
-          for (int q = 0; q < t.tp; q++) {
-            long long lo, len;
-            grid_block(vc, t.tp, q, &lo, &len);
-            cnt[q] = (int)(n * (size_t)len);
-            disp[q] = (int)(n * (size_t)lo);
-          }
-          MPI_Gatherv(zh, (int)(n * (size_t)Vk), MPI_FLOAT, zall, cnt, disp, MPI_FLOAT, 0,
-                      t.tp_comm);
-        }
-        if (!writer) continue;
-        for (size_t i = 0; i < n; i++) {
-          const float *zr = zh + i * (size_t)Vk;
-          if (t.tp > 1) {
-            for (int q = 0; q < t.tp; q++) {
-              const int len = cnt[q] / (int)n, lo = disp[q] / (int)n;
-              memcpy(row + lo, zall + (size_t)disp[q] + i * (size_t)len, (size_t)len * sizeof *row);
-            }
-            zr = row;
-          }
-          const size_t rr = (size_t)mi * N + r0 + i; /* row within this rank's share */
-          const int64_t win = mine0 + (int64_t)(rr / (size_t)T);
-          uint64_t key = (uint64_t)m.seed * 0x9E3779B97F4A7C15ull ^
-                         ((uint64_t)win * (uint64_t)T + rr % (size_t)T + 1);
-          const uint64_t rng = kd_splitmix64(&key); /* a mixed state: unrelated streams */
-          select_row(bids + rr * (size_t)k, blogp + rr * (size_t)k, btail + rr, zr, vc, k, m.select,
-                     inv_t, rng, &ws);
-        }
-      }
-    }
-    /* one collective write per dataset; then the header says how far the file is good */
-    int64_t nmine = m.nwindows - mine0;
-    nmine = nmine < 0 ? 0 : nmine > share ? share : nmine;
-    if (!writer) nmine = 0;
-    for (int64_t i = 0; i < nmine; i++)
-      bcrc[i] = tcache_window_crc(bids + (size_t)i * T * k, blogp + (size_t)i * T * k,
-                                  btail + (size_t)i * T, T, k);
-    write_block(&cf, cf.ids, H5T_NATIVE_INT32, 3, mine0, nmine, (hsize_t)T, (hsize_t)k, bids);
-    write_block(&cf, cf.logp, H5T_NATIVE_FLOAT, 3, mine0, nmine, (hsize_t)T, (hsize_t)k, blogp);
-    write_block(&cf, cf.tail, H5T_NATIVE_FLOAT, 2, mine0, nmine, (hsize_t)T, 0, btail);
-    write_block(&cf, cf.crc, H5T_NATIVE_UINT64, 1, mine0, nmine, 0, 0, bcrc);
-    done = done + gb < m.nwindows ? done + gb : m.nwindows;
+    const int64_t mine0 = done + (int64_t)grid->dp_rank * s->share; /* this rank's windows */
+    make_batch(s, mine0);
+    make_write(s, mine0);
+    done = done + s->gb < m->nwindows ? done + s->gb : m->nwindows;
     /* agree on a signal and, by rank 0's clock, on a progress point (every 2 s): then
      * the header advances and the file is flushed */
     const double now = kd_now() - t_start;
     int flag[2] = {stop_signal, grid->rank == 0 && now - t_log >= 2.0}, all[2];
     MPI_Allreduce(flag, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     const int any = all[0];
-    if (all[1] || done == m.nwindows || any) {
-      attr_put(cf.file, "windows_done", H5T_NATIVE_INT64, &done);
-      H5Fflush(cf.file, H5F_SCOPE_GLOBAL);
+    if (all[1] || done == m->nwindows || any) {
+      put(h5attr_set_int(s->cf.file, "windows_done", done), "windows_done");
+      H5Fflush(s->cf.file, H5F_SCOPE_GLOBAL);
       t_log = now;
       char eta[32];
       const double rate = (double)(done - done0) / (now > 0 ? now : 1e-9);
-      format_eta(eta, sizeof eta, (double)(m.nwindows - done) / rate);
-      const double bytes = stored_bytes(&cf);
+      kd_format_eta(eta, sizeof eta, (double)(m->nwindows - done) / rate);
+      const double bytes = stored_bytes(&s->cf);
       kd_info("cache %" PRId64 "/%" PRId64 " windows (%.1f%%) | %.0f tok/s | %.1f bytes/token "
               "on disk | eta %s\n",
-              done, m.nwindows, 100.0 * (double)done / (double)m.nwindows, rate * T,
-              bytes / ((double)done * T), eta);
+              done, m->nwindows, 100.0 * (double)done / (double)m->nwindows, rate * s->T,
+              bytes / ((double)done * s->T), eta);
     }
-    if (any && done < m.nwindows) {
+    if (any && done < m->nwindows) {
       kd_info("kdtrain: stopped by signal %d after %" PRId64 " of %" PRId64 " windows: exit "
               "status 5; the same run continues %s\n",
-              any, done, m.nwindows, tmp);
-      status = KD_EXIT_SIGNAL;
-      break;
+              any, done, m->nwindows, s->tmp);
+      return KD_EXIT_SIGNAL;
     }
   }
+  return KD_EXIT_OK;
+}
 
-  if (status == KD_EXIT_OK) { /* the file's checksum over the window checksums; publish */
-    uint64_t *crc = kd_malloc((size_t)m.nwindows * sizeof *crc);
-    hid_t fs = H5Dget_space(cf.crc);
-    KD_CHECK(H5Dread(cf.crc, H5T_NATIVE_UINT64, H5S_ALL, fs, cf.dxpl, crc) >= 0,
+/* Publish: a finished file gets its checksum over the window checksums, is closed and
+ * renamed to teacher%cache; a stopped one is closed as PATH.tmp. */
+static void make_publish(struct cmake *s, int status) {
+  const struct kd_config *cfg = s->cfg;
+  struct cfile *cf = &s->cf;
+  const int64_t W = s->m.nwindows;
+  if (status == KD_EXIT_OK) {
+    uint64_t *crc = kd_malloc((size_t)W * sizeof *crc);
+    hid_t fs = H5Dget_space(cf->crc);
+    KD_CHECK(H5Dread(cf->crc, H5T_NATIVE_UINT64, H5S_ALL, fs, cf->dxpl, crc) >= 0,
              "teacher cache: reading /crc failed");
     H5Sclose(fs);
-    uint64_t sum = 0xcbf29ce484222325ull; /* FNV-1a over the little-endian checksums */
-    for (int64_t i = 0; i < m.nwindows; i++)
-      for (int b = 0; b < 8; b++)
-        sum = (sum ^ ((crc[i] >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    uint64_t sum = 0xcbf29ce484222325ull;
+    for (int64_t i = 0; i < W; i++)
+      sum = tcache_file_sum(sum, crc[i]);
     free(crc);
-    attr_put(cf.file, "checksum", H5T_NATIVE_UINT64, &sum);
+    put(h5attr_set_u64(cf->file, "checksum", sum), "checksum");
   }
-  const double bytes = stored_bytes(&cf);
-  const double raw[4] = {(double)H5Dget_storage_size(cf.ids), (double)H5Dget_storage_size(cf.logp),
-                         (double)H5Dget_storage_size(cf.tail), (double)H5Dget_storage_size(cf.crc)};
-  H5Pclose(cf.dxpl);
-  H5Dclose(cf.ids);
-  H5Dclose(cf.logp);
-  H5Dclose(cf.tail);
-  H5Dclose(cf.crc);
-  KD_CHECK(H5Fclose(cf.file) >= 0, "teacher cache: closing %s failed", tmp);
+  const double bytes = stored_bytes(cf);
+  const double raw[4] = {
+      (double)H5Dget_storage_size(cf->ids), (double)H5Dget_storage_size(cf->logp),
+      (double)H5Dget_storage_size(cf->tail), (double)H5Dget_storage_size(cf->crc)};
+  H5Pclose(cf->dxpl);
+  H5Dclose(cf->ids);
+  H5Dclose(cf->logp);
+  H5Dclose(cf->tail);
+  H5Dclose(cf->crc);
+  KD_CHECK(H5Fclose(cf->file) >= 0, "teacher cache: closing %s failed", s->tmp);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (status == KD_EXIT_OK) {
-    if (grid->rank == 0 && rename(tmp, cfg->teacher_cache) != 0)
-      kd_fail(KD_EXIT_IO, "cannot publish the teacher cache %s: %s", cfg->teacher_cache,
-              strerror(errno));
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double tok = (double)m.nwindows * T;
-    kd_info("kdtrain: wrote the teacher cache %s: %.0f bytes, %.2f bytes/token (ids %.2f, logp "
-            "%.2f, tail %.2f; raw %.2f)\n",
-            cfg->teacher_cache, bytes, bytes / tok, raw[0] / tok, raw[1] / tok, raw[2] / tok,
-            tcache_raw_bytes_per_token(k, T));
-  }
+  if (status != KD_EXIT_OK) return;
+  if (s->grid->rank == 0 && rename(s->tmp, cfg->teacher_cache) != 0)
+    kd_fail(KD_EXIT_IO, "cannot publish the teacher cache %s: %s", cfg->teacher_cache,
+            strerror(errno));
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double tok = (double)W * s->T;
+  kd_info("kdtrain: wrote the teacher cache %s: %.0f bytes, %.2f bytes/token (ids %.2f, logp "
+          "%.2f, tail %.2f; raw %.2f)\n",
+          cfg->teacher_cache, bytes, bytes / tok, raw[0] / tok, raw[1] / tok, raw[2] / tok,
+          tcache_raw_bytes_per_token(s->k, s->T));
+}
 
-  if (stage_in) be->free(be, stage_in);
-  if (stage_out) be->free(be, stage_out);
-  free(inputs);
-  free(bids), free(blogp), free(btail), free(bcrc);
-  free(cnt), free(disp);
-  free(ws.lp), free(ws.heap), free(ws.u);
-  free(row), free(zall), free(zh);
-  if (z) be->free(be, z);
-  acts_free(&acts, be);
-  model_free(&t, be);
-  data_close(&data);
+static void make_free(struct cmake *s) {
+  struct kd_backend *be = s->be;
+  if (s->stage_in) be->free(be, s->stage_in);
+  if (s->stage_out) be->free(be, s->stage_out);
+  free(s->inputs);
+  free(s->bids), free(s->blogp), free(s->btail), free(s->bcrc);
+  free(s->cnt), free(s->disp);
+  free(s->scratch), free(s->row), free(s->zall), free(s->zh);
+  if (s->z) be->free(be, s->z);
+  acts_free(&s->acts, be);
+  model_free(&s->t, be);
+  data_close(&s->data);
+}
+
+int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
+                    const struct kd_grid *grid) {
+  struct cmake s;
+  const int64_t done = make_setup(&s, cfg, be, grid);
+  const int status = make_loop(&s, done);
+  make_publish(&s, status);
+  make_free(&s);
   return status;
 }
 

@@ -493,15 +493,6 @@ static const char *format_rate(char *buf, size_t n, double x) {
   return buf;
 }
 
-static void format_eta(char *buf, size_t n, double sec) {
-  if (sec < 0 || !isfinite(sec)) sec = 0;
-  long s = (long)(sec + 0.5);
-  if (s >= 3600)
-    snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else
-    snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
-}
-
 static int train_loop(struct run *r) {
   const struct kd_config *cfg = r->cfg;
   struct kd_backend *be = &r->be;
@@ -566,9 +557,9 @@ static int train_loop(struct run *r) {
     if (step % cfg->log_every == 0 || last || step == first) {
       const size_t peak = mem_peak_all(r);
       char eta[32];
-      format_eta(eta, sizeof eta,
-                 (kd_now() - t_start) / (double)(step - first + 1) *
-                     (double)(cfg->run_steps - step));
+      kd_format_eta(eta, sizeof eta,
+                    (kd_now() - t_start) / (double)(step - first + 1) *
+                        (double)(cfg->run_steps - step));
       char parts[64] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
       if (r->distill && !empty)
         snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", loss_kd, loss_ce);

@@ -368,3 +368,22 @@ int kd_cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
+
+void kd_format_eta(char *buf, size_t n, double sec) {
+  if (sec < 0 || !isfinite(sec)) sec = 0;
+  long s = (long)(sec + 0.5);
+  if (s >= 3600)
+    snprintf(buf, n, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else
+    snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+}
+
+void kd_stop_signals(void (*handler)(int)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+}

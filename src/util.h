@@ -161,4 +161,13 @@ int kd_is_file(const char *path);
 /* qsort comparison of two doubles, ascending. */
 int kd_cmp_double(const void *a, const void *b);
 
+/* "1h02m" (an hour or more) or "3m07s": a remaining time for progress lines (a negative or
+ * non-finite time shows as 0m00s). */
+void kd_format_eta(char *buf, size_t n, double sec);
+
+/* Install `handler` for SIGTERM and SIGUSR1 (the batch system's stop signals), with
+ * SA_RESTART: the handler only records the signal, and a write of ROMIO's (whose pwrite
+ * does not retry on EINTR) must not fail because one arrived. */
+void kd_stop_signals(void (*handler)(int));
+
 #endif

@@ -3,9 +3,11 @@
 # cache carries the whole teacher distribution, so distilling from it gives the
 # live-teacher loss and gradient norm within 1e-5 (fp32) on 1 rank, on tp 2, pp 2,
 # dp 2, on the simulated device, resumed from a checkpoint on another layout, and
-# from caches made on tp 2 and on pp 2; a mismatched cache is
-# refused (exit 2, the field named); a caching run stopped by SIGTERM (exit 5) and run
-# again produces the same file as an uninterrupted one (h5diff); a 'sample' cache trains.
+# from caches made on tp 2 and on pp 2; k, selection, temperature and seq_len left out of
+# the input come from the cache, a value the input states must be the cache's; a
+# mismatched cache is refused (exit 2, the field named); a caching run stopped by SIGTERM
+# (exit 5) and run again produces the same file as an uninterrupted one (h5diff); a
+# 'sample' cache trains.
 set -eu
 export OMP_NUM_THREADS=1 # tiny models; up to 2 ranks share the cores
 . "${KD_SRCDIR:?}/validation/lib.sh"
@@ -66,6 +68,19 @@ for layout in "2 1 1" "1 2 1"; do
   echo "ok cache made on tp=$1 pp=$2"
 done
 
+echo "== the cache describes itself: k, temperature, seq_len left out of the input come from it"
+sed -e 's/, cache_k = 256//' -e 's/, temperature = 2.0//' -e 's/, seq_len = 16//' base.nml > nokey.nml
+! grep -q "cache_k\|temperature\|seq_len" nokey.nml || fail "nokey.nml still states a cache key"
+$MPIEXEC -n 1 "$KDTRAIN" nokey.nml teacher%source=cache run%out_dir="'c_nokey'" > log.txt 2>&1 \
+  || { cat log.txt; fail "a k = 256 cache read with the default cache_k"; }
+same ref c_nokey "k, temperature, seq_len from the cache" || fail "k, temperature, seq_len from the cache"
+echo "ok k = 256, temperature 2, seq_len 16 taken from the cache"
+sed 's/cache_k = 256/cache_k = 32/' base.nml > k32.nml
+set +e; $MPIEXEC -n 1 "$KDTRAIN" k32.nml teacher%source=cache > bad.txt 2>&1; st=$?; set -e
+[ $st -eq 2 ] && grep -q "field 'k' is 256 in the cache, but .*k32.nml:2: &teacher cache_k = 32" bad.txt \
+  || { cat bad.txt; fail "cache_k = 32 in the input file: exit $st, the file:line not named"; }
+echo "ok refused: cache_k = 32 stated at k32.nml:2"
+
 echo "== a mismatched cache is refused (exit 2, field named)"
 refuse() { field=$1; shift
   set +e; $MPIEXEC -n 1 "$KDTRAIN" base.nml teacher%source=cache run%out_dir="'bad'" "$@" \
@@ -109,8 +124,14 @@ h5diff tc.h5 term.h5 || fail "a resumed cache differs from an uninterrupted one"
 
 echo "== a 'sample' cache (k = 32) trains"
 kd 1 run%mode=cache teacher%cache_select=sample teacher%cache_k=32 teacher%cache="'s32.h5'"
-kd 1 teacher%source=cache teacher%cache_select=sample teacher%cache_k=32 \
-  teacher%cache="'s32.h5'" run%out_dir="'s32'"
+# read without restating cache_select and cache_k: both come from the file
+$MPIEXEC -n 1 "$KDTRAIN" nokey.nml teacher%source=cache teacher%cache="'s32.h5'" \
+  run%out_dir="'s32'" > log.txt 2>&1 || { cat log.txt; fail "a 'sample' cache read with the defaults"; }
+grep -q "teacher from the cache .*(sample, k = 32)" log.txt || { cat log.txt; fail "sample cache: k, select"; }
+set +e; $MPIEXEC -n 1 "$KDTRAIN" nokey.nml teacher%source=cache teacher%cache="'s32.h5'" \
+  loss%kind=rkl > bad.txt 2>&1; st=$?; set -e
+[ $st -eq 2 ] && grep -q "cannot be computed from a 'sample' cache" bad.txt \
+  || { cat bad.txt; fail "rkl from a sample cache (select from the file) not refused"; }
 awk -F, 'NR > 1 && $2 != "" { n++; if ($3 + 0 != $3 || $3 < 0) bad = 1 } END { exit bad || n != 5 }' \
   s32/metrics.csv || { cat s32/metrics.csv; fail "sample cache run"; }
 echo "all cache checks passed"
