@@ -117,17 +117,21 @@ static int state_read(hid_t file, const char *path, int all_sums, struct ckpt_st
   for (size_t i = 0; i < NSTATE && !st_rc; i++) {
     const struct state_field *f = &state_fields[i];
     hid_t d = H5Lexists(g, f->name, H5P_DEFAULT) > 0 ? H5Dopen2(g, f->name, H5P_DEFAULT) : -1;
-    hid_t s = d >= 0 ? H5Dget_space(d) : -1;
-    int ok = d >= 0 && s >= 0 && H5Sget_simple_extent_type(s) == H5S_SCALAR &&
+    hid_t s = d >= 0 ? H5Dget_space(d) : -1, t = d >= 0 ? H5Dget_type(d) : -1;
+    /* the stored type is the one the checksum describes (int64 or float64) */
+    int ok = d >= 0 && s >= 0 && t >= 0 && H5Sget_simple_extent_type(s) == H5S_SCALAR &&
+             H5Tget_class(t) == (f->kind == ST_I64 ? H5T_INTEGER : H5T_FLOAT) &&
+             H5Tget_size(t) == 8 &&
              H5Dread(d, state_mtype(f->kind), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                      (char *)st + f->off) >= 0;
+    if (t >= 0) H5Tclose(t);
     if (s >= 0) H5Sclose(s);
     if (d >= 0) H5Dclose(d);
     if (!ok) {
       kd_seterr(err, errlen,
-             "%s has no readable scalar dataset /state/%s: the checkpoint is incomplete or "
+             "%s has no readable scalar dataset /state/%s (%s): the checkpoint is incomplete or "
              "damaged",
-             path, f->name);
+             path, f->name, f->kind == ST_I64 ? "int64" : "float64");
       st_rc = KD_EXIT_INPUT;
     }
   }

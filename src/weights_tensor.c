@@ -309,8 +309,9 @@ static hid_t open_param(hid_t group, const char *gname, const struct kd_param *p
   if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(s, dims, NULL);
   int64_t got[2] = {(int64_t)dims[0], (int64_t)dims[1]};
   dims_text(ftxt, sizeof ftxt, nd == 2 ? 2 : 1, got);
-  if (H5Tget_class(t) != H5T_FLOAT) {
-    kd_seterr(err, errlen, "%s: /%s/%s is not a floating-point dataset", path, gname, p->name);
+  if (H5Tget_class(t) != H5T_FLOAT || H5Tget_size(t) != 4) {
+    kd_seterr(err, errlen, "%s: /%s/%s is not a float32 dataset (as its checksum is)", path, gname,
+              p->name);
     *st = KD_EXIT_INPUT;
   } else if (nd != p->ndim || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
     kd_seterr(err, errlen,
