@@ -13,10 +13,13 @@
  * format 1.2) and the plain one (tensors and /state). */
 #define CHECKSUM_BOUND "checksum_bound64"
 #define CHECKSUM_IDXMIX "checksum_idxmix64"
+/* /config's bound checksum of its card text (format 1.2). */
+#define CHECKSUM_CARD "checksum_card_bound64"
 
 /* From format 1.MINOR on, every attribute and dataset of a file is inside a checksum and
  * every checksum attribute is required (format 1.1 files lack the root's, /config's card
- * text's, /config/namelist's and /tokenizer's). */
+ * text's, /config/namelist's and /tokenizer's). A minor version only adds checksums: an
+ * older reader ignores them. */
 #define CHECKSUM_ALL_SINCE_MINOR 2
 
 /* The mixing function of doc/format.md: element `i` with bits `bits`. */

@@ -105,9 +105,9 @@ int weights_card_check_root(hid_t file, const char *path, int *minor, char *err,
 }
 
 /* The bound checksum of /config: every card key's name and value (as stored: strings,
- * int64, float64 bits), bound to the path /config; from format 1.2 also the card text
- * (`text`; NULL: a format 1.1 file). */
-static uint64_t config_sum(const struct kd_card *card, const char *text) {
+ * int64, float64 bits), bound to the path /config (format 1.1, unchanged in 1.2 so that
+ * older readers still read newer files). */
+static uint64_t config_sum(const struct kd_card *card) {
   uint64_t h = 0;
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
@@ -123,8 +123,13 @@ static uint64_t config_sum(const struct kd_card *card, const char *text) {
     }
     h = checksum_mix64(h, (uint32_t)bits) ^ checksum_mix64(~h, (uint32_t)(bits >> 32));
   }
-  h += checksum_bind("/config", "card", 0, NULL);
-  return text ? h + kd_fnv1a(text, kd_fnv1a("card", 0)) : h;
+  return h + checksum_bind("/config", "card", 0, NULL);
+}
+
+/* The bound checksum of the card text, /config attribute 'card' (format 1.2). */
+static uint64_t card_sum(const char *text) {
+  const int64_t n = (int64_t)strlen(text);
+  return checksum_bytes(text, (size_t)n) + checksum_bind("/config@card", "str", 1, &n);
 }
 
 /* The bound checksum of /config/namelist: its bytes (without the terminating NUL). */
@@ -189,7 +194,8 @@ int weights_card_write(hid_t cfg, const struct kd_card *card, const char *nameli
   }
   char *text = card_text(card);
   ok = ok && text && h5attr_set_string(cfg, "card", text) == 0 &&
-       h5attr_set_u64(cfg, CHECKSUM_BOUND, config_sum(card, text)) == 0;
+       h5attr_set_u64(cfg, CHECKSUM_BOUND, config_sum(card)) == 0 &&
+       h5attr_set_u64(cfg, CHECKSUM_CARD, card_sum(text)) == 0;
   free(text);
   if (namelist) ok = namelist_write(cfg, namelist, ok, rank, comm);
   return ok ? 0 : -1;
@@ -245,6 +251,26 @@ static int namelist_check(hid_t cfg, const char *path, int all, char *err, size_
   return st;
 }
 
+/* Verify the card text's checksum (attribute CHECKSUM_CARD): 0 or KD_EXIT_INPUT. */
+static int card_check_text(hid_t cfg, const char *path, char *err, size_t errlen) {
+  char *text = kd_calloc(H5ATTR_STR_MAX + 1, 1), why[1200];
+  uint64_t stored = 0;
+  int st = 0;
+  if (h5attr_get_string(cfg, "card", text, H5ATTR_STR_MAX + 1, why, sizeof why) ||
+      h5attr_get_u64(cfg, CHECKSUM_CARD, &stored, why, sizeof why)) {
+    kd_seterr(err, errlen, "%s: the file is damaged", why);
+    st = KD_EXIT_INPUT;
+  } else if (stored != card_sum(text)) {
+    kd_seterr(err, errlen,
+              "%s: /config attribute 'card' fails its checksum (stored %016" PRIx64
+              ", computed %016" PRIx64 "): the card text in the file was changed",
+              path, stored, card_sum(text));
+    st = KD_EXIT_INPUT;
+  }
+  free(text);
+  return st;
+}
+
 int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *err, size_t errlen) {
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
@@ -277,24 +303,20 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *e
   hid_t file = H5Iget_file_id(cfg);
   const int all = checksum_required(file);
   if (file >= 0) H5Fclose(file);
-  char *text = all ? kd_calloc(H5ATTR_STR_MAX + 1, 1) : NULL;
   uint64_t stored = 0;
-  int st = 0;
-  if ((text && h5attr_get_string(cfg, "card", text, H5ATTR_STR_MAX + 1, why, sizeof why)) ||
-      h5attr_get_u64(cfg, CHECKSUM_BOUND, &stored, why, sizeof why)) {
-    kd_seterr(err, errlen,
-              "%s: the file is damaged or was written by a kdtrain older than "
-              "format 1.1",
+  if (h5attr_get_u64(cfg, CHECKSUM_BOUND, &stored, why, sizeof why)) {
+    kd_seterr(err, errlen, "%s: the file is damaged or was written by a kdtrain older than 1.1",
               why);
-    st = KD_EXIT_INPUT;
-  } else if (stored != config_sum(card, text)) {
+    return KD_EXIT_INPUT;
+  }
+  if (stored != config_sum(card)) {
     kd_seterr(err, errlen,
               "%s: /config fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
               "): the model card in the file is corrupted",
-              path, stored, config_sum(card, text));
-    st = KD_EXIT_INPUT;
+              path, stored, config_sum(card));
+    return KD_EXIT_INPUT;
   }
-  free(text);
+  int st = all || h5attr_exists(cfg, CHECKSUM_CARD) ? card_check_text(cfg, path, err, errlen) : 0;
   return st ? st : namelist_check(cfg, path, all, err, errlen);
 }
 

@@ -27,9 +27,9 @@ int weights_card_check_root(hid_t file, const char *path, int *minor, char *err,
  * values). 0 or -1. */
 int weights_card_write(hid_t cfg, const struct kd_card *card, const char *namelist, int rank,
                        MPI_Comm comm);
-/* Read the card keys of group `cfg` into `card` and verify /config's checksum and
- * /config/namelist (a scalar string dataset; its checksum when the file carries all):
- * 0 or KD_EXIT_INPUT. */
+/* Read the card keys of group `cfg` into `card` and verify /config's checksums (keys, card
+ * text) and /config/namelist (a scalar string dataset), each checksum required when the
+ * file carries all (format 1.2), checked when present: 0 or KD_EXIT_INPUT. */
 int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *err, size_t errlen);
 /* Refuse a file whose card differs from the model's in any key that changes the
  * computation (every key but the name), naming the key and both values. */

@@ -309,9 +309,8 @@ static hid_t open_param(hid_t group, const char *gname, const struct kd_param *p
   if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(s, dims, NULL);
   int64_t got[2] = {(int64_t)dims[0], (int64_t)dims[1]};
   dims_text(ftxt, sizeof ftxt, nd == 2 ? 2 : 1, got);
-  if (H5Tget_class(t) != H5T_FLOAT || H5Tget_size(t) != 4) {
-    kd_seterr(err, errlen, "%s: /%s/%s is not a float32 dataset (as its checksum is)", path, gname,
-              p->name);
+  if (H5Tget_class(t) != H5T_FLOAT) {
+    kd_seterr(err, errlen, "%s: /%s/%s is not a floating-point dataset", path, gname, p->name);
     *st = KD_EXIT_INPUT;
   } else if (nd != p->ndim || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
     kd_seterr(err, errlen,
@@ -406,7 +405,11 @@ static int read_entries(struct weights_io *io, hid_t group, const char *gname, i
       int64_t want[2] = {q->shape[0], q->ndim == 2 ? q->shape[1] : 1};
       char why[1200], dpath[512];
       snprintf(dpath, sizeof dpath, "/%s/%s", gname, q->name);
-      const uint64_t got = sum[k] + checksum_bind(dpath, "f32", q->ndim, want);
+      char tag[16]; /* the stored type: a float32 file retyped to float64 fails its check */
+      hid_t t = H5Dget_type(d[k]);
+      snprintf(tag, sizeof tag, "f%zu", 8 * (t >= 0 ? H5Tget_size(t) : 0));
+      if (t >= 0) H5Tclose(t);
+      const uint64_t got = sum[k] + checksum_bind(dpath, tag, q->ndim, want);
       uint64_t stored = 0, plain = 0;
       if (h5attr_get_u64(d[k], CHECKSUM_BOUND, &stored, why, sizeof why) != 0) {
         kd_seterr(err, errlen,

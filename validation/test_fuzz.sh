@@ -42,5 +42,5 @@ f['config/namelist'] = np.zeros((300, 300), dtype=np.uint8)" \
 weights_case namelist_text "d = f['config/namelist']; b = bytearray(d[()]); b[5] ^= 1; d[()] = bytes(b)" \
   "/config/namelist fails its checksum"
 weights_case card_text "f['config'].attrs.modify('card', np.bytes_(f['config'].attrs['card'][:-1] + b' '))" \
-  "/config fails its checksum"
+  "/config attribute 'card' fails its checksum"
 echo "test_fuzz: 3 changed weights files refused, each naming the object"
