@@ -19,6 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agree.h"
+#include "checksum.h"
+#include "h5attr.h"
 #include "util.h"
 #include "util_mpi.h"
 #include "weights.h"
@@ -46,13 +49,13 @@ static uint64_t state_checksum(const struct ckpt_state *st) {
   float words[2 * NSTATE];
   for (size_t i = 0; i < NSTATE; i++)
     memcpy(&words[2 * i], (const char *)st + state_fields[i].off, 8);
-  return weights_checksum(words, 1, 2 * (int64_t)NSTATE, 0, 0, 2 * (int64_t)NSTATE);
+  return checksum_f32(words, 1, 2 * (int64_t)NSTATE, 0, 0, 2 * (int64_t)NSTATE);
 }
 
 /* The bound checksum of /state: state_checksum plus the binding of "/state". */
 static uint64_t state_bound(const struct ckpt_state *st) {
   const int64_t n = (int64_t)NSTATE;
-  return state_checksum(st) + weights_bind("/state", "i64f64", 1, &n);
+  return state_checksum(st) + checksum_bind("/state", "i64f64", 1, &n);
 }
 
 static hid_t state_mtype(enum state_kind k) {
@@ -62,7 +65,7 @@ static hid_t state_mtype(enum state_kind k) {
 /* Write /state collectively (rank 0's values; every rank holds the same ones). */
 static int state_write(hid_t file, const struct ckpt_state *st, int rank, MPI_Comm comm) {
   hid_t g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (!weights_all(g >= 0, comm)) {
+  if (!agree_all(g >= 0, comm)) {
     if (g >= 0) H5Gclose(g);
     return -1;
   }
@@ -79,24 +82,16 @@ static int state_write(hid_t file, const struct ckpt_state *st, int rank, MPI_Co
       H5Sselect_none(ms);
     }
     /* every rank enters each collective write, or none does */
-    ok = weights_all(d >= 0, comm) &&
+    ok = agree_all(d >= 0, comm) &&
          H5Dwrite(d, state_mtype(f->kind), ms, fs, dxpl, (const char *)st + f->off) >= 0;
-    ok = weights_all(ok, comm);
+    ok = agree_all(ok, comm);
     if (d >= 0) H5Dclose(d);
     H5Sclose(fs);
     H5Sclose(ms);
   }
   H5Pclose(dxpl);
-  uint64_t sum = state_checksum(st);
-  hid_t as = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(g, "checksum_idxmix64", H5T_STD_U64LE, as, H5P_DEFAULT, H5P_DEFAULT);
-  ok &= a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &sum) >= 0;
-  if (a >= 0) H5Aclose(a);
-  uint64_t bound = state_bound(st);
-  a = H5Acreate2(g, WEIGHTS_CHECKSUM, H5T_STD_U64LE, as, H5P_DEFAULT, H5P_DEFAULT);
-  ok &= a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &bound) >= 0;
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(as);
+  ok &= h5attr_set_u64(g, CHECKSUM_IDXMIX, state_checksum(st)) == 0;
+  ok &= h5attr_set_u64(g, CHECKSUM_BOUND, state_bound(st)) == 0;
   /* the run's namelist lives in /config/namelist; /state/namelist points at it */
   if (H5Lexists(file, "config/namelist", H5P_DEFAULT) > 0)
     ok &= H5Lcreate_soft("/config/namelist", g, "namelist", H5P_DEFAULT, H5P_DEFAULT) >= 0;
@@ -104,9 +99,10 @@ static int state_write(hid_t file, const struct ckpt_state *st, int rank, MPI_Co
   return ok ? 0 : -1;
 }
 
-/* Read /state (every rank reads it) and verify its checksum: 0 or KD_EXIT_INPUT. */
-static int state_read(hid_t file, const char *path, struct ckpt_state *st, char *err,
-                      size_t errlen) {
+/* Read /state (every rank reads it) and verify its checksums (both required when
+ * `all_sums`, a format 1.2 file): 0 or KD_EXIT_INPUT. */
+static int state_read(hid_t file, const char *path, int all_sums, struct ckpt_state *st,
+                      char *err, size_t errlen) {
   memset(st, 0, sizeof *st);
   if (H5Lexists(file, "state", H5P_DEFAULT) <= 0) {
     kd_seterr(err, errlen,
@@ -121,35 +117,46 @@ static int state_read(hid_t file, const char *path, struct ckpt_state *st, char 
   for (size_t i = 0; i < NSTATE && !st_rc; i++) {
     const struct state_field *f = &state_fields[i];
     hid_t d = H5Lexists(g, f->name, H5P_DEFAULT) > 0 ? H5Dopen2(g, f->name, H5P_DEFAULT) : -1;
-    hid_t s = d >= 0 ? H5Dget_space(d) : -1;
-    int ok = d >= 0 && s >= 0 && H5Sget_simple_extent_type(s) == H5S_SCALAR &&
+    hid_t s = d >= 0 ? H5Dget_space(d) : -1, t = d >= 0 ? H5Dget_type(d) : -1;
+    /* the stored type is the one the checksum describes (int64 or float64) */
+    int ok = d >= 0 && s >= 0 && t >= 0 && H5Sget_simple_extent_type(s) == H5S_SCALAR &&
+             H5Tget_class(t) == (f->kind == ST_I64 ? H5T_INTEGER : H5T_FLOAT) &&
+             H5Tget_size(t) == 8 &&
              H5Dread(d, state_mtype(f->kind), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                      (char *)st + f->off) >= 0;
+    if (t >= 0) H5Tclose(t);
     if (s >= 0) H5Sclose(s);
     if (d >= 0) H5Dclose(d);
     if (!ok) {
       kd_seterr(err, errlen,
-             "%s has no readable scalar dataset /state/%s: the checkpoint is incomplete or "
+             "%s has no readable scalar dataset /state/%s (%s): the checkpoint is incomplete or "
              "damaged",
-             path, f->name);
+             path, f->name, f->kind == ST_I64 ? "int64" : "float64");
       st_rc = KD_EXIT_INPUT;
     }
   }
-  uint64_t stored = 0;
-  if (!st_rc) {
-    char why[160] = "is missing";
-    int arc = weights_attr_u64(g, WEIGHTS_CHECKSUM, &stored, why, sizeof why);
-    if (arc != 0) {
-      kd_seterr(err, errlen, "%s: /state attribute '" WEIGHTS_CHECKSUM "' %s: the checkpoint is "
-                "incomplete or damaged", path, why);
-      st_rc = KD_EXIT_INPUT;
-    } else if (stored != state_bound(st)) {
-      kd_seterr(err, errlen,
-             "%s: /state fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
-             "): the file is corrupted",
-             path, stored, state_bound(st));
-      st_rc = KD_EXIT_INPUT;
-    }
+  uint64_t stored = 0, plain = 0;
+  char why[1200];
+  if (!st_rc && h5attr_get_u64(g, CHECKSUM_BOUND, &stored, why, sizeof why) != 0) {
+    kd_seterr(err, errlen, "%s: the checkpoint is incomplete or damaged", why);
+    st_rc = KD_EXIT_INPUT;
+  } else if (!st_rc && stored != state_bound(st)) {
+    kd_seterr(err, errlen,
+              "%s: /state fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
+              "): the file is corrupted",
+              path, stored, state_bound(st));
+    st_rc = KD_EXIT_INPUT;
+  } else if (!st_rc && (all_sums || h5attr_exists(g, CHECKSUM_IDXMIX)) &&
+             h5attr_get_u64(g, CHECKSUM_IDXMIX, &plain, why, sizeof why) != 0) {
+    kd_seterr(err, errlen, "%s: the checkpoint is incomplete or damaged", why);
+    st_rc = KD_EXIT_INPUT;
+  } else if (!st_rc && (all_sums || h5attr_exists(g, CHECKSUM_IDXMIX)) &&
+             plain != state_checksum(st)) {
+    kd_seterr(err, errlen,
+              "%s: /state attribute '" CHECKSUM_IDXMIX "' is %016" PRIx64 " but the values sum "
+              "to %016" PRIx64 ": the attribute was changed",
+              path, plain, state_checksum(st));
+    st_rc = KD_EXIT_INPUT;
   }
   if (!st_rc && (st->step < 0 || st->consumed < 0 || st->updates < 0 || st->updates > st->step ||
                  !(st->loss_scale > 0))) {
@@ -178,7 +185,7 @@ int ckpt_load(const char *path, struct kd_model *mdl, struct ckpt_state *st, MPI
   }
   struct weights_io io;
   int rc = weights_open(&io, path, mdl, comm, err, errlen);
-  if (!rc) rc = kd_agree(state_read(io.file, path, st, err, errlen), err, errlen, comm);
+  if (!rc) rc = kd_agree(state_read(io.file, path, io.all_sums, st, err, errlen), err, errlen, comm);
   if (!rc) rc = weights_read_group(&io, "params", mdl->master, err, errlen);
   if (!rc) rc = weights_read_group(&io, "optim/exp_avg", mdl->m, err, errlen);
   if (!rc) rc = weights_read_group(&io, "optim/exp_avg_sq", mdl->v, err, errlen);

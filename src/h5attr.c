@@ -27,17 +27,28 @@ static void attr_err(hid_t obj, const char *name, char *err, size_t errlen, cons
 
 static const char *class_text(H5T_class_t c) {
   switch (c) {
-  case H5T_INTEGER: return "an integer";
-  case H5T_FLOAT: return "a real";
-  case H5T_STRING: return "a string";
-  case H5T_COMPOUND: return "a compound value";
-  case H5T_ARRAY: return "an array type";
-  case H5T_ENUM: return "an enumeration";
-  case H5T_VLEN: return "a variable-length sequence";
-  case H5T_OPAQUE: return "an opaque value";
-  case H5T_REFERENCE: return "a reference";
-  case H5T_BITFIELD: return "a bit field";
-  default: return "of an unknown type class";
+  case H5T_INTEGER:
+    return "an integer";
+  case H5T_FLOAT:
+    return "a real";
+  case H5T_STRING:
+    return "a string";
+  case H5T_COMPOUND:
+    return "a compound value";
+  case H5T_ARRAY:
+    return "an array type";
+  case H5T_ENUM:
+    return "an enumeration";
+  case H5T_VLEN:
+    return "a variable-length sequence";
+  case H5T_OPAQUE:
+    return "an opaque value";
+  case H5T_REFERENCE:
+    return "a reference";
+  case H5T_BITFIELD:
+    return "a bit field";
+  default:
+    return "of an unknown type class";
   }
 }
 
@@ -159,8 +170,8 @@ static int read_vlen(hid_t a, char *out, size_t outlen, char *why, size_t whylen
     const size_t n = strnlen(s, H5ATTR_STR_MAX + 1);
     if (n >= outlen)
       snprintf(why, whylen, "is a string of %s%zu characters, expected at most %zu",
-               n > H5ATTR_STR_MAX ? "more than " : "", n > H5ATTR_STR_MAX ? (size_t)H5ATTR_STR_MAX : n,
-               outlen - 1);
+               n > H5ATTR_STR_MAX ? "more than " : "",
+               n > H5ATTR_STR_MAX ? (size_t)H5ATTR_STR_MAX : n, outlen - 1);
     else {
       memcpy(out, s, n + 1);
       rc = 0;
@@ -213,7 +224,7 @@ int h5attr_get_string(hid_t obj, const char *name, char *out, size_t outlen, cha
   if (a < 0) return KD_EXIT_INPUT;
   char why[160];
   int rc = H5Tis_variable_str(t) > 0 ? read_vlen(a, out, outlen, why, sizeof why)
-                                      : read_fixed(a, H5Tget_size(t), out, outlen, why, sizeof why);
+                                     : read_fixed(a, H5Tget_size(t), out, outlen, why, sizeof why);
   if (rc) attr_err(obj, name, err, errlen, why);
   close_one(a, t);
   return rc ? KD_EXIT_INPUT : 0;

@@ -4,14 +4,17 @@
 #include "tokfiles.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "agree.h"
+#include "checksum.h"
+#include "h5attr.h"
 #include "util.h"
 #include "util_mpi.h"
-#include "weights.h"
 
 const char *const tokfiles_names[] = {"tokenizer.json",
                                       "tokenizer_config.json",
@@ -90,11 +93,41 @@ static int read_dir(struct tokset *t, const char *dir, char *err, size_t errlen)
   return 0;
 }
 
-/* Read /tokenizer of an open file (absent: an empty set). 0 or KD_EXIT_INPUT. */
+/* The bound checksum of /tokenizer/<name> holding `n` bytes at `data`. */
+static uint64_t file_sum(const char *name, const unsigned char *data, size_t n) {
+  char dpath[256];
+  snprintf(dpath, sizeof dpath, "/" TOKFILES_GROUP "/%s", name);
+  const int64_t len = (int64_t)n;
+  return checksum_bytes(data, n) + checksum_bind(dpath, "u8", 1, &len);
+}
+
+/* Verify the bound checksum of dataset `d` (tokfiles_names[i] of `t`): required when `all`
+ * (a format 1.2 file), checked when present. 0 or KD_EXIT_INPUT. */
+static int sum_check(hid_t d, const struct tokset *t, int i, int all, const char *path, char *err,
+                     size_t errlen) {
+  if (!all && !h5attr_exists(d, CHECKSUM_BOUND)) return 0;
+  uint64_t stored = 0;
+  char why[1200];
+  if (h5attr_get_u64(d, CHECKSUM_BOUND, &stored, why, sizeof why) != 0) {
+    kd_seterr(err, errlen, "%s: the file is damaged", why);
+    return KD_EXIT_INPUT;
+  }
+  const uint64_t got = file_sum(tokfiles_names[i], t->data[i], t->len[i]);
+  if (stored == got) return 0;
+  kd_seterr(err, errlen,
+            "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
+            "): the tokenizer file stored there was changed",
+            path, TOKFILES_GROUP, tokfiles_names[i], stored, got);
+  return KD_EXIT_INPUT;
+}
+
+/* Read /tokenizer of an open file (absent: an empty set), checking each file's checksum.
+ * 0 or KD_EXIT_INPUT. */
 static int read_h5(struct tokset *t, hid_t file, const char *path, char *err, size_t errlen) {
   memset(t, 0, sizeof *t);
   if (H5Lexists(file, TOKFILES_GROUP, H5P_DEFAULT) <= 0) return 0;
   hid_t g = H5Gopen2(file, TOKFILES_GROUP, H5P_DEFAULT);
+  const int all = checksum_required(file);
   int st = g < 0 ? KD_EXIT_INPUT : 0;
   if (st) kd_seterr(err, errlen, "%s: /%s cannot be opened", path, TOKFILES_GROUP);
   for (int i = 0; i < NNAMES && !st; i++) {
@@ -116,6 +149,7 @@ static int read_h5(struct tokset *t, hid_t file, const char *path, char *err, si
                 tokfiles_names[i]);
       st = KD_EXIT_INPUT;
     }
+    if (!st) st = sum_check(d, t, i, all, path, err, errlen);
     if (ty >= 0) H5Tclose(ty);
     if (s >= 0) H5Sclose(s);
     if (d >= 0) H5Dclose(d);
@@ -168,7 +202,7 @@ static int write_h5(const struct tokset *t, hid_t file, MPI_Comm comm, const cha
   int rank;
   MPI_Comm_rank(comm, &rank);
   hid_t g = H5Gcreate2(file, TOKFILES_GROUP, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  int ok = weights_all(g >= 0, comm); /* each collective step on every rank, or on none */
+  int ok = agree_all(g >= 0, comm); /* each collective step on every rank, or on none */
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   for (int i = 0; i < NNAMES && ok; i++) {
@@ -179,7 +213,9 @@ static int write_h5(const struct tokset *t, hid_t file, MPI_Comm comm, const cha
     H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
     hid_t d = H5Dcreate2(g, tokfiles_names[i], H5T_STD_U8LE, fs, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    ok = weights_all(d >= 0, comm);
+    ok = agree_all(d >= 0, comm);
+    const uint64_t sum = file_sum(tokfiles_names[i], t->data[i], t->len[i]);
+    if (ok) ok = agree_all(h5attr_set_u64(d, CHECKSUM_BOUND, sum) == 0, comm);
     if (ok && n > 0) {
       if (rank != 0) {
         H5Sselect_none(fs);
@@ -188,7 +224,7 @@ static int write_h5(const struct tokset *t, hid_t file, MPI_Comm comm, const cha
       ok = H5Dwrite(d, H5T_NATIVE_UCHAR, ms, fs, dxpl, t->data[i]) >= 0;
     }
     if (d >= 0 && H5Dclose(d) < 0) ok = 0;
-    ok = weights_all(ok, comm);
+    ok = agree_all(ok, comm);
     H5Pclose(dcpl);
     H5Sclose(ms);
     H5Sclose(fs);

@@ -8,16 +8,13 @@
 #include <hdf5.h>
 #include <mpi.h>
 #include <stddef.h>
-#include <stdint.h>
 
 #include "config.h"
 #include "model.h"
 
 #define WEIGHTS_FORMAT "kdtrain"
 #define WEIGHTS_VERSION_MAJOR 1
-#define WEIGHTS_VERSION_MINOR 1
-/* The bound checksum attribute of every dataset, of /config and of /state (format 1.1). */
-#define WEIGHTS_CHECKSUM "checksum_bound64"
+#define WEIGHTS_VERSION_MINOR 2 /* 1.2: every attribute and dataset inside a checksum */
 
 /* Write `buf` (parameter-sized, indexed by each entry's offset: mdl->master or mdl->w)
  * to a new file `path`. Collective over `comm`; every rank has the same table apart
@@ -50,10 +47,11 @@ struct weights_io {
   MPI_Comm comm;
   int rank;
   int *own; /* own[p]: this rank writes / checksums its slice of entry p */
-  int nshare; /* ranks holding the same slices share the work (weights.c, plan_shares): */
+  int nshare; /* ranks holding the same slices share the work (weights_plan.c): */
   MPI_Comm *share; /* one communicator per distinct holder set (MPI_COMM_NULL: not in it) */
   int *via, *gown; /* via[p]: entry p's share[] (-1: not shared); gown[p]: its part counts */
   int writing; /* created by weights_create: a failed write abandons the file */
+  int all_sums; /* opened file of format >= 1.2: every checksum attribute is required */
   H5E_auto2_t efunc; /* HDF5 error printing, off while the handle is open */
   void *edata;
 };
@@ -92,33 +90,13 @@ int weights_read_group(struct weights_io *io, const char *group, float *buf, cha
  * HDF5 would flush it collectively and can hang when a rank's writes fail; the caller then
  * removes the file and ends the process (kd_exit_agreed). */
 int weights_close(struct weights_io *io, int st, char *err, size_t errlen);
-/* 1 on every rank when `ok` is non-zero on every rank of `comm`, else 0. Collective. */
-int weights_all(int ok, MPI_Comm comm);
-
-/* Read the scalar integer attribute `name` of object `loc` as uint64, after checking its
- * shape and type class (no read can overflow): 0, 1 when absent, -1 with `why` set. */
-int weights_attr_u64(hid_t loc, const char *name, uint64_t *v, char *why, size_t whylen);
-
 /* Read the model card stored in a weights file (/config attributes) into `card`
  * (card->path is set to `path`). Not collective. 0 or KD_EXIT_INPUT. */
 int weights_read_card(const char *path, struct kd_card *card, char *err, size_t errlen);
 
-/* The per-tensor checksum of doc/format.md over a part of a tensor: the sum, mod 2^64,
- * of mix(i, bits(x)) over the elements; element (r, c) of the (rows, cols) block `x`
- * has global row-major index (row0 + r) * gcols + col0 + c. Partial sums of disjoint
- * blocks add up to the checksum of the whole tensor. */
-uint64_t weights_checksum(const float *x, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
-                          int64_t gcols);
-
 /* Rank 0 after a complete write: fsync `tmp`, rename it to `path`, fsync the directory.
  * 0, or KD_EXIT_IO with a message (the .tmp removed). Not collective. */
 int weights_publish(const char *tmp, const char *path, char *err, size_t errlen);
-
-/* The binding term of the bound checksum: a hash of the object's path (e.g.
- * "/params/NAME"), its stored type tag ("f32") and its global shape. The bound checksum is
- * weights_checksum of the whole data plus this term, so a dataset moved to another name,
- * reshaped or retyped fails its check. */
-uint64_t weights_bind(const char *dpath, const char *dtype, int ndim, const int64_t *dims);
 
 /* Largest transfer per H5Dread/H5Dwrite call in bytes (default 1 GiB, below MPI-IO's
  * 2 GiB limit); tests lower it to exercise the split transfers. */

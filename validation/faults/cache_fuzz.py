@@ -1,4 +1,4 @@
-"""Hostile teacher caches (validation/test_cache_fuzz.sh, doc/cache.md "What is tested").
+"""Hostile teacher caches (validation/faults/test_cache_fuzz.sh, doc/cache.md "What is tested").
 
 usage: cache_fuzz.py KDTRAIN BASE.nml CACHE.h5
 

@@ -9,7 +9,15 @@ equal shape; the file is also truncated at several points. Each mutant is loaded
 step, write final.h5). Allowed outcomes: exit 2 (refused) or exit 0 with /params of final.h5
 bitwise equal to the original's (an exact load); anything else (a crash, a sanitizer report,
 a silent wrong load) fails. Every object gets at least one mutation and every kind is used;
-beyond that, cases are sampled (fixed seed) to MAX_CASES. Prints the counts."""
+beyond that, cases are sampled (fixed seed) to MAX_CASES.
+
+Then the strict cases (format 1.2: every attribute and dataset kdtrain writes is inside a
+checksum): the value of every attribute outside /params and /optim, of the attributes of
+two tensors and of every scalar dataset is changed with its type and shape kept (an
+integer's lowest bit, a real's lowest mantissa bit, a string's last character), the
+run's namelist gets one character changed and is replaced by a 300 x 300 uint8 array.
+Each of these must be exit 2 with a message naming the object or the attribute.
+Prints the counts."""
 import os
 import random
 import shutil
@@ -88,7 +96,9 @@ def mutate_dset(f, path, kind):
             nd.attrs[k] = v
 
     if kind == "type":
-        if np.asarray(data).dtype.kind == "f":
+        if np.asarray(data).dtype == np.float64:
+            replace(np.asarray(data).astype(np.float32))
+        elif np.asarray(data).dtype.kind == "f":
             replace(np.asarray(data).astype(np.float64))
         elif np.asarray(data).dtype.kind in "iu":
             replace(np.asarray(data).astype(np.float32))
@@ -131,7 +141,7 @@ for frac in (0.02, 0.3, 0.6, 0.95, 0.999):
     cases.append(("trunc", str(int(size * frac)), None, "truncate"))
 
 counts = {"refused": 0, "exact": 0}
-bad = []
+bad, exact = [], []
 for n, (k, p, a, m) in enumerate(cases):
     mut = "mutant.h5"
     shutil.copy(ckpt, mut)
@@ -156,6 +166,7 @@ for n, (k, p, a, m) in enumerate(cases):
                 np.array_equal(np.array(g["params"][x]), ref[x]) for x in ref)
         if same:
             counts["exact"] += 1
+            exact.append(what)
         else:
             bad.append(f"{what}: exit 0 but the loaded weights differ from the original")
     else:
@@ -163,11 +174,80 @@ for n, (k, p, a, m) in enumerate(cases):
     counts.setdefault(m, 0)
     counts[m] += 1
 
+
+
+def changed(v):
+    """v with its type and shape kept and one bit of its value changed."""
+    a = np.array(v)
+    if a.dtype.kind in "SO" or isinstance(v, (bytes, str)):
+        b = v.encode() if isinstance(v, str) else bytes(v)
+        b = b[:-1] + bytes([b[-1] ^ 1])
+        return b.decode() if isinstance(v, str) else np.bytes_(b)
+    if a.dtype.kind in "iub":
+        return (a ^ 1).astype(a.dtype)
+    bits = a.view(np.uint64 if a.dtype.itemsize == 8 else np.uint32)
+    return (bits ^ 1).view(a.dtype)
+
+
+def change_attr(f, path, name):
+    f[path].attrs.modify(name, changed(f[path].attrs[name]))
+
+
+def change_dset(f, path):
+    d = f[path]
+    if d.dtype.kind == "S":  # a fixed-length string: its bytes, one changed
+        raw = bytearray(d[()])
+        raw[len(raw) // 2] ^= 1
+        d[()] = bytes(raw)
+    else:
+        d[()] = changed(d[()])
+
+
+def namelist_array(f, path):
+    del f[path]
+    f.create_dataset(path, data=np.zeros((300, 300), dtype=np.uint8))
+
+
+strict = [("value", "attr", p, a) for (k, p, a) in meta if k == "attr"]
+strict += [("value", "attr", p, a) for (k, p, a) in objs
+           if k == "attr" and p in sorted({q for (_, q, _) in tens})[:2]]
+with h5py.File(ckpt, "r") as f:
+    strict += [("value", "dset", p, None) for (k, p, a) in meta
+               if k == "dset" and (f[p].shape == () or f[p].dtype.kind == "S")]
+    if "config/namelist" in f:
+        strict.append(("array", "dset", "/config/namelist", None))
+for m, k, p, a in strict:
+    shutil.copy(ckpt, "mutant.h5")
+    with h5py.File("mutant.h5", "r+") as f:
+        if m == "array":
+            namelist_array(f, p)
+        elif k == "attr":
+            change_attr(f, p, a)
+        else:
+            change_dset(f, p)
+    shutil.rmtree("fz", ignore_errors=True)
+    r = subprocess.run([kdtrain, base, "run%out_dir='fz'", "checkpoint%resume='mutant.h5'"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    out = r.stdout.decode(errors="replace")
+    what = f"{m} {k} {p}{' @' + a if a else ''}"
+    names = [x for x in p.split("/") if x] + ([a] if a else []) + (["root"] if p == "/" else [])
+    if r.returncode != 2 or "Sanitizer" in out or "runtime error" in out:
+        bad.append(f"{what}: exit {r.returncode}, expected 2\n" + out[-1500:])
+    elif not any(x in out for x in names):
+        bad.append(f"{what}: refused, but the message names none of {names}:\n" + out[-800:])
+    else:
+        counts.setdefault(m, 0)
+        counts[m] += 1
+
 total = sum(counts[m] for m in KINDS + ["truncate"] if m in counts)
 print(f"ckpt_fuzz: {total} cases over {covered} of the {len(objs)} objects (all outside /params "
       f"and /optim, the tensors sampled): {counts['refused']} refused "
       f"(exit 2), {counts['exact']} exact loads, {len(bad)} failures; per kind: "
       + ", ".join(f"{m} {counts.get(m, 0)}" for m in KINDS + ["truncate"]))
+print(f"ckpt_fuzz: {len(strict)} strict cases (a value changed in place, the namelist replaced "
+      f"by an array): {counts.get('value', 0) + counts.get('array', 0)} refused naming the object")
+for e in exact:
+    print("exact load:", e)
 for b in bad:
     print("FAIL:", b)
 sys.exit(1 if bad else 0)

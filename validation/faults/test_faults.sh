@@ -150,7 +150,7 @@ expect3 "2 ranks, EIO on a metrics row" metrics.csv
 run 4 0 200 metrics.csv EIO checkpoint%every=2
 expect3 "4 ranks, EIO on a metrics row" metrics.csv
 
-# Data-parallel replicas share a checkpoint's I/O (src/weights.c, plan_shares): on 2 ranks
+# Data-parallel replicas share a checkpoint's I/O (src/weights_plan.c, plan_shares): on 2 ranks
 # (dp = 2) each rank writes, and reads on resume, about half of the file's bytes; before,
 # rank 0 wrote all of it and each rank read all of it. Counted by faultinj.so (no faults),
 # with the quickstart's student (its data outweighs the file's metadata, which rank 0 reads).

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <stdint.h>
 #include <mpi.h>
-#include "weights.h"
+#include "checksum.h"
 #include "util.h"
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -12,12 +12,12 @@ int main(int argc, char **argv) {
   float *x = malloc(n * 4), *y = malloc(n * 4);
   for (size_t i = 0; i < n; i++) x[i] = (float)i * 1e-3f;
   double t0 = kd_now(); volatile uint64_t s = 0;
-  for (int r = 0; r < 3; r++) s += weights_checksum(x, rows, cols, 0, 0, cols);
+  for (int r = 0; r < 3; r++) s += checksum_f32(x, rows, cols, 0, 0, cols);
   double t1 = kd_now();
   for (int r = 0; r < 3; r++) memcpy(y, x, n * 4);
   double t2 = kd_now();
   int64_t d[2] = {rows, cols};
-  for (int r = 0; r < 3; r++) s += weights_bind("/params/x", "f32", 2, d);
+  for (int r = 0; r < 3; r++) s += checksum_bind("/params/x", "f32", 2, d);
   double gb = 3.0 * n * 4 / 1e9;
   printf("checksum %.2f GB/s, memcpy %.2f GB/s (128 MiB tensor, 1 thread)\n", gb / (t1 - t0), gb / (t2 - t1));
   MPI_Finalize();

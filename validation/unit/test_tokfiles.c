@@ -149,6 +149,67 @@ START_TEST(absent_group_and_bad_file) {
 }
 END_TEST
 
+/* Rank 0 edits `path` with plain HDF5: a byte of tokenizer.json changed (`flip`), its
+ * checksum attribute deleted (`unsum`), the root given format_version `version` (NULL: no
+ * change). */
+static void edit_h5(const char *path, int flip, int unsum, const char *version) {
+  if (rank == 0) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    ck_assert(f >= 0);
+    hid_t d = H5Dopen2(f, "tokenizer/tokenizer.json", H5P_DEFAULT);
+    ck_assert(d >= 0);
+    if (flip) {
+      unsigned char buf[sizeof json];
+      ck_assert(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+      buf[3] ^= 1;
+      ck_assert(H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+    }
+    if (unsum) ck_assert(H5Adelete(d, "checksum_bound64") >= 0);
+    H5Dclose(d);
+    if (version) {
+      hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+      H5Tset_size(t, strlen(version) + 1);
+      hid_t a = H5Acreate2(f, "format_version", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+      ck_assert(a >= 0 && H5Awrite(a, t, version) >= 0);
+      H5Aclose(a), H5Sclose(sp), H5Tclose(t);
+    }
+    ck_assert(H5Fclose(f) >= 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Each stored file carries a bound checksum (format 1.2): a changed byte or a missing
+ * checksum is refused naming the dataset; a format 1.1 file without checksums loads. */
+START_TEST(checksums) {
+  char src[300], path[512], err[512];
+  snprintf(src, sizeof src, "%s/sumsrc", tmpdir);
+  if (rank == 0) {
+    ck_assert_int_eq(kd_mkdir_p(src), 0);
+    put_file(src, "tokenizer.json", json, strlen(json));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  snprintf(path, sizeof path, "%s/sum.h5", tmpdir);
+  make_h5("sum.h5", src, 1);
+  edit_h5(path, 1, 0, NULL);
+  ck_assert_int_eq(tokfiles_count(path, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "/tokenizer/tokenizer.json fails its checksum"), "%s", err);
+  struct tokset *t = NULL;
+  ck_assert_int_eq(tokfiles_load(path, MPI_COMM_WORLD, &t, err, sizeof err), KD_EXIT_INPUT);
+  ck_assert_ptr_null(t);
+  make_h5("sum.h5", src, 1);
+  edit_h5(path, 0, 1, NULL);
+  ck_assert_int_eq(tokfiles_count(path, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "sum.h5: /tokenizer/tokenizer.json attribute 'checksum_bound64' is "
+                            "missing"), "%s", err);
+  make_h5("sum.h5", src, 1);
+  edit_h5(path, 0, 1, "1.1"); /* written before format 1.2: no checksum asked for */
+  ck_assert_msg(tokfiles_count(path, err, sizeof err) == 1, "%s", err);
+  make_h5("sum.h5", src, 1);
+  edit_h5(path, 1, 0, "1.1"); /* but one present is checked */
+  ck_assert_int_eq(tokfiles_count(path, err, sizeof err), -1);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -161,6 +222,7 @@ int main(int argc, char **argv) {
   TCase *tc = tcase_create("tokfiles");
   tcase_add_test(tc, store_extract_copy_compare);
   tcase_add_test(tc, absent_group_and_bad_file);
+  tcase_add_test(tc, checksums);
   suite_add_tcase(s, tc);
   int failed = check_run(s);
   MPI_Barrier(MPI_COMM_WORLD);

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "check_run.h"
+#include "checksum.h"
+#include "h5attr.h"
 #include "util.h"
 #include "weights.h"
 
@@ -250,7 +252,7 @@ static void check_layout(const char *path) {
   a = H5Aopen(f, "format_version", H5P_DEFAULT), t = H5Aget_type(a);
   memset(s, 0, sizeof s);
   H5Aread(a, t, s);
-  R0(strcmp(s, "1.1") == 0);
+  R0(strcmp(s, "1.2") == 0);
   H5Tclose(t), H5Aclose(a);
   int64_t iv = 0;
   int8_t bv = 0;
@@ -412,8 +414,23 @@ static void format_other(hid_t f) {
 static void version_2(hid_t f) {
   set_attr(f, "format_version", "2.0");
 }
-static void version_1_9(hid_t f) {
+/* The root's bound checksum as doc/format.md defines it, written out here. */
+static uint64_t root_sum(const char *format, const char *version) {
+  uint64_t h = kd_fnv1a(format, kd_fnv1a("format", 0));
+  h = kd_fnv1a(version, kd_fnv1a("format_version", h));
+  return h + checksum_bind("/", "root", 0, NULL);
+}
+static void set_root_sum(hid_t f, const char *version) {
+  H5Adelete(f, CHECKSUM_BOUND);
+  uint64_t v = root_sum("kdtrain", version);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(f, CHECKSUM_BOUND, H5T_STD_U64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+  R0(a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &v) >= 0);
+  H5Aclose(a), H5Sclose(s);
+}
+static void version_1_9(hid_t f) { /* as a newer kdtrain would write it */
   set_attr(f, "format_version", "1.9");
+  set_root_sum(f, "1.9");
 }
 
 /* Every key that changes the computation is compared (not only the shapes), and a /config
@@ -545,6 +562,7 @@ START_TEST(test_format_version) {
   path = save_toy("version.h5");
   edit_file(path, version_1_9); /* a newer minor version: still readable */
   ck_assert_msg(load_toy(path, 6, 2, NULL, err) == 0, "%s", err);
+  path = save_toy("version.h5");
   edit_file(path, version_2);
   expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err,
               "has format_version 2.0 but this kdtrain reads format 1.x");
@@ -566,6 +584,232 @@ START_TEST(test_save_errors) {
 }
 END_TEST
 
+/* --- the attribute module (src/h5attr.c): hostile attributes are refused by name ---------- */
+
+static void put_attr(hid_t loc, const char *name, hid_t type, hid_t space, const void *v) {
+  hid_t a = H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  R0(a >= 0 && (H5Sget_simple_extent_type(space) == H5S_NULL || H5Awrite(a, type, v) >= 0));
+  H5Aclose(a);
+}
+
+/* A getter that must refuse: KD_EXIT_INPUT, a message naming the file, object, attribute
+ * and `why`. */
+#define REFUSED(call, attr, why)                                                                   \
+  do {                                                                                             \
+    err[0] = '\0';                                                                                 \
+    R0((call) == KD_EXIT_INPUT);                                                                   \
+    snprintf(want, sizeof want, "%s: /config attribute '%s' %s", path, attr, why);                 \
+    R0(strstr(err, want) != NULL);                                                                 \
+  } while (0)
+
+static void h5attr_cases(const char *path) {
+  char err[1024], want[1024];
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS); /* attributes above 64 KiB: dense storage */
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  R0(f >= 0);
+  hid_t g = H5Gcreate2(f, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t scalar = H5Screate(H5S_SCALAR), null = H5Screate(H5S_NULL);
+  hsize_t n64 = 64;
+  hid_t s64 = H5Screate_simple(1, &n64, NULL);
+  int64_t arr[64] = {0};
+  put_attr(g, "arr", H5T_NATIVE_INT64, s64, arr); /* an array where one value is expected */
+  put_attr(g, "none", H5T_NATIVE_INT64, null, arr);
+  char *longs = calloc(70001, 1);
+  memset(longs, 'x', 70000);
+  hid_t t70k = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t70k, 70000);
+  put_attr(g, "long", t70k, scalar, longs); /* beyond any buffer kdtrain reads into */
+  hid_t t5 = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t5, 5);
+  H5Tset_strpad(t5, H5T_STR_NULLPAD);
+  put_attr(g, "nul", t5, scalar, "ab\0cd");
+  hid_t tv = H5Tcopy(H5T_C_S1);
+  H5Tset_size(tv, H5T_VARIABLE);
+  const char *vs = "variable";
+  put_attr(g, "vs", tv, scalar, &vs);
+  double real = 2.5;
+  put_attr(g, "real", H5T_NATIVE_DOUBLE, scalar, &real);
+  uint64_t big = ~0ull;
+  put_attr(g, "big", H5T_NATIVE_UINT64, scalar, &big);
+  R0(h5attr_set_string(g, "s", "hello world") == 0);
+  R0(h5attr_set_int(g, "i", 5) == 0 && h5attr_set_int(g, "i", -7) == 0); /* replaced */
+  R0(h5attr_set_double(g, "d", 0.25) == 0 && h5attr_set_u64(g, "u", 1ull << 63) == 0);
+
+  long long iv = 0;
+  double dv = 0;
+  uint64_t uv = 0;
+  REFUSED(h5attr_get_int(g, "arr", &iv, err, sizeof err), "arr",
+          "is an array of 64 values, expected one integer");
+  REFUSED(h5attr_get_double(g, "arr", &dv, err, sizeof err), "arr", "is an array of 64 values");
+  REFUSED(h5attr_get_int(g, "none", &iv, err, sizeof err), "none", "holds no value");
+  REFUSED(h5attr_get_int(g, "missing", &iv, err, sizeof err), "missing", "is missing");
+  REFUSED(h5attr_get_int(g, "real", &iv, err, sizeof err), "real",
+          "is a real, expected an integer");
+  REFUSED(h5attr_get_string(g, "i", (char[8]){0}, 8, err, sizeof err), "i",
+          "is an integer, expected a string");
+  REFUSED(h5attr_get_double(g, "s", &dv, err, sizeof err), "s", "is a string, expected a real");
+  REFUSED(h5attr_get_int(g, "big", &iv, err, sizeof err), "big", "is out of range");
+  REFUSED(h5attr_get_u64(g, "i", &uv, err, sizeof err), "i", "is negative");
+  REFUSED(h5attr_get_string(g, "nul", (char[8]){0}, 8, err, sizeof err), "nul",
+          "holds a NUL byte inside the string");
+  char *out = calloc(H5ATTR_STR_MAX + 16, 1);
+  REFUSED(h5attr_get_string(g, "long", out, H5ATTR_STR_MAX + 16, err, sizeof err), "long",
+          "is a string of 70000 bytes, expected at most 65536");
+  /* too long for the buffer: refused, and nothing written past it */
+  char small[8 + 8];
+  memset(small, '#', sizeof small);
+  REFUSED(h5attr_get_string(g, "s", small, 8, err, sizeof err), "s",
+          "is a string of 11 characters, expected at most 7");
+  REFUSED(h5attr_get_string(g, "vs", small, 8, err, sizeof err), "vs",
+          "is a string of 8 characters, expected at most 7");
+  for (int i = 8; i < 16; i++)
+    R0(small[i] == '#');
+  /* the ones that fit */
+  R0(h5attr_get_int(g, "i", &iv, err, sizeof err) == 0 && iv == -7);
+  R0(h5attr_get_double(g, "i", &dv, err, sizeof err) == 0 && dv == -7.0);
+  R0(h5attr_get_double(g, "d", &dv, err, sizeof err) == 0 && dv == 0.25);
+  R0(h5attr_get_u64(g, "u", &uv, err, sizeof err) == 0 && uv == 1ull << 63);
+  R0(h5attr_get_u64(g, "big", &uv, err, sizeof err) == 0 && uv == ~0ull);
+  R0(h5attr_get_string(g, "vs", out, 9, err, sizeof err) == 0 && !strcmp(out, "variable"));
+  R0(h5attr_get_string(g, "s", out, 12, err, sizeof err) == 0 && !strcmp(out, "hello world"));
+  R0(h5attr_exists(g, "s") == 1 && h5attr_exists(g, "missing") == 0);
+  /* the root is named "/" */
+  R0(h5attr_get_int(f, "absent", &iv, err, sizeof err) == KD_EXIT_INPUT);
+  snprintf(want, sizeof want, "%s: / attribute 'absent' is missing", path);
+  R0(strstr(err, want) != NULL);
+  free(out), free(longs);
+  H5Tclose(t70k), H5Tclose(t5), H5Tclose(tv);
+  H5Sclose(scalar), H5Sclose(null), H5Sclose(s64);
+  H5Gclose(g), H5Fclose(f);
+}
+
+START_TEST(test_h5attr) {
+  if (rank == 0) h5attr_cases(tmp_path("attrs.h5"));
+  r0_sync();
+}
+END_TEST
+
+/* --- format 1.2: every attribute and dataset inside a checksum --------------------------- */
+
+static void namelist_bytes(hid_t f) { /* /config/namelist replaced by a 300 x 300 uint8 array */
+  R0(H5Ldelete(f, "config/namelist", H5P_DEFAULT) >= 0);
+  hsize_t dims[2] = {300, 300};
+  hid_t s = H5Screate_simple(2, dims, NULL);
+  unsigned char *z = calloc(300 * 300, 1);
+  hid_t d = H5Dcreate2(f, "config/namelist", H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT,
+                       H5P_DEFAULT);
+  R0(d >= 0 && H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, z) >= 0);
+  free(z), H5Dclose(d), H5Sclose(s);
+}
+static void namelist_text(hid_t f) { /* the same type, one character changed */
+  hid_t d = H5Dopen2(f, "config/namelist", H5P_DEFAULT), t = H5Dget_type(d);
+  char text[64] = "";
+  R0(H5Tget_size(t) < sizeof text && H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) >= 0);
+  char *at = strstr(text, "10");
+  R0(at != NULL);
+  at[1] = '1';
+  R0(H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) >= 0);
+  H5Tclose(t), H5Dclose(d);
+}
+static void del_attr(hid_t f, const char *obj, const char *name) {
+  R0(H5Adelete_by_name(f, obj, name, H5P_DEFAULT) >= 0);
+}
+static void namelist_nosum(hid_t f) {
+  del_attr(f, "config/namelist", CHECKSUM_BOUND);
+}
+static void root_nosum(hid_t f) {
+  del_attr(f, ".", CHECKSUM_BOUND);
+}
+static void version_1_1(hid_t f) { /* a 1.2 file relabelled 1.1: its root checksum remains */
+  set_attr(f, "format_version", "1.1");
+}
+static void card_text(hid_t f) {
+  hid_t g = H5Gopen2(f, "config", H5P_DEFAULT);
+  set_attr(g, "card", "&model arch = 'qwen2' /\n");
+  H5Gclose(g);
+}
+static void set_u64(hid_t f, const char *obj, const char *name, uint64_t v) {
+  hid_t o = H5Oopen(f, obj, H5P_DEFAULT), s = H5Screate(H5S_SCALAR);
+  H5Adelete(o, name);
+  hid_t a = H5Acreate2(o, name, H5T_STD_U64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+  if (a < 0 || H5Awrite(a, H5T_NATIVE_UINT64, &v) < 0)
+    snprintf(r0_fail, sizeof r0_fail, "writing %s attribute %s failed", obj, name);
+  H5Aclose(a), H5Sclose(s), H5Oclose(o);
+}
+static uint64_t get_u64(hid_t f, const char *obj, const char *name) {
+  uint64_t v = 0;
+  hid_t a = H5Aopen_by_name(f, obj, name, H5P_DEFAULT, H5P_DEFAULT);
+  if (a < 0 || H5Aread(a, H5T_NATIVE_UINT64, &v) < 0) snprintf(r0_fail, sizeof r0_fail, "%s", name);
+  H5Aclose(a);
+  return v;
+}
+static void idxmix_changed(hid_t f) {
+  const char *d = "params/model.norm.weight";
+  set_u64(f, d, CHECKSUM_IDXMIX, get_u64(f, d, CHECKSUM_IDXMIX) + 1);
+}
+static void idxmix_gone(hid_t f) {
+  del_attr(f, "params/model.norm.weight", CHECKSUM_IDXMIX);
+}
+static void vocab_array(hid_t f) {
+  del_attr(f, "config", "vocab_size");
+  hsize_t n = 64;
+  hid_t s = H5Screate_simple(1, &n, NULL), g = H5Gopen2(f, "config", H5P_DEFAULT);
+  int64_t v[64] = {10};
+  put_attr(g, "vocab_size", H5T_NATIVE_INT64, s, v);
+  H5Sclose(s), H5Gclose(g);
+}
+static void card_nosum(hid_t f) {
+  del_attr(f, "config", CHECKSUM_CARD);
+}
+/* Make a 1.2 file into what kdtrain 1.1 wrote: no root, card-text or namelist checksum. */
+static void legacy_1_1(hid_t f) {
+  set_attr(f, "format_version", "1.1");
+  root_nosum(f);
+  card_nosum(f);
+  namelist_nosum(f);
+}
+
+START_TEST(test_all_checksums) {
+  char err[512];
+  static const struct {
+    void (*edit)(hid_t);
+    const char *needle;
+  } cases[] = {
+      {namelist_bytes, "/config/namelist is not a scalar fixed-length string dataset"},
+      {namelist_text, "/config/namelist fails its checksum"},
+      {namelist_nosum, "/config/namelist attribute 'checksum_bound64' is missing"},
+      {card_text, "/config attribute 'card' fails its checksum"},
+      {card_nosum, "/config attribute 'checksum_card_bound64' is missing"},
+      {root_nosum, "/ attribute 'checksum_bound64' is missing"},
+      {version_1_1, "the root attributes format/format_version fail their checksum"},
+      {idxmix_changed, "/params/model.norm.weight attribute 'checksum_idxmix64' is"},
+      {idxmix_gone, "/params/model.norm.weight attribute 'checksum_idxmix64' is missing"},
+      {vocab_array, "/config attribute 'vocab_size' is an array of 64 values"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const char *path = save_toy("sums.h5");
+    edit_file(path, cases[k].edit);
+    expect_fail(load_toy(path, 6, 2, NULL, err), KD_EXIT_INPUT, err, cases[k].needle);
+    struct kd_card c; /* the serial reader of the card checks the same */
+    if (cases[k].edit != idxmix_changed && cases[k].edit != idxmix_gone)
+      ck_assert_int_eq(weights_read_card(path, &c, err, sizeof err), KD_EXIT_INPUT);
+  }
+  /* a file written before format 1.2 loads, bit for bit */
+  struct kd_model m;
+  struct kd_param tab[NP];
+  toy_model(&m, tab, 6);
+  float *ref = toy_weights(&m), *got = NULL;
+  const char *path = save_toy("sums.h5");
+  edit_file(path, legacy_1_1);
+  int st = load_toy(path, 6, 2, &got, err);
+  ck_assert_msg(st == 0, "a format 1.1 file: %s", err);
+  ck_assert(all_true(memcmp(ref, got, m.numel * sizeof *ref) == 0));
+  free(got), free(ref);
+}
+END_TEST
+
 static Suite *weights_suite(void) {
   Suite *s = suite_create("weights");
   TCase *tc = tcase_create("weights");
@@ -578,13 +822,16 @@ static Suite *weights_suite(void) {
   tcase_add_test(tc, test_damaged);
   tcase_add_test(tc, test_format_version);
   tcase_add_test(tc, test_save_errors);
+  tcase_add_test(tc, test_h5attr);
+  tcase_add_test(tc, test_all_checksums);
   suite_add_tcase(s, tc);
   return s;
 }
 
 static const char *files[] = {"round.h5",   "layout.h5",    "mismatch.h5", "missing.h5",
                               "corrupt.h5", "truncated.h5", "text.h5",     "format.h5",
-                              "version.h5", "nobody.h5",    "replicas.h5", "fields.h5"};
+                              "version.h5", "nobody.h5",    "replicas.h5", "fields.h5",
+                              "attrs.h5",   "sums.h5"};
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);

@@ -1,0 +1,360 @@
+/* weights_card.c: the root attributes and /config of a weights file (doc/format.md): the
+ * format and its version, the model card as attributes, its text, the run's namelist, and
+ * the bound checksums that cover them all. */
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agree.h"
+#include "checksum.h"
+#include "h5attr.h"
+#include "util.h"
+#include "weights_impl.h"
+
+/* The model card as /config attributes. */
+enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL };
+struct card_key {
+  const char *name;
+  enum key_kind kind;
+  size_t off, size;
+  int compare; /* 1: a loaded file must match the model's card */
+  int required;
+};
+#define CARD_KEY(f, kind, cmp, req)                                                                \
+  { #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req }
+static const struct card_key card_keys[] = {
+    CARD_KEY(name, KEY_STR, 0, 0),
+    CARD_KEY(arch, KEY_STR, 1, 1),
+    CARD_KEY(vocab_size, KEY_INT, 1, 1),
+    CARD_KEY(hidden_size, KEY_INT, 1, 1),
+    CARD_KEY(intermediate_size, KEY_INT, 1, 1),
+    CARD_KEY(num_hidden_layers, KEY_INT, 1, 1),
+    CARD_KEY(num_attention_heads, KEY_INT, 1, 1),
+    CARD_KEY(num_key_value_heads, KEY_INT, 1, 1),
+    CARD_KEY(max_position_embeddings, KEY_INT, 1, 1),
+    CARD_KEY(rope_theta, KEY_REAL, 1, 1),
+    CARD_KEY(rms_norm_eps, KEY_REAL, 1, 1),
+    CARD_KEY(tie_word_embeddings, KEY_BOOL, 1, 1),
+    CARD_KEY(attention_bias, KEY_BOOL, 1, 1),
+};
+#define NCARD_KEYS (sizeof card_keys / sizeof card_keys[0])
+
+/* Longest /config/namelist read (the run's namelist: a few KiB). */
+#define NAMELIST_MAX ((size_t)16 << 20)
+
+/* The bound checksum of the root attributes format and format_version (format 1.2). */
+static uint64_t root_sum(const char *format, const char *version) {
+  uint64_t h = kd_fnv1a(format, kd_fnv1a("format", 0));
+  h = kd_fnv1a(version, kd_fnv1a("format_version", h));
+  return h + checksum_bind("/", "root", 0, NULL);
+}
+
+int weights_card_write_root(hid_t file) {
+  char ver[32];
+  snprintf(ver, sizeof ver, "%d.%d", WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MINOR);
+  int rc = h5attr_set_string(file, "format", WEIGHTS_FORMAT);
+  if (!rc) rc = h5attr_set_string(file, "format_version", ver);
+  if (!rc) rc = h5attr_set_u64(file, CHECKSUM_BOUND, root_sum(WEIGHTS_FORMAT, ver));
+  return rc;
+}
+
+int weights_card_check_root(hid_t file, const char *path, int *minor, char *err, size_t errlen) {
+  char fmt[64] = "", ver[64] = "", why[1024] = "";
+  if (h5attr_get_string(file, "format", fmt, sizeof fmt, why, sizeof why) != 0 ||
+      strcmp(fmt, WEIGHTS_FORMAT)) {
+    kd_seterr(err, errlen, "%s is not a kdtrain weights file (no format attribute '%s')%s%s", path,
+              WEIGHTS_FORMAT, why[0] ? ": " : "", why);
+    return KD_EXIT_INPUT;
+  }
+  int major = -1;
+  *minor = -1;
+  if (h5attr_get_string(file, "format_version", ver, sizeof ver, why, sizeof why) != 0) {
+    kd_seterr(err, errlen, "%s: missing or malformed format_version attribute: %s", path, why);
+    return KD_EXIT_INPUT;
+  }
+  if (sscanf(ver, "%d.%d", &major, minor) != 2 || major < 0 || *minor < 0) {
+    kd_seterr(err, errlen, "%s: missing or malformed format_version attribute '%s'", path, ver);
+    return KD_EXIT_INPUT;
+  }
+  if (major > WEIGHTS_VERSION_MAJOR) {
+    kd_seterr(err, errlen,
+              "%s has format_version %s but this kdtrain reads format %d.x (writes %d.%d): use a "
+              "newer kdtrain",
+              path, ver, WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MAJOR, WEIGHTS_VERSION_MINOR);
+    return KD_EXIT_INPUT;
+  }
+  /* required from 1.2; checked wherever present (a 1.2 file relabelled 1.1 still has it) */
+  if (*minor < CHECKSUM_ALL_SINCE_MINOR && !h5attr_exists(file, CHECKSUM_BOUND)) return 0;
+  uint64_t stored = 0;
+  if (h5attr_get_u64(file, CHECKSUM_BOUND, &stored, why, sizeof why) != 0) {
+    kd_seterr(err, errlen, "%s: the file is damaged (format %s requires it)", why, ver);
+    return KD_EXIT_INPUT;
+  }
+  if (stored != root_sum(fmt, ver)) {
+    kd_seterr(err, errlen,
+              "%s: the root attributes format/format_version fail their checksum (stored "
+              "%016" PRIx64 ", computed %016" PRIx64 "): the file's header was changed",
+              path, stored, root_sum(fmt, ver));
+    return KD_EXIT_INPUT;
+  }
+  return 0;
+}
+
+/* The bound checksum of /config: every card key's name and value (as stored: strings,
+ * int64, float64 bits), bound to the path /config (format 1.1, unchanged in 1.2 so that
+ * older readers still read newer files). */
+static uint64_t config_sum(const struct kd_card *card) {
+  uint64_t h = 0;
+  for (size_t k = 0; k < NCARD_KEYS; k++) {
+    const struct card_key *ck = &card_keys[k];
+    const char *field = (const char *)card + ck->off;
+    h = kd_fnv1a(ck->name, h);
+    uint64_t bits = 0;
+    if (ck->kind == KEY_STR) {
+      h = kd_fnv1a(field, h);
+    } else if (ck->kind == KEY_REAL) {
+      memcpy(&bits, field, sizeof bits);
+    } else {
+      bits = (uint64_t)(int64_t) * (const int *)field;
+    }
+    h = checksum_mix64(h, (uint32_t)bits) ^ checksum_mix64(~h, (uint32_t)(bits >> 32));
+  }
+  return h + checksum_bind("/config", "card", 0, NULL);
+}
+
+/* The bound checksum of the card text, /config attribute 'card' (format 1.2). */
+static uint64_t card_sum(const char *text) {
+  const int64_t n = (int64_t)strlen(text);
+  return checksum_bytes(text, (size_t)n) + checksum_bind("/config@card", "str", 1, &n);
+}
+
+/* The bound checksum of /config/namelist: its bytes (without the terminating NUL). */
+static uint64_t namelist_sum(const char *text) {
+  const int64_t n = (int64_t)strlen(text);
+  return checksum_bytes(text, (size_t)n) + checksum_bind("/config/namelist", "str", 1, &n);
+}
+
+/* The text of the model card (card_print), allocated. */
+static char *card_text(const struct kd_card *card) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return NULL;
+  card_print(f, card);
+  fclose(f);
+  return text;
+}
+
+/* Write /config/namelist (a dataset: the text may outgrow an attribute's 64 KiB) with its
+ * checksum, rank 0 writing the bytes. Collective. */
+static int namelist_write(hid_t cfg, const char *namelist, int ok, int rank, MPI_Comm comm) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, strlen(namelist) + 1);
+  H5Tset_strpad(t, H5T_STR_NULLTERM);
+  hid_t fs = H5Screate(H5S_SCALAR), ms = H5Screate(H5S_SCALAR);
+  hid_t d = H5Dcreate2(cfg, "namelist", t, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (rank != 0) {
+    H5Sselect_none(fs);
+    H5Sselect_none(ms);
+  }
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  /* every rank enters the collective write, or none does */
+  ok = agree_all(d >= 0 && ok, comm) &&
+       agree_all(h5attr_set_u64(d, CHECKSUM_BOUND, namelist_sum(namelist)) == 0, comm);
+  if (ok) ok = H5Dwrite(d, t, ms, fs, dxpl, namelist) >= 0;
+  H5Pclose(dxpl);
+  if (d >= 0) H5Dclose(d);
+  H5Sclose(fs);
+  H5Sclose(ms);
+  H5Tclose(t);
+  return ok;
+}
+
+int weights_card_write(hid_t cfg, const struct kd_card *card, const char *namelist, int rank,
+                       MPI_Comm comm) {
+  int ok = 1;
+  for (size_t k = 0; k < NCARD_KEYS; k++) {
+    const struct card_key *ck = &card_keys[k];
+    const char *field = (const char *)card + ck->off;
+    if (ck->kind == KEY_STR) {
+      ok &= h5attr_set_string(cfg, ck->name, field) == 0;
+    } else if (ck->kind == KEY_INT) {
+      ok &= h5attr_set_int(cfg, ck->name, *(const int *)field) == 0;
+    } else if (ck->kind == KEY_REAL) {
+      ok &= h5attr_set_double(cfg, ck->name, *(const double *)field) == 0;
+    } else {
+      int8_t v = (int8_t)(*(const int *)field != 0);
+      ok &= h5attr_set_typed(cfg, ck->name, H5T_STD_I8LE, H5T_NATIVE_INT8, &v) == 0;
+    }
+  }
+  char *text = card_text(card);
+  ok = ok && text && h5attr_set_string(cfg, "card", text) == 0 &&
+       h5attr_set_u64(cfg, CHECKSUM_BOUND, config_sum(card)) == 0 &&
+       h5attr_set_u64(cfg, CHECKSUM_CARD, card_sum(text)) == 0;
+  free(text);
+  if (namelist) ok = namelist_write(cfg, namelist, ok, rank, comm);
+  return ok ? 0 : -1;
+}
+
+/* Check /config/namelist when present: a scalar fixed-length string of at most
+ * NAMELIST_MAX bytes whose checksum (required when `all`, checked when present) holds.
+ * Every rank reads it. 0 or KD_EXIT_INPUT. */
+static int namelist_check(hid_t cfg, const char *path, int all, char *err, size_t errlen) {
+  if (H5Lexists(cfg, "namelist", H5P_DEFAULT) <= 0) return 0;
+  H5O_info_t oi;
+  hid_t d =
+      H5Oget_info_by_name(cfg, "namelist", &oi, H5P_DEFAULT) >= 0 && oi.type == H5O_TYPE_DATASET
+          ? H5Dopen2(cfg, "namelist", H5P_DEFAULT)
+          : -1;
+  hid_t t = d >= 0 ? H5Dget_type(d) : -1, s = d >= 0 ? H5Dget_space(d) : -1;
+  size_t size = t >= 0 ? H5Tget_size(t) : 0;
+  char *text = NULL;
+  int st = 0;
+  if (t < 0 || s < 0 || H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) != 0 ||
+      H5Sget_simple_extent_type(s) != H5S_SCALAR || size == 0 || size > NAMELIST_MAX) {
+    kd_seterr(err, errlen,
+              "%s: /config/namelist is not a scalar fixed-length string dataset of at most %zu "
+              "bytes (the run's namelist): the file is damaged",
+              path, NAMELIST_MAX);
+    st = KD_EXIT_INPUT;
+  }
+  if (!st) {
+    text = kd_calloc(size + 1, 1);
+    if (H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) < 0) {
+      kd_seterr(err, errlen, "%s: /config/namelist cannot be read: the file is damaged", path);
+      st = KD_EXIT_INPUT;
+    }
+  }
+  if (!st && (all || h5attr_exists(d, CHECKSUM_BOUND))) {
+    uint64_t stored = 0;
+    char why[1200];
+    if (h5attr_get_u64(d, CHECKSUM_BOUND, &stored, why, sizeof why) != 0) {
+      kd_seterr(err, errlen, "%s: the file is damaged", why);
+      st = KD_EXIT_INPUT;
+    } else if (stored != namelist_sum(text)) {
+      kd_seterr(err, errlen,
+                "%s: /config/namelist fails its checksum (stored %016" PRIx64
+                ", computed %016" PRIx64 "): the run's namelist stored in the file was changed",
+                path, stored, namelist_sum(text));
+      st = KD_EXIT_INPUT;
+    }
+  }
+  free(text);
+  if (t >= 0) H5Tclose(t);
+  if (s >= 0) H5Sclose(s);
+  if (d >= 0) H5Dclose(d);
+  return st;
+}
+
+/* Verify the card text's checksum (attribute CHECKSUM_CARD): 0 or KD_EXIT_INPUT. */
+static int card_check_text(hid_t cfg, const char *path, char *err, size_t errlen) {
+  char *text = kd_calloc(H5ATTR_STR_MAX + 1, 1), why[1200];
+  uint64_t stored = 0;
+  int st = 0;
+  if (h5attr_get_string(cfg, "card", text, H5ATTR_STR_MAX + 1, why, sizeof why) ||
+      h5attr_get_u64(cfg, CHECKSUM_CARD, &stored, why, sizeof why)) {
+    kd_seterr(err, errlen, "%s: the file is damaged", why);
+    st = KD_EXIT_INPUT;
+  } else if (stored != card_sum(text)) {
+    kd_seterr(err, errlen,
+              "%s: /config attribute 'card' fails its checksum (stored %016" PRIx64
+              ", computed %016" PRIx64 "): the card text in the file was changed",
+              path, stored, card_sum(text));
+    st = KD_EXIT_INPUT;
+  }
+  free(text);
+  return st;
+}
+
+int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *err, size_t errlen) {
+  for (size_t k = 0; k < NCARD_KEYS; k++) {
+    const struct card_key *ck = &card_keys[k];
+    char *field = (char *)card + ck->off;
+    if (!ck->required && !h5attr_exists(cfg, ck->name)) continue;
+    int rc;
+    if (ck->kind == KEY_STR) {
+      rc = h5attr_get_string(cfg, ck->name, field, ck->size, err, errlen);
+    } else if (ck->kind == KEY_REAL) {
+      rc = h5attr_get_double(cfg, ck->name, (double *)field, err, errlen);
+    } else {
+      long long v = 0;
+      rc = h5attr_get_int(cfg, ck->name, &v, err, errlen);
+      if (rc == 0 && (v < INT_MIN || v > INT_MAX || (ck->kind == KEY_BOOL && v != 0 && v != 1))) {
+        kd_seterr(err, errlen, "%s: /config attribute '%s' is out of range (%lld)", path, ck->name,
+                  v);
+        rc = KD_EXIT_INPUT;
+      }
+      if (rc == 0) *(int *)field = (int)v;
+    }
+    if (rc) return KD_EXIT_INPUT;
+  }
+  char why[1200];
+  const char *bad = card_check(card, why, sizeof why);
+  if (bad) {
+    kd_seterr(err, errlen, "%s: /config is not a valid model card: %s = %s", path, bad, why);
+    return KD_EXIT_INPUT;
+  }
+  /* then the checksums: an invalid value is named first, a valid but altered one here */
+  hid_t file = H5Iget_file_id(cfg);
+  const int all = checksum_required(file);
+  if (file >= 0) H5Fclose(file);
+  uint64_t stored = 0;
+  if (h5attr_get_u64(cfg, CHECKSUM_BOUND, &stored, why, sizeof why)) {
+    kd_seterr(err, errlen, "%s: the file is damaged or was written by a kdtrain older than 1.1",
+              why);
+    return KD_EXIT_INPUT;
+  }
+  if (stored != config_sum(card)) {
+    kd_seterr(err, errlen,
+              "%s: /config fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
+              "): the model card in the file is corrupted",
+              path, stored, config_sum(card));
+    return KD_EXIT_INPUT;
+  }
+  int st = all || h5attr_exists(cfg, CHECKSUM_CARD) ? card_check_text(cfg, path, err, errlen) : 0;
+  return st ? st : namelist_check(cfg, path, all, err, errlen);
+}
+
+int weights_card_compare(const struct kd_card *file, const struct kd_card *model, const char *path,
+                         char *err, size_t errlen) {
+  for (size_t k = 0; k < NCARD_KEYS; k++) {
+    const struct card_key *ck = &card_keys[k];
+    if (!ck->compare) continue;
+    const char *fa = (const char *)file + ck->off, *fb = (const char *)model + ck->off;
+    char va[80], vb[80];
+    int differ;
+    if (ck->kind == KEY_STR) {
+      differ = strcmp(fa, fb) != 0;
+      snprintf(va, sizeof va, "'%.60s'", fa);
+      snprintf(vb, sizeof vb, "'%.60s'", fb);
+    } else if (ck->kind == KEY_REAL) {
+      double a = *(const double *)fa, b = *(const double *)fb;
+      differ = !(fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b))); /* decimal round trips */
+      snprintf(va, sizeof va, "%.17g", a);
+      snprintf(vb, sizeof vb, "%.17g", b);
+    } else {
+      int a = *(const int *)fa, b = *(const int *)fb;
+      differ = a != b;
+      if (ck->kind == KEY_BOOL) {
+        snprintf(va, sizeof va, "%s", a ? ".true." : ".false.");
+        snprintf(vb, sizeof vb, "%s", b ? ".true." : ".false.");
+      } else {
+        snprintf(va, sizeof va, "%d", a);
+        snprintf(vb, sizeof vb, "%d", b);
+      }
+    }
+    if (differ) {
+      kd_seterr(err, errlen,
+                "%s was written for a different model: %s = %s in its /config but %s in the "
+                "model card %s; use the card the file was written with",
+                path, ck->name, va, vb, model->path[0] ? model->path : model->name);
+      return KD_EXIT_INPUT;
+    }
+  }
+  return 0;
+}
