@@ -11,7 +11,7 @@
  * Every op takes its backend first (ggml style) and keeps its state there: the
  * public fields below, and `priv`, the backend's own state (cpu.c, devsim.c,
  * cuda.cu). Callers never ask which backend they hold: what differs is behind an op
- * (describe, peak_flops, gemm_bf16, release). backend_select (backend.c) is the one
+ * (describe, peak_flops, gemm_bf16, release). backend_select (select.c) is the one
  * place that knows which backends exist. */
 #ifndef KD_BACKEND_H
 #define KD_BACKEND_H

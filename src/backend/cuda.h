@@ -28,7 +28,7 @@ int backend_cuda_device_count(char *why, size_t whylen);
  * be->peak_flops gives its datasheet peak (dense BF16 tensor cores with bf16 = 1, FP32
  * CUDA cores otherwise: kdtrain's FP32 GEMMs do not use TF32), 0 for a device not in
  * the table (then log%peak_tflops gives it); be->release frees the handle, streams and
- * workspaces. Called by backend_select (backend.c). */
+ * workspaces. Called by backend_select (select.c). */
 void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank);
 
 /* The smallest CUDA device count over the ranks of MPI_COMM_WORLD (0 in builds without

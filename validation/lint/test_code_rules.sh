@@ -4,7 +4,8 @@
 #     (config_load turns every word into its enum, words.h);
 #  2. no HDF5 attribute call (H5A...) outside the attribute module h5attr.c;
 #  3. train.c includes nothing under backend/ but backend/backend.h;
-#  4. no include circle between the modules of src/ (a module: NAME.c/.h/.cu/.cuh).
+#  4. no include circle between the modules of src/ (a module: NAME.c/.h/.cu/.cuh, with its
+#     private header NAME_impl.h or NAME_common.cuh, shared by the files that implement it).
 set -eu
 : "${KD_SRCDIR:?}"
 src=$KD_SRCDIR/src
@@ -38,7 +39,12 @@ import os, re, sys
 root = sys.argv[1]
 files = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs
          if f.endswith(('.c', '.h', '.cu', '.cuh'))]
-mod = lambda p: os.path.splitext(os.path.relpath(p, root))[0]
+def mod(p):
+    m = os.path.splitext(os.path.relpath(p, root))[0]
+    for private in ('_impl', '_common'):
+        if m.endswith(private) and p.endswith(('.h', '.cuh')):
+            return m[:-len(private)]
+    return m
 mods = {mod(f) for f in files}
 g = {m: set() for m in mods}
 for f in files:

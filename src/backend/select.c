@@ -1,4 +1,4 @@
-/* backend.c: the one place that knows which backends exist: backend_select turns the
+/* select.c: the one place that knows which backends exist: backend_select turns the
  * run%device word into a backend (CPU, CUDA where built and present, the simulated
  * device), and backend_check proves a table complete. */
 #include "kdtrain_config.h"
