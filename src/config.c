@@ -91,7 +91,7 @@ static const struct namelist_key cfg_keys[] = {
 /* The &model group of a card: Hugging Face config.json keys. attention_bias has no
  * table default: it follows arch (qwen2 .true., llama .false.). */
 static const struct namelist_key card_keys[] = {
-    NAMELIST_KEY(kd_card, model, arch, NL_STR, arch, "'qwen2'", 0, 0, 0, "qwen2|llama"),
+    NAMELIST_KEY(kd_card, model, arch, NL_WORD, arch, "'qwen2'", 0, 0, 0, KD_ARCH_WORDS),
     MI(vocab_size, NULL, NL_REQ | NL_GE, 1, 0),
     MI(hidden_size, NULL, NL_REQ | NL_GE, 1, 0),
     MI(intermediate_size, NULL, NL_REQ | NL_GE, 1, 0),
@@ -237,7 +237,7 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
       return namelist_key_err(&c, i, -1, "missing; a model card must give %s (%s)",
                               card_keys[i].key, namelist_type_words(card_keys[i].type));
   size_t ab = (size_t)namelist_find_key(&c, "model", "attention_bias");
-  if (!c.line[ab]) card->attention_bias = strcmp(card->arch, "qwen2") == 0;
+  if (!c.line[ab]) card->attention_bias = card->arch == KD_ARCH_QWEN2;
   char why[512];
   const char *key = card_check(card, why, sizeof why);
   if (key) return namelist_key_err(&c, (size_t)namelist_find_key(&c, "model", key), -1, "%s", why);

@@ -16,7 +16,7 @@
 struct kd_card {
   char name[KD_PATH_MAX]; /* as given in the input (card = '...') */
   char path[KD_PATH_MAX]; /* the file it was read from */
-  char arch[KD_WORD_MAX]; /* 'qwen2' | 'llama' */
+  enum kd_arch arch;      /* 'qwen2' | 'llama' */
   int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
   int num_attention_heads, num_key_value_heads, max_position_embeddings;
   double rope_theta, rms_norm_eps;

@@ -430,7 +430,7 @@ static struct kd_card selftest_card(int teacher) {
   struct kd_card c;
   memset(&c, 0, sizeof c);
   snprintf(c.name, sizeof c.name, "selftest-%s", teacher ? "teacher" : "student");
-  snprintf(c.arch, sizeof c.arch, "qwen2");
+  c.arch = KD_ARCH_QWEN2;
   c.vocab_size = 320;
   c.hidden_size = teacher ? 96 : 64;
   c.intermediate_size = teacher ? 192 : 160;

@@ -16,7 +16,8 @@
 #include "weights_impl.h"
 
 /* The model card as /config attributes. */
-enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL };
+/* KEY_WORD: an enum field stored as its word (arch: kd_arch_names, words.h) */
+enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL, KEY_WORD };
 struct card_key {
   const char *name;
   enum key_kind kind;
@@ -28,7 +29,7 @@ struct card_key {
   { #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req }
 static const struct card_key card_keys[] = {
     CARD_KEY(name, KEY_STR, 0, 0),
-    CARD_KEY(arch, KEY_STR, 1, 1),
+    CARD_KEY(arch, KEY_WORD, 1, 1),
     CARD_KEY(vocab_size, KEY_INT, 1, 1),
     CARD_KEY(hidden_size, KEY_INT, 1, 1),
     CARD_KEY(intermediate_size, KEY_INT, 1, 1),
@@ -42,6 +43,19 @@ static const struct card_key card_keys[] = {
     CARD_KEY(attention_bias, KEY_BOOL, 1, 1),
 };
 #define NCARD_KEYS (sizeof card_keys / sizeof card_keys[0])
+
+/* The word list of a KEY_WORD key (the card has one: arch). */
+static const char *card_words(const struct card_key *ck) {
+  (void)ck;
+  return KD_ARCH_WORDS;
+}
+
+/* The stored word of a KEY_WORD field ("" for a value outside its list). */
+static const char *card_word(const struct card_key *ck, const void *field) {
+  (void)ck;
+  const int w = *(const int *)field;
+  return w >= 0 && w < KD_ARCH_N ? kd_arch_names[w] : "";
+}
 
 /* Longest /config/namelist read (the run's namelist: a few KiB). */
 #define NAMELIST_MAX ((size_t)16 << 20)
@@ -116,6 +130,8 @@ static uint64_t config_sum(const struct kd_card *card) {
     uint64_t bits = 0;
     if (ck->kind == KEY_STR) {
       h = kd_fnv1a(field, h);
+    } else if (ck->kind == KEY_WORD) {
+      h = kd_fnv1a(card_word(ck, field), h); /* the word, as stored */
     } else if (ck->kind == KEY_REAL) {
       memcpy(&bits, field, sizeof bits);
     } else {
@@ -181,8 +197,9 @@ int weights_card_write(hid_t cfg, const struct kd_card *card, const char *nameli
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     const char *field = (const char *)card + ck->off;
-    if (ck->kind == KEY_STR) {
-      ok &= h5attr_set_string(cfg, ck->name, field) == 0;
+    if (ck->kind == KEY_STR || ck->kind == KEY_WORD) {
+      ok &= h5attr_set_string(cfg, ck->name, ck->kind == KEY_WORD ? card_word(ck, field) : field) ==
+            0;
     } else if (ck->kind == KEY_INT) {
       ok &= h5attr_set_int(cfg, ck->name, *(const int *)field) == 0;
     } else if (ck->kind == KEY_REAL) {
@@ -279,6 +296,17 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *e
     int rc;
     if (ck->kind == KEY_STR) {
       rc = h5attr_get_string(cfg, ck->name, field, ck->size, err, errlen);
+    } else if (ck->kind == KEY_WORD) {
+      char word[64];
+      rc = h5attr_get_string(cfg, ck->name, word, sizeof word, err, errlen);
+      const int w = rc ? -1 : words_find(card_words(ck), word);
+      if (rc == 0 && w < 0) {
+        kd_seterr(err, errlen,
+                  "%s: /config is not a valid model card: %s = '%s': expected one of %s", path,
+                  ck->name, word, card_words(ck));
+        rc = KD_EXIT_INPUT;
+      }
+      if (rc == 0) *(int *)field = w;
     } else if (ck->kind == KEY_REAL) {
       rc = h5attr_get_double(cfg, ck->name, (double *)field, err, errlen);
     } else {
@@ -332,6 +360,10 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
       differ = strcmp(fa, fb) != 0;
       snprintf(va, sizeof va, "'%.60s'", fa);
       snprintf(vb, sizeof vb, "'%.60s'", fb);
+    } else if (ck->kind == KEY_WORD) {
+      differ = *(const int *)fa != *(const int *)fb;
+      snprintf(va, sizeof va, "'%s'", card_word(ck, fa));
+      snprintf(vb, sizeof vb, "'%s'", card_word(ck, fb));
     } else if (ck->kind == KEY_REAL) {
       double a = *(const double *)fa, b = *(const double *)fb;
       differ = !(fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b))); /* decimal round trips */

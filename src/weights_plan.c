@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grid.h"
 #include "util.h"
 #include "util_mpi.h"
 #include "weights_impl.h"
@@ -116,15 +117,6 @@ static int plan_owners(const struct kd_model *mdl, int rep_owner, int *own, int 
   return st;
 }
 
-/* The one place the weights module makes a communicator: the I/O group of the ranks that
- * pass the same `color` (MPI_UNDEFINED: none, MPI_COMM_NULL returned), ordered by `key`.
- * Collective over `comm`. */
-static MPI_Comm weights_io_group_create(MPI_Comm comm, int color, int key) {
-  MPI_Comm group = MPI_COMM_NULL;
-  MPI_Comm_split(comm, color, key, &group);
-  return group;
-}
-
 /* Share the work on identical slices among the ranks that hold them (doc/checkpoint.md,
  * "Throughput"): data-parallel replicas, or the ranks of a stage for a replicated tensor,
  * each write, read and checksum 1/n of the slice's rows, and a read completes the slice
@@ -158,7 +150,7 @@ static void plan_shares(struct weights_io *io, const int *hold) {
         k < nsets
             ? (int)(((uint64_t)sets[2 * k] * 1000003u + (uint64_t)sets[2 * k + 1]) % 2147483647u)
             : MPI_UNDEFINED;
-    io->share[k] = weights_io_group_create(io->comm, color, io->rank);
+    io->share[k] = grid_io_comm(io->comm, color, io->rank); /* made in grid.c */
     if (io->share[k] == MPI_COMM_NULL) continue;
     int members;
     MPI_Comm_size(io->share[k], &members);
@@ -223,7 +215,7 @@ void weights_plan_free(struct weights_io *io) {
   free(io->own);
   io->own = NULL;
   for (int k = 0; k < io->nshare; k++)
-    if (io->share[k] != MPI_COMM_NULL) MPI_Comm_free(&io->share[k]);
+    grid_comm_free(&io->share[k]);
   free(io->share);
   free(io->via);
   free(io->gown);

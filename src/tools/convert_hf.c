@@ -198,7 +198,7 @@ struct xtensor {
 /* The exported tensors, in table order, then the zero biases. */
 static int export_list(const struct kd_model *m, struct xtensor **out) {
   const struct kd_card *c = &m->card;
-  const int L = c->num_hidden_layers, qwen = !strcmp(c->arch, "qwen2");
+  const int L = c->num_hidden_layers, qwen = c->arch == KD_ARCH_QWEN2;
   struct xtensor *x = kd_calloc((size_t)m->nparams + 3 * (size_t)L + 1, sizeof *x);
   int n = 0;
   for (int p = 0; p < m->nparams; p++, n++) {

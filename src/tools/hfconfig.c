@@ -11,16 +11,23 @@
 
 #include "util.h"
 
-/* transformers' defaults for the keys that have one, per model_type. */
+/* transformers' defaults for the keys that have one, and how each model_type spells what
+ * kdtrain computes. The first entry of a card arch is the one exported. */
 struct hf_arch {
-  const char *model_type, *card_arch, *architecture;
+  const char *model_type;
+  enum kd_arch arch; /* the card's arch */
+  const char *architecture;
   int kv_heads; /* num_key_value_heads when absent; 0: num_attention_heads */
   int max_pos;
+  int qkv_bias;       /* q/k/v biases always (the key attention_bias is not read) */
+  int bias_key;       /* reads attention_bias (which would include o_proj) */
+  int window_flag;    /* use_sliding_window turns the window on */
+  int window_size;    /* sliding_window alone sets a window */
 };
 static const struct hf_arch archs[] = {
-    {"qwen2", "qwen2", "Qwen2ForCausalLM", 32, 32768},
-    {"llama", "llama", "LlamaForCausalLM", 0, 2048},
-    {"mistral", "llama", "MistralForCausalLM", 8, 4096 * 32},
+    {"qwen2", KD_ARCH_QWEN2, "Qwen2ForCausalLM", 32, 32768, 1, 0, 1, 0},
+    {"llama", KD_ARCH_LLAMA, "LlamaForCausalLM", 0, 2048, 0, 1, 0, 0},
+    {"mistral", KD_ARCH_LLAMA, "MistralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1},
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
@@ -124,7 +131,7 @@ static int read_rope(const struct rd *r, double *theta) {
 static int read_window(const struct rd *r, const struct hf_arch *a, const struct kd_card *c) {
   const cJSON *v = get(r->o, "use_sliding_window");
   if (v && !cJSON_IsBool(v)) return refuse(r, "use_sliding_window", v, "expected true or false");
-  if (!strcmp(a->model_type, "qwen2") && cJSON_IsTrue(v))
+  if (a->window_flag && cJSON_IsTrue(v))
     return refuse(r, "use_sliding_window", v,
                   "sliding-window attention is not computed by kdtrain");
   const cJSON *lt = get(r->o, "layer_types"), *e;
@@ -139,7 +146,7 @@ static int read_window(const struct rd *r, const struct hf_arch *a, const struct
     i++;
   }
   const cJSON *w = get(r->o, "sliding_window");
-  if (!strcmp(a->model_type, "mistral") && w &&
+  if (a->window_size && w &&
       !(cJSON_IsNumber(w) && w->valuedouble >= c->max_position_embeddings))
     return refuse(r, "sliding_window", w,
                   "sliding-window attention is not computed by kdtrain (null, or a window of "
@@ -217,7 +224,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
     if (!strcmp(mt->valuestring, archs[i].model_type)) a = &archs[i];
   int st = a ? 0 : refuse(&r, "model_type", mt, "kdtrain computes qwen2, llama and mistral");
   if (!st) {
-    snprintf(c->arch, sizeof c->arch, "%s", a->card_arch);
+    c->arch = a->arch;
     snprintf(x->model_type, sizeof x->model_type, "%s", a->model_type);
     st = get_int(&r, "vocab_size", -1, &c->vocab_size);
   }
@@ -239,8 +246,8 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   if (!st) st = get_bool(&r, "tie_word_embeddings", 0, &c->tie_word_embeddings);
   if (!st) st = read_rope(&r, &c->rope_theta);
   if (!st) { /* qwen2: q/k/v biases always (the key is not read by transformers) */
-    c->attention_bias = !strcmp(a->model_type, "qwen2");
-    if (!strcmp(a->model_type, "llama")) {
+    c->attention_bias = a->qkv_bias;
+    if (a->bias_key) {
       int bias = 0;
       st = get_bool(&r, "attention_bias", 0, &bias);
       if (!st && bias)
@@ -255,11 +262,14 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
 }
 
 char *hfconfig_write(const struct kd_card *c) {
-  const int qwen = !strcmp(c->arch, "qwen2");
+  const struct hf_arch *a = &archs[0];
+  while (a->arch != c->arch && a + 1 < archs + NARCHS)
+    a++;
+  const int qwen = a->arch == KD_ARCH_QWEN2; /* the qwen2 config keys */
   cJSON *o = cJSON_CreateObject();
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-  cJSON_AddItemToArray(arch, cJSON_CreateString(qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
-  cJSON_AddStringToObject(o, "model_type", qwen ? "qwen2" : "llama");
+  cJSON_AddItemToArray(arch, cJSON_CreateString(a->architecture));
+  cJSON_AddStringToObject(o, "model_type", a->model_type);
   cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
   cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
   cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);

@@ -1,10 +1,12 @@
 #!/bin/sh
-# House rules of src/ that a compiler does not check (issue 25, doc/../src/README.md):
+# House rules of src/ that a compiler does not check (src/README.md):
 #  1. no string comparison on a configuration word outside config.c, namelist.c and words.c
 #     (config_load turns every word into its enum, words.h);
 #  2. no HDF5 attribute call (H5A...) outside the attribute module h5attr.c;
 #  3. train.c includes nothing under backend/ but backend/backend.h;
-#  4. no include circle between the modules of src/ (a module: NAME.c/.h/.cu/.cuh, with its
+#  4. every communicator made in grid.c (no MPI_Comm_split/_split_type/_create/_dup elsewhere;
+#     mpi_yield.c only wraps them);
+#  5. no include circle between the modules of src/ (a module: NAME.c/.h/.cu/.cuh, with its
 #     private header NAME_impl.h or NAME_common.cuh, shared by the files that implement it).
 set -eu
 : "${KD_SRCDIR:?}"
@@ -33,7 +35,13 @@ hits=$(grep -nE '#include *"backend/' "$src/train.c" | grep -v '"backend/backend
 [ -z "$hits" ] || say "train.c includes backend internals:
 $hits"
 
-# 4: include circles
+# 4: communicators made in grid.c only
+hits=$(find "$src" -name '*.c' | sort | grep -v -e '/grid\.c$' -e '/mpi_yield\.c$' |
+  xargs grep -nE '\bMPI_Comm_(split|split_type|create|create_group|dup|idup) *\(' || true)
+[ -z "$hits" ] || say "communicators made outside src/grid.c:
+$hits"
+
+# 5: include circles
 python3 - "$src" <<'PY' || bad=1
 import os, re, sys
 root = sys.argv[1]
@@ -75,5 +83,5 @@ for c in circles:
     print("FAIL: include circle between modules: " + " -> ".join(c), file=sys.stderr)
 sys.exit(1 if circles else 0)
 PY
-[ "$bad" = 0 ] && echo "code rules hold: no word strcmp, no H5A outside h5attr.c, train.c via backend.h, no include circle"
+[ "$bad" = 0 ] && echo "code rules hold: no word strcmp, no H5A outside h5attr.c, train.c via backend.h, communicators from grid.c, no include circle"
 exit "$bad"

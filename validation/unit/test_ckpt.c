@@ -21,7 +21,7 @@ static struct kd_card card(int layers) {
   struct kd_card c;
   memset(&c, 0, sizeof c);
   snprintf(c.name, sizeof c.name, "tiny");
-  snprintf(c.arch, sizeof c.arch, "qwen2");
+  c.arch = KD_ARCH_QWEN2;
   c.vocab_size = 32, c.hidden_size = 8, c.intermediate_size = 12, c.num_hidden_layers = layers;
   c.num_attention_heads = 2, c.num_key_value_heads = 1, c.max_position_embeddings = 64;
   c.rope_theta = 1e4, c.rms_norm_eps = 1e-6, c.tie_word_embeddings = 1, c.attention_bias = 1;

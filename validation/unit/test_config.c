@@ -176,7 +176,7 @@ START_TEST(test_cards) {
   snprintf(path, sizeof path, "%s/test-student.nml", dir);
   ck_assert_str_eq(card.path, path);
   ck_assert_int_eq(config_load_card(&card, path, NULL, err, sizeof err), 0);
-  ck_assert_str_eq(card.arch, "llama");
+  ck_assert_int_eq(card.arch, KD_ARCH_LLAMA);
   /* next to the input file, by a relative path */
   snprintf(path, sizeof path, "%s/in.nml", dir);
   ck_assert_int_eq(config_load_card(&card, "./test-student.nml", path, err, sizeof err), 0);

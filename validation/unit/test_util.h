@@ -19,7 +19,7 @@ static inline struct kd_card make_card(int V, int C, int I, int L, int nh, int n
                                        int bias) {
   struct kd_card c;
   memset(&c, 0, sizeof c);
-  snprintf(c.arch, sizeof c.arch, "qwen2");
+  c.arch = KD_ARCH_QWEN2;
   snprintf(c.name, sizeof c.name, "%s", TEST_CARD_NAME);
   c.vocab_size = V;
   c.hidden_size = C;

@@ -34,7 +34,7 @@ static struct kd_card toy_card(void) {
   memset(&c, 0, sizeof c);
   snprintf(c.name, sizeof c.name, "toy");
   snprintf(c.path, sizeof c.path, "mod/toy.nml");
-  snprintf(c.arch, sizeof c.arch, "qwen2");
+  c.arch = KD_ARCH_QWEN2;
   c.vocab_size = 10, c.hidden_size = 4, c.intermediate_size = 6, c.num_hidden_layers = 1;
   c.num_attention_heads = 2, c.num_key_value_heads = 1, c.max_position_embeddings = 32;
   c.rope_theta = 1e6, c.rms_norm_eps = 1e-6, c.tie_word_embeddings = 0, c.attention_bias = 1;
@@ -316,7 +316,7 @@ static void check_layout(const char *path) {
   struct kd_card c, want = toy_card();
   char err[512];
   R0(weights_read_card(path, &c, err, sizeof err) == 0);
-  R0(strcmp(c.arch, "qwen2") == 0);
+  R0(c.arch == KD_ARCH_QWEN2);
   R0(strcmp(c.name, "toy") == 0);
   R0(strcmp(c.path, path) == 0);
   R0((c.vocab_size) == (want.vocab_size));
@@ -457,7 +457,7 @@ START_TEST(test_config_fields) {
   c.rms_norm_eps = 1e-5;
   expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err, "rms_norm_eps = 9.99999");
   c = toy_card();
-  snprintf(c.arch, sizeof c.arch, "llama");
+  c.arch = KD_ARCH_LLAMA;
   expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
               "arch = 'qwen2' in its /config but 'llama'");
   c = toy_card();
