@@ -47,6 +47,29 @@ for m in sys.argv[1:]: importlib.import_module(m)" "$@" > /dev/null 2>&1 \
     || kd_skip "$KD_PYTHON cannot import $* (validation/python-env.sh installs them)"
 }
 
+# kd_layout_nml TRAIN [TEACHER_KEYS]: base.nml of the layout comparisons (5 fp32 steps of
+# the test student distilled from teacher/final.h5 on TRAIN, seq_len 16, global batch 8),
+# TEACHER_KEYS appended to &teacher (", cache = 'tc.h5'"); kd's console goes to log.txt.
+kd_layout_nml() {
+  cat > base.nml <<EOF2
+&run mode = 'distill', steps = 5, seed = 3, out_dir = 'ref' /
+&teacher card = 'test-teacher', init = 'teacher/final.h5'${2:-} /
+&student card = 'test-student', init = 'random' /
+&parallel micro_batch = 1, global_batch = 8 /
+&data train = '$1', seq_len = 16 /
+&loss kind = 'fkl', alpha = 0.5, temperature = 2.0 /
+&optim lr = 1e-2, warmup = 1 /
+&precision compute = 'fp32' /
+EOF2
+  kd_log=log.txt
+}
+
+# kd_test_teacher: train the tiny test teacher (card test-teacher, 2 steps) into teacher/
+# with the test's base.nml: the teacher the distillation tests load as teacher/final.h5.
+kd_test_teacher() {
+  kd 1 run%mode=train student%card=test-teacher run%steps=2 run%out_dir="'teacher'" "$@"
+}
+
 # kd_same_metrics RUN1 RUN2 WHAT ROWS: the loss (column 2) and grad_norm (column 6) of
 # every step row of RUN1/metrics.csv and RUN2/metrics.csv agree within 1e-5 relative,
 # and each has ROWS step rows (the layout tests: one rank against a parallel layout).

@@ -14,22 +14,12 @@ export OMP_NUM_THREADS=1 # tiny models; up to 2 ranks share the cores
 
 head -c 4000 "$KD_SRCDIR/input/corpus/kjv-train.txt" > train.txt # 249 windows of 16
 head -c 3000 "$KD_SRCDIR/input/corpus/kjv-valid.txt" > other.txt
-cat > base.nml <<EOF2
-&run mode = 'distill', steps = 5, seed = 3, out_dir = 'ref' /
-&teacher card = 'test-teacher', init = 'teacher/final.h5', cache = 'tc.h5', cache_k = 256 /
-&student card = 'test-student', init = 'random' /
-&parallel micro_batch = 1, global_batch = 8 /
-&data train = 'train.txt', seq_len = 16 /
-&loss kind = 'fkl', alpha = 0.5, temperature = 2.0 /
-&optim lr = 1e-2, warmup = 1 /
-&precision compute = 'fp32' /
-EOF2
-kd_log=log.txt # kd NP WORD... (validation/lib.sh): its console in log.txt
+kd_layout_nml train.txt ", cache = 'tc.h5', cache_k = 256" # validation/lib.sh; kd's console in log.txt
 
-# loss (column 2) and grad_norm (column 6) of every step row agree within 1e-5 relative
+# same RUN1 RUN2 WHAT: the loss and grad_norm of the 5 steps agree (kd_same_metrics)
 same() { kd_same_metrics "$1" "$2" "$3" 5; }
 
-kd 1 run%mode=train student%card=test-teacher run%steps=2 run%out_dir="'teacher'"
+kd_test_teacher
 echo "== --dry-run shows the cache's size"
 "$KDTRAIN" --dry-run base.nml run%mode=cache > dry.txt 2>&1 || { cat dry.txt; fail "dry run"; }
 grep -q "teacher cache .*249 windows x 16 tokens, topk k = 256: 2052.5 bytes/token" dry.txt \

@@ -44,7 +44,7 @@ both() { np=$1; name=$2; shift 2
   same "${name}_cpu" "${name}_sim" "$name ($np ranks: $*)"
 }
 
-kd 1 run%mode=train student%card=test-teacher run%steps=2 run%out_dir="'teacher'"
+kd_test_teacher
 
 both 1 single
 both 4 tp2pp2 parallel%tp=2 parallel%pp=2

@@ -9,22 +9,12 @@ set -eu
 export OMP_NUM_THREADS=1 # tiny models; up to 4 ranks share the cores
 . "${KD_SRCDIR:?}/validation/lib.sh"
 
-cat > base.nml <<EOF2
-&run mode = 'distill', steps = 5, seed = 3, out_dir = 'ref' /
-&teacher card = 'test-teacher', init = 'teacher/final.h5' /
-&student card = 'test-student', init = 'random' /
-&parallel micro_batch = 1, global_batch = 8 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
-&loss kind = 'fkl', alpha = 0.5, temperature = 2.0 /
-&optim lr = 1e-2, warmup = 1 /
-&precision compute = 'fp32' /
-EOF2
-kd_log=log.txt # kd NP WORD... (validation/lib.sh): its console in log.txt
+kd_layout_nml "$KD_SRCDIR/input/corpus/kjv-train.txt" # validation/lib.sh; kd's console in log.txt
 
-# loss (column 2) and grad_norm (column 6) of every step row agree within 1e-5 relative
+# same RUN1 RUN2 WHAT: kd_same_metrics (validation/lib.sh) over the 5 steps
 same() { kd_same_metrics "$1" "$2" "$3" 5; }
 
-kd 1 run%mode=train student%card=test-teacher run%steps=2 run%out_dir="'teacher'"
+kd_test_teacher
 kd 1
 for layout in "2 1 1" "1 2 1" "1 1 2" "2 2 1" "2 1 2" "1 2 2" "1 1 4"; do
   for zero in 0 1; do
