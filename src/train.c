@@ -247,6 +247,144 @@ static void phase_end(const char *what, double t0) {
   kd_info("kdtrain: %s: %.2f s\n", what, kd_now() - t0);
 }
 
+/* The ids both models have: differing padded vocabularies distil over [0, vc). Collective
+ * when the cache names the teacher (no teacher card). */
+static int common_vocab(struct run *r) {
+  const struct kd_config *cfg = r->cfg;
+  char err[1024];
+  int vt = r->distill ? cfg->teacher.vocab_size : cfg->student.vocab_size;
+  if (r->cached && !cfg->teacher.vocab_size) { /* no teacher card: the cache's teacher */
+    kd_agree_or_fail(tcache_open(&r->tc, cfg->teacher_cache, NULL, err, sizeof err), err);
+    vt = r->tc.meta.teacher_vocab;
+    tcache_close(&r->tc);
+  }
+  return vt < cfg->student.vocab_size ? vt : cfg->student.vocab_size;
+}
+
+/* The student: built for its role (mode 'eval': weights only, in the compute precision, no
+ * gradients or optimizer), filled from the checkpoint to resume (its path into `resumed`,
+ * '' for a fresh start), else random values or its init file; the optimizer state. */
+static void student_setup(struct run *r, int vc, char *resumed, size_t n) {
+  const struct kd_config *cfg = r->cfg;
+  char err[1024];
+  const int zero = cfg->par_zero && !r->eval;
+  model_build_grid(&r->student, &r->be, &cfg->student,
+                   r->eval ? MODEL_FROZEN
+                   : zero  ? MODEL_SHARDED
+                           : MODEL_TRAIN,
+                   vc, &r->grid);
+  float *dst = r->eval ? r->student.w : r->student.master;
+  /* checkpoint%resume, resolved once. A checkpoint to resume from replaces every tensor:
+   * no random values are drawn and no init file is read for it (on a 0.5B student the draw
+   * alone takes seconds of the restart) */
+  resumed[0] = '\0';
+  if (!r->eval)
+    kd_agree_or_fail(ckpt_resolve(cfg, resumed, n, MPI_COMM_WORLD, err, sizeof err), err);
+  if (resumed[0]) {
+    /* filled by ckpt_resume below */
+  } else if (config_student_random(cfg)) {
+    model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
+  } else {
+    const double t0 = phase_begin("loading student", cfg->student_init);
+    kd_agree_or_fail(
+        weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err), err);
+    phase_end("student loaded", t0);
+  }
+  plan_policy(&r->student.mem, cfg, 0);
+  if (r->eval) {
+    if (r->be.bf16) r->be.round_bf16(&r->be, r->student.w, r->student.numel);
+  } else {
+    update_build(&r->update, &r->be, &r->student, &r->grid, zero);
+    const double t0 = kd_now();
+    ckpt_resume(cfg, resumed, update_state(&r->update), &r->resume, MPI_COMM_WORLD);
+    if (r->resume.step > 0) phase_end("checkpoint read", t0);
+    update_refresh_weights(&r->update, &r->be);
+  }
+}
+
+/* The teacher: its cache, or the model, frozen in the compute precision only (bf16 runs:
+ * held in packed BF16). */
+static void teacher_setup(struct run *r, int vc) {
+  const struct kd_config *cfg = r->cfg;
+  char err[1024];
+  if (r->cached) cache_setup(r, vc);
+  if (!r->distill || r->cached) return;
+  model_build_grid(&r->teacher, &r->be, &cfg->teacher, r->be.bf16 ? MODEL_FROZEN16 : MODEL_FROZEN,
+                   vc, &r->grid);
+  plan_policy(&r->teacher.mem, cfg, 1);
+  const double t0 = phase_begin("loading teacher", cfg->teacher_init);
+  ckpt_test_delay("KDTRAIN_TEST_LOAD_DELAY_MS"); /* a long load, for test_signals */
+  kd_agree_or_fail(
+      weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err, sizeof err),
+      err);
+  phase_end("teacher loaded", t0);
+  char wb[32];
+  kd_info("kdtrain: teacher held in %s: %s of weights on rank 0\n", r->be.bf16 ? "BF16" : "FP32",
+          kd_fmt_bytes(wb, sizeof wb, (double)model_weight_bytes(&r->teacher)));
+}
+
+/* The training blend (not in mode 'eval' with validation data) and the validation data. */
+static void data_setup(struct run *r, int vc) {
+  const struct kd_config *cfg = r->cfg;
+  char err[1024];
+  int st = 0;
+  if (!r->eval || !cfg->data_valid[0]) st = data_open_train(&r->train, cfg, vc, err, sizeof err);
+  kd_agree_or_fail(st, err);
+  if (cfg->data_valid[0]) {
+    kd_agree_or_fail(data_open(&r->valid, cfg->data_valid, cfg->data_format, cfg->data_seq_len, vc,
+                               (uint64_t)cfg->run_seed, err, sizeof err),
+                     err);
+    r->have_valid = 1;
+  }
+}
+
+/* The loss and the pipeline of teacher + student over dp data-parallel groups. */
+static void pipe_setup(struct run *r, int dp) {
+  const struct kd_config *cfg = r->cfg;
+  const int mb = cfg->par_micro_batch, T = cfg->data_seq_len;
+  r->spec.distill = r->distill;
+  r->spec.kind = cfg->loss_kind;
+  r->spec.temperature = (float)cfg->loss_temperature;
+  r->spec.alpha = (float)cfg->loss_alpha;
+  r->spec.beta = (float)cfg->loss_beta;
+  r->spec.t2_scale = cfg->loss_t2_scale;
+  const size_t N = (size_t)mb * T;
+  r->chunk = cfg->loss_chunk_tokens > 0
+                 ? (size_t)cfg->loss_chunk_tokens
+                 : loss_chunk_from_budget(loss_budget(r), N, cfg->student.vocab_size, r->distill);
+  if (r->chunk > N) r->chunk = N;
+  const int nmicro = cfg->par_global_batch / (dp * mb);
+  const int nvalid = (cfg->data_valid_batches + dp - 1) / dp;
+  pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill && !r->cached ? &r->teacher : NULL,
+             mb, T, nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
+  if (r->cached) {
+    r->pipe.tc_fetch = cache_fetch;
+    r->pipe.tc_arg = r;
+    r->pipe.tc_rows = &r->tc_rows;
+  }
+}
+
+/* The MFU terms: rank 0's GEMM rate, every rank's peak, the FLOP of a step. Collective. */
+static void rate_setup(struct run *r) {
+  const struct kd_config *cfg = r->cfg;
+  const int T = cfg->data_seq_len;
+  /* only rank 0 prints the rate: the others skip the product (64 ranks oversubscribed on
+   * 2 cores spent 79 s measuring it) but forget the set-up's transient peaks as it does */
+  const double t0 = phase_begin("measuring the GEMM rate on rank 0", NULL);
+  if (r->rank == 0)
+    r->gemm_rate = measure_gemm_rate(&r->be);
+  else
+    arena_reset_peaks(&r->be.arena);
+  phase_end("GEMM rate measured", t0);
+  r->peak = hardware_peak(r, r->peak_what, sizeof r->peak_what);
+  MPI_Allreduce(&r->peak, &r->peak_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  const double gtokens = (double)cfg->par_global_batch * T;
+  r->step_flops = 3.0 * forward_flops(&cfg->student, gtokens, T);
+  if (r->distill && !r->cached) r->step_flops += forward_flops(&cfg->teacher, gtokens, T);
+}
+
+/* Everything a run needs, checked before anything is written: the layout, the backend, the
+ * models, the data, the pipeline, the MFU terms. Collective. */
 static void run_setup(struct run *r, const struct kd_config *cfg) {
   char err[1024];
   memset(r, 0, sizeof *r);
@@ -268,118 +406,15 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   r->cached = config_teacher_cached(cfg);
   backend_start(r, cfg);
   r->distill = cfg->run_mode == KD_MODE_DISTILL;
-
-  /* student: in mode 'eval' weights only (compute precision, no gradients or optimizer) */
   r->eval = cfg->run_mode == KD_MODE_EVAL;
-  const int zero = cfg->par_zero && !r->eval;
-  /* differing padded vocabularies: distil over the common ids [0, vc) */
-  int vt = r->distill ? cfg->teacher.vocab_size : cfg->student.vocab_size;
-  if (r->cached && !cfg->teacher.vocab_size) { /* no teacher card: the cache's teacher */
-    kd_agree_or_fail(tcache_open(&r->tc, cfg->teacher_cache, NULL, err, sizeof err), err);
-    vt = r->tc.meta.teacher_vocab;
-    tcache_close(&r->tc);
-  }
-  const int vc = vt < cfg->student.vocab_size ? vt : cfg->student.vocab_size;
-  model_build_grid(&r->student, &r->be, &cfg->student,
-                   r->eval ? MODEL_FROZEN
-                   : zero  ? MODEL_SHARDED
-                           : MODEL_TRAIN,
-                   vc, &r->grid);
-  float *dst = r->eval ? r->student.w : r->student.master;
-  /* checkpoint%resume, resolved once ('': a fresh start). A checkpoint to resume from
-   * replaces every tensor: no random values are drawn and no init file is read for it
-   * (on a 0.5B student the draw alone takes seconds of the restart) */
-  char resumed[KD_PATH_MAX + 300] = "";
-  if (!r->eval)
-    kd_agree_or_fail(
-        ckpt_resolve(cfg, resumed, sizeof resumed, MPI_COMM_WORLD, err, sizeof err), err);
-  if (resumed[0]) {
-    /* filled by ckpt_resume below */
-  } else if (config_student_random(cfg)) {
-    model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
-  } else {
-    const double t0 = phase_begin("loading student", cfg->student_init);
-    kd_agree_or_fail(
-        weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err), err);
-    phase_end("student loaded", t0);
-  }
-  plan_policy(&r->student.mem, cfg, 0);
-  if (r->eval) {
-    if (r->be.bf16) r->be.round_bf16(&r->be, r->student.w, r->student.numel);
-  } else {
-    update_build(&r->update, &r->be, &r->student, &r->grid, zero);
-    const double t0 = kd_now();
-    ckpt_resume(cfg, resumed, update_state(&r->update), &r->resume, MPI_COMM_WORLD);
-    if (r->resume.step > 0) phase_end("checkpoint read", t0);
-    update_refresh_weights(&r->update, &r->be);
-  }
-  /* teacher: frozen, compute precision only (bf16 runs: held in packed BF16) */
-  if (r->cached) cache_setup(r, vc);
-  if (r->distill && !r->cached) {
-    model_build_grid(&r->teacher, &r->be, &cfg->teacher, r->be.bf16 ? MODEL_FROZEN16 : MODEL_FROZEN,
-                     vc, &r->grid);
-    plan_policy(&r->teacher.mem, cfg, 1);
-    const double t0 = phase_begin("loading teacher", cfg->teacher_init);
-    ckpt_test_delay("KDTRAIN_TEST_LOAD_DELAY_MS"); /* a long load, for test_signals */
-    kd_agree_or_fail(
-        weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err, sizeof err),
-        err);
-    phase_end("teacher loaded", t0);
-    char wb[32];
-    kd_info("kdtrain: teacher held in %s: %s of weights on rank 0\n", r->be.bf16 ? "BF16" : "FP32",
-            kd_fmt_bytes(wb, sizeof wb, (double)model_weight_bytes(&r->teacher)));
-  }
+  const int vc = common_vocab(r);
+  char resumed[KD_PATH_MAX + 300];
+  student_setup(r, vc, resumed, sizeof resumed);
+  teacher_setup(r, vc);
   if (!r->eval) tokenizer_setup(r, resumed);
-
-  /* data */
-  const int T = cfg->data_seq_len;
-  int st = 0;
-  if (cfg->run_mode != KD_MODE_EVAL || !cfg->data_valid[0])
-    st = data_open_train(&r->train, cfg, vc, err, sizeof err);
-  kd_agree_or_fail(st, err);
-  if (cfg->data_valid[0]) {
-    kd_agree_or_fail(data_open(&r->valid, cfg->data_valid, cfg->data_format, T, vc,
-                               (uint64_t)cfg->run_seed, err, sizeof err),
-                     err);
-    r->have_valid = 1;
-  }
-
-  /* activations and loss */
-  const int mb = cfg->par_micro_batch;
-  r->spec.distill = r->distill;
-  r->spec.kind = cfg->loss_kind;
-  r->spec.temperature = (float)cfg->loss_temperature;
-  r->spec.alpha = (float)cfg->loss_alpha;
-  r->spec.beta = (float)cfg->loss_beta;
-  r->spec.t2_scale = cfg->loss_t2_scale;
-  const size_t N = (size_t)mb * T;
-  r->chunk = cfg->loss_chunk_tokens > 0
-                 ? (size_t)cfg->loss_chunk_tokens
-                 : loss_chunk_from_budget(loss_budget(r), N, cfg->student.vocab_size, r->distill);
-  if (r->chunk > N) r->chunk = N;
-  const int nmicro = cfg->par_global_batch / (dp * mb);
-  const int nvalid = (cfg->data_valid_batches + dp - 1) / dp;
-  pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill && !r->cached ? &r->teacher : NULL,
-             mb, T, nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
-  if (r->cached) {
-    r->pipe.tc_fetch = cache_fetch;
-    r->pipe.tc_arg = r;
-    r->pipe.tc_rows = &r->tc_rows;
-  }
-
-  /* only rank 0 prints the rate: the others skip the product (64 ranks oversubscribed on
-   * 2 cores spent 79 s measuring it) but forget the set-up's transient peaks as it does */
-  const double t0 = phase_begin("measuring the GEMM rate on rank 0", NULL);
-  if (r->rank == 0)
-    r->gemm_rate = measure_gemm_rate(&r->be);
-  else
-    arena_reset_peaks(&r->be.arena);
-  phase_end("GEMM rate measured", t0);
-  r->peak = hardware_peak(r, r->peak_what, sizeof r->peak_what);
-  MPI_Allreduce(&r->peak, &r->peak_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  const double gtokens = (double)cfg->par_global_batch * T;
-  r->step_flops = 3.0 * forward_flops(&cfg->student, gtokens, T);
-  if (r->distill && !r->cached) r->step_flops += forward_flops(&cfg->teacher, gtokens, T);
+  data_setup(r, vc);
+  pipe_setup(r, dp);
+  rate_setup(r);
 }
 
 static void run_teardown(struct run *r) {
@@ -493,13 +528,124 @@ static const char *format_rate(char *buf, size_t n, double x) {
   return buf;
 }
 
-static int train_loop(struct run *r) {
+/* What one step measured. */
+struct step_out {
+  double lr, loss, loss_kd, loss_ce, gnorm, dt;
+  int empty;  /* no counted label in the global batch: no update */
+  int finite; /* loss and gradient norm finite */
+};
+
+/* One optimizer step over the global batch starting at sample `consumed`: the pipeline of
+ * every micro-batch, the gradient reduction, the loss scaler, AdamW. Collective. */
+static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler *scaler,
+                                  int64_t consumed, int64_t *updates) {
   const struct kd_config *cfg = r->cfg;
   struct kd_backend *be = &r->be;
-  struct kd_model *s = &r->student;
-  const int T = cfg->data_seq_len, mb = cfg->par_micro_batch, gb = cfg->par_global_batch;
+  const int mb = cfg->par_micro_batch, gb = cfg->par_global_batch;
   const int share = gb / r->grid.dp, nmicro = share / mb;
-  const double gtokens = (double)gb * T;
+  struct step_out o = {0};
+  const double t0 = kd_now();
+  o.lr = optim_lr(cfg, step);
+  const float scale = (float)scaler->scale;
+  be->zero(be, r->student.grad, r->student.numel);
+  struct loss_sums sums = {0, 0};
+  struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0};
+  r->tc_g0 = f.g0; /* the cached teacher rows follow the same samples */
+  /* losses are means over the counted labels of the whole global batch: every rank
+   * counts them from the data alone (no communication), so all agree */
+  const double counted = (double)data_count_labels(&r->train, consumed, gb);
+  o.empty = counted == 0;
+  if (o.empty)
+    kd_info("kdtrain: warning: step %lld: no counted label in the global batch (every "
+            "label masked); update skipped\n",
+            (long long)step);
+  else
+    pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
+  reduce_sums(r, &sums);
+  o.loss_kd = o.empty ? NAN : sums.kd / counted;
+  o.loss_ce = o.empty ? NAN : sums.ce / counted;
+  o.loss = r->distill ? cfg->loss_alpha * o.loss_kd + (1 - cfg->loss_alpha) * o.loss_ce : o.loss_ce;
+  o.gnorm = o.empty ? 0.0 : update_reduce_grads(&r->update, be) / scale;
+  o.finite = isfinite(o.gnorm) && isfinite(o.loss);
+  if (!o.empty && scaler_update(scaler, o.finite)) {
+    const double clip = optim_clip_coef(o.gnorm, cfg->optim_clip);
+    adamw_apply(&r->update, be, o.lr, (float)(clip / scale), ++*updates, cfg->optim_beta1,
+                cfg->optim_beta2, cfg->optim_eps, cfg->optim_weight_decay);
+  }
+  o.dt = kd_now() - t0;
+  return o;
+}
+
+/* The console line and the metrics row of a step (`consumed`: samples after it; eta from the
+ * steps since `first`, begun at t_start). Collective (the memory peak). */
+static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
+                     const struct step_out *o, const struct kd_scaler *scaler, int64_t consumed) {
+  const struct kd_config *cfg = r->cfg;
+  const int T = cfg->data_seq_len;
+  const double tok_s = (double)cfg->par_global_batch * T / o->dt;
+  const double mfu = r->peak_all > 0 ? r->step_flops / o->dt / r->peak_all : NAN;
+  const size_t peak = mem_peak_all(r);
+  char eta[32];
+  kd_format_eta(eta, sizeof eta,
+                (kd_now() - t_start) / (double)(step - first + 1) * (double)(cfg->run_steps - step));
+  char parts[64] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
+  if (r->distill && !o->empty)
+    snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", o->loss_kd, o->loss_ce);
+  if (!o->empty) snprintf(lossw, sizeof lossw, "%.4f", o->loss);
+  kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
+          "%s tok/s | mfu %.1f%% | peak %s | eta %s\n",
+          (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
+          o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
+          100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
+  double v[11] = {o->loss,
+                  r->distill ? o->loss_kd : NAN,
+                  o->loss_ce,
+                  o->lr,
+                  o->gnorm,
+                  (double)scaler->skipped,
+                  (double)consumed * T,
+                  tok_s,
+                  mfu,
+                  (double)peak,
+                  NAN};
+  metrics_put(r, step, v, 11);
+}
+
+/* Minor page faults per step on rank 0: the first step's, then the others' mean and most. */
+struct fault_count {
+  long first, sum, max, n;
+};
+
+static void fault_add(struct fault_count *c, long flt) {
+  if (c->first < 0) {
+    c->first = flt;
+    return;
+  }
+  c->sum += flt;
+  c->n++;
+  if (flt > c->max) c->max = flt;
+}
+
+/* With checkpointing on, a run always ends on a checkpoint of its last step (also when it
+ * resumed at run%steps and had nothing left to do: a re-shard). Collective. */
+static void end_checkpoint(struct run *r, int64_t first, int64_t consumed, int64_t updates,
+                           const struct kd_scaler *scaler) {
+  const struct kd_config *cfg = r->cfg;
+  const int64_t done = first > cfg->run_steps ? r->resume.step : cfg->run_steps;
+  if (cfg->ckpt_every <= 0 || done <= 0 || (first <= cfg->run_steps && done % cfg->ckpt_every == 0))
+    return;
+  struct ckpt_state st = {done,            consumed,      updates, scaler->scale, scaler->good_steps,
+                          scaler->skipped, cfg->run_seed};
+  char err[1024];
+  const int rc = ckpt_save(cfg, update_state(&r->update), &st, MPI_COMM_WORLD, err, sizeof err);
+  if (rc) kd_exit_agreed(rc, "final checkpoint at step %lld: %s", (long long)done, err);
+  kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written at the end of the run\n", cfg->ckpt_dir,
+          (long long)done);
+}
+
+/* The steps from the resumed one to run%steps, checkpoints, validation. Collective. */
+static int train_loop(struct run *r) {
+  const struct kd_config *cfg = r->cfg;
   struct kd_scaler scaler;
   scaler_init(&scaler, cfg->prec_loss_scale);
   int64_t consumed = r->resume.consumed, updates = r->resume.updates;
@@ -508,80 +654,16 @@ static int train_loop(struct run *r) {
   ckpt_signals_training(cfg->ckpt_on_signal);
   const double t_start = kd_now();
   int status = KD_EXIT_OK;
-  long flt_first = -1, flt_sum = 0, flt_max = 0, flt_n = 0; /* minor page faults per step */
+  struct fault_count faults = {-1, 0, 0, 0};
 
   for (int64_t step = first; step <= cfg->run_steps; step++) {
-    const double t0 = kd_now();
     const long flt0 = kd_minor_faults();
-    const double lr = optim_lr(cfg, step);
-    const float scale = (float)scaler.scale;
-    be->zero(be, s->grad, s->numel);
-    struct loss_sums sums = {0, 0};
-    struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0};
-    r->tc_g0 = f.g0; /* the cached teacher rows follow the same samples */
-    /* losses are means over the counted labels of the whole global batch: every rank
-     * counts them from the data alone (no communication), so all agree */
-    const double counted = (double)data_count_labels(&r->train, consumed, gb);
-    const int empty = counted == 0;
-    if (empty)
-      kd_info("kdtrain: warning: step %lld: no counted label in the global batch (every "
-              "label masked); update skipped\n",
-              (long long)step);
-    else
-      pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
-    reduce_sums(r, &sums);
-    const double loss_kd = empty ? NAN : sums.kd / counted;
-    const double loss_ce = empty ? NAN : sums.ce / counted;
-    const double loss =
-        r->distill ? cfg->loss_alpha * loss_kd + (1 - cfg->loss_alpha) * loss_ce : loss_ce;
-    const double gnorm = empty ? 0.0 : update_reduce_grads(&r->update, be) / scale;
-    const int finite = isfinite(gnorm) && isfinite(loss);
-    if (!empty && scaler_update(&scaler, finite)) {
-      const double clip = optim_clip_coef(gnorm, cfg->optim_clip);
-      adamw_apply(&r->update, be, lr, (float)(clip / scale), ++updates, cfg->optim_beta1,
-                  cfg->optim_beta2, cfg->optim_eps, cfg->optim_weight_decay);
-    }
-    consumed += gb;
-    const double dt = kd_now() - t0;
-    const long flt = kd_minor_faults() - flt0;
-    if (flt_first < 0)
-      flt_first = flt;
-    else {
-      flt_sum += flt;
-      flt_n++;
-      if (flt > flt_max) flt_max = flt;
-    }
-    const double tok_s = gtokens / dt;
-    const double mfu = r->peak_all > 0 ? r->step_flops / dt / r->peak_all : NAN;
+    const struct step_out o = train_step(r, step, &scaler, consumed, &updates);
+    consumed += cfg->par_global_batch;
+    fault_add(&faults, kd_minor_faults() - flt0);
     const int last = step == cfg->run_steps;
-    if (step % cfg->log_every == 0 || last || step == first) {
-      const size_t peak = mem_peak_all(r);
-      char eta[32];
-      kd_format_eta(eta, sizeof eta,
-                    (kd_now() - t_start) / (double)(step - first + 1) *
-                        (double)(cfg->run_steps - step));
-      char parts[64] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
-      if (r->distill && !empty)
-        snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", loss_kd, loss_ce);
-      if (!empty) snprintf(lossw, sizeof lossw, "%.4f", loss);
-      kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
-              "%s tok/s | mfu %.1f%% | peak %s | eta %s\n",
-              (long long)step, (long long)cfg->run_steps, lossw, parts, lr, gnorm,
-              finite || empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s), 100 * mfu,
-              kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
-      double v[11] = {loss,
-                      r->distill ? loss_kd : NAN,
-                      loss_ce,
-                      lr,
-                      gnorm,
-                      (double)scaler.skipped,
-                      (double)consumed * T,
-                      tok_s,
-                      mfu,
-                      (double)peak,
-                      NAN};
-      metrics_put(r, step, v, 11);
-    }
+    if (step % cfg->log_every == 0 || last || step == first)
+      log_step(r, step, first, t_start, &o, &scaler, consumed);
     if (scaler.skipped > cfg->prec_max_skipped) {
       kd_info("kdtrain: %lld non-finite steps skipped, more than precision%%max_skipped = %d: "
               "training diverged\n",
@@ -597,23 +679,11 @@ static int train_loop(struct run *r) {
     if (cfg->data_valid_every > 0 && step % cfg->data_valid_every == 0 && !last)
       log_validation(r, step);
   }
-  if (flt_first >= 0)
+  if (faults.first >= 0)
     kd_info("kdtrain: minor page faults per step on rank 0: %ld in the first, %.1f on average "
             "and at most %ld in the %ld after it\n",
-            flt_first, flt_n ? (double)flt_sum / flt_n : 0.0, flt_max, flt_n);
-  /* with checkpointing on, a run always ends on a checkpoint of its last step (also
-   * when it resumed at run%steps and had nothing left to do: a re-shard) */
-  const int64_t done = first > cfg->run_steps ? r->resume.step : cfg->run_steps;
-  if (status == KD_EXIT_OK && cfg->ckpt_every > 0 && done > 0 &&
-      (first > cfg->run_steps || done % cfg->ckpt_every != 0)) {
-    struct ckpt_state st = {done,           consumed,     updates, scaler.scale, scaler.good_steps,
-                            scaler.skipped, cfg->run_seed};
-    char err[1024];
-    const int rc = ckpt_save(cfg, update_state(&r->update), &st, MPI_COMM_WORLD, err, sizeof err);
-    if (rc) kd_exit_agreed(rc, "final checkpoint at step %lld: %s", (long long)done, err);
-    kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written at the end of the run\n", cfg->ckpt_dir,
-            (long long)done);
-  }
+            faults.first, faults.n ? (double)faults.sum / faults.n : 0.0, faults.max, faults.n);
+  if (status == KD_EXIT_OK) end_checkpoint(r, first, consumed, updates, &scaler);
   if (status == KD_EXIT_OK) log_validation(r, cfg->run_steps);
   return status;
 }
