@@ -328,6 +328,47 @@ static hid_t open_param(hid_t group, const char *gname, const struct kd_param *p
   return d;
 }
 
+/* Entry q read from dataset d (its rows summed to `sum` over the ranks) against its stored
+ * checksums: the bound one (data, name, stored type and shape), and the plain data sum
+ * (required from format 1.2). 0 or KD_EXIT_INPUT naming the dataset. */
+static int check_sums(const struct weights_io *io, hid_t d, const char *gname,
+                      const struct kd_param *q, uint64_t sum, char *err, size_t errlen) {
+  int64_t want[2] = {q->shape[0], q->ndim == 2 ? q->shape[1] : 1};
+  char why[1200], dpath[512];
+  snprintf(dpath, sizeof dpath, "/%s/%s", gname, q->name);
+  char tag[16]; /* the stored type: a float32 file retyped to float64 fails its check */
+  hid_t t = H5Dget_type(d);
+  snprintf(tag, sizeof tag, "f%zu", 8 * (t >= 0 ? H5Tget_size(t) : 0));
+  if (t >= 0) H5Tclose(t);
+  const uint64_t got = sum + checksum_bind(dpath, tag, q->ndim, want);
+  uint64_t stored = 0, plain = 0;
+  const int idxmix = io->all_sums || h5attr_exists(d, CHECKSUM_IDXMIX);
+  if (h5attr_get_u64(d, CHECKSUM_BOUND, &stored, why, sizeof why) != 0) {
+    kd_seterr(err, errlen,
+              "%s: the file is damaged or was written by a kdtrain older than format 1.1", why);
+    return KD_EXIT_INPUT;
+  }
+  if (got != stored) {
+    kd_seterr(err, errlen,
+              "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
+              "): the file is corrupted, or this dataset is not the one stored under this name",
+              io->path, gname, q->name, stored, got);
+    return KD_EXIT_INPUT;
+  }
+  if (idxmix && h5attr_get_u64(d, CHECKSUM_IDXMIX, &plain, why, sizeof why) != 0) {
+    kd_seterr(err, errlen, "%s: the file is damaged", why);
+    return KD_EXIT_INPUT;
+  }
+  if (idxmix && plain != sum) {
+    kd_seterr(err, errlen,
+              "%s: /%s/%s attribute '" CHECKSUM_IDXMIX "' is %016" PRIx64 " but the data sum "
+              "to %016" PRIx64 ": the attribute was changed",
+              io->path, gname, q->name, plain, sum);
+    return KD_EXIT_INPUT;
+  }
+  return 0;
+}
+
 /* Read the entries [p0, p1) of /<gname> into `buf` (the model's buffer of backend `be`,
  * entries at their offsets), into the packed BF16 storage of a MODEL_FROZEN16 model
  * (buf NULL, packed), or with one entry into `one` (host memory), and verify the checksums.
@@ -400,42 +441,8 @@ static int read_entries(struct weights_io *io, hid_t group, const char *gname, i
   if (!st) {
     /* every rank computed its parts: the sums are collective whatever the attributes hold */
     MPI_Allreduce(MPI_IN_PLACE, sum, n, MPI_UINT64_T, MPI_SUM, io->comm);
-    for (int k = 0; k < n && !st; k++) {
-      const struct kd_param *q = &m->params[p0 + k];
-      int64_t want[2] = {q->shape[0], q->ndim == 2 ? q->shape[1] : 1};
-      char why[1200], dpath[512];
-      snprintf(dpath, sizeof dpath, "/%s/%s", gname, q->name);
-      char tag[16]; /* the stored type: a float32 file retyped to float64 fails its check */
-      hid_t t = H5Dget_type(d[k]);
-      snprintf(tag, sizeof tag, "f%zu", 8 * (t >= 0 ? H5Tget_size(t) : 0));
-      if (t >= 0) H5Tclose(t);
-      const uint64_t got = sum[k] + checksum_bind(dpath, tag, q->ndim, want);
-      uint64_t stored = 0, plain = 0;
-      if (h5attr_get_u64(d[k], CHECKSUM_BOUND, &stored, why, sizeof why) != 0) {
-        kd_seterr(err, errlen,
-                  "%s: the file is damaged or was written by a kdtrain older than "
-                  "format 1.1",
-                  why);
-        st = KD_EXIT_INPUT;
-      } else if (got != stored) {
-        kd_seterr(err, errlen,
-                  "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
-                  "): the file is corrupted, or this dataset is not the one stored under this "
-                  "name",
-                  io->path, gname, q->name, stored, got);
-        st = KD_EXIT_INPUT;
-      } else if ((io->all_sums || h5attr_exists(d[k], CHECKSUM_IDXMIX)) &&
-                 h5attr_get_u64(d[k], CHECKSUM_IDXMIX, &plain, why, sizeof why) != 0) {
-        kd_seterr(err, errlen, "%s: the file is damaged", why);
-        st = KD_EXIT_INPUT;
-      } else if ((io->all_sums || h5attr_exists(d[k], CHECKSUM_IDXMIX)) && plain != sum[k]) {
-        kd_seterr(err, errlen,
-                  "%s: /%s/%s attribute '" CHECKSUM_IDXMIX "' is %016" PRIx64 " but the data "
-                  "sum to %016" PRIx64 ": the attribute was changed",
-                  io->path, gname, q->name, plain, sum[k]);
-        st = KD_EXIT_INPUT;
-      }
-    }
+    for (int k = 0; k < n && !st; k++)
+      st = check_sums(io, d[k], gname, &m->params[p0 + k], sum[k], err, errlen);
     st = kd_agree(st, err, errlen, io->comm);
   }
   for (int k = 0; k < n; k++)
