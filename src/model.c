@@ -144,6 +144,35 @@ int model_check_layout(const struct kd_card *c, const char *who, int tp, int pp,
   return KD_EXIT_INPUT;
 }
 
+/* The buffers of a built table for its kind: weights (FP32, or packed BF16 with the FP32
+ * 1-D tensors for MODEL_FROZEN16), and for a trained model gradients, the FP32 master copy
+ * (bf16 runs) and the AdamW moments; the per-layer views into them. */
+static void model_alloc(struct kd_model *mdl, struct kd_backend *be, int kind) {
+  const size_t bytes = mdl->numel * sizeof(float);
+  const int bf16 = be->bf16;
+  const size_t nl = (size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1);
+  mdl->pw.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
+  mdl->pg.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
+  if (kind == MODEL_FROZEN16) { /* packed BF16 + the FP32 1-D tensors; no w, no master */
+    for (int k = 0; k < mdl->nparams; k++)
+      if (mdl->params[k].ndim == 1) mdl->nvec += mdl->params[k].numel;
+    mdl->w16 = be->alloc(be, KD_MEM_WEIGHTS, mdl->numel * sizeof(uint16_t));
+    mdl->wvec = be->alloc(be, KD_MEM_WEIGHTS, mdl->nvec * sizeof(float));
+    model_views(mdl, &mdl->pw, mdl->wvec, mdl->w16);
+    return;
+  }
+  mdl->w = be->alloc(be, KD_MEM_WEIGHTS, bytes);
+  mdl->master = mdl->w; /* frozen and sharded: loaded straight into the compute copy */
+  if (!mdl->frozen) mdl->grad = be->alloc(be, KD_MEM_GRADS, bytes);
+  if (kind == MODEL_TRAIN) {
+    if (bf16) mdl->master = be->alloc(be, KD_MEM_WEIGHTS, bytes);
+    mdl->m = be->alloc(be, KD_MEM_OPTIM, bytes);
+    mdl->v = be->alloc(be, KD_MEM_OPTIM, bytes);
+  }
+  model_views(mdl, &mdl->pw, mdl->w, NULL);
+  if (mdl->grad) model_views(mdl, &mdl->pg, mdl->grad, NULL);
+}
+
 void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
                       int kind, int vocab_common, const struct kd_grid *g) {
   memset(mdl, 0, sizeof *mdl);
@@ -227,30 +256,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   if (g) mdl->emb_comm = grid_embedding_comm(g, tied);
 
   mdl->be = be;
-  if (kind == MODEL_TABLE) return;
-  const size_t bytes = mdl->numel * sizeof(float);
-  const int bf16 = be->bf16;
-  const size_t nl = (size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1);
-  mdl->pw.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
-  mdl->pg.layer = kd_calloc(nl, sizeof(struct layer_ptrs));
-  if (kind == MODEL_FROZEN16) { /* packed BF16 + the FP32 1-D tensors; no w, no master */
-    for (int k = 0; k < mdl->nparams; k++)
-      if (mdl->params[k].ndim == 1) mdl->nvec += mdl->params[k].numel;
-    mdl->w16 = be->alloc(be, KD_MEM_WEIGHTS, mdl->numel * sizeof(uint16_t));
-    mdl->wvec = be->alloc(be, KD_MEM_WEIGHTS, mdl->nvec * sizeof(float));
-    model_views(mdl, &mdl->pw, mdl->wvec, mdl->w16);
-    return;
-  }
-  mdl->w = be->alloc(be, KD_MEM_WEIGHTS, bytes);
-  mdl->master = mdl->w; /* frozen and sharded: loaded straight into the compute copy */
-  if (!frozen) mdl->grad = be->alloc(be, KD_MEM_GRADS, bytes);
-  if (kind == MODEL_TRAIN) {
-    if (bf16) mdl->master = be->alloc(be, KD_MEM_WEIGHTS, bytes);
-    mdl->m = be->alloc(be, KD_MEM_OPTIM, bytes);
-    mdl->v = be->alloc(be, KD_MEM_OPTIM, bytes);
-  }
-  model_views(mdl, &mdl->pw, mdl->w, NULL);
-  if (mdl->grad) model_views(mdl, &mdl->pg, mdl->grad, NULL);
+  if (kind != MODEL_TABLE) model_alloc(mdl, be, kind);
 }
 
 void model_build(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
