@@ -16,8 +16,8 @@
 
 #include "util.h"
 
-const char *const kd_mem_names[KD_MEM_NCAT] = {
-    "weights", "grads", "optim", "acts", "loss", "comm", "host", "scratch"};
+const char *const kd_mem_names[KD_MEM_NCAT] = {"weights", "grads", "optim", "acts",
+                                               "loss",    "comm",  "host",  "scratch"};
 
 /* Each block carries a 64-byte header holding its size and category. */
 struct block_header {
@@ -97,6 +97,7 @@ void arena_free(struct kd_arena *a, void *p) {
 }
 
 void arena_reset_peaks(struct kd_arena *a) {
-  for (int c = 0; c < KD_MEM_NCAT; c++) a->peak[c] = a->live[c];
+  for (int c = 0; c < KD_MEM_NCAT; c++)
+    a->peak[c] = a->live[c];
   a->peak_total = a->live_total;
 }

@@ -28,7 +28,6 @@
 
 #define CKPT_LATEST "latest"
 
-
 /* --- /state: one scalar dataset per field, and a checksum over all of them ----------- */
 
 enum state_kind { ST_I64, ST_F64 };
@@ -37,7 +36,8 @@ struct state_field {
   enum state_kind kind;
   size_t off;
 };
-#define SF(f, k) {#f, k, offsetof(struct ckpt_state, f)}
+#define SF(f, k)                                                                                   \
+  { #f, k, offsetof(struct ckpt_state, f) }
 static const struct state_field state_fields[] = {
     SF(step, ST_I64),       SF(consumed, ST_I64), SF(updates, ST_I64), SF(loss_scale, ST_F64),
     SF(good_steps, ST_I64), SF(skipped, ST_I64),  SF(seed, ST_I64),
@@ -101,14 +101,14 @@ static int state_write(hid_t file, const struct ckpt_state *st, int rank, MPI_Co
 
 /* Read /state (every rank reads it) and verify its checksums (both required when
  * `all_sums`, a format 1.2 file): 0 or KD_EXIT_INPUT. */
-static int state_read(hid_t file, const char *path, int all_sums, struct ckpt_state *st,
-                      char *err, size_t errlen) {
+static int state_read(hid_t file, const char *path, int all_sums, struct ckpt_state *st, char *err,
+                      size_t errlen) {
   memset(st, 0, sizeof *st);
   if (H5Lexists(file, "state", H5P_DEFAULT) <= 0) {
     kd_seterr(err, errlen,
-           "%s has no /state group: it is a weights file, not a checkpoint (name it as "
-           "&student init instead of checkpoint%%resume)",
-           path);
+              "%s has no /state group: it is a weights file, not a checkpoint (name it as "
+              "&student init instead of checkpoint%%resume)",
+              path);
     return KD_EXIT_INPUT;
   }
   hid_t g = H5Gopen2(file, "state", H5P_DEFAULT);
@@ -119,19 +119,18 @@ static int state_read(hid_t file, const char *path, int all_sums, struct ckpt_st
     hid_t d = H5Lexists(g, f->name, H5P_DEFAULT) > 0 ? H5Dopen2(g, f->name, H5P_DEFAULT) : -1;
     hid_t s = d >= 0 ? H5Dget_space(d) : -1, t = d >= 0 ? H5Dget_type(d) : -1;
     /* the stored type is the one the checksum describes (int64 or float64) */
-    int ok = d >= 0 && s >= 0 && t >= 0 && H5Sget_simple_extent_type(s) == H5S_SCALAR &&
-             H5Tget_class(t) == (f->kind == ST_I64 ? H5T_INTEGER : H5T_FLOAT) &&
-             H5Tget_size(t) == 8 &&
-             H5Dread(d, state_mtype(f->kind), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                     (char *)st + f->off) >= 0;
+    int ok =
+        d >= 0 && s >= 0 && t >= 0 && H5Sget_simple_extent_type(s) == H5S_SCALAR &&
+        H5Tget_class(t) == (f->kind == ST_I64 ? H5T_INTEGER : H5T_FLOAT) && H5Tget_size(t) == 8 &&
+        H5Dread(d, state_mtype(f->kind), H5S_ALL, H5S_ALL, H5P_DEFAULT, (char *)st + f->off) >= 0;
     if (t >= 0) H5Tclose(t);
     if (s >= 0) H5Sclose(s);
     if (d >= 0) H5Dclose(d);
     if (!ok) {
       kd_seterr(err, errlen,
-             "%s has no readable scalar dataset /state/%s (%s): the checkpoint is incomplete or "
-             "damaged",
-             path, f->name, f->kind == ST_I64 ? "int64" : "float64");
+                "%s has no readable scalar dataset /state/%s (%s): the checkpoint is incomplete or "
+                "damaged",
+                path, f->name, f->kind == ST_I64 ? "int64" : "float64");
       st_rc = KD_EXIT_INPUT;
     }
   }
@@ -161,9 +160,9 @@ static int state_read(hid_t file, const char *path, int all_sums, struct ckpt_st
   if (!st_rc && (st->step < 0 || st->consumed < 0 || st->updates < 0 || st->updates > st->step ||
                  !(st->loss_scale > 0))) {
     kd_seterr(err, errlen,
-           "%s: /state holds impossible values (step %" PRId64 ", consumed %" PRId64
-           ", updates %" PRId64 ", loss_scale %g)",
-           path, st->step, st->consumed, st->updates, st->loss_scale);
+              "%s: /state holds impossible values (step %" PRId64 ", consumed %" PRId64
+              ", updates %" PRId64 ", loss_scale %g)",
+              path, st->step, st->consumed, st->updates, st->loss_scale);
     st_rc = KD_EXIT_INPUT;
   }
   if (g >= 0) H5Gclose(g);
@@ -178,14 +177,15 @@ int ckpt_load(const char *path, struct kd_model *mdl, struct ckpt_state *st, MPI
   size_t n = strlen(path);
   if (n >= 4 && strcmp(path + n - 4, ".tmp") == 0) {
     kd_seterr(err, errlen,
-           "%s is an unfinished checkpoint (.tmp: its write never completed); resume from "
-           "the directory's latest checkpoint instead",
-           path);
+              "%s is an unfinished checkpoint (.tmp: its write never completed); resume from "
+              "the directory's latest checkpoint instead",
+              path);
     return KD_EXIT_INPUT;
   }
   struct weights_io io;
   int rc = weights_open(&io, path, mdl, comm, err, errlen);
-  if (!rc) rc = kd_agree(state_read(io.file, path, io.all_sums, st, err, errlen), err, errlen, comm);
+  if (!rc)
+    rc = kd_agree(state_read(io.file, path, io.all_sums, st, err, errlen), err, errlen, comm);
   if (!rc) rc = weights_read_group(&io, "params", mdl->master, err, errlen);
   if (!rc) rc = weights_read_group(&io, "optim/exp_avg", mdl->m, err, errlen);
   if (!rc) rc = weights_read_group(&io, "optim/exp_avg_sq", mdl->v, err, errlen);
@@ -211,7 +211,7 @@ static int read_latest(const char *dir, char *path, size_t pathlen, char *err, s
   size_t n = strlen(name);
   if (!got || n < 4 || strchr(name, '/') || strcmp(name + n - 3, ".h5") != 0) {
     kd_seterr(err, errlen, "%s does not name a checkpoint file ('%s'); expected step_NNNNNNNN.h5",
-           lp, name);
+              lp, name);
     return KD_EXIT_INPUT;
   }
   if (snprintf(path, pathlen, "%s/%s", dir, name) >= (int)pathlen) {
@@ -246,8 +246,8 @@ static int resolve_rank0(const struct kd_config *cfg, char *path, size_t pathlen
   return 0;
 }
 
-int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Comm comm,
-                 char *err, size_t errlen) {
+int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Comm comm, char *err,
+                 size_t errlen) {
   int rank;
   MPI_Comm_rank(comm, &rank);
   if (errlen > 0) err[0] = '\0';
@@ -258,7 +258,6 @@ int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Co
 }
 
 /* --- save and publish -------------------------------------------------------------------- */
-
 
 /* fsync a file or directory by path (publication order survives a power cut). */
 static void sync_path(const char *path) {
@@ -314,8 +313,8 @@ static void prune(const char *dir, int keep, const char *latest_name) {
     if (keep > 0 && i + (size_t)keep < n && strcmp(names[i], latest_name) != 0) {
       char full[KD_PATH_MAX + 300];
       snprintf(full, sizeof full, "%s/%s", dir, names[i]);
-      if (unlink(full) != 0) kd_warn("cannot remove old checkpoint %s: %s\n", full,
-                                     strerror(errno));
+      if (unlink(full) != 0)
+        kd_warn("cannot remove old checkpoint %s: %s\n", full, strerror(errno));
     }
     free(names[i]);
   }
@@ -346,8 +345,8 @@ static int publish(const struct kd_config *cfg, const char *tmp, const char *fin
   return 0;
 }
 
-int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
-              const struct ckpt_state *st, MPI_Comm comm, char *err, size_t errlen) {
+int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl, const struct ckpt_state *st,
+              MPI_Comm comm, char *err, size_t errlen) {
   int rank;
   MPI_Comm_rank(comm, &rank);
   if (errlen > 0) err[0] = '\0';
@@ -422,7 +421,9 @@ void ckpt_signals_install(void) {
                      "kdtrain: rank %d: %s before training started (while loading): stopped, "
                      "nothing written; exit status %d (not 5: there is no new checkpoint)\n",
                      kd_rank(), names[i], 128 + sigs[i]);
-    early_len[i] = n < 0 ? 0 : (size_t)n < sizeof early_msg[i] ? (size_t)n : sizeof early_msg[i] - 1;
+    early_len[i] = n < 0                             ? 0
+                   : (size_t)n < sizeof early_msg[i] ? (size_t)n
+                                                     : sizeof early_msg[i] - 1;
   }
   training = 0;
   kd_stop_signals(on_signal); /* SA_RESTART: a checkpoint write must not fail on EINTR */
@@ -444,16 +445,18 @@ int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64
   MPI_Allreduce(&mine, &sig, 1, MPI_INT, MPI_MAX, comm);
   const int due = cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0;
   if (!sig && !due) return 0;
-  struct ckpt_state st = {step,           consumed,           updates, scaler->scale,
-                          scaler->good_steps, scaler->skipped, cfg->run_seed};
+  struct ckpt_state st = {
+      step, consumed, updates, scaler->scale, scaler->good_steps, scaler->skipped, cfg->run_seed};
   char err[1024];
   const double t0 = kd_now();
   int rc = ckpt_save(cfg, mdl, &st, comm, err, sizeof err);
   if (rc) kd_exit_agreed(rc, "checkpoint at step %lld: %s", (long long)step, err);
   kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written in %.2f s%s\n", cfg->ckpt_dir,
           (long long)step, kd_now() - t0, sig ? " (stopping on a signal)" : "");
-  if (sig) kd_info("kdtrain: stopped by signal %d after step %lld: exit status 5, resume "
-                   "with checkpoint%%resume='auto'\n", sig, (long long)step);
+  if (sig)
+    kd_info("kdtrain: stopped by signal %d after step %lld: exit status 5, resume "
+            "with checkpoint%%resume='auto'\n",
+            sig, (long long)step);
   return sig != 0;
 }
 

@@ -28,8 +28,8 @@ struct ckpt_state {
  * to a checkpoint file in `path` ('' = start fresh). Collective: rank 0 decides.
  * 0 or KD_EXIT_INPUT (a named checkpoint that does not exist, a .tmp file, a broken
  * latest), with the message in err on every rank. */
-int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Comm comm,
-                 char *err, size_t errlen);
+int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Comm comm, char *err,
+                 size_t errlen);
 
 /* Load master weights, moments and state from checkpoint `path` into `mdl` (not
  * frozen) and `st`. Collective; any layout reads by hyperslab. 0, KD_EXIT_INPUT
@@ -40,8 +40,8 @@ int ckpt_load(const char *path, struct kd_model *mdl, struct ckpt_state *st, MPI
 /* Write DIR/step_NNNNNNNN.h5 for st->step: write .h5.tmp, close, agree on success,
  * rename, replace DIR/latest by rename, prune to checkpoint%keep. Collective. 0 or
  * KD_EXIT_IO (nothing published), with the message in err on every rank. */
-int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl,
-              const struct ckpt_state *st, MPI_Comm comm, char *err, size_t errlen);
+int ckpt_save(const struct kd_config *cfg, const struct kd_model *mdl, const struct ckpt_state *st,
+              MPI_Comm comm, char *err, size_t errlen);
 
 /* Put a resumed state into the loss scaler (the scaler's mode comes from the input). */
 void ckpt_restore_scaler(const struct ckpt_state *st, struct kd_scaler *scaler);
@@ -61,8 +61,7 @@ void ckpt_test_delay(const char *var);
  * the run must stop (a signal checkpoint was written), 0 to go on; a failed save
  * ends the run with KD_EXIT_IO. */
 int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64_t step,
-                  int64_t consumed, int64_t updates, const struct kd_scaler *scaler,
-                  MPI_Comm comm);
+                  int64_t consumed, int64_t updates, const struct kd_scaler *scaler, MPI_Comm comm);
 
 /* Startup hook, collective: load checkpoint `path` (checkpoint%resume as ckpt_resolve gave
  * it) into `mdl` and `st` and return 1; '' is a fresh start: 0, st zeroed. A refused

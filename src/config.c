@@ -180,8 +180,11 @@ static int card_find(char *path, size_t plen, const char *name, const char *rela
     if (kd_is_file(name)) return absolute(path, plen, name) ? 0 : 1;
     struct stat st;
     if (stat(name, &st) == 0) /* a FIFO would block the read, a device never end */
-      return snprintf(msg, mlen, "model card file '%s' is not a regular file (%s); expected a "
-                      "file", name, kd_file_kind(st.st_mode)), 1;
+      return snprintf(msg, mlen,
+                      "model card file '%s' is not a regular file (%s); expected a "
+                      "file",
+                      name, kd_file_kind(st.st_mode)),
+             1;
     dir_of(cand, sizeof cand, relative_to);
     if (name[0] != '/') {
       snprintf(cand + strlen(cand), sizeof cand - strlen(cand), "/%s", name);
@@ -338,8 +341,8 @@ static int check_exists_at(struct namelist_ctx *c, size_t i, size_t e, const cha
   /* a FIFO would block the open, a device never end: only regular files (and, with
    * dir_ok, directories) are taken */
   if (!S_ISREG(st.st_mode) && !(dir_ok && S_ISDIR(st.st_mode)))
-    return namelist_key_err(c, i, -1, "%s '%s' is not a regular file (%s); expected a %s", what,
-                            p, kd_file_kind(st.st_mode), dir_ok ? "file or a directory" : "file");
+    return namelist_key_err(c, i, -1, "%s '%s' is not a regular file (%s); expected a %s", what, p,
+                            kd_file_kind(st.st_mode), dir_ok ? "file or a directory" : "file");
   if (access(p, R_OK) != 0)
     return namelist_key_err(c, i, -1, "%s '%s' is not readable; expected a readable file", what, p);
   return 0;
@@ -434,9 +437,10 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
     struct stat st;
     dir_of(d, sizeof d, cfg->log_metrics);
     if (strcmp(d, cfg->run_out_dir) != 0 && (stat(d, &st) != 0 || !S_ISDIR(st.st_mode)))
-      return namelist_key_err(c, mk, -1, "the directory '%s' of '%s' does not exist; expected "
-                              "an existing directory (kdtrain creates only run%%out_dir)", d,
-                              cfg->log_metrics);
+      return namelist_key_err(c, mk, -1,
+                              "the directory '%s' of '%s' does not exist; expected "
+                              "an existing directory (kdtrain creates only run%%out_dir)",
+                              d, cfg->log_metrics);
   }
   if (cfg->optim_min_lr > cfg->optim_lr)
     return namelist_key_err(c, key_index(c, "optim", "min_lr"), (long)key_index(c, "optim", "lr"),
@@ -493,7 +497,8 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
     rc = namelist_override(&c, overrides[i]);
   for (size_t i = 0; i < c.n; i++) { /* for config_where (the checks below use it too) */
     size_t g = i;
-    while (g > 0 && strcmp(c.keys[g - 1].group, c.keys[i].group) == 0) g--;
+    while (g > 0 && strcmp(c.keys[g - 1].group, c.keys[i].group) == 0)
+      g--;
     where_line[i] = c.line[i] ? c.line[i] : c.gline[g];
     where_set[i] = c.line[i] > 0 || c.setby[i];
     snprintf(where_word[i], sizeof where_word[i], "%s", c.setby[i] ? c.setby[i] : "");
@@ -544,7 +549,8 @@ enum kd_resume config_resume(const struct kd_config *cfg) {
                                                  : KD_RESUME_PATH;
 }
 
-int config_check_batch(const struct kd_config *cfg, int dp, char *err, size_t errlen) { /* dp 0: unknown */
+int config_check_batch(const struct kd_config *cfg, int dp, char *err,
+                       size_t errlen) { /* dp 0: unknown */
   const int64_t per = (int64_t)cfg->par_micro_batch * (dp > 0 ? dp : 1);
   if (cfg->par_global_batch % per == 0) return 0;
   char where[KD_PATH_MAX + 96];

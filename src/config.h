@@ -27,19 +27,19 @@ struct kd_config {
   char source[KD_PATH_MAX]; /* the input file */
 
   /* &run */
-  enum kd_run_mode run_mode;    /* 'distill' | 'train' | 'eval' | 'cache' */
-  int64_t run_steps;            /* last step number (counts steps before a resume) */
+  enum kd_run_mode run_mode; /* 'distill' | 'train' | 'eval' | 'cache' */
+  int64_t run_steps;         /* last step number (counts steps before a resume) */
   int64_t run_seed;
-  enum kd_device run_device;    /* 'auto' | 'cpu' | 'cuda' | 'devsim' */
+  enum kd_device run_device; /* 'auto' | 'cpu' | 'cuda' | 'devsim' */
   char run_out_dir[KD_PATH_MAX];
   /* &teacher */
   char teacher_card[KD_PATH_MAX];
-  char teacher_init[KD_PATH_MAX]; /* HDF5 weights file */
-  enum kd_teacher_source teacher_source;  /* 'live' | 'cache' (doc/cache.md) */
-  char teacher_cache[KD_PATH_MAX];        /* the teacher cache file (made by mode 'cache') */
-  int teacher_cache_k;                    /* entries per token position */
+  char teacher_init[KD_PATH_MAX];          /* HDF5 weights file */
+  enum kd_teacher_source teacher_source;   /* 'live' | 'cache' (doc/cache.md) */
+  char teacher_cache[KD_PATH_MAX];         /* the teacher cache file (made by mode 'cache') */
+  int teacher_cache_k;                     /* entries per token position */
   enum tcache_select teacher_cache_select; /* 'topk' | 'sample' */
-  int teacher_cache_compress;             /* deflate + shuffle on the cache datasets */
+  int teacher_cache_compress;              /* deflate + shuffle on the cache datasets */
   /* &student */
   char student_card[KD_PATH_MAX];
   char student_init[KD_PATH_MAX]; /* 'random' or an HDF5 weights file */

@@ -14,8 +14,8 @@
 #include "words.h"
 
 int data_open_blend(struct kd_data *d, int n, const char *const *paths, const double *weights,
-                    enum kd_data_format format, int seq_len, int vocab_size, uint64_t seed, char *err,
-                    size_t errlen) {
+                    enum kd_data_format format, int seq_len, int vocab_size, uint64_t seed,
+                    char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
   if (n < 1 || n > DATA_MAX_SETS) {
     kd_seterr(err, errlen, "%d data files; expected 1 to %d", n, DATA_MAX_SETS);
@@ -46,8 +46,7 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
     s->perm_epoch = -1;
     /* file 0 keeps the single-file order of (seed, epoch); others get their own */
     s->seed = seed ^ (uint64_t)i * 0xD1B54A32D192ED03ull;
-    int rc = data_source_open(&s->src, paths[i], format, vocab_size, err,
-                              errlen);
+    int rc = data_source_open(&s->src, paths[i], format, vocab_size, err, errlen);
     if (rc) {
       data_close(d);
       return rc;
@@ -73,8 +72,8 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
   return KD_EXIT_OK;
 }
 
-int data_open(struct kd_data *d, const char *path, enum kd_data_format format, int seq_len, int vocab_size,
-              uint64_t seed, char *err, size_t errlen) {
+int data_open(struct kd_data *d, const char *path, enum kd_data_format format, int seq_len,
+              int vocab_size, uint64_t seed, char *err, size_t errlen) {
   return data_open_blend(d, 1, &path, NULL, format, seq_len, vocab_size, seed, err, errlen);
 }
 
@@ -223,6 +222,5 @@ int data_open_train(struct kd_data *d, const struct kd_config *cfg, int vocab_si
   for (int i = 0; i < cfg->data_ntrain; i++)
     paths[i] = cfg->data_train[i];
   return data_open_blend(d, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format,
-                         cfg->data_seq_len, vocab_size,
-                         (uint64_t)cfg->run_seed, err, errlen);
+                         cfg->data_seq_len, vocab_size, (uint64_t)cfg->run_seed, err, errlen);
 }

@@ -37,12 +37,12 @@ struct kd_data {
  * file is missing, truncated or foreign, holds fewer than seq_len + 1 tokens, or holds a
  * token outside [0, vocab_size) (data_source.h). Not collective. */
 int data_open_blend(struct kd_data *d, int n, const char *const *paths, const double *weights,
-                    enum kd_data_format format, int seq_len, int vocab_size, uint64_t seed, char *err,
-                    size_t errlen);
+                    enum kd_data_format format, int seq_len, int vocab_size, uint64_t seed,
+                    char *err, size_t errlen);
 
 /* data_open_blend of the single file `path`. */
-int data_open(struct kd_data *d, const char *path, enum kd_data_format format, int seq_len, int vocab_size,
-              uint64_t seed, char *err, size_t errlen);
+int data_open(struct kd_data *d, const char *path, enum kd_data_format format, int seq_len,
+              int vocab_size, uint64_t seed, char *err, size_t errlen);
 void data_close(struct kd_data *d);
 
 /* data_open_blend of the run's training blend (&data train, weights, format, seq_len; the

@@ -15,9 +15,9 @@ struct kd_grid {
   int world, rank;
   int tp, pp, dp;
   int tp_rank, pp_rank, dp_rank;
-  MPI_Comm tp_comm; /* ranks of my (pp, dp) that split tensors */
-  MPI_Comm dp_comm; /* ranks of my (pp, tp) that hold the same shard of the model */
-  MPI_Comm pp_comm; /* ranks of my (tp, dp) that form one pipeline */
+  MPI_Comm tp_comm;   /* ranks of my (pp, dp) that split tensors */
+  MPI_Comm dp_comm;   /* ranks of my (pp, tp) that hold the same shard of the model */
+  MPI_Comm pp_comm;   /* ranks of my (tp, dp) that form one pipeline */
   MPI_Comm node_comm; /* ranks on my node (sharing memory) */
   int node_rank, node_size;
 };

@@ -67,17 +67,26 @@ static float **field(struct layer_acts *l, int f) {
 static size_t field_width(const struct acts_dims *d, int f) {
   switch (f) {
   case F_RSTD1:
-  case F_RSTD2: return 1;
-  case F_QKV: return (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
-  case F_ATT: return (size_t)d->q_dim;
-  case F_LSE: return (size_t)d->heads;
-  case F_GU: return 2 * (size_t)d->ffn;
-  case F_MLP: return (size_t)d->ffn;
-  default: return (size_t)d->C;
+  case F_RSTD2:
+    return 1;
+  case F_QKV:
+    return (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
+  case F_ATT:
+    return (size_t)d->q_dim;
+  case F_LSE:
+    return (size_t)d->heads;
+  case F_GU:
+    return 2 * (size_t)d->ffn;
+  case F_MLP:
+    return (size_t)d->ffn;
+  default:
+    return (size_t)d->C;
   }
 }
 
-static int is_mlp_field(int f) { return f == F_GU || f == F_MLP; }
+static int is_mlp_field(int f) {
+  return f == F_GU || f == F_MLP;
+}
 
 /* Layers per recompute segment ('full'), else 1. */
 static int segment(const struct acts_dims *d) {
@@ -151,9 +160,8 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
   for (int j = 0; j < a->nwork; j++)
     for (int f = 0; f < NFIELD; f++)
       if (in_work(d, j, f))
-        *field(&a->work[j], f) = take(s, KD_MEM_ACTS,
-                                      (is_mlp_field(f) ? rows_mlp : N) * field_width(d, f),
-                                      sizeof(float));
+        *field(&a->work[j], f) = take(
+            s, KD_MEM_ACTS, (is_mlp_field(f) ? rows_mlp : N) * field_width(d, f), sizeof(float));
   for (int j = 1; j < a->nwork && d->pol.tiled_mlp; j++) {
     a->work[j].gu = a->work[0].gu;
     a->work[j].mlp = a->work[0].mlp;
@@ -194,8 +202,8 @@ void acts_plan(const struct acts_dims *d, int owns_ws, size_t bytes[KD_MEM_NCAT]
   free(a.work);
 }
 
-void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl,
-                       int B, int T, const struct kd_acts *share) {
+void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl, int B,
+                       int T, const struct kd_acts *share) {
   memset(a, 0, sizeof *a);
   struct acts_dims d;
   acts_dims_of(&d, mdl, B, T);
@@ -220,7 +228,8 @@ void acts_build(struct kd_acts *a, struct kd_backend *be, const struct kd_model 
 }
 
 void acts_free(struct kd_acts *a, struct kd_backend *be) {
-  for (int k = a->nblocks - 1; k >= 0; k--) be->free(be, a->blocks[k]);
+  for (int k = a->nblocks - 1; k >= 0; k--)
+    be->free(be, a->blocks[k]);
   free(a->blocks);
   free(a->keep);
   if (a->owns_ws) free(a->work);

@@ -46,7 +46,7 @@ struct kd_acts {
   int *tokens;             /* (N) inputs of the micro-batch kept for backward */
   /* gradient workspace, shared by all layers (NULL when frozen); dgu, dmlp tile-sized */
   float *dres, *dh, *dqkv, *datt, *dgu, *dmlp, *dhn;
-  void **blocks;           /* every block this set allocated, for acts_free */
+  void **blocks; /* every block this set allocated, for acts_free */
   int nblocks;
 };
 
@@ -65,8 +65,8 @@ void acts_plan(const struct acts_dims *d, int owns_ws, size_t bytes[KD_MEM_NCAT]
 void acts_build(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl, int B, int T);
 /* The same, sharing the working set and gradient workspace of `share` (another
  * in-flight micro-batch of the same stage: backward passes run one at a time). */
-void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl,
-                       int B, int T, const struct kd_acts *share);
+void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl, int B,
+                       int T, const struct kd_acts *share);
 void acts_free(struct kd_acts *a, struct kd_backend *be);
 
 /* Where the stage's input hidden state (N, C) goes when it is not the first stage

@@ -13,7 +13,7 @@
 #include "words.h" /* enum loss_kind */
 
 struct loss_spec {
-  int distill;       /* 1: alpha * KD + (1 - alpha) * CE; 0: CE only (mode 'train'/'eval') */
+  int distill; /* 1: alpha * KD + (1 - alpha) * CE; 0: CE only (mode 'train'/'eval') */
   enum loss_kind kind;
   float temperature; /* softmax temperature of the KD term (CE always uses 1) */
   float alpha;       /* weight of the KD term */

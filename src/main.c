@@ -16,26 +16,25 @@
 #include "weights.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: kdtrain [options] INPUT.nml [group%%key=value ...]\n"
-          "\n"
-          "Distil a teacher language model into a student (or train one) as set by the\n"
-          "Fortran namelist INPUT.nml; trailing group%%key=value words override the file.\n"
-          "\n"
-          "options:\n"
-          "  --print-config  print the complete effective configuration as a namelist, exit\n"
-          "  --dry-run       check the input as the run does and print the parallel layout,\n"
-          "                  the per-rank memory plan and a summary for the ranks of the\n"
-          "                  launch (mpiexec -n N), exit; no data or checkpoint is touched\n"
-          "  --ranks N       with --dry-run: plan for N ranks from this one process\n"
-          "  --device-mem SIZE  with --dry-run: say whether the largest rank fits in SIZE\n"
-          "                  per device (80GiB, 141GB, 40960MiB; default memory%%budget_mb)\n"
-          "  --selftest      compare every op of the selected backend with the CPU op\n"
-          "  --version       print the version\n"
-          "  --help          this text\n"
-          "\n"
-          "exit status: 0 done, 2 bad input, 3 I/O failure, 4 diverged, 5 stopped by a signal\n"
-          "documentation: doc/user-guide.md, doc/input.md\n");
+  fprintf(f, "usage: kdtrain [options] INPUT.nml [group%%key=value ...]\n"
+             "\n"
+             "Distil a teacher language model into a student (or train one) as set by the\n"
+             "Fortran namelist INPUT.nml; trailing group%%key=value words override the file.\n"
+             "\n"
+             "options:\n"
+             "  --print-config  print the complete effective configuration as a namelist, exit\n"
+             "  --dry-run       check the input as the run does and print the parallel layout,\n"
+             "                  the per-rank memory plan and a summary for the ranks of the\n"
+             "                  launch (mpiexec -n N), exit; no data or checkpoint is touched\n"
+             "  --ranks N       with --dry-run: plan for N ranks from this one process\n"
+             "  --device-mem SIZE  with --dry-run: say whether the largest rank fits in SIZE\n"
+             "                  per device (80GiB, 141GB, 40960MiB; default memory%%budget_mb)\n"
+             "  --selftest      compare every op of the selected backend with the CPU op\n"
+             "  --version       print the version\n"
+             "  --help          this text\n"
+             "\n"
+             "exit status: 0 done, 2 bad input, 3 I/O failure, 4 diverged, 5 stopped by a signal\n"
+             "documentation: doc/user-guide.md, doc/input.md\n");
 }
 
 /* This process's rank and the world size of the launch (MPICH/Hydra and Slurm's PMI,
@@ -87,7 +86,8 @@ static double size_bytes(const char *w) {
   const int dec = strcmp(end + 1, "B") == 0 || strcmp(end + 1, "b") == 0;
   if (!dec && end[1] && strcmp(end + 1, "iB") != 0) return -1;
   double f = 1;
-  for (const char *p = units; p <= u; p++) f *= dec ? 1000.0 : 1024.0;
+  for (const char *p = units; p <= u; p++)
+    f *= dec ? 1000.0 : 1024.0;
   return v * f;
 }
 
@@ -101,9 +101,12 @@ int main(int argc, char **argv) {
   int first_override = argc;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--print-config") == 0) print_config = 1;
-    else if (strcmp(a, "--dry-run") == 0) dry_run = 1;
-    else if (strcmp(a, "--selftest") == 0) selftest = 1;
+    if (strcmp(a, "--print-config") == 0)
+      print_config = 1;
+    else if (strcmp(a, "--dry-run") == 0)
+      dry_run = 1;
+    else if (strcmp(a, "--selftest") == 0)
+      selftest = 1;
     else if ((strcmp(a, "--ranks") == 0 || strcmp(a, "--device-mem") == 0) && i + 1 < argc) {
       const int ranks = a[2] == 'r';
       char *end;
@@ -115,10 +118,11 @@ int main(int argc, char **argv) {
                   ranks ? "a number of ranks (1 or more)" : "a size such as 80GiB or 141GB");
         return KD_EXIT_INPUT;
       }
-      if (ranks) plan_ranks = (int)n;
-      else device_bytes = b;
-    }
-    else if (strcmp(a, "--version") == 0) {
+      if (ranks)
+        plan_ranks = (int)n;
+      else
+        device_bytes = b;
+    } else if (strcmp(a, "--version") == 0) {
       if (lrank == 0) printf("kdtrain %s\n", PACKAGE_VERSION);
       return KD_EXIT_OK;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -138,7 +142,8 @@ int main(int argc, char **argv) {
     }
   }
   if ((plan_ranks || device_bytes > 0) && !dry_run) {
-    if (lrank == 0) fprintf(stderr, "kdtrain: --ranks and --device-mem plan a job: add --dry-run\n");
+    if (lrank == 0)
+      fprintf(stderr, "kdtrain: --ranks and --device-mem plan a job: add --dry-run\n");
     return KD_EXIT_INPUT;
   }
   if (!input) {
@@ -167,11 +172,16 @@ int main(int argc, char **argv) {
   }
   tcache_config_apply(&cfg); /* teacher%source = 'cache': k, selection, ... from the file */
   int status = KD_EXIT_OK;
-  if (print_config) config_print(stdout, &cfg);
-  else if (dry_run) status = train_dry_run(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes);
-  else if (selftest) status = selftest_run(&cfg);
-  else status = train_run(&cfg);
-  if (!product) MPI_Finalize();
+  if (print_config)
+    config_print(stdout, &cfg);
+  else if (dry_run)
+    status = train_dry_run(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes);
+  else if (selftest)
+    status = selftest_run(&cfg);
+  else
+    status = train_run(&cfg);
+  if (!product)
+    MPI_Finalize();
   else if (fflush(stdout) != 0 || ferror(stdout))
     kd_fail(KD_EXIT_IO, "writing to standard output failed");
   return status;

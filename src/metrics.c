@@ -43,8 +43,10 @@ void metrics_open(struct metrics *m, const char *path, int append, MPI_Comm comm
     struct stat sb;
     append = append && stat(path, &sb) == 0 && sb.st_size > 0;
     m->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
-    if (m->fd < 0) err = errno;
-    else if (!append && write_all(m->fd, METRICS_HEADER, strlen(METRICS_HEADER)) != 0) err = errno;
+    if (m->fd < 0)
+      err = errno;
+    else if (!append && write_all(m->fd, METRICS_HEADER, strlen(METRICS_HEADER)) != 0)
+      err = errno;
   }
   metrics_agree(m, err, "opening and writing the header", comm);
 }
@@ -55,11 +57,11 @@ void metrics_row(struct metrics *m, int64_t step, const double *v, int nv, MPI_C
     char line[1024];
     size_t n = (size_t)snprintf(line, sizeof line, "%lld", (long long)step);
     for (int i = 0; i < nv && n < sizeof line; i++)
-      n += (size_t)(isnan(v[i])                             ? snprintf(line + n, sizeof line - n, ",")
-                    : v[i] == floor(v[i]) && fabs(v[i]) < 1e15 ? snprintf(line + n, sizeof line - n,
-                                                                          ",%.0f", v[i])
-                    /* counts and bytes never in e-notation */
-                                                   : snprintf(line + n, sizeof line - n, ",%.9g", v[i]));
+      n += (size_t)(isnan(v[i]) ? snprintf(line + n, sizeof line - n, ",")
+                    : v[i] == floor(v[i]) && fabs(v[i]) < 1e15
+                        ? snprintf(line + n, sizeof line - n, ",%.0f", v[i])
+                        /* counts and bytes never in e-notation */
+                        : snprintf(line + n, sizeof line - n, ",%.9g", v[i]));
     if (n < sizeof line - 1) {
       line[n++] = '\n';
       if (write_all(m->fd, line, n) != 0) err = errno;

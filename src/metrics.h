@@ -8,7 +8,7 @@
 
 #include "config.h"
 
-#define METRICS_HEADER                                                                           \
+#define METRICS_HEADER                                                                             \
   "step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,val_loss\n"
 
 struct metrics {

@@ -10,14 +10,14 @@
 
 /* How one tensor is cut: its TP split and whether this rank holds it. */
 struct cut {
-  int split_dim;     /* -1: replicated over TP */
-  int64_t off, len;  /* this rank's slice along split_dim */
+  int split_dim;    /* -1: replicated over TP */
+  int64_t off, len; /* this rank's slice along split_dim */
   int local, primary, tp_partial;
 };
 
 /* Append one tensor to the table. */
-static void table_add(struct kd_model *mdl, int cap, enum param_role role, int layer,
-                      int64_t rows, int64_t cols, struct cut c, const char *fmt, int idx) {
+static void table_add(struct kd_model *mdl, int cap, enum param_role role, int layer, int64_t rows,
+                      int64_t cols, struct cut c, const char *fmt, int idx) {
   KD_CHECK(mdl->nparams < cap, "parameter table overflow (%d entries)", cap);
   struct kd_param *p = &mdl->params[mdl->nparams++];
   memset(p, 0, sizeof *p);
@@ -134,8 +134,10 @@ int model_check_layout(const struct kd_card *c, const char *who, int tp, int pp,
     snprintf(buf, sizeof buf, "vocab_size = %d is smaller than tp = %d", c->vocab_size, tp);
     why = buf;
   } else if (c->num_hidden_layers < pp) {
-    snprintf(buf, sizeof buf, "num_hidden_layers = %d is smaller than pp = %d (every pipeline "
-             "stage needs a layer)", c->num_hidden_layers, pp);
+    snprintf(buf, sizeof buf,
+             "num_hidden_layers = %d is smaller than pp = %d (every pipeline "
+             "stage needs a layer)",
+             c->num_hidden_layers, pp);
     why = buf;
   }
   if (!why) return 0;
@@ -217,8 +219,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   mdl->params = kd_calloc((size_t)cap, sizeof *mdl->params);
 
   /* The table, written once, in Hugging Face order. q/k/v and gate/up stay adjacent. */
-  const struct cut emb = {0, s0, n0, mdl->has_embed || (tied && mdl->has_head),
-                          mdl->has_embed, 0};
+  const struct cut emb = {0, s0, n0, mdl->has_embed || (tied && mdl->has_head), mdl->has_embed, 0};
   table_add(mdl, cap, ROLE_EMBED, -1, V, C, emb, "model.embed_tokens.weight", 0);
   for (int l = 0; l < L; l++) {
     const int mine = l >= mdl->layer0 && l < mdl->layer0 + mdl->nlayers;
@@ -238,8 +239,8 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
       table_add(mdl, cap, ROLE_BIAS, l, KV, 0, kc, "model.layers.%d.self_attn.v_proj.bias", l);
     }
     table_add(mdl, cap, ROLE_LINEAR, l, C, Q, oc, "model.layers.%d.self_attn.o_proj.weight", l);
-    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
-              "model.layers.%d.post_attention_layernorm.weight", l);
+    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, "model.layers.%d.post_attention_layernorm.weight",
+              l);
     table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.gate_proj.weight", l);
     table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.up_proj.weight", l);
     table_add(mdl, cap, ROLE_LINEAR, l, C, I, dc, "model.layers.%d.mlp.down_proj.weight", l);
@@ -293,7 +294,8 @@ static float counter_normal(uint64_t key, uint64_t i) {
 static void init_values(const struct kd_param *p, float *x, double std, double resid_std,
                         uint64_t seed) {
   if (p->role == ROLE_NORM || p->role == ROLE_BIAS) {
-    for (size_t i = 0; i < p->numel; i++) x[i] = p->role == ROLE_NORM ? 1.0f : 0.0f;
+    for (size_t i = 0; i < p->numel; i++)
+      x[i] = p->role == ROLE_NORM ? 1.0f : 0.0f;
     return;
   }
   const int resid = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");

@@ -22,21 +22,21 @@ enum param_role { ROLE_EMBED, ROLE_LINEAR, ROLE_BIAS, ROLE_NORM, ROLE_HEAD };
 /* Every rank's table lists EVERY tensor of the model (in the same order on all
  * ranks); `local` says whether this rank holds (a slice of) it. */
 struct kd_param {
-  char name[96];        /* Hugging Face state-dict name */
-  int local;            /* this rank holds it: numel > 0 */
-  int primary;          /* this rank is the first of the ranks holding this exact slice
-                           (across TP and PP; counts it in norms, writes it) */
-  int tp_partial;       /* its gradient is a partial sum over the ranks of kv_comm */
-  int ndim;             /* 1 or 2 */
-  int64_t shape[2];     /* global shape (rows, cols) or (n) */
-  int split_dim;        /* dimension split over TP, or -1 when replicated */
-  int64_t split_off;    /* this rank's offset along split_dim */
-  int64_t split_len;    /* this rank's extent along split_dim */
-  size_t numel;         /* elements held by this rank */
-  size_t offset;        /* element offset into the model's buffers */
+  char name[96];     /* Hugging Face state-dict name */
+  int local;         /* this rank holds it: numel > 0 */
+  int primary;       /* this rank is the first of the ranks holding this exact slice
+                        (across TP and PP; counts it in norms, writes it) */
+  int tp_partial;    /* its gradient is a partial sum over the ranks of kv_comm */
+  int ndim;          /* 1 or 2 */
+  int64_t shape[2];  /* global shape (rows, cols) or (n) */
+  int split_dim;     /* dimension split over TP, or -1 when replicated */
+  int64_t split_off; /* this rank's offset along split_dim */
+  int64_t split_len; /* this rank's extent along split_dim */
+  size_t numel;      /* elements held by this rank */
+  size_t offset;     /* element offset into the model's buffers */
   enum param_role role;
-  int layer;            /* global decoder layer index, -1 for embedding/final norm/head */
-  int decay;            /* 1: weight decay applies (matrices), 0: norms, biases */
+  int layer; /* global decoder layer index, -1 for embedding/final norm/head */
+  int decay; /* 1: weight decay applies (matrices), 0: norms, biases */
 };
 
 /* Pointers into a parameter-sized buffer (weights, gradients, ...) for one layer.
@@ -48,10 +48,10 @@ struct layer_ptrs {
   uint16_t *wqkv16, *wo16, *wgu16, *wd16;
 };
 struct model_ptrs {
-  float *wte;          /* (V, C) */
+  float *wte;               /* (V, C) */
   struct layer_ptrs *layer; /* nlayers entries: this stage's layers */
-  float *norm;         /* (C) */
-  float *head;         /* (V, C); == wte when tied */
+  float *norm;              /* (C) */
+  float *head;              /* (V, C); == wte when tied */
   uint16_t *wte16, *head16; /* MODEL_FROZEN16: packed BF16 (wte, head NULL) */
 };
 
@@ -67,9 +67,9 @@ struct kd_model {
   struct kd_card card;
   const struct tokset *tokenizer; /* tokenizer files every file written of this model carries
                                     (NULL: none; weights_create writes them; tokfiles.h) */
-  struct kd_backend *be;    /* the backend owning w, master, grad, m, v */
-  struct kd_mem_policy mem; /* all 0 after model_build_grid: keep everything */
-  int frozen;          /* teacher: no gradients, no optimizer state */
+  struct kd_backend *be;          /* the backend owning w, master, grad, m, v */
+  struct kd_mem_policy mem;       /* all 0 after model_build_grid: keep everything */
+  int frozen;                     /* teacher: no gradients, no optimizer state */
   /* how this rank's part is cut out of the model */
   int tp, tp_rank;     /* tensor parallel: heads, kv heads, intermediate, vocabulary */
   MPI_Comm tp_comm;    /* MPI_COMM_SELF when tp == 1 */
@@ -85,18 +85,18 @@ struct kd_model {
                           over TP alone, the padding ids beyond go to the last TP rank */
   int nparams;
   struct kd_param *params;
-  size_t numel;        /* elements of all parameters on this rank */
+  size_t numel;                /* elements of all parameters on this rank */
   int head_dim, q_dim, kv_dim; /* per-rank widths: q_dim = heads * head_dim */
-  float *w;      /* working weights (what the forward reads; BF16-rounded in bf16 runs);
-                    NULL in a MODEL_FROZEN16 model */
-  uint16_t *w16; /* MODEL_FROZEN16: every tensor as packed BF16 at its offset (2 bytes
-                    per element; the forward reads the matrices from here) */
-  float *wvec;   /* MODEL_FROZEN16: the 1-D tensors (norms, biases) in FP32, BF16-rounded
-                    values, one after another in table order (nvec elements) */
-  size_t nvec;   /* elements of wvec */
-  float *master;       /* FP32 master (== w in fp32 runs; NULL when frozen) */
-  float *grad;         /* FP32 gradients (NULL when frozen) */
-  float *m, *v;        /* AdamW moments (NULL when frozen) */
+  float *w;                 /* working weights (what the forward reads; BF16-rounded in bf16 runs);
+                               NULL in a MODEL_FROZEN16 model */
+  uint16_t *w16;            /* MODEL_FROZEN16: every tensor as packed BF16 at its offset (2 bytes
+                               per element; the forward reads the matrices from here) */
+  float *wvec;              /* MODEL_FROZEN16: the 1-D tensors (norms, biases) in FP32, BF16-rounded
+                               values, one after another in table order (nvec elements) */
+  size_t nvec;              /* elements of wvec */
+  float *master;            /* FP32 master (== w in fp32 runs; NULL when frozen) */
+  float *grad;              /* FP32 gradients (NULL when frozen) */
+  float *m, *v;             /* AdamW moments (NULL when frozen) */
   struct model_ptrs pw, pg; /* views of w and grad */
 };
 
@@ -127,9 +127,9 @@ void model_build(struct kd_model *mdl, struct kd_backend *be, const struct kd_ca
                  int frozen);
 void model_free(struct kd_model *mdl, struct kd_backend *be);
 
-/* Initialise the master weights (the working weights of a frozen model) from `seed` (normal(0, 0.02) for matrices, scaled
- * by 1/sqrt(2 * layers) for the residual projections, zeros for biases, ones for
- * norms); each tensor's values depend only on the seed and its name. */
+/* Initialise the master weights (the working weights of a frozen model) from `seed` (normal(0,
+ * 0.02) for matrices, scaled by 1/sqrt(2 * layers) for the residual projections, zeros for biases,
+ * ones for norms); each tensor's values depend only on the seed and its name. */
 void model_init_random(struct kd_model *mdl, struct kd_backend *be, uint64_t seed);
 
 /* Store tensor p's values x (p->numel FP32 values in host memory, unchanged) into a

@@ -99,12 +99,12 @@ int MPI_Finalize(void) {
 }
 
 /* CALL(nonblocking call with &q as its last argument) or the blocking PMPI form */
-#define POLITE(blocking, ...)                                                                  \
-  do {                                                                                         \
-    if (!mpi_yield_on()) return blocking;                                                      \
-    MPI_Request q;                                                                             \
-    const int rc_ = __VA_ARGS__;                                                               \
-    return rc_ != MPI_SUCCESS ? rc_ : wait_req(&q, MPI_STATUS_IGNORE);                         \
+#define POLITE(blocking, ...)                                                                      \
+  do {                                                                                             \
+    if (!mpi_yield_on()) return blocking;                                                          \
+    MPI_Request q;                                                                                 \
+    const int rc_ = __VA_ARGS__;                                                                   \
+    return rc_ != MPI_SUCCESS ? rc_ : wait_req(&q, MPI_STATUS_IGNORE);                             \
   } while (0)
 
 int MPI_Barrier(MPI_Comm c) {
@@ -129,8 +129,7 @@ int MPI_Reduce_scatter(const void *s, void *r, const int *counts, MPI_Datatype t
          PMPI_Ireduce_scatter(s, r, counts, t, op, c, &q));
 }
 
-int MPI_Reduce_scatter_block(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op,
-                             MPI_Comm c) {
+int MPI_Reduce_scatter_block(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
   POLITE(PMPI_Reduce_scatter_block(s, r, n, t, op, c),
          PMPI_Ireduce_scatter_block(s, r, n, t, op, c, &q));
 }
@@ -192,7 +191,8 @@ int MPI_Recv(void *b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_S
 
 int MPI_Sendrecv(const void *sb, int sn, MPI_Datatype st, int dst, int stag, void *rb, int rn,
                  MPI_Datatype rt, int src, int rtag, MPI_Comm c, MPI_Status *status) {
-  if (!mpi_yield_on()) return PMPI_Sendrecv(sb, sn, st, dst, stag, rb, rn, rt, src, rtag, c, status);
+  if (!mpi_yield_on())
+    return PMPI_Sendrecv(sb, sn, st, dst, stag, rb, rn, rt, src, rtag, c, status);
   MPI_Request q[2];
   MPI_Status s2[2];
   int rc = PMPI_Irecv(rb, rn, rt, src, rtag, c, &q[0]);

@@ -335,8 +335,8 @@ static void range_words(char *out, size_t outlen, const struct namelist_key *k) 
 static int float_ok(double v) {
   return v == 0 || (fabs(v) >= FLT_MIN && fabs(v) <= FLT_MAX);
 }
-#define FLOAT_WORDS                                                                            \
-  "not representable as a 32-bit float, in which kdtrain uses it (it would become 0, a "      \
+#define FLOAT_WORDS                                                                                \
+  "not representable as a 32-bit float, in which kdtrain uses it (it would become 0, a "           \
   "denormal or inf); expected 0 or 1.2e-38 <= |value| <= 3.4e+38"
 
 static int in_range(const struct namelist_key *k, double v) {
@@ -606,7 +606,8 @@ int namelist_read_file(struct namelist_ctx *c, const char *path) {
     free(buf);
     return namelist_err(c, line, NULL, NULL,
                         "a NUL byte at offset %zu; expected a text file (a namelist has no "
-                        "binary bytes)", off);
+                        "binary bytes)",
+                        off);
   }
   int rc = parse_text(c, buf, len);
   free(buf);

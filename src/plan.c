@@ -89,7 +89,7 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   const size_t ps = s.numel * sizeof(float);
   bytes[KD_MEM_WEIGHTS] = ps;
   bytes[KD_MEM_GRADS] = train ? ps : 0;
-  if (!train) { /* mode 'eval': weights only */
+  if (!train) {      /* mode 'eval': weights only */
   } else if (zero) { /* ZeRO-1: master, gradient and moments of a 1/dp shard */
     const size_t shard = (s.numel + (size_t)dp - 1) / (size_t)dp * sizeof(float);
     bytes[KD_MEM_WEIGHTS] += shard;
@@ -118,11 +118,13 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   const int maxm = micro > valid ? micro : valid;
   int slots = pp - stage < maxm ? pp - stage : maxm;
   if (slots < 1) slots = 1;
-  for (int k = 0; k < slots; k++) acts_plan(&s.d, k == 0, bytes);
+  for (int k = 0; k < slots; k++)
+    acts_plan(&s.d, k == 0, bytes);
   const size_t N = (size_t)B * T;
   if (pp > 1) /* forward messages carry [teacher | student] hidden states, both ways */
-    bytes[KD_MEM_COMM] += 2 * N * ((size_t)cfg->student.hidden_size +
-                                   (live ? (size_t)cfg->teacher.hidden_size : 0)) * 4;
+    bytes[KD_MEM_COMM] +=
+        2 * N * ((size_t)cfg->student.hidden_size + (live ? (size_t)cfg->teacher.hidden_size : 0)) *
+        4;
   if (s.d.has_head) {
     size_t chunk;
     if (cfg->loss_chunk_tokens > 0) {
@@ -130,8 +132,8 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
     } else {
       const size_t budget = (size_t)cfg->mem_budget_mb << 20;
       chunk = loss_chunk_from_budget(cfg->mem_budget_mb == 0 ? (size_t)1 << 30
-                                     : budget > before      ? budget - before
-                                                            : 0,
+                                     : budget > before       ? budget - before
+                                                             : 0,
                                      N, cfg->student.vocab_size, distill);
     }
     if (chunk > N) chunk = N;
@@ -149,8 +151,8 @@ static size_t total_of(const size_t *b) {
 }
 
 /* "WHERE: why" for the layout key a failed model_check_layout is about. */
-static int card_cut(const struct kd_config *cfg, const struct kd_card *c, const char *who, char *err,
-                    size_t errlen) {
+static int card_cut(const struct kd_config *cfg, const struct kd_card *c, const char *who,
+                    char *err, size_t errlen) {
   char why[768], where[KD_PATH_MAX + 160];
   if (!model_check_layout(c, who, cfg->par_tp, cfg->par_pp, why, sizeof why)) return 0;
   const int by_tp = model_check_layout(c, who, cfg->par_tp, 1, where, sizeof where) != 0;
@@ -171,8 +173,7 @@ int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size
   }
   if (config_check_batch(cfg, *dp, err, errlen)) return KD_EXIT_INPUT;
   if (card_cut(cfg, &cfg->student, "student", err, errlen)) return KD_EXIT_INPUT;
-  if (config_teacher_live(cfg) &&
-      card_cut(cfg, &cfg->teacher, "teacher", err, errlen))
+  if (config_teacher_live(cfg) && card_cut(cfg, &cfg->teacher, "teacher", err, errlen))
     return KD_EXIT_INPUT;
   return 0;
 }
@@ -188,8 +189,7 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   kd_info("kdtrain --dry-run: %d rank(s), layout tp=%d pp=%d dp=%d, zero=%d | memory "
           "recompute='%s' every %d, offload %d, tiled_mlp %d\n",
           nranks, tp, pp, dp, cfg->par_zero, kd_recompute_names[cfg->mem_recompute],
-          cfg->mem_recompute_every,
-          cfg->mem_offload, cfg->mem_tiled_mlp);
+          cfg->mem_recompute_every, cfg->mem_offload, cfg->mem_tiled_mlp);
   kd_info("  student %s: %lld parameters", cfg->student_card,
           (long long)model_count_params(&cfg->student));
   if (config_teacher_live(cfg))
@@ -200,13 +200,15 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   /* a rank's plan depends on its (tp rank, stage) only: plan those tp * pp cuts once */
   size_t(*cut)[KD_MEM_NCAT] = kd_malloc((size_t)tp * pp * sizeof *cut);
   for (int st = 0; st < pp; st++)
-    for (int t = 0; t < tp; t++) plan_rank(cfg, nranks, t + tp * dp * st, cut[st * tp + t]);
+    for (int t = 0; t < tp; t++)
+      plan_rank(cfg, nranks, t + tp * dp * st, cut[st * tp + t]);
   kd_info("\n  predicted per-rank memory (bytes; doc/memory.md):\n  %4s", "rank");
   static const int cols[] = {KD_MEM_WEIGHTS, KD_MEM_GRADS, KD_MEM_OPTIM, KD_MEM_ACTS,
                              KD_MEM_LOSS,    KD_MEM_COMM,  KD_MEM_HOST};
-  const char *heads[] = {"weights", "gradients", "optimizer", "activations",
+  const char *heads[] = {"weights",    "gradients",     "optimizer",     "activations",
                          "loss chunk", "communication", "host (offload)"};
-  for (int k = 0; k < 7; k++) kd_info(" %14s", heads[k]);
+  for (int k = 0; k < 7; k++)
+    kd_info(" %14s", heads[k]);
   kd_info(" %14s %10s\n", "device total", "MiB");
   int big = 0;
   double sum = 0, host = 0;
@@ -214,7 +216,8 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
     const size_t *b = cut[(r / (tp * dp)) * tp + r % tp];
     char row[256];
     int n = snprintf(row, sizeof row, "  %4d", r);
-    for (int k = 0; k < 7; k++) n += snprintf(row + n, sizeof row - (size_t)n, " %14zu", b[cols[k]]);
+    for (int k = 0; k < 7; k++)
+      n += snprintf(row + n, sizeof row - (size_t)n, " %14zu", b[cols[k]]);
     kd_info("%s %14zu %10.1f\n", row, total_of(b), (double)total_of(b) / 1048576.0);
     if (total_of(b) > total_of(cut[(big / (tp * dp)) * tp + big % tp])) big = r;
     sum += (double)total_of(b);
@@ -224,31 +227,33 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   for (int st = 0; st < pp; st++) {
     int f, ls, lt = 0;
     grid_stage_layers(cfg->student.num_hidden_layers, pp, st, &f, &ls);
-    if (cfg->run_mode == KD_MODE_DISTILL) grid_stage_layers(cfg->teacher.num_hidden_layers, pp, st, &f, &lt);
+    if (cfg->run_mode == KD_MODE_DISTILL)
+      grid_stage_layers(cfg->teacher.num_hidden_layers, pp, st, &f, &lt);
     size_t lo = (size_t)-1, hi = 0;
     for (int t = 0; t < tp; t++) {
       const size_t x = total_of(cut[st * tp + t]);
       lo = x < lo ? x : lo;
       hi = x > hi ? x : hi;
     }
-    kd_info("    stage %d: student layers %d, teacher layers %d%s%s | per rank %s .. %s\n", st,
-            ls, lt, st == 0 ? ", embedding" : "", st == pp - 1 ? ", head and loss" : "",
+    kd_info("    stage %d: student layers %d, teacher layers %d%s%s | per rank %s .. %s\n", st, ls,
+            lt, st == 0 ? ", embedding" : "", st == pp - 1 ? ", head and loss" : "",
             kd_fmt_bytes(m1, sizeof m1, (double)lo), kd_fmt_bytes(m2, sizeof m2, (double)hi));
   }
   const size_t need = total_of(cut[(big / (tp * dp)) * tp + big % tp]);
-  kd_info("  largest rank: %d (stage %d, tp rank %d): %s | all %d ranks: %s", big,
-          big / (tp * dp), big % tp, kd_fmt_bytes(m1, sizeof m1, (double)need), nranks,
+  kd_info("  largest rank: %d (stage %d, tp rank %d): %s | all %d ranks: %s", big, big / (tp * dp),
+          big % tp, kd_fmt_bytes(m1, sizeof m1, (double)need), nranks,
           kd_fmt_bytes(m2, sizeof m2, sum));
   if (host > 0) kd_info(" (+ %s offloaded to host memory)", kd_fmt_bytes(m3, sizeof m3, host));
   kd_info("\n");
   const double have = device_bytes > 0 ? device_bytes : (double)cfg->mem_budget_mb * 1048576.0;
-  const char *what = device_bytes > 0 ? "the device memory named (--device-mem)"
-                                      : "memory%budget_mb";
+  const char *what =
+      device_bytes > 0 ? "the device memory named (--device-mem)" : "memory%budget_mb";
   if (have > 0)
-    kd_info("  fit: the largest rank needs %s of %s %s: %s\n", kd_fmt_bytes(m1, sizeof m1, (double)need),
-            what, kd_fmt_bytes(m2, sizeof m2, have),
-            (double)need <= have ? "fits" : "DOES NOT FIT (more ranks, tp or pp, recompute, or "
-                                            "a smaller micro_batch; doc/memory.md)");
+    kd_info("  fit: the largest rank needs %s of %s %s: %s\n",
+            kd_fmt_bytes(m1, sizeof m1, (double)need), what, kd_fmt_bytes(m2, sizeof m2, have),
+            (double)need <= have ? "fits"
+                                 : "DOES NOT FIT (more ranks, tp or pp, recompute, or "
+                                   "a smaller micro_batch; doc/memory.md)");
   else
     kd_info("  fit: not checked (name the device memory with --device-mem SIZE, e.g. 80GiB, "
             "or set memory%%budget_mb)\n");

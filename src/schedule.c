@@ -25,8 +25,8 @@
 enum { TAG_FWD = 11, TAG_BWD = 12 };
 
 void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *grid,
-                struct kd_model *student, struct kd_model *teacher, int B, int T,
-                int max_micro, const struct loss_spec *spec, size_t chunk) {
+                struct kd_model *student, struct kd_model *teacher, int B, int T, int max_micro,
+                const struct loss_spec *spec, size_t chunk) {
   memset(p, 0, sizeof *p);
   p->be = be;
   p->grid = grid;

@@ -23,16 +23,16 @@ struct kd_pipe {
   const struct kd_grid *grid;
   struct kd_model *student, *teacher; /* teacher NULL unless distilling */
   int B, T;
-  int nslots;                         /* student activation sets on this stage */
-  struct kd_acts *sacts;              /* nslots */
-  struct kd_acts tacts;               /* the teacher's single working set */
-  int **inputs, **labels;             /* per slot, B*T */
-  float *fwd_buf[2];                  /* [0] outgoing, [1] incoming forward message */
-  float *fwd_stage[2], *bwd_stage;    /* their host twins (KD_MEM_HOST) when MPI cannot
-                                         take backend blocks (comm.c), else NULL */
-  size_t fwd_len;                     /* floats of a forward message */
+  int nslots;                      /* student activation sets on this stage */
+  struct kd_acts *sacts;           /* nslots */
+  struct kd_acts tacts;            /* the teacher's single working set */
+  int **inputs, **labels;          /* per slot, B*T */
+  float *fwd_buf[2];               /* [0] outgoing, [1] incoming forward message */
+  float *fwd_stage[2], *bwd_stage; /* their host twins (KD_MEM_HOST) when MPI cannot
+                                      take backend blocks (comm.c), else NULL */
+  size_t fwd_len;                  /* floats of a forward message */
   struct loss_spec spec;
-  size_t chunk;                       /* loss chunk rows */
+  size_t chunk; /* loss chunk rows */
   /* teacher%source = 'cache' (teacher NULL): on the last stage tc_fetch fills tc_rows
    * with the cached teacher rows of micro-batch m, which the loss reads instead */
   void (*tc_fetch)(void *arg, int m, struct tcache_rows *rows);
@@ -43,8 +43,8 @@ struct kd_pipe {
 /* Allocate activations and message buffers for up to `max_micro` micro-batches per
  * step of B sequences of T tokens. Not collective. */
 void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *grid,
-                struct kd_model *student, struct kd_model *teacher, int B, int T,
-                int max_micro, const struct loss_spec *spec, size_t chunk);
+                struct kd_model *student, struct kd_model *teacher, int B, int T, int max_micro,
+                const struct loss_spec *spec, size_t chunk);
 void pipe_free(struct kd_pipe *p);
 
 /* Forward and backward of `nmicro` micro-batches (one-forward-one-backward),

@@ -66,7 +66,8 @@ static struct dual dual_rand(struct st *x, size_t n, float scale) {
 /* n token ids in [lo, hi). */
 static struct dual dual_tokens(struct st *x, size_t n, int lo, int hi) {
   int *h = kd_malloc(n * sizeof(int) + 1);
-  for (size_t i = 0; i < n; i++) h[i] = lo + (int)(kd_uniform(&x->rng) * (hi - lo));
+  for (size_t i = 0; i < n; i++)
+    h[i] = lo + (int)(kd_uniform(&x->rng) * (hi - lo));
   struct dual d = dual_raw(x, n * sizeof(int), h);
   free(h);
   return d;
@@ -108,7 +109,7 @@ static void report(struct st *x, const char *op, double err, double tol32, doubl
 #define TOL_BWD 2e-5, 2e-5   /* backward ops never round */
 #define TOL_ATT 5e-5, 8e-3
 #define TOL_ATT_BWD 1e-4, 1e-4
-#define TOL_GEMM 2e-5, 1e-2  /* BF16: inputs rounded to 8-bit mantissa, FP32 accumulate */
+#define TOL_GEMM 2e-5, 1e-2 /* BF16: inputs rounded to 8-bit mantissa, FP32 accumulate */
 
 /* alloc/free (zeroed, counted in the arena, flags), upload/download round trips,
  * copy2d between strided blocks, and sync (pinned results visible to the host). */
@@ -122,9 +123,11 @@ static void test_memory(struct st *x) {
            g->mpi_device == cuda_mpi_aware();
   memset(h, 0xab, nb);
   g->download(g, h, blk, nb);
-  for (size_t i = 0; i < nb; i++) ok &= h[i] == 0 && pin[i] == 0;
+  for (size_t i = 0; i < nb; i++)
+    ok &= h[i] == 0 && pin[i] == 0;
   /* random bytes through a device block and a pinned block; bit-identical */
-  for (size_t i = 0; i < nb; i++) h[i] = (unsigned char)(kd_uniform(&x->rng) * 256.0);
+  for (size_t i = 0; i < nb; i++)
+    h[i] = (unsigned char)(kd_uniform(&x->rng) * 256.0);
   memset(h2, 0, nb);
   g->upload(g, blk + 3, h, nb - 3);
   g->download(g, h2, blk + 3, nb - 3);
@@ -269,7 +272,8 @@ static void test_elementwise(struct st *x) {
   struct dual p = dual_rand(x, n, 0.1f), m = dual_rand(x, n, 0.01f), g = dual_rand(x, n, 1.0f);
   struct dual v = dual_rand(x, n, 0.01f);
   float *vh = v.c; /* second moments are non-negative */
-  for (size_t i = 0; i < n; i++) vh[i] = fabsf(vh[i]);
+  for (size_t i = 0; i < n; i++)
+    vh[i] = fabsf(vh[i]);
   x->gpu->upload(x->gpu, v.g, v.c, v.bytes);
   x->cpu->adamw(x->cpu, p.c, m.c, v.c, g.c, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f,
                 0.5f);
@@ -297,8 +301,7 @@ static void test_rows(struct st *x) {
   struct dual in = dual_rand(x, N * C, 2.0f), w = dual_rand(x, C, 1.0f), r = dual_rand(x, N, 1.0f);
   x->cpu->rmsnorm_forward(x->cpu, out.c, r.c, in.c, w.c, N, C, 1e-6f);
   x->gpu->rmsnorm_forward(x->gpu, out.g, r.g, in.g, w.g, N, C, 1e-6f);
-  report(x, "rmsnorm_forward (out, rstd)", fmax(dual_err(x, &out, 0), dual_err(x, &r, 0)),
-         TOL_FWD);
+  report(x, "rmsnorm_forward (out, rstd)", fmax(dual_err(x, &out, 0), dual_err(x, &r, 0)), TOL_FWD);
   struct dual dout = dual_rand(x, N * C, 1.0f), din = dual_rand(x, N * C, 1.0f);
   struct dual dw = dual_rand(x, C, 1.0f);
   x->cpu->rmsnorm_backward(x->cpu, din.c, dw.c, dout.c, in.c, w.c, r.c, N, C);
@@ -331,8 +334,10 @@ static void test_rows(struct st *x) {
   x->cpu->swiglu_backward(x->cpu, dgu.c, d2.c, gu.c, N, I),
       x->gpu->swiglu_backward(x->gpu, dgu.g, d2.g, gu.g, N, I);
   report(x, "swiglu_backward", dual_err(x, &dgu, 0), TOL_BWD);
-  struct dual *all[] = {&tok, &wte, &out, &in, &w, &r, &dout, &din, &dw, &xb, &bias, &gu, &o2, &d2, &dgu};
-  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dual_free(x, all[i]);
+  struct dual *all[] = {&tok, &wte, &out,  &in, &w,  &r,  &dout, &din,
+                        &dw,  &xb,  &bias, &gu, &o2, &d2, &dgu};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    dual_free(x, all[i]);
 }
 
 static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) {
@@ -413,7 +418,8 @@ static void test_loss(struct st *x) {
   /* loss_accumulate: non-negative partials like the loss values, two calls (+=) */
   const size_t na = 5003;
   double *hp = kd_malloc(na * 3 * sizeof(double)), acc0[2] = {1.25, 0.5};
-  for (size_t i = 0; i < 3 * na; i++) hp[i] = kd_uniform(&x->rng);
+  for (size_t i = 0; i < 3 * na; i++)
+    hp[i] = kd_uniform(&x->rng);
   struct dual pa = dual_raw(x, na * 3 * sizeof(double), hp);
   struct dual acc = dual_raw(x, sizeof acc0, acc0);
   free(hp);
@@ -464,7 +470,8 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
   int *tokens = kd_malloc((N + 1) * sizeof(int));
   const int *labels = tokens + 1; /* next-token labels */
   uint64_t rng = 99;
-  for (size_t i = 0; i <= N; i++) tokens[i] = (int)(kd_uniform(&rng) * cs.vocab_size);
+  for (size_t i = 0; i <= N; i++)
+    tokens[i] = (int)(kd_uniform(&rng) * cs.vocab_size);
   struct loss_spec spec = {1, LOSS_FKL, 2.0f, 0.5f, 0.5f, 1};
   for (int step = 0; step < 2; step++) {
     be->zero(be, s.grad, s.numel);
@@ -520,8 +527,8 @@ static int selftest_cuda(const struct kd_config *cfg) {
   char dev[256];
   gpu.describe(&gpu, dev, sizeof dev);
   if (x.print) {
-    printf("kdtrain --selftest: CUDA backend (%s) against the CPU backend, precision %s\n",
-           dev, x.bf16 ? "bf16" : "fp32");
+    printf("kdtrain --selftest: CUDA backend (%s) against the CPU backend, precision %s\n", dev,
+           x.bf16 ? "bf16" : "fp32");
     printf("MPI with device buffers: %s\n",
            gpu.mpi_device ? "CUDA-aware MPI" : "staged through pinned host memory");
     printf("  %-30s %12s %11s   %s\n", "op", "max rel err", "tolerance", "result");
@@ -541,8 +548,8 @@ static int selftest_cuda(const struct kd_config *cfg) {
   int fails = x.nfail, total = 0;
   MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (fails && !x.print) kd_warn("--selftest: %d comparisons failed on this rank\n", fails);
-  if (x.print) printf("selftest: %s (%d failures over all ranks)\n", total ? "FAILED" : "passed",
-                      total);
+  if (x.print)
+    printf("selftest: %s (%d failures over all ranks)\n", total ? "FAILED" : "passed", total);
   return total ? 1 : 0;
 }
 

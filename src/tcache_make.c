@@ -311,11 +311,11 @@ static void make_chunk(struct cmake *s, int mi, int64_t mine0, size_t r0, size_t
   const struct kd_model *t = &s->t;
   const int Vk = s->Vk, Ct = (int)s->Ct, k = s->k, T = s->T;
   if (t->pw.head16)
-    be->gemm_w16(be, 0, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head16, Ct, 0.0f, s->z,
-                 Vk);
+    be->gemm_w16(be, 0, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head16, Ct, 0.0f,
+                 s->z, Vk);
   else
-    be->gemm(be, 0, 1, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head, Ct, 0.0f, s->z,
-             Vk);
+    be->gemm(be, 0, 1, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head, Ct, 0.0f,
+             s->z, Vk);
   if (be->bf16) be->round_bf16(be, s->z, n * (size_t)Vk); /* as the live loss rounds zt */
   be->download(be, s->zh, s->z, n * (size_t)Vk * sizeof(float));
   if (t->tp > 1) { /* rank blocks of (n, Vk_r) in id order on the first rank */
@@ -524,9 +524,8 @@ void tcache_plan_print(const struct kd_config *cfg) {
   const double tok = (double)tcache_nwindows(&d) * T, bpt = tcache_raw_bytes_per_token(k, T);
   kd_info("  teacher cache %s: %" PRId64 " windows x %d tokens, %s k = %d: %.1f bytes/token, "
           "%.1f MiB on disk uncompressed%s\n",
-          cfg->teacher_cache, tcache_nwindows(&d), T, kd_cache_select_names[cfg->teacher_cache_select],
-          k, bpt,
-          bpt * tok / 1048576.0,
+          cfg->teacher_cache, tcache_nwindows(&d), T,
+          kd_cache_select_names[cfg->teacher_cache_select], k, bpt, bpt * tok / 1048576.0,
           cfg->teacher_cache_compress ? " (an upper bound: shuffle + deflate shrink the ids, "
                                         "doc/cache.md)"
                                       : "");

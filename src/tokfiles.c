@@ -303,9 +303,9 @@ const char *tokfiles_differ(const struct tokset *a, const struct tokset *b) {
   if (!b) b = &none;
   for (int i = 0; i < NNAMES; i++) {
     if (!defines_ids(tokfiles_names[i])) continue;
-    int same = a->present[i] == b->present[i] &&
-               (!a->present[i] ||
-                (a->len[i] == b->len[i] && !memcmp(a->data[i], b->data[i], a->len[i])));
+    int same =
+        a->present[i] == b->present[i] &&
+        (!a->present[i] || (a->len[i] == b->len[i] && !memcmp(a->data[i], b->data[i], a->len[i])));
     if (!same) return tokfiles_names[i];
   }
   return NULL;
@@ -337,8 +337,7 @@ int tokfiles_count(const char *path, char *err, size_t errlen) {
   return n;
 }
 
-int tokfiles_load(const char *path, MPI_Comm comm, struct tokset **out, char *err,
-                  size_t errlen) {
+int tokfiles_load(const char *path, MPI_Comm comm, struct tokset **out, char *err, size_t errlen) {
   int rank;
   MPI_Comm_rank(comm, &rank);
   struct tokset *t = kd_calloc(1, sizeof *t);

@@ -48,8 +48,7 @@ struct tokset;
 /* Read /tokenizer of the weights file `path` on rank 0 and give every rank of `comm` a copy
  * in *out (NULL when the file has none). Collective; 0 or KD_EXIT_INPUT, the same on every
  * rank. */
-int tokfiles_load(const char *path, MPI_Comm comm, struct tokset **out, char *err,
-                  size_t errlen);
+int tokfiles_load(const char *path, MPI_Comm comm, struct tokset **out, char *err, size_t errlen);
 
 /* Write a held tokenizer as /tokenizer of `dst` (open for writing over `comm`); NULL writes
  * nothing. Collective (every rank passes the same set or NULL); 0 or KD_EXIT_IO. */

@@ -208,9 +208,7 @@ static void backend_start(struct run *r, const struct kd_config *cfg) {
 static void tokenizer_setup(struct run *r, const char *resumed) {
   const struct kd_config *cfg = r->cfg;
   char err[1024];
-  const char *own = resumed[0]                            ? resumed
-                    : !config_student_random(cfg) ? cfg->student_init
-                                                          : "";
+  const char *own = resumed[0] ? resumed : !config_student_random(cfg) ? cfg->student_init : "";
   struct tokset *ts = NULL, *tt = NULL;
   if (own[0]) kd_agree_or_fail(tokfiles_load(own, MPI_COMM_WORLD, &ts, err, sizeof err), err);
   if (r->distill && cfg->teacher_init[0])
@@ -587,7 +585,8 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
   const size_t peak = mem_peak_all(r);
   char eta[32];
   kd_format_eta(eta, sizeof eta,
-                (kd_now() - t_start) / (double)(step - first + 1) * (double)(cfg->run_steps - step));
+                (kd_now() - t_start) / (double)(step - first + 1) *
+                    (double)(cfg->run_steps - step));
   char parts[64] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
   if (r->distill && !o->empty)
     snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", o->loss_kd, o->loss_ce);
@@ -634,8 +633,8 @@ static void end_checkpoint(struct run *r, int64_t first, int64_t consumed, int64
   const int64_t done = first > cfg->run_steps ? r->resume.step : cfg->run_steps;
   if (cfg->ckpt_every <= 0 || done <= 0 || (first <= cfg->run_steps && done % cfg->ckpt_every == 0))
     return;
-  struct ckpt_state st = {done,            consumed,      updates, scaler->scale, scaler->good_steps,
-                          scaler->skipped, cfg->run_seed};
+  struct ckpt_state st = {
+      done, consumed, updates, scaler->scale, scaler->good_steps, scaler->skipped, cfg->run_seed};
   char err[1024];
   const int rc = ckpt_save(cfg, update_state(&r->update), &st, MPI_COMM_WORLD, err, sizeof err);
   if (rc) kd_exit_agreed(rc, "final checkpoint at step %lld: %s", (long long)done, err);
@@ -767,8 +766,8 @@ int train_run(const struct kd_config *cfg) {
   kd_info("kdtrain: mode %s | %d rank(s): tp=%d pp=%d dp=%d zero=%d | student %s (%.2fM "
           "params)%s%s%s | seq_len %d, global batch %d x %d tokens, micro-batch %d | loss chunk "
           "%zu tokens | %s\n",
-          kd_run_mode_names[cfg->run_mode], r.nranks, r.grid.tp, r.grid.pp, r.grid.dp, r.update.zero,
-          cfg->student_card, (double)model_count_params(&cfg->student) / 1e6,
+          kd_run_mode_names[cfg->run_mode], r.nranks, r.grid.tp, r.grid.pp, r.grid.dp,
+          r.update.zero, cfg->student_card, (double)model_count_params(&cfg->student) / 1e6,
           r.distill ? " | teacher " : "", r.distill ? cfg->teacher_card : "", vocab, T,
           cfg->par_global_batch, T, cfg->par_micro_batch, r.chunk,
           kd_precision_names[cfg->prec_compute]);

@@ -4,14 +4,14 @@
 #include "mpi_yield.h"
 #include "util_mpi.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <errno.h>
-#include <limits.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -194,7 +194,8 @@ void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, 
     MPI_Barrier(MPI_COMM_WORLD);
     fflush(stdout);
     if (size > 1 && kd_rank() != 0)
-      for (;;) pause(); /* ended by rank 0's MPI_Abort */
+      for (;;)
+        pause();                          /* ended by rank 0's MPI_Abort */
     kd_abort_after_line(NULL, 0, status); /* its line printed above */
   }
   _exit(status);
@@ -221,10 +222,11 @@ void kd_io_guard_arm(const char *path) {
   long secs = env && atol(env) > 0 ? atol(env) : 60L * mpi_yield_share();
   if (strcmp(path, guard_path) != 0) {
     snprintf(guard_path, sizeof guard_path, "%s", path);
-    int n = snprintf(guard_msg, sizeof guard_msg,
-                     "%s: rank %d: %s: a collective write made no progress for %ld s (a write "
-                     "failed on another rank, or the file system hangs): giving up, exit status 3\n",
-                     prog, kd_rank(), path, secs);
+    int n =
+        snprintf(guard_msg, sizeof guard_msg,
+                 "%s: rank %d: %s: a collective write made no progress for %ld s (a write "
+                 "failed on another rank, or the file system hangs): giving up, exit status 3\n",
+                 prog, kd_rank(), path, secs);
     guard_len = n < 0 ? 0 : (size_t)n < sizeof guard_msg ? (size_t)n : sizeof guard_msg - 1;
     guard_unlink = kd_rank() == 0;
   }
@@ -309,7 +311,8 @@ double kd_uniform(uint64_t *state) {
 
 uint64_t kd_fnv1a(const char *s, uint64_t seed) {
   uint64_t h = 0xcbf29ce484222325ull ^ seed;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
   return h;
 }
 
@@ -342,10 +345,14 @@ int kd_mkdir_p(const char *path) {
 }
 
 const char *kd_fmt_bytes(char *buf, size_t n, double bytes) {
-  if (bytes >= 1024.0 * 1048576) snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1048576));
-  else if (bytes >= 1048576) snprintf(buf, n, "%.1f MiB", bytes / 1048576);
-  else if (bytes >= 1024) snprintf(buf, n, "%.1f KiB", bytes / 1024);
-  else snprintf(buf, n, "%.0f B", bytes);
+  if (bytes >= 1024.0 * 1048576)
+    snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1048576));
+  else if (bytes >= 1048576)
+    snprintf(buf, n, "%.1f MiB", bytes / 1048576);
+  else if (bytes >= 1024)
+    snprintf(buf, n, "%.1f KiB", bytes / 1024);
+  else
+    snprintf(buf, n, "%.0f B", bytes);
   return buf;
 }
 

@@ -77,9 +77,9 @@ void kd_io_guard_rearm(void);
 void kd_mark_abandoned(void);
 
 /* Check a condition that only a bug or a broken system can violate. */
-#define KD_CHECK(cond, ...)                                                    \
-  do {                                                                         \
-    if (!(cond)) kd_fail_at(__FILE__, __LINE__, KD_EXIT_IO, __VA_ARGS__);      \
+#define KD_CHECK(cond, ...)                                                                        \
+  do {                                                                                             \
+    if (!(cond)) kd_fail_at(__FILE__, __LINE__, KD_EXIT_IO, __VA_ARGS__);                          \
   } while (0)
 
 /* printf on rank 0 only (console output of the run). */
@@ -92,7 +92,8 @@ void *kd_malloc(size_t bytes);
 void *kd_calloc(size_t n, size_t size);
 
 /* Format a message into err (errlen bytes; nothing when errlen is 0). */
-void kd_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void kd_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Create a directory and its parents (mkdir -p); 0 or -1 with errno set. */
 int kd_mkdir_p(const char *path);
@@ -112,8 +113,8 @@ long kd_minor_faults(void);
 
 /* Counter-based RNG: splitmix64 step and a uniform/normal generator on it. */
 uint64_t kd_splitmix64(uint64_t *state);
-double kd_uniform(uint64_t *state);       /* in [0, 1) */
-double kd_normal(uint64_t *state);        /* standard normal, Box-Muller */
+double kd_uniform(uint64_t *state); /* in [0, 1) */
+double kd_normal(uint64_t *state);  /* standard normal, Box-Muller */
 
 /* FNV-1a hash of a string, its offset basis XORed with `seed` (0: plain FNV-1a). */
 uint64_t kd_fnv1a(const char *s, uint64_t seed);
@@ -130,7 +131,10 @@ uint64_t kd_fnv1a(const char *s, uint64_t seed);
 
 /* Round a float to the nearest bfloat16 (round-to-nearest-even), returned as float. */
 static inline float kd_round_bf16(float x) {
-  union { float f; uint32_t u; } v = {x};
+  union {
+    float f;
+    uint32_t u;
+  } v = {x};
   if ((v.u & 0x7f800000u) == 0x7f800000u) return x; /* inf/nan unchanged */
   uint32_t lsb = (v.u >> 16) & 1u;
   v.u = (v.u + 0x7fffu + lsb) & 0xffff0000u;

@@ -46,12 +46,12 @@ struct weights_io {
   const char *path;
   MPI_Comm comm;
   int rank;
-  int *own; /* own[p]: this rank writes / checksums its slice of entry p */
-  int nshare; /* ranks holding the same slices share the work (weights_plan.c): */
-  MPI_Comm *share; /* one communicator per distinct holder set (MPI_COMM_NULL: not in it) */
-  int *via, *gown; /* via[p]: entry p's share[] (-1: not shared); gown[p]: its part counts */
-  int writing; /* created by weights_create: a failed write abandons the file */
-  int all_sums; /* opened file of format >= 1.2: every checksum attribute is required */
+  int *own;          /* own[p]: this rank writes / checksums its slice of entry p */
+  int nshare;        /* ranks holding the same slices share the work (weights_plan.c): */
+  MPI_Comm *share;   /* one communicator per distinct holder set (MPI_COMM_NULL: not in it) */
+  int *via, *gown;   /* via[p]: entry p's share[] (-1: not shared); gown[p]: its part counts */
+  int writing;       /* created by weights_create: a failed write abandons the file */
+  int all_sums;      /* opened file of format >= 1.2: every checksum attribute is required */
   H5E_auto2_t efunc; /* HDF5 error printing, off while the handle is open */
   void *edata;
 };
@@ -69,8 +69,8 @@ int weights_write_group(struct weights_io *io, const char *group, const float *b
  * /<group>/<name> with its checksum, from `x` in host memory holding this rank's slice
  * (params[p].numel floats); /<group> is created on first use. The datasets come out as
  * weights_write_group writes them. Collective; 0 or KD_EXIT_IO. */
-int weights_write_tensor(struct weights_io *io, const char *group, int p, const float *x,
-                         char *err, size_t errlen);
+int weights_write_tensor(struct weights_io *io, const char *group, int p, const float *x, char *err,
+                         size_t errlen);
 /* Read this rank's slice of entry `p` from /<group>/<name> into host memory `x`
  * (params[p].numel floats), checking shape and checksum. Collective; 0 or KD_EXIT_INPUT /
  * KD_EXIT_IO. */
@@ -78,8 +78,8 @@ int weights_read_tensor(struct weights_io *io, const char *group, int p, float *
                         size_t errlen);
 /* Open `path` and check format, version and model card (weights_load's first half).
  * Collective. Call weights_close in every case. */
-int weights_open(struct weights_io *io, const char *path, const struct kd_model *mdl,
-                 MPI_Comm comm, char *err, size_t errlen);
+int weights_open(struct weights_io *io, const char *path, const struct kd_model *mdl, MPI_Comm comm,
+                 char *err, size_t errlen);
 /* Read this rank's slices of /<group>/<name> into the parameter-sized `buf` (NULL: the
  * packed storage of a MODEL_FROZEN16 model), checking shapes and checksums. Collective. 0 or
  * KD_EXIT_INPUT / KD_EXIT_IO. */

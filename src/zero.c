@@ -16,7 +16,9 @@ static int64_t local_extent(const struct kd_param *p, int dim) {
 }
 
 /* Shard dimension of a tensor: its TP split dimension, rows when replicated. */
-static int shard_dim(const struct kd_param *p) { return p->split_dim < 0 ? 0 : p->split_dim; }
+static int shard_dim(const struct kd_param *p) {
+  return p->split_dim < 0 ? 0 : p->split_dim;
+}
 
 /* Build the shard table: every tensor's local block cut over DP along shard_dim. */
 static void shard_build(struct kd_update *u, struct kd_backend *be) {
@@ -79,8 +81,7 @@ static void block_copy(struct kd_backend *be, float *full, float *part, const st
 }
 
 /* Element counts and displacements of every DP rank's shard of tensor k. */
-static void shard_counts(const struct kd_update *u, const struct kd_param *p, int *cnt,
-                         int *disp) {
+static void shard_counts(const struct kd_update *u, const struct kd_param *p, int *cnt, int *disp) {
   const int dp = u->grid->dp, dim = shard_dim(p);
   const int64_t ext = local_extent(p, dim), other = local_extent(p, 1 - dim);
   int at = 0;
@@ -149,11 +150,15 @@ void update_free(struct kd_update *u, struct kd_backend *be) {
   memset(u, 0, sizeof *u);
 }
 
-struct kd_model *update_state(struct kd_update *u) { return u->zero ? &u->shard : u->model; }
+struct kd_model *update_state(struct kd_update *u) {
+  return u->zero ? &u->shard : u->model;
+}
 
 void update_refresh_weights(struct kd_update *u, struct kd_backend *be) {
-  if (u->zero) shard_gather(u, be);
-  else model_sync_working(u->model, be);
+  if (u->zero)
+    shard_gather(u, be);
+  else
+    model_sync_working(u->model, be);
 }
 
 /* Sum partial gradients within the TP and PP groups (replicated kv heads, tied
@@ -176,14 +181,14 @@ double update_reduce_grads(struct kd_update *u, struct kd_backend *be) {
   reduce_partials(be, s);
   double sq = 0;
   if (!u->zero) {
-    if (g->dp > 1)
-      comm_allreduce(be, s->grad, s->numel, MPI_FLOAT, MPI_SUM, 0, g->dp_comm);
+    if (g->dp > 1) comm_allreduce(be, s->grad, s->numel, MPI_FLOAT, MPI_SUM, 0, g->dp_comm);
     if (g->dp_rank == 0) /* the DP replicas are equal: count one of them */
       for (int k = 0; k < s->nparams; k++)
         if (s->params[k].primary)
           sq += be->sumsq(be, s->grad + s->params[k].offset, s->params[k].numel);
   } else {
-    int *cnt = kd_malloc((size_t)g->dp * sizeof(int)), *disp = kd_malloc((size_t)g->dp * sizeof(int));
+    int *cnt = kd_malloc((size_t)g->dp * sizeof(int)),
+        *disp = kd_malloc((size_t)g->dp * sizeof(int));
     for (int k = 0; k < s->nparams; k++) {
       const struct kd_param *p = &s->params[k], *q = &u->shard.params[k];
       if (!p->local) continue;

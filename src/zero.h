@@ -15,11 +15,11 @@
 #include "model.h"
 
 struct kd_update {
-  int zero;                   /* ZeRO-1 on */
+  int zero; /* ZeRO-1 on */
   const struct kd_grid *grid;
-  struct kd_model *model;     /* the student (MODEL_SHARDED when zero) */
-  struct kd_model shard;      /* zero: the shard's table; buffers master, m, v, grad */
-  float *gather;              /* zero: staging for row-parallel all-gathers */
+  struct kd_model *model; /* the student (MODEL_SHARDED when zero) */
+  struct kd_model shard;  /* zero: the shard's table; buffers master, m, v, grad */
+  float *gather;          /* zero: staging for row-parallel all-gathers */
 };
 
 /* Set up the update for `s` (built MODEL_SHARDED when zero, with its initial weights

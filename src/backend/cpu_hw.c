@@ -57,22 +57,25 @@ void kd_cpu_detect(struct kd_cpu *c) {
     __cpuid_count(7, 1, a71, b, cx, d);
   }
   const int avx2 = (b7 >> 5) & 1;
-  const int avx512 = ((b7 >> 16) & 1) && ((b7 >> 17) & 1) && ((b7 >> 28) & 1) &&
-                     ((b7 >> 30) & 1) && ((b7 >> 31) & 1); /* F DQ CD BW VL */
+  const int avx512 = ((b7 >> 16) & 1) && ((b7 >> 17) & 1) && ((b7 >> 28) & 1) && ((b7 >> 30) & 1) &&
+                     ((b7 >> 31) & 1); /* F DQ CD BW VL */
   const int bf16 = (a71 >> 5) & 1;
   c->isa = KD_ISA_SSE;
   if (avx && os_avx) c->isa = KD_ISA_AVX;
   if (c->isa == KD_ISA_AVX && avx2 && fma) c->isa = KD_ISA_AVX2;
-  if (c->isa == KD_ISA_AVX2 && avx512 && os_avx512) c->isa = bf16 ? KD_ISA_AVX512BF16 : KD_ISA_AVX512;
+  if (c->isa == KD_ISA_AVX2 && avx512 && os_avx512)
+    c->isa = bf16 ? KD_ISA_AVX512BF16 : KD_ISA_AVX512;
   c->amx = os_amx && ((d7 >> 24) & 1);
   if (__get_cpuid_max(0x80000000, NULL) >= 0x80000004) {
     unsigned r[12];
-    for (unsigned i = 0; i < 3; i++) __cpuid(0x80000002 + i, r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
+    for (unsigned i = 0; i < 3; i++)
+      __cpuid(0x80000002 + i, r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
     char s[49];
     memcpy(s, r, 48);
     s[48] = 0;
     const char *p = s;
-    while (*p == ' ') p++;
+    while (*p == ' ')
+      p++;
     snprintf(c->model_name, sizeof c->model_name, "%s", p);
   }
 }
@@ -88,14 +91,30 @@ static const struct {
   const char *name;
   enum kd_isa isa;
 } cores[] = {
-    {"Katmai", KD_ISA_SSE},      {"Coppermine", KD_ISA_SSE},   {"Northwood", KD_ISA_SSE},
-    {"Prescott", KD_ISA_SSE},    {"Banias", KD_ISA_SSE},       {"Atom", KD_ISA_SSE},
-    {"Core2", KD_ISA_SSE},       {"Penryn", KD_ISA_SSE},       {"Dunnington", KD_ISA_SSE},
-    {"Nehalem", KD_ISA_SSE},     {"Opteron", KD_ISA_SSE},      {"Opteron_SSE3", KD_ISA_SSE},
-    {"Barcelona", KD_ISA_SSE},   {"Bobcat", KD_ISA_SSE},       {"Nano", KD_ISA_SSE},
-    {"Sandybridge", KD_ISA_AVX}, {"Bulldozer", KD_ISA_AVX},    {"Piledriver", KD_ISA_AVX},
-    {"Steamroller", KD_ISA_AVX}, {"Haswell", KD_ISA_AVX2},     {"Zen", KD_ISA_AVX2},
-    {"Excavator", KD_ISA_AVX2},  {"SkylakeX", KD_ISA_AVX512},  {"Cooperlake", KD_ISA_AVX512BF16},
+    {"Katmai", KD_ISA_SSE},
+    {"Coppermine", KD_ISA_SSE},
+    {"Northwood", KD_ISA_SSE},
+    {"Prescott", KD_ISA_SSE},
+    {"Banias", KD_ISA_SSE},
+    {"Atom", KD_ISA_SSE},
+    {"Core2", KD_ISA_SSE},
+    {"Penryn", KD_ISA_SSE},
+    {"Dunnington", KD_ISA_SSE},
+    {"Nehalem", KD_ISA_SSE},
+    {"Opteron", KD_ISA_SSE},
+    {"Opteron_SSE3", KD_ISA_SSE},
+    {"Barcelona", KD_ISA_SSE},
+    {"Bobcat", KD_ISA_SSE},
+    {"Nano", KD_ISA_SSE},
+    {"Sandybridge", KD_ISA_AVX},
+    {"Bulldozer", KD_ISA_AVX},
+    {"Piledriver", KD_ISA_AVX},
+    {"Steamroller", KD_ISA_AVX},
+    {"Haswell", KD_ISA_AVX2},
+    {"Zen", KD_ISA_AVX2},
+    {"Excavator", KD_ISA_AVX2},
+    {"SkylakeX", KD_ISA_AVX512},
+    {"Cooperlake", KD_ISA_AVX512BF16},
     {"SapphireRapids", KD_ISA_AVX512BF16},
 };
 
@@ -114,11 +133,16 @@ static int is_amd(const struct kd_cpu *c) {
  * them; AVX-512 kernels are used on AMD Zen 4 as well (as OpenBLAS itself does later). */
 static const char *core_for(enum kd_isa isa, int amd) {
   switch (isa) {
-  case KD_ISA_AVX512BF16: return "Cooperlake";
-  case KD_ISA_AVX512: return "SkylakeX";
-  case KD_ISA_AVX2: return amd ? "Zen" : "Haswell";
-  case KD_ISA_AVX: return "Sandybridge";
-  default: return NULL;
+  case KD_ISA_AVX512BF16:
+    return "Cooperlake";
+  case KD_ISA_AVX512:
+    return "SkylakeX";
+  case KD_ISA_AVX2:
+    return amd ? "Zen" : "Haswell";
+  case KD_ISA_AVX:
+    return "Sandybridge";
+  default:
+    return NULL;
   }
 }
 
@@ -132,7 +156,8 @@ const char *kd_blas_core_choice(const char *core, const struct kd_cpu *c) {
 }
 
 static int openblas_dynamic(void) {
-  return openblas_get_corename && openblas_get_config && strstr(openblas_get_config(), "DYNAMIC_ARCH");
+  return openblas_get_corename && openblas_get_config &&
+         strstr(openblas_get_config(), "DYNAMIC_ARCH");
 }
 
 void kd_blas_select(char **argv) {
@@ -162,14 +187,17 @@ static void blas_name(char *buf, size_t n, const struct kd_cpu *c) {
     const char *user = getenv("OPENBLAS_CORETYPE"), *lib = getenv(CHOSE_ENV);
     char who[256];
     if (lib && user && strcasecmp(user, core) == 0)
-      snprintf(who, sizeof who, "chosen by kdtrain: the library picked %s (%s) on this CPU; "
-               "set OPENBLAS_CORETYPE to choose", lib, kd_isa_name((enum kd_isa)kd_blas_core_isa(lib)));
+      snprintf(who, sizeof who,
+               "chosen by kdtrain: the library picked %s (%s) on this CPU; "
+               "set OPENBLAS_CORETYPE to choose",
+               lib, kd_isa_name((enum kd_isa)kd_blas_core_isa(lib)));
     else if (lib && user)
       snprintf(who, sizeof who, "kdtrain asked for %s, the library runs %s", user, core);
     else if (user)
       snprintf(who, sizeof who, "set by OPENBLAS_CORETYPE=%s", user);
     else if (better)
-      snprintf(who, sizeof who, "the library's choice; kdtrain could not re-execute to choose %s", better);
+      snprintf(who, sizeof who, "the library's choice; kdtrain could not re-execute to choose %s",
+               better);
     else
       snprintf(who, sizeof who, "the library's choice");
     snprintf(buf, n, "OpenBLAS %s%s, kernel %s (%s; %s)", ver, dyn, core,
@@ -204,14 +232,22 @@ double kd_cpu_flops_per_cycle(const struct kd_cpu *c, char *how, size_t n) {
   case KD_ISA_AVX512BF16:
   case KD_ISA_AVX512:
     lanes = 16;
-    if (amd && c->family == 0x19) { lanes = 8; } /* Zen 4: AVX-512 on 256-bit FMA pipes */
+    if (amd && c->family == 0x19) {
+      lanes = 8;
+    } /* Zen 4: AVX-512 on 256-bit FMA pipes */
     break;
   case KD_ISA_AVX2:
     lanes = 8;
     if (amd && c->family == 0x17 && c->model < 0x30) lanes = 4; /* Zen 1: 128-bit units */
     break;
-  case KD_ISA_AVX: lanes = 8; fma = 0; break;
-  default: lanes = 4; fma = 0; break;
+  case KD_ISA_AVX:
+    lanes = 8;
+    fma = 0;
+    break;
+  default:
+    lanes = 4;
+    fma = 0;
+    break;
   }
   const double f = fma ? 2.0 * units * lanes : 2.0 * lanes; /* no FMA: one add + one mul */
   if (how)

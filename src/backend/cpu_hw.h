@@ -9,19 +9,19 @@
 
 /* Vector feature levels, each implying the ones below (usable: CPU and OS agree). */
 enum kd_isa {
-  KD_ISA_SSE = 0,      /* SSE2/SSE3 only */
-  KD_ISA_AVX = 1,      /* AVX, no FMA/AVX2 */
-  KD_ISA_AVX2 = 2,     /* AVX2 + FMA3 */
-  KD_ISA_AVX512 = 3,   /* AVX-512 F, CD, BW, DQ, VL */
+  KD_ISA_SSE = 0,       /* SSE2/SSE3 only */
+  KD_ISA_AVX = 1,       /* AVX, no FMA/AVX2 */
+  KD_ISA_AVX2 = 2,      /* AVX2 + FMA3 */
+  KD_ISA_AVX512 = 3,    /* AVX-512 F, CD, BW, DQ, VL */
   KD_ISA_AVX512BF16 = 4 /* the above + AVX512_BF16 */
 };
 
 struct kd_cpu {
-  char vendor[16];      /* "GenuineIntel", "AuthenticAMD", ... */
-  char model_name[64];  /* the brand string */
-  int family, model;    /* display family and model */
+  char vendor[16];     /* "GenuineIntel", "AuthenticAMD", ... */
+  char model_name[64]; /* the brand string */
+  int family, model;   /* display family and model */
   enum kd_isa isa;
-  int amx;              /* AMX tiles usable */
+  int amx; /* AMX tiles usable */
 };
 
 void kd_cpu_detect(struct kd_cpu *c);

@@ -58,8 +58,8 @@ static void cpu_softmax_stats(struct kd_backend *be, float *ms, const float *z, 
 
 /* sum_j exp(x_j) (x_j - y_j) with x = a inv_t - la, y = b inv_t - lb: the KL row term
  * of fkl (a teacher, b student) and rkl (a student, b teacher). */
-static double kl_row(const float *restrict a, const float *restrict b, int V, float inv_t,
-                     float la, float lb) {
+static double kl_row(const float *restrict a, const float *restrict b, int V, float inv_t, float la,
+                     float lb) {
   double kd = 0.0;
   for (int j0 = 0; j0 < V; j0 += BLOCK) {
     const int j1 = j0 + BLOCK < V ? j0 + BLOCK : V;

@@ -59,15 +59,16 @@ static void *cuda_alloc(struct kd_backend *be, enum kd_mem cat, size_t bytes) {
   void *p = NULL;
   size_t real = bytes ? bytes : 1;
   int kind = cat == KD_MEM_HOST ? BLK_HOST : BLK_DEVICE;
-  cudaError_t e = kind == BLK_HOST ? cudaHostAlloc(&p, real, cudaHostAllocPortable)
-                                   : cudaMalloc(&p, real);
+  cudaError_t e =
+      kind == BLK_HOST ? cudaHostAlloc(&p, real, cudaHostAllocPortable) : cudaMalloc(&p, real);
   if (e != cudaSuccess)
     kd_fail(KD_EXIT_IO,
             "CUDA out of memory allocating %zu bytes of %s on device %d: %s "
             "(live total %zu bytes; lower micro_batch or memory%%budget_mb)",
             bytes, kd_mem_names[cat], cuda_of(be)->device, cudaGetErrorString(e),
             be->arena.live_total);
-  if (kind == BLK_HOST) memset(p, 0, real);
+  if (kind == BLK_HOST)
+    memset(p, 0, real);
   else
     CUDA_CHECK(cudaMemsetAsync(p, 0, real, cuda_of(be)->compute));
   struct cuda_ctx *cx = cuda_of(be);
@@ -82,12 +83,15 @@ static void *cuda_alloc(struct kd_backend *be, enum kd_mem cat, size_t bytes) {
 static void cuda_free(struct kd_backend *be, void *p) {
   if (!p) return;
   struct cuda_blk **pp = &cuda_of(be)->blocks[blk_hash(p)];
-  while (*pp && (*pp)->p != p) pp = &(*pp)->next;
+  while (*pp && (*pp)->p != p)
+    pp = &(*pp)->next;
   KD_CHECK(*pp, "cuda backend: free of %p, which it did not allocate", p);
   struct cuda_blk *b = *pp;
   *pp = b->next;
-  if (b->kind == BLK_HOST) CUDA_CHECK(cudaFreeHost(p));
-  else CUDA_CHECK(cudaFree(p)); /* implicitly waits for work using it */
+  if (b->kind == BLK_HOST)
+    CUDA_CHECK(cudaFreeHost(p));
+  else
+    CUDA_CHECK(cudaFree(p)); /* implicitly waits for work using it */
   arena_count(&be->arena, b->cat, b->bytes, -1);
   free(b);
 }
@@ -265,9 +269,9 @@ static const struct {
   const char *name, *variant; /* both substrings of cudaDeviceProp.name (variant may be "") */
   double fp32, bf16;
 } gpu_peaks[] = {
-    {"H200", "", 67.0, 989.0},     {"GH200", "", 67.0, 989.0},    {"H100", "PCIe", 51.0, 756.0},
-    {"H100", "NVL", 60.0, 835.0},  {"H100", "", 67.0, 989.0},     {"H800", "", 67.0, 989.0},
-    {"A100", "", 19.5, 312.0},     {"A800", "", 19.5, 312.0},     {"L40S", "", 91.6, 362.0},
+    {"H200", "", 67.0, 989.0},    {"GH200", "", 67.0, 989.0}, {"H100", "PCIe", 51.0, 756.0},
+    {"H100", "NVL", 60.0, 835.0}, {"H100", "", 67.0, 989.0},  {"H800", "", 67.0, 989.0},
+    {"A100", "", 19.5, 312.0},    {"A800", "", 19.5, 312.0},  {"L40S", "", 91.6, 362.0},
 };
 
 /* The datasheet peak of the device for the precision; cores and gemm_rate are a CPU's. */

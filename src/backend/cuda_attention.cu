@@ -34,14 +34,14 @@ static att_dims att_dims_make(int T, int nh, int nkv, int hd) {
 /* Allow `bytes` of dynamic shared memory for `kernel` (beyond the default 48 KiB). */
 template <typename K> static void att_smem(K kernel, size_t bytes) {
   if (bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)bytes));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 /* Copy `rows` rows of hd floats (row stride ld in global, stride sld in shared) starting
  * at global row r0 (rows >= T are zero), cooperatively by the whole block. */
-__device__ void att_load(float *dst, int sld, const float *src, size_t ld, int r0, int rows,
-                         int T, int hd) {
+__device__ void att_load(float *dst, int sld, const float *src, size_t ld, int r0, int rows, int T,
+                         int hd) {
   for (int idx = threadIdx.x; idx < rows * hd; idx += blockDim.x) {
     int r = idx / hd, d = idx % hd;
     dst[r * sld + d] = r0 + r < T ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
@@ -69,14 +69,16 @@ __global__ void k_att_fwd(float *out, float *lse, const float *qkv, att_dims a, 
     float s = -INFINITY;
     if (j <= i) {
       float acc = 0.0f;
-      for (int d = 0; d < hd; d++) acc += Qs[w * hd + d] * Ks[lane * kld + d];
+      for (int d = 0; d < hd; d++)
+        acc += Qs[w * hd + d] * Ks[lane * kld + d];
       s = acc * a.scale;
     }
     const float mn = fmaxf(m, warp_max(s));
     const float p = j <= i ? expf(s - mn) : 0.0f, corr = expf(m - mn);
     l = l * corr + warp_sum(p);
 #pragma unroll
-    for (int t = 0; t < ATT_MAXD; t++) o[t] *= corr;
+    for (int t = 0; t < ATT_MAXD; t++)
+      o[t] *= corr;
     for (int jj = 0; jj < ATT_TILE && j0 + jj <= i; jj++) {
       const float pj = __shfl_sync(0xffffffffu, p, jj);
 #pragma unroll
@@ -102,8 +104,8 @@ static void cuda_attention_forward(struct kd_backend *be, float *out, float *lse
                                    int B, int T, int nh, int nkv, int hd) {
   att_dims a = att_dims_make(T, nh, nkv, hd);
   if (B <= 0 || T <= 0) return;
-  size_t smem = sizeof(float) * ((size_t)ATT_TILE * (hd + 1) + (size_t)ATT_TILE * hd +
-                                 (size_t)ATT_ROWS * hd);
+  size_t smem =
+      sizeof(float) * ((size_t)ATT_TILE * (hd + 1) + (size_t)ATT_TILE * hd + (size_t)ATT_ROWS * hd);
   att_smem(k_att_fwd, smem);
   dim3 grid((unsigned)((T + ATT_ROWS - 1) / ATT_ROWS), (unsigned)nh, (unsigned)B);
   k_att_fwd<<<grid, 32 * ATT_ROWS, smem, cuda_of(be)->compute>>>(out, lse, qkv, a,
@@ -128,7 +130,8 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
   float D = 0.0f, L = 0.0f;
   const size_t li = ((size_t)b * a.nh + h) * a.T + i;
   if (active) {
-    for (int d = lane; d < hd; d += 32) D += out[orow0 + (size_t)i * ldo + d] * Gs[w * hd + d];
+    for (int d = lane; d < hd; d += 32)
+      D += out[orow0 + (size_t)i * ldo + d] * Gs[w * hd + d];
     D = warp_sum(D);
     L = lse[li];
     if (lane == 0) Dbuf[li] = D;
@@ -171,8 +174,8 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
 }
 
 /* dK, dV: a warp per key row j of kv head kh, over every q head of the group. */
-__global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
-                              const float *qkv, const float *lse, att_dims a) {
+__global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout, const float *qkv,
+                              const float *lse, att_dims a) {
   extern __shared__ float sm[];
   const int hd = a.hd, qld = hd + 1, ldo = a.nh * hd;
   float *Qs = sm, *Gs = Qs + ATT_TILE * qld, *Ks = Gs + ATT_TILE * qld, *Vs = Ks + ATT_ROWS * hd;
@@ -190,8 +193,7 @@ __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
     for (int i0 = jb; i0 < a.T; i0 += ATT_TILE) {
       __syncthreads();
       att_load(Qs, qld, base + (size_t)h * hd, a.ld, i0, ATT_TILE, a.T, hd);
-      att_load(Gs, qld, dout + (size_t)b * a.T * ldo + (size_t)h * hd, ldo, i0, ATT_TILE, a.T,
-               hd);
+      att_load(Gs, qld, dout + (size_t)b * a.T * ldo + (size_t)h * hd, ldo, i0, ATT_TILE, a.T, hd);
       if (threadIdx.x < ATT_TILE) {
         int i = i0 + threadIdx.x;
         Ls[threadIdx.x] = i < a.T ? lse[lrow + i] : 0.0f;

@@ -19,18 +19,18 @@ struct cuda_blk;
 
 /* The CUDA backend's own state (be->priv; cuda_of). */
 struct cuda_ctx {
-  int bf16;            /* rounded stored activations (be->bf16) */
-  int gemm_bf16;       /* BF16 GEMM inputs (the gemm_bf16 op; starts as bf16) */
-  int device;          /* device ordinal in use */
+  int bf16;      /* rounded stored activations (be->bf16) */
+  int gemm_bf16; /* BF16 GEMM inputs (the gemm_bf16 op; starts as bf16) */
+  int device;    /* device ordinal in use */
   cudaStream_t compute;
-  cudaStream_t copy;   /* host <-> device transfers (offload) */
+  cudaStream_t copy; /* host <-> device transfers (offload) */
   cudaEvent_t ev_compute, ev_copy;
   cublasHandle_t blas;
-  void *ws[2];         /* persistent workspaces (cuda_scratch), KD_MEM_SCRATCH */
+  void *ws[2]; /* persistent workspaces (cuda_scratch), KD_MEM_SCRATCH */
   size_t ws_bytes[2];
-  double *red;         /* reduction partials (device), RED_BLOCKS + 1 doubles */
-  int *flag;           /* device int for all_finite */
-  double *red_host;    /* pinned landing place of reduction results */
+  double *red;      /* reduction partials (device), RED_BLOCKS + 1 doubles */
+  int *flag;        /* device int for all_finite */
+  double *red_host; /* pinned landing place of reduction results */
   struct cuda_blk *blocks[CUDA_BLK_BUCKETS]; /* every alloc'ed block, by address */
 };
 
@@ -47,21 +47,21 @@ void *cuda_scratch(struct kd_backend *be, int slot, size_t bytes);
 #define RED_BLOCKS 512 /* blocks of the two-stage reductions (sumsq) */
 
 /* Check a CUDA runtime call: "[rank] file:line: CUDA ...: reason", exit status 3. */
-#define CUDA_CHECK(call)                                                                    \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess)                                                                  \
-      kd_fail_at(__FILE__, __LINE__, KD_EXIT_IO, "CUDA %s failed: %s (%s)", #call,          \
-                 cudaGetErrorString(e_), cudaGetErrorName(e_));                             \
+#define CUDA_CHECK(call)                                                                           \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess)                                                                         \
+      kd_fail_at(__FILE__, __LINE__, KD_EXIT_IO, "CUDA %s failed: %s (%s)", #call,                 \
+                 cudaGetErrorString(e_), cudaGetErrorName(e_));                                    \
   } while (0)
 
 /* Check a cuBLAS call the same way. */
-#define CUBLAS_CHECK(call)                                                                  \
-  do {                                                                                      \
-    cublasStatus_t s_ = (call);                                                             \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                                                        \
-      kd_fail_at(__FILE__, __LINE__, KD_EXIT_IO, "cuBLAS %s failed: %s", #call,             \
-                 cublasGetStatusString(s_));                                                \
+#define CUBLAS_CHECK(call)                                                                         \
+  do {                                                                                             \
+    cublasStatus_t s_ = (call);                                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                               \
+      kd_fail_at(__FILE__, __LINE__, KD_EXIT_IO, "cuBLAS %s failed: %s", #call,                    \
+                 cublasGetStatusString(s_));                                                       \
   } while (0)
 
 /* After every launch: report a bad launch here (file:line of the op). Ops never wait
@@ -91,11 +91,13 @@ __device__ __forceinline__ float dev_round_bf16(float x) {
 }
 
 template <typename T> __device__ __forceinline__ T warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 __device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
@@ -126,7 +128,8 @@ __device__ inline float block_max(float v) {
 /* Threads per block for a row of C elements: one per 4 elements, 32 .. 1024. */
 static inline int cuda_row_threads(int C) {
   int t = 32;
-  while (t < 1024 && t * 4 < C) t *= 2;
+  while (t < 1024 && t * 4 < C)
+    t *= 2;
   return t;
 }
 

@@ -24,10 +24,12 @@ __global__ void k_softmax_stats(float *ms, const float *z, int V, int ld, float 
   const size_t r = blockIdx.x;
   const float *zr = z + r * (size_t)ld;
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, zr[j] * inv_t);
+  for (int j = threadIdx.x; j < V; j += blockDim.x)
+    m = fmaxf(m, zr[j] * inv_t);
   m = block_max(m);
   double s = 0.0;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) s += (double)expf(zr[j] * inv_t - m);
+  for (int j = threadIdx.x; j < V; j += blockDim.x)
+    s += (double)expf(zr[j] * inv_t - m);
   s = block_sum(s);
   if (threadIdx.x == 0) {
     ms[2 * r] = m;

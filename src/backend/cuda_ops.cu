@@ -9,8 +9,8 @@
 #define TPB 256 /* threads per block of the elementwise kernels */
 
 /* Grid-stride loop over i in [0, n). */
-#define GRID_LOOP(i, n)                                                                     \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                   \
+#define GRID_LOOP(i, n)                                                                            \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                          \
        i += (size_t)gridDim.x * blockDim.x)
 
 /* --- elementwise ------------------------------------------------------------------------ */
@@ -89,7 +89,8 @@ __global__ void k_sumsq_part(double *part, const float *x, size_t n) {
 
 __global__ void k_sum_parts(double *out, const double *part, int np) {
   double s = 0.0;
-  for (int i = threadIdx.x; i < np; i += blockDim.x) s += part[i];
+  for (int i = threadIdx.x; i < np; i += blockDim.x)
+    s += part[i];
   s = block_sum(s);
   if (threadIdx.x == 0) *out = s;
 }
@@ -131,7 +132,9 @@ static int cuda_all_finite(struct kd_backend *be, const float *x, size_t n) {
 struct colsum_bias {
   const float *g;
   int ld;
-  __device__ float operator()(size_t n, int c) const { return g[n * ld + c]; }
+  __device__ float operator()(size_t n, int c) const {
+    return g[n * ld + c];
+  }
 };
 struct colsum_rms {
   const float *g, *x, *rstd;
@@ -151,9 +154,12 @@ template <typename F> __global__ void k_colsum(float *dst, F f, size_t N, int C)
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < 8; y++) s += part[y][threadIdx.x];
-    if (gridDim.y == 1) dst[c] += s;
-    else atomicAdd(&dst[c], s);
+    for (int y = 1; y < 8; y++)
+      s += part[y][threadIdx.x];
+    if (gridDim.y == 1)
+      dst[c] += s;
+    else
+      atomicAdd(&dst[c], s);
   }
 }
 
@@ -194,7 +200,7 @@ static void embedding_launch(struct kd_backend *be, float *out, const int *token
   if (!N) return;
   const int threads = cuda_row_threads(C) > 256 ? 256 : cuda_row_threads(C);
   k_embedding_fwd<<<(unsigned)N, threads, 0, cuda_of(be)->compute>>>(out, tokens, wte, C, vocab_lo,
-                                                                      vocab_n, cuda_of(be)->bf16);
+                                                                     vocab_n, cuda_of(be)->bf16);
   CUDA_OP_DONE();
 }
 
@@ -242,7 +248,8 @@ __global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const f
       ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
   } else {
-    for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+      ss += x[c] * x[c];
   }
   ss = block_sum(ss);
   float r = 1.0f / sqrtf(ss / (float)C + eps);
@@ -263,16 +270,18 @@ static void cuda_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd,
 }
 
 /* dinp += r*w*dout - x * r^3/C * sum(dout*w*x), one block per row. */
-__global__ void k_rmsnorm_bwd_dx(float *dinp, const float *dout, const float *inp,
-                                 const float *w, const float *rstd, int C) {
+__global__ void k_rmsnorm_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w,
+                                 const float *rstd, int C) {
   size_t n = blockIdx.x;
   const float *x = inp + n * C, *g = dout + n * C;
   float *dx = dinp + n * C;
   float r = rstd[n], dot = 0.0f;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) dot += g[c] * w[c] * x[c];
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    dot += g[c] * w[c] * x[c];
   dot = block_sum(dot);
   float k = dot * r * r * r / (float)C;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += r * w[c] * g[c] - k * x[c];
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    dx[c] += r * w[c] * g[c] - k * x[c];
 }
 
 static void cuda_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,

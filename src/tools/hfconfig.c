@@ -19,10 +19,10 @@ struct hf_arch {
   const char *architecture;
   int kv_heads; /* num_key_value_heads when absent; 0: num_attention_heads */
   int max_pos;
-  int qkv_bias;       /* q/k/v biases always (the key attention_bias is not read) */
-  int bias_key;       /* reads attention_bias (which would include o_proj) */
-  int window_flag;    /* use_sliding_window turns the window on */
-  int window_size;    /* sliding_window alone sets a window */
+  int qkv_bias;    /* q/k/v biases always (the key attention_bias is not read) */
+  int bias_key;    /* reads attention_bias (which would include o_proj) */
+  int window_flag; /* use_sliding_window turns the window on */
+  int window_size; /* sliding_window alone sets a window */
 };
 static const struct hf_arch archs[] = {
     {"qwen2", KD_ARCH_QWEN2, "Qwen2ForCausalLM", 32, 32768, 1, 0, 1, 0},
@@ -146,8 +146,7 @@ static int read_window(const struct rd *r, const struct hf_arch *a, const struct
     i++;
   }
   const cJSON *w = get(r->o, "sliding_window");
-  if (a->window_size && w &&
-      !(cJSON_IsNumber(w) && w->valuedouble >= c->max_position_embeddings))
+  if (a->window_size && w && !(cJSON_IsNumber(w) && w->valuedouble >= c->max_position_embeddings))
     return refuse(r, "sliding_window", w,
                   "sliding-window attention is not computed by kdtrain (null, or a window of "
                   "at least max_position_embeddings, is)");

@@ -85,8 +85,10 @@ __attribute__((destructor)) static void report(void) {
   if (active != 1 || limit >= 0) return;
   char msg[160];
   const char *r = getenv("PMI_RANK") ? getenv("PMI_RANK") : "0";
-  int len = snprintf(msg, sizeof msg, "faultinj: rank %s wrote %lld bytes\nfaultinj: rank %s read "
-                     "%lld bytes\n", r, written, r, got);
+  int len = snprintf(msg, sizeof msg,
+                     "faultinj: rank %s wrote %lld bytes\nfaultinj: rank %s read "
+                     "%lld bytes\n",
+                     r, written, r, got);
   ssize_t (*w)(int, const void *, size_t) = next("write");
   if (w && len > 0) (void)w(2, msg, (size_t)len);
 }
@@ -121,16 +123,16 @@ static mode_t open_mode(int flags, va_list ap) {
   return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
 }
 
-#define OPEN_LIKE(fn, ...)                                                                        \
-  int fn(const char *path, int flags, ...) {                                                    \
-    va_list ap;                                                                                 \
-    va_start(ap, flags);                                                                        \
-    mode_t mode = open_mode(flags, ap);                                                         \
-    va_end(ap);                                                                                 \
-    int (*real)(const char *, int, ...) = next(#fn);                                            \
-    int fd = real(path, flags, mode);                                                           \
-    note_open(fd, path);                                                                        \
-    return fd;                                                                                  \
+#define OPEN_LIKE(fn, ...)                                                                         \
+  int fn(const char *path, int flags, ...) {                                                       \
+    va_list ap;                                                                                    \
+    va_start(ap, flags);                                                                           \
+    mode_t mode = open_mode(flags, ap);                                                            \
+    va_end(ap);                                                                                    \
+    int (*real)(const char *, int, ...) = next(#fn);                                               \
+    int fd = real(path, flags, mode);                                                              \
+    note_open(fd, path);                                                                           \
+    return fd;                                                                                     \
   }
 OPEN_LIKE(open)
 OPEN_LIKE(open64)
@@ -196,7 +198,8 @@ ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
 
 static size_t iov_bytes(const struct iovec *iov, int n) {
   size_t s = 0;
-  for (int i = 0; i < n; i++) s += iov[i].iov_len;
+  for (int i = 0; i < n; i++)
+    s += iov[i].iov_len;
   return s;
 }
 

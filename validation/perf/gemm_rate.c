@@ -51,8 +51,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gemm_rate: out of memory\n");
     return 1;
   }
-  for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)(i % 13) * 0.01f - 0.06f;
-  for (size_t i = 0; i < (size_t)N * K; i++) B[i] = (float)(i % 11) * 0.01f - 0.05f;
+  for (size_t i = 0; i < (size_t)M * K; i++)
+    A[i] = (float)(i % 13) * 0.01f - 0.06f;
+  for (size_t i = 0; i < (size_t)N * K; i++)
+    B[i] = (float)(i % 11) * 0.01f - 0.05f;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
   for (int r = 0; r < reps; r++) {
     double t0 = now();

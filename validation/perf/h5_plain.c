@@ -14,11 +14,11 @@
  * need it, every rank ending with all of it: each rank's 1/N by the collective read
  * above, then one MPI_Allgatherv per dataset (the "replicated read"; the cache emptied
  * before it too with COLD). */
+#include <fcntl.h>
 #include <hdf5.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 static int io(const char *path, long long per_set, int nsets, int writing, float *buf0, int rank,
@@ -40,14 +40,14 @@ static int io(const char *path, long long per_set, int nsets, int writing, float
   }
   const hsize_t start = (hsize_t)at[rank], count = (hsize_t)cnt[rank], total = (hsize_t)per_set;
   for (int d = 0; d < nsets; d++) {
-    float *buf = replicate ? buf0 + (size_t)d * (size_t)per_set + start
-                           : buf0 + (size_t)d * (size_t)count;
+    float *buf =
+        replicate ? buf0 + (size_t)d * (size_t)per_set + start : buf0 + (size_t)d * (size_t)count;
     char name[32];
     snprintf(name, sizeof name, "t%05d", d);
     hid_t fs = H5Screate_simple(1, &total, NULL), ms = H5Screate_simple(1, &count, NULL);
-    hid_t ds = writing ? H5Dcreate2(f, name, H5T_NATIVE_FLOAT, fs, H5P_DEFAULT, H5P_DEFAULT,
-                                    H5P_DEFAULT)
-                       : H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t ds =
+        writing ? H5Dcreate2(f, name, H5T_NATIVE_FLOAT, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
+                : H5Dopen2(f, name, H5P_DEFAULT);
     H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
     if (count == 0) H5Sselect_none(ms);
     bad |= (writing ? H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf)
@@ -84,11 +84,13 @@ int main(int argc, char **argv) {
   const long long per_set = bytes / 4 / nsets;
   const size_t share = (size_t)(per_set / size + 1) * (size_t)nsets;
   float *buf = malloc(share * sizeof(float));
-  for (size_t i = 0; i < share; i++) buf[i] = (float)(i % 1000) * 1e-3f;
+  for (size_t i = 0; i < share; i++)
+    buf[i] = (float)(i % 1000) * 1e-3f;
   double t[3] = {0, 0, 0}; /* read, write, replicated read */
   /* touched before the clock starts, as kdtrain's model buffer is when it reads */
   float *all = size > 1 ? calloc((size_t)per_set * (size_t)nsets, sizeof(float)) : NULL;
-  for (size_t i = 0; all && i < (size_t)per_set * (size_t)nsets; i += 1024) all[i] = 1.0f;
+  for (size_t i = 0; all && i < (size_t)per_set * (size_t)nsets; i += 1024)
+    all[i] = 1.0f;
   for (int w = 1; w >= (size > 1 ? -1 : 0); w--) {
     if (w <= 0 && argc == 5 && rank == 0 && system(argv[4]) != 0) {
       fprintf(stderr, "h5_plain: '%s' failed\n", argv[4]);
@@ -98,7 +100,10 @@ int main(int argc, char **argv) {
     const double t0 = MPI_Wtime();
     if (io(argv[3], per_set, nsets, w == 1, w < 0 ? all : buf, rank, size, w < 0)) {
       fprintf(stderr, "h5_plain: %s of %s failed\n",
-              w > 0 ? "write" : w == 0 ? "read" : "replicated read", argv[3]);
+              w > 0    ? "write"
+              : w == 0 ? "read"
+                       : "replicated read",
+              argv[3]);
       MPI_Abort(MPI_COMM_WORLD, 3);
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -45,7 +45,10 @@ static void filled_model(struct kd_model *m, uint64_t seed) {
     m->m[i] = (float)kd_normal(&s) * 1e-3f;
     m->v[i] = (float)kd_uniform(&s) * 1e-6f;
   }
-  union { uint32_t u; float f; } nan = {0x7fc0abcdu}, negz = {0x80000000u};
+  union {
+    uint32_t u;
+    float f;
+  } nan = {0x7fc0abcdu}, negz = {0x80000000u};
   m->master[0] = negz.f;
   m->m[1] = nan.f;
 }
@@ -91,7 +94,8 @@ START_TEST(test_resolve) {
   ck_assert_str_eq(path, ""); /* no latest yet: a fresh start */
   struct kd_model a;
   filled_model(&a, 3);
-  for (int64_t s = 1; s <= 4; s++) save_at(&cfg, &a, s);
+  for (int64_t s = 1; s <= 4; s++)
+    save_at(&cfg, &a, s);
   ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, MPI_COMM_WORLD, err, sizeof err), 0);
   ck_assert_msg(strstr(path, "/step_00000004.h5") != NULL, "%s", path);
   char p[1024]; /* keep = 2: steps 1 and 2 are gone */
@@ -133,9 +137,15 @@ static void set_version(hid_t f) {
   H5Sclose(s);
   H5Tclose(t);
 }
-static void drop_moment(hid_t f) { H5Ldelete(f, "optim/exp_avg/model.norm.weight", H5P_DEFAULT); }
-static void drop_state(hid_t f) { H5Ldelete(f, "state/updates", H5P_DEFAULT); }
-static void drop_optim(hid_t f) { H5Ldelete(f, "optim", H5P_DEFAULT); }
+static void drop_moment(hid_t f) {
+  H5Ldelete(f, "optim/exp_avg/model.norm.weight", H5P_DEFAULT);
+}
+static void drop_state(hid_t f) {
+  H5Ldelete(f, "state/updates", H5P_DEFAULT);
+}
+static void drop_optim(hid_t f) {
+  H5Ldelete(f, "optim", H5P_DEFAULT);
+}
 static void poke(hid_t f, const char *name, hid_t type, const void *v) {
   hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
   H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);

@@ -799,9 +799,10 @@ int main(int argc, char **argv) {
            getenv("KD_PYTHON") ? getenv("KD_PYTHON") : "python3");
     if (!failed) status = 77;
   } else if (fx != 0) {
-    printf("FAIL: validation/ref/data_write.py exited with status %d: the files of the formats with "
-           "headers were not written\n",
-           fx);
+    printf(
+        "FAIL: validation/ref/data_write.py exited with status %d: the files of the formats with "
+        "headers were not written\n",
+        fx);
     status = EXIT_FAILURE;
   }
   MPI_Finalize();

@@ -109,7 +109,8 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
   backend_cpu_init(&f.be, 0);
   model_build(&f.s, &f.be, &sc, 0);
   model_init_random(&f.s, &f.be, 11);
-  for (size_t i = 0; i < f.s.numel; i++) f.s.master[i] *= 8.0f; /* larger signal than std 0.02 */
+  for (size_t i = 0; i < f.s.numel; i++)
+    f.s.master[i] *= 8.0f;              /* larger signal than std 0.02 */
   for (int k = 0; k < f.s.nparams; k++) /* non-trivial norms and biases */
     if (f.s.params[k].role == ROLE_NORM || f.s.params[k].role == ROLE_BIAS) {
       uint64_t st = 99 + (uint64_t)k;
@@ -125,7 +126,8 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
   if (distill) {
     model_build(&f.t, &f.be, &tc, 1);
     model_init_random(&f.t, &f.be, 5);
-    for (size_t i = 0; i < f.t.numel; i++) f.t.w[i] *= 10.0f;
+    for (size_t i = 0; i < f.t.numel; i++)
+      f.t.w[i] *= 10.0f;
     acts_build(&f.ta, &f.be, &f.t, B, T);
   }
   acts_build(&f.sa, &f.be, &f.s, B, T);
@@ -152,8 +154,10 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
       d[i] = kd_normal(&st);
       dn += d[i] * d[i];
     }
-    for (size_t i = 0; i < p->numel; i++) d[i] /= sqrt(dn);
-    for (size_t i = 0; i < p->numel; i++) an += grad[p->offset + i] * d[i];
+    for (size_t i = 0; i < p->numel; i++)
+      d[i] /= sqrt(dn);
+    for (size_t i = 0; i < p->numel; i++)
+      an += grad[p->offset + i] * d[i];
     /* central differences at h and h/2, Richardson-extrapolated (error O(h^4));
      * the FP32 forward limits agreement to about 1e-4 absolute, hence the floor */
     double dh[2];
@@ -197,14 +201,13 @@ START_TEST(test_grad_train_bias_untied) {
 END_TEST
 
 START_TEST(test_grad_train_tied_nobias) {
-  check_gradients(make_card(17, 8, 12, 3, 2, 2, 1, 0), make_card(17, 8, 8, 1, 2, 2, 0, 0), 0, 1,
-                  7);
+  check_gradients(make_card(17, 8, 12, 3, 2, 2, 1, 0), make_card(17, 8, 8, 1, 2, 2, 0, 0), 0, 1, 7);
 }
 END_TEST
 
 START_TEST(test_grad_distill) {
-  check_gradients(make_card(19, 12, 16, 2, 3, 3, 0, 1), make_card(19, 16, 24, 3, 4, 2, 1, 1), 1,
-                  2, 6);
+  check_gradients(make_card(19, 12, 16, 2, 3, 3, 0, 1), make_card(19, 16, 24, 3, 4, 2, 1, 1), 1, 2,
+                  6);
 }
 END_TEST
 
@@ -222,7 +225,8 @@ START_TEST(test_frozen_forward_matches) {
   acts_build(&aa, &be, &a, 2, 9);
   acts_build(&ba, &be, &b, 2, 9);
   int tok[18];
-  for (int i = 0; i < 18; i++) tok[i] = (i * 7) % 29;
+  for (int i = 0; i < 18; i++)
+    tok[i] = (i * 7) % 29;
   layers_forward(&be, &a, &aa, tok);
   layers_forward(&be, &b, &ba, tok);
   ck_assert_int_eq(memcmp(aa.hn, ba.hn, 18 * 16 * sizeof(float)), 0);

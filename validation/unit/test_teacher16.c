@@ -50,12 +50,11 @@ static double relerr(const float *a, const float *b, size_t n) {
 }
 
 START_TEST(test_pack) {
-  const float v[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.0f + 1.0f / 256.0f + 1e-7f, -3.14159f,
-                     1e-40f, 3.0e38f, INFINITY, -INFINITY};
+  const float v[] = {0.0f,      -0.0f,  1.0f,    1.00390625f, 1.0f + 1.0f / 256.0f + 1e-7f,
+                     -3.14159f, 1e-40f, 3.0e38f, INFINITY,    -INFINITY};
   for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
     const float r = kd_round_bf16(v[i]), u = kd_bf16_unpack(kd_bf16_pack(v[i]));
-    ck_assert_msg(memcmp(&r, &u, sizeof r) == 0, "pack/unpack of %g gives %g, not %g", v[i], u,
-                  r);
+    ck_assert_msg(memcmp(&r, &u, sizeof r) == 0, "pack/unpack of %g gives %g, not %g", v[i], u, r);
   }
 }
 END_TEST
@@ -75,7 +74,8 @@ START_TEST(test_gemm_w16) {
       float *C1 = kd_malloc((size_t)M * ldc * sizeof(float));
       memcpy(C1, C0, (size_t)M * ldc * sizeof(float));
       uint16_t *B16 = kd_malloc((size_t)N * ldb * sizeof(uint16_t));
-      for (size_t i = 0; i < (size_t)N * ldb; i++) B16[i] = kd_bf16_pack(B[i]);
+      for (size_t i = 0; i < (size_t)N * ldb; i++)
+        B16[i] = kd_bf16_pack(B[i]);
       be.gemm(&be, ta, 1, M, N, K, 0.7f, A, lda, B, ldb, -0.5f, C0, ldc);
       be.gemm_w16(&be, ta, M, N, K, 0.7f, A, lda, B16, ldb, -0.5f, C1, ldc);
       const double e = relerr(C1, C0, (size_t)M * ldc);
@@ -95,9 +95,11 @@ START_TEST(test_embedding_w16) {
     const int C = 37, V = 23, lo = 5;
     float *w = frand((size_t)V * C, 1), *o0 = frand(N * C, 0), *o1 = frand(N * C, 0);
     uint16_t *w16 = kd_malloc((size_t)V * C * sizeof(uint16_t));
-    for (size_t i = 0; i < (size_t)V * C; i++) w16[i] = kd_bf16_pack(w[i]);
+    for (size_t i = 0; i < (size_t)V * C; i++)
+      w16[i] = kd_bf16_pack(w[i]);
     int tok[41];
-    for (size_t i = 0; i < N; i++) tok[i] = (int)((i * 13) % 35); /* some outside the slice */
+    for (size_t i = 0; i < N; i++)
+      tok[i] = (int)((i * 13) % 35); /* some outside the slice */
     be.embedding_forward(&be, o0, tok, w, N, C, lo, V);
     be.embedding_forward_w16(&be, o1, tok, w16, N, C, lo, V);
     ck_assert_int_eq(memcmp(o0, o1, N * C * sizeof(float)), 0);
@@ -164,7 +166,8 @@ static void check_forward(struct kd_card c) {
   ck_assert_uint_eq(be.arena.live[KD_MEM_WEIGHTS],
                     model_weight_bytes(&x.f) + model_weight_bytes(&x.p));
   int tok[22];
-  for (int i = 0; i < N; i++) tok[i] = (i * 7 + 3) % c.vocab_size;
+  for (int i = 0; i < N; i++)
+    tok[i] = (i * 7 + 3) % c.vocab_size;
   layers_forward(&be, &x.f, &x.fa, tok);
   layers_forward(&be, &x.p, &x.pa, tok);
   const size_t nh = (size_t)N * c.hidden_size;
@@ -182,8 +185,8 @@ static void check_forward(struct kd_card c) {
                &(struct loss_teacher){x.fa.hn, NULL, x.p.pw.head16, c.hidden_size}, tok + 1,
                (size_t)N - 1, &voc, 5, 1.0f, MPI_COMM_SELF);
   ck_assert_msg(fabs(s1.kd - s0.kd) <= TOL * fabs(s0.kd) && s1.ce == s0.ce,
-                "loss with the packed head: kd %.9g vs %.9g, ce %.9g vs %.9g", s1.kd, s0.kd,
-                s1.ce, s0.ce);
+                "loss with the packed head: kd %.9g vs %.9g, ce %.9g vs %.9g", s1.kd, s0.kd, s1.ce,
+                s0.ce);
   free(hs), free(ws);
   pair_free(&x, &be);
   ck_assert_uint_eq(be.arena.live_total, 0);
@@ -235,7 +238,8 @@ START_TEST(test_devsim) {
   struct kd_card c = make_card(53, 32, 40, 2, 4, 2, 0, 1);
   const int B = 1, T = 13, N = B * T;
   int tok[13];
-  for (int i = 0; i < N; i++) tok[i] = (i * 5 + 1) % c.vocab_size;
+  for (int i = 0; i < N; i++)
+    tok[i] = (i * 5 + 1) % c.vocab_size;
   const size_t nh = (size_t)N * c.hidden_size;
   float *ref = kd_malloc(nh * sizeof(float)), *got = kd_malloc(nh * sizeof(float));
   struct kd_backend be;

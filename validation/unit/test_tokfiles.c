@@ -200,7 +200,8 @@ START_TEST(checksums) {
   edit_h5(path, 0, 1, NULL);
   ck_assert_int_eq(tokfiles_count(path, err, sizeof err), -1);
   ck_assert_msg(strstr(err, "sum.h5: /tokenizer/tokenizer.json attribute 'checksum_bound64' is "
-                            "missing"), "%s", err);
+                            "missing"),
+                "%s", err);
   make_h5("sum.h5", src, 1);
   edit_h5(path, 0, 1, "1.1"); /* written before format 1.2: no checksum asked for */
   ck_assert_msg(tokfiles_count(path, err, sizeof err) == 1, "%s", err);

@@ -698,8 +698,8 @@ static void namelist_bytes(hid_t f) { /* /config/namelist replaced by a 300 x 30
   hsize_t dims[2] = {300, 300};
   hid_t s = H5Screate_simple(2, dims, NULL);
   unsigned char *z = calloc(300 * 300, 1);
-  hid_t d = H5Dcreate2(f, "config/namelist", H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT,
-                       H5P_DEFAULT);
+  hid_t d =
+      H5Dcreate2(f, "config/namelist", H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   R0(d >= 0 && H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, z) >= 0);
   free(z), H5Dclose(d), H5Sclose(s);
 }
