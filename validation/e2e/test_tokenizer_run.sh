@@ -17,18 +17,12 @@ cat > base.nml <<EOF2
 &precision compute = 'fp32' /
 EOF2
 
-# tok FILE ACTION [TEXT]: put /tokenizer (tokenizer.json = TEXT, a fixed config) into
-# FILE, or print a digest of FILE's /tokenizer ('-' when it has none)
+# tok FILE digest: a digest of FILE's /tokenizer ('-' when it has none)
 tok() {
   "$KD_PYTHON" - "$@" <<'EOF2'
-import hashlib, sys, h5py, numpy as np
-path, action = sys.argv[1], sys.argv[2]
-with h5py.File(path, "a" if action == "put" else "r") as f:
-    if action == "put":
-        g = f.create_group("tokenizer")
-        for name, text in (("tokenizer.json", sys.argv[3]), ("tokenizer_config.json", '{"x": 1}')):
-            g.create_dataset(name, data=np.frombuffer(text.encode(), dtype=np.uint8))
-    elif "tokenizer" not in f:
+import hashlib, sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    if "tokenizer" not in f:
         print("-")
     else:
         h = hashlib.sha256()
@@ -38,10 +32,22 @@ with h5py.File(path, "a" if action == "put" else "r") as f:
 EOF2
 }
 
+# give FILE TEXT: FILE's model with a tokenizer (tokenizer.json = TEXT, a fixed
+# tokenizer_config.json), as a user gives one: kdconvert to-hf, the tokenizer files into
+# the Hugging Face directory, kdconvert from-hf (which writes /tokenizer with its checksums)
+conv="${KD_BUILDDIR:-$KD_SRCDIR}/src/tools/kdconvert"
+give() {
+  rm -rf hf.give && "$conv" to-hf "$1" hf.give > conv.txt 2>&1 || { cat conv.txt; fail "to-hf $1"; }
+  printf '%s' "$2" > hf.give/tokenizer.json
+  printf '%s' '{"x": 1}' > hf.give/tokenizer_config.json
+  "$conv" from-hf hf.give "$1.new" conv.nml > conv.txt 2>&1 || { cat conv.txt; fail "from-hf $1"; }
+  mv "$1.new" "$1"
+}
+
 echo "== a teacher with a tokenizer"
 kd 1 > log.txt 2>&1 || { cat log.txt; fail "teacher"; }
 [ "$(tok t/final.h5 digest)" = "-" ] || fail "a random model's final.h5 has a tokenizer"
-tok t/final.h5 put '{"model": {"vocab": {"a": 0}}}'
+give t/final.h5 '{"model": {"vocab": {"a": 0}}}'
 want=$(tok t/final.h5 digest)
 
 echo "== a random student distilled from it carries the teacher's tokenizer"
@@ -62,8 +68,7 @@ done
 
 echo "== a student whose tokenizer differs from the teacher's is refused"
 cp s/final.h5 other.h5
-"$KD_PYTHON" -c "import h5py; f = h5py.File('other.h5', 'a'); del f['tokenizer']; f.close()"
-tok other.h5 put '{"model": {"vocab": {"b": 0}}}'
+give other.h5 '{"model": {"vocab": {"b": 0}}}'
 set +e
 kd 1 run%mode="'distill'" student%card="'test-student'" student%init="'other.h5'" \
   run%out_dir="'x'" > log.txt 2>&1
