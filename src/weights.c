@@ -66,9 +66,9 @@ static void quiet_hdf5(struct weights_io *io) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
-int weights_create(struct weights_io *io, const char *path, const struct kd_model *mdl,
-                   const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
-                   size_t errlen) {
+/* A handle of `path` for `mdl` over `comm`, no file open yet; err cleared. */
+static void io_begin(struct weights_io *io, const char *path, const struct kd_model *mdl,
+                     MPI_Comm comm, char *err, size_t errlen) {
   memset(io, 0, sizeof *io);
   io->file = -1;
   io->mdl = mdl;
@@ -77,6 +77,12 @@ int weights_create(struct weights_io *io, const char *path, const struct kd_mode
   quiet_hdf5(io);
   MPI_Comm_rank(comm, &io->rank);
   if (errlen > 0) err[0] = '\0';
+}
+
+int weights_create(struct weights_io *io, const char *path, const struct kd_model *mdl,
+                   const char *namelist_text, int write_replicated, MPI_Comm comm, char *err,
+                   size_t errlen) {
+  io_begin(io, path, mdl, comm, err, errlen);
   hid_t cfg = -1;
   char *namelist = NULL;
   int st = weights_plan(io, write_replicated != 0, err, errlen);
@@ -182,16 +188,10 @@ int weights_publish(const char *tmp, const char *path, char *err, size_t errlen)
   }
   return 0;
 }
+
 int weights_open(struct weights_io *io, const char *path, const struct kd_model *mdl, MPI_Comm comm,
                  char *err, size_t errlen) {
-  memset(io, 0, sizeof *io);
-  io->file = -1;
-  io->mdl = mdl;
-  io->path = path;
-  io->comm = comm;
-  quiet_hdf5(io);
-  MPI_Comm_rank(comm, &io->rank);
-  if (errlen > 0) err[0] = '\0';
+  io_begin(io, path, mdl, comm, err, errlen);
   hid_t cfg = -1;
   int st = kd_agree(io->rank == 0 ? file_precheck(path, err, errlen) : 0, err, errlen, comm);
   if (st) return st;
