@@ -104,6 +104,18 @@ static const struct namelist_key card_keys[] = {
                  0, NULL),
     NAMELIST_KEY(kd_card, model, attention_bias, NL_BOOL, attention_bias, NULL, 0, 0, 0, NULL),
     MI(max_position_embeddings, "4096", NL_GE, 1, 0),
+    NAMELIST_KEY(kd_card, model, rope_type, NL_WORD, rope_type, "'default'", 0, 0, 0,
+                 KD_ROPE_TYPE_WORDS),
+    MR(factor, "1.0", NL_GT, 0),
+    MR(low_freq_factor, "1.0", NL_GT, 0),
+    MR(high_freq_factor, "4.0", NL_GT, 0),
+    MI(original_max_position_embeddings, "0", NL_GE, 0, 0),
+    MR(beta_fast, "32.0", NL_GT, 0),
+    MR(beta_slow, "1.0", NL_GT, 0),
+    MR(attention_factor, "0.0", NL_GE, 0),
+    MR(mscale, "0.0", NL_GE, 0),
+    MR(mscale_all_dim, "0.0", NL_GE, 0),
+    NAMELIST_KEY(kd_card, model, truncate, NL_BOOL, truncate, ".true.", 0, 0, 0, NULL),
 };
 
 #define NKEYS(t) (sizeof(t) / sizeof((t)[0]))
@@ -247,6 +259,27 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
   return 0;
 }
 
+/* The RoPE scaling keys of a card (rope.c computes them): the key at fault, or NULL. */
+static const char *card_check_rope(const struct kd_card *card, char *why, size_t whylen) {
+  if (card->rope_type == KD_ROPE_DYNAMIC || card->rope_type == KD_ROPE_LONGROPE) {
+    snprintf(why, whylen,
+             "'%s' is not computed by kdtrain (its frequencies change with the sequence "
+             "length); expected 'default', 'linear', 'llama3' or 'yarn'",
+             kd_rope_type_names[card->rope_type]);
+    return "rope_type";
+  }
+  if (card->rope_type == KD_ROPE_LLAMA3 && card->high_freq_factor <= card->low_freq_factor) {
+    snprintf(why, whylen, "%g is not above low_freq_factor = %g; expected high > low",
+             card->high_freq_factor, card->low_freq_factor);
+    return "high_freq_factor";
+  }
+  return NULL;
+}
+
+void card_defaults(struct kd_card *card) {
+  namelist_defaults(card_keys, NKEYS(card_keys), card, sizeof *card);
+}
+
 const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
   long i = namelist_check_values(card_keys, NKEYS(card_keys), card, why, whylen);
   if (i >= 0) return card_keys[i].key;
@@ -271,7 +304,7 @@ const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
              card->hidden_size / card->num_attention_heads);
     return "hidden_size";
   }
-  return NULL;
+  return card_check_rope(card, why, whylen);
 }
 
 int config_load_card(struct kd_card *card, const char *name, const char *relative_to, char *err,

@@ -21,6 +21,14 @@ struct kd_card {
   int num_attention_heads, num_key_value_heads, max_position_embeddings;
   double rope_theta, rms_norm_eps;
   int tie_word_embeddings, attention_bias; /* logicals */
+  /* RoPE scaling (config.json's rope_parameters / rope_scaling; rope.c): the rule and its
+   * parameters; 0 for original_max_position_embeddings, attention_factor, mscale and
+   * mscale_all_dim means not given (transformers 5's defaults apply) */
+  enum kd_rope_type rope_type;
+  double factor, low_freq_factor, high_freq_factor, beta_fast, beta_slow;
+  double attention_factor, mscale, mscale_all_dim;
+  int original_max_position_embeddings;
+  int truncate; /* logical (yarn) */
 };
 
 struct kd_config {
@@ -111,6 +119,9 @@ void config_print(FILE *f, const struct kd_config *cfg);
 /* Check a card's values as a card file is checked (bounds, allowed words, head counts):
  * NULL when valid, else the name of the first offending key with the reason in `why`. */
 const char *card_check(const struct kd_card *card, char *why, size_t whylen);
+
+/* Every card key at its default (keys without one zero). */
+void card_defaults(struct kd_card *card);
 
 /* Print a model card as a &model namelist. */
 void card_print(FILE *f, const struct kd_card *card);

@@ -306,14 +306,14 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
   const int C = c->hidden_size, hd = mdl->head_dim;
   const int nh = mdl->heads, nkv = mdl->kv_heads;
   const int Q = mdl->q_dim, QKV = mdl->q_dim + 2 * mdl->kv_dim;
-  const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
+  const float eps = (float)c->rms_norm_eps;
 
   be->rmsnorm_forward(be, l->h1, l->rstd1, l->x_in, w->ln1, N, C, eps);
   linear_fwd(be, l->qkv, l->h1, w->wqkv, w->wqkv16, N, C, QKV);
   if (w->bqkv) be->bias_forward(be, l->qkv, w->bqkv, N, QKV, QKV);
   maybe_round(be, l->qkv, N * QKV);
-  be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, theta);
-  be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, theta);
+  be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, &mdl->rope);
+  be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, &mdl->rope);
   be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd);
   linear_fwd(be, l->x_mid, l->att, w->wo, w->wo16, N, Q, C);
   tp_allreduce(be, mdl, l->x_mid, N * C);
@@ -395,7 +395,6 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl,
   const int C = c->hidden_size, hd = mdl->head_dim;
   const int nh = mdl->heads, nkv = mdl->kv_heads;
   const int Q = mdl->q_dim, QKV = mdl->q_dim + 2 * mdl->kv_dim;
-  const float theta = (float)c->rope_theta;
 
   /* MLP: out = x_mid + down(silu(gate) * up) */
   mlp_backward(be, mdl, w, g, l, a);
@@ -406,8 +405,8 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl,
   linear_bwd(be, a->datt, 0.0f, g->wo, a->dres, l->att, w->wo, N, Q, C);
   be->zero(be, a->dqkv, N * QKV);
   be->attention_backward(be, a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd);
-  be->rope_backward(be, a->dqkv, N, T, nh, hd, QKV, theta);
-  be->rope_backward(be, a->dqkv + Q, N, T, nkv, hd, QKV, theta);
+  be->rope_backward(be, a->dqkv, N, T, nh, hd, QKV, &mdl->rope);
+  be->rope_backward(be, a->dqkv + Q, N, T, nkv, hd, QKV, &mdl->rope);
   if (g->bqkv) be->bias_backward(be, g->bqkv, a->dqkv, N, QKV, QKV);
   linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);
   tp_allreduce(be, mdl, a->dh, N * C);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rope.h"
 #include "util.h"
 
 /* How one tensor is cut: its TP split and whether this rank holds it. */
@@ -196,6 +197,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   mdl->has_embed = stage == 0;
   mdl->has_head = stage == pp - 1;
   mdl->head_dim = hd;
+  mdl->rope = rope_of_card(card, hd);
   mdl->heads = nh / tp;
   const int kv_split = nkv % tp == 0;
   const int kv_rep = kv_split ? 1 : tp / nkv; /* ranks sharing one kv head */

@@ -27,6 +27,7 @@
 #include "layers.h"
 #include "loss.h"
 #include "model.h"
+#include "rope.h"
 #include "util.h"
 
 struct st {
@@ -224,6 +225,17 @@ static struct dual dual_rand16(struct st *x, size_t n, float scale) {
   return d;
 }
 
+/* A yarn rope for heads of size hd whose scaled frequencies and ramp fall inside the
+ * selftest's short sequences (original length 16, factor 4). */
+static struct kd_rope scaled_rope(int hd) {
+  struct kd_card c = {0};
+  c.rope_type = KD_ROPE_YARN;
+  c.rope_theta = 1e4;
+  c.factor = 4.0, c.beta_fast = 32.0, c.beta_slow = 1.0, c.truncate = 1;
+  c.original_max_position_embeddings = 16, c.max_position_embeddings = 64;
+  return rope_of_card(&c, hd);
+}
+
 /* The ops on a weight held in packed BF16 (MODEL_FROZEN16): gemm_w16 (the device
  * converts only A, the CPU unpacks the weight) and embedding_forward_w16. */
 static void test_w16(struct st *x) {
@@ -317,14 +329,22 @@ static void test_rows(struct st *x) {
       x->gpu->bias_backward(x->gpu, bias.g, xb.g, N, ld - 5, ld);
   report(x, "bias_backward", dual_err(x, &bias, 0), TOL_BWD);
   /* rope on heads at column 0 and at column nh*hd of rows of width ld */
-  x->cpu->rope_forward(x->cpu, xb.c, N, T, nh, hd, ld, 1e6f),
-      x->gpu->rope_forward(x->gpu, xb.g, N, T, nh, hd, ld, 1e6f);
-  x->cpu->rope_forward(x->cpu, (float *)xb.c + nh * hd, N, T, nh, hd, ld, 1e4f);
-  x->gpu->rope_forward(x->gpu, (float *)xb.g + nh * hd, N, T, nh, hd, ld, 1e4f);
+  const struct kd_rope r6 = kd_rope_plain(1e6f), r4 = kd_rope_plain(1e4f), ry = scaled_rope(hd);
+  x->cpu->rope_forward(x->cpu, xb.c, N, T, nh, hd, ld, &r6),
+      x->gpu->rope_forward(x->gpu, xb.g, N, T, nh, hd, ld, &r6);
+  x->cpu->rope_forward(x->cpu, (float *)xb.c + nh * hd, N, T, nh, hd, ld, &r4);
+  x->gpu->rope_forward(x->gpu, (float *)xb.g + nh * hd, N, T, nh, hd, ld, &r4);
   report(x, "rope_forward", dual_err(x, &xb, 0), TOL_FWD);
-  x->cpu->rope_backward(x->cpu, xb.c, N, T, 2 * nh, hd, ld, 1e4f),
-      x->gpu->rope_backward(x->gpu, xb.g, N, T, 2 * nh, hd, ld, 1e4f);
+  x->cpu->rope_backward(x->cpu, xb.c, N, T, 2 * nh, hd, ld, &r4),
+      x->gpu->rope_backward(x->gpu, xb.g, N, T, 2 * nh, hd, ld, &r4);
   report(x, "rope_backward", dual_err(x, &xb, 0), TOL_FWD);
+  /* a scaled rope: yarn's inverse frequencies and cos/sin factor */
+  x->cpu->rope_forward(x->cpu, xb.c, N, T, 2 * nh, hd, ld, &ry),
+      x->gpu->rope_forward(x->gpu, xb.g, N, T, 2 * nh, hd, ld, &ry);
+  report(x, "rope_forward (yarn)", dual_err(x, &xb, 0), TOL_FWD);
+  x->cpu->rope_backward(x->cpu, xb.c, N, T, 2 * nh, hd, ld, &ry),
+      x->gpu->rope_backward(x->gpu, xb.g, N, T, 2 * nh, hd, ld, &ry);
+  report(x, "rope_backward (yarn)", dual_err(x, &xb, 0), TOL_FWD);
   /* swiglu */
   struct dual gu = dual_rand(x, N * 2 * I, 3.0f), o2 = dual_rand(x, N * I, 1.0f);
   struct dual d2 = dual_rand(x, N * I, 1.0f), dgu = dual_rand(x, N * 2 * I, 1.0f);

@@ -16,20 +16,41 @@
 #include "weights_impl.h"
 
 /* The model card as /config attributes. */
-/* KEY_WORD: an enum field stored as its word (arch: kd_arch_names, words.h) */
+/* KEY_WORD: an enum field stored as its word (words.h: arch, rope_type) */
 enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL, KEY_WORD };
+/* ROPE_*: the RoPE scaling keys are written (and in the checksum) only for a card whose
+ * rope_type is not 'default', so that files of unscaled models stay as they were; a file
+ * without them has default RoPE (config.c's defaults) */
+enum { ROPE_NO, ROPE_TYPE, ROPE_PARAM };
 struct card_key {
   const char *name;
   enum key_kind kind;
   size_t off, size;
   int compare; /* 1: a loaded file must match the model's card */
   int required;
+  int rope;                 /* ROPE_NO, ROPE_TYPE or ROPE_PARAM */
+  const char *words;        /* KEY_WORD: the '|' word list */
+  const char *const *names; /* KEY_WORD: its names array */
+  int nwords;               /* KEY_WORD: its length */
 };
 #define CARD_KEY(f, kind, cmp, req)                                                                \
-  { #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req }
+  {                                                                                                \
+#f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req, ROPE_NO,    \
+        NULL, NULL, 0                                                                              \
+  }
+#define CARD_WORD(f, rope, list, names, n)                                                         \
+  {                                                                                                \
+#f, KEY_WORD, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, !(rope), rope, \
+        list, names, n                                                                             \
+  }
+#define CARD_ROPE(f, kind)                                                                         \
+  {                                                                                                \
+#f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_PARAM,     \
+        NULL, NULL, 0                                                                              \
+  }
 static const struct card_key card_keys[] = {
     CARD_KEY(name, KEY_STR, 0, 0),
-    CARD_KEY(arch, KEY_WORD, 1, 1),
+    CARD_WORD(arch, ROPE_NO, KD_ARCH_WORDS, kd_arch_names, KD_ARCH_N),
     CARD_KEY(vocab_size, KEY_INT, 1, 1),
     CARD_KEY(hidden_size, KEY_INT, 1, 1),
     CARD_KEY(intermediate_size, KEY_INT, 1, 1),
@@ -41,20 +62,29 @@ static const struct card_key card_keys[] = {
     CARD_KEY(rms_norm_eps, KEY_REAL, 1, 1),
     CARD_KEY(tie_word_embeddings, KEY_BOOL, 1, 1),
     CARD_KEY(attention_bias, KEY_BOOL, 1, 1),
+    CARD_WORD(rope_type, ROPE_TYPE, KD_ROPE_TYPE_WORDS, kd_rope_type_names, KD_ROPE_N),
+    CARD_ROPE(factor, KEY_REAL),
+    CARD_ROPE(low_freq_factor, KEY_REAL),
+    CARD_ROPE(high_freq_factor, KEY_REAL),
+    CARD_ROPE(original_max_position_embeddings, KEY_INT),
+    CARD_ROPE(beta_fast, KEY_REAL),
+    CARD_ROPE(beta_slow, KEY_REAL),
+    CARD_ROPE(attention_factor, KEY_REAL),
+    CARD_ROPE(mscale, KEY_REAL),
+    CARD_ROPE(mscale_all_dim, KEY_REAL),
+    CARD_ROPE(truncate, KEY_BOOL),
 };
 #define NCARD_KEYS (sizeof card_keys / sizeof card_keys[0])
 
-/* The word list of a KEY_WORD key (the card has one: arch). */
-static const char *card_words(const struct card_key *ck) {
-  (void)ck;
-  return KD_ARCH_WORDS;
-}
-
 /* The stored word of a KEY_WORD field ("" for a value outside its list). */
 static const char *card_word(const struct card_key *ck, const void *field) {
-  (void)ck;
   const int w = *(const int *)field;
-  return w >= 0 && w < KD_ARCH_N ? kd_arch_names[w] : "";
+  return w >= 0 && w < ck->nwords ? ck->names[w] : "";
+}
+
+/* Whether key ck of `card` is left out of the file and its checksum (see ROPE_*). */
+static int card_key_absent(const struct card_key *ck, const struct kd_card *card) {
+  return ck->rope != ROPE_NO && card->rope_type == KD_ROPE_DEFAULT;
 }
 
 /* Longest /config/namelist read (the run's namelist: a few KiB). */
@@ -126,6 +156,7 @@ static uint64_t config_sum(const struct kd_card *card) {
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     const char *field = (const char *)card + ck->off;
+    if (card_key_absent(ck, card)) continue;
     h = kd_fnv1a(ck->name, h);
     uint64_t bits = 0;
     if (ck->kind == KEY_STR) {
@@ -197,6 +228,7 @@ int weights_card_write(hid_t cfg, const struct kd_card *card, const char *nameli
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     const char *field = (const char *)card + ck->off;
+    if (card_key_absent(ck, card)) continue;
     if (ck->kind == KEY_STR || ck->kind == KEY_WORD) {
       ok &= h5attr_set_string(cfg, ck->name, ck->kind == KEY_WORD ? card_word(ck, field) : field) ==
             0;
@@ -289,6 +321,7 @@ static int card_check_text(hid_t cfg, const char *path, char *err, size_t errlen
 }
 
 int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *err, size_t errlen) {
+  card_defaults(card); /* what a key the file lacks means (the RoPE keys) */
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     char *field = (char *)card + ck->off;
@@ -299,11 +332,11 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *e
     } else if (ck->kind == KEY_WORD) {
       char word[64];
       rc = h5attr_get_string(cfg, ck->name, word, sizeof word, err, errlen);
-      const int w = rc ? -1 : words_find(card_words(ck), word);
+      const int w = rc ? -1 : words_find(ck->words, word);
       if (rc == 0 && w < 0) {
         kd_seterr(err, errlen,
                   "%s: /config is not a valid model card: %s = '%s': expected one of %s", path,
-                  ck->name, word, card_words(ck));
+                  ck->name, word, ck->words);
         rc = KD_EXIT_INPUT;
       }
       if (rc == 0) *(int *)field = w;
@@ -352,7 +385,7 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
                          char *err, size_t errlen) {
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
-    if (!ck->compare) continue;
+    if (!ck->compare || (ck->rope == ROPE_PARAM && card_key_absent(ck, model))) continue;
     const char *fa = (const char *)file + ck->off, *fb = (const char *)model + ck->off;
     char va[80], vb[80];
     int differ;

@@ -112,6 +112,19 @@ enum kd_arch { KD_ARCH_LIST(KD_WORD_ENUM) KD_ARCH_N };
 #define KD_ARCH_WORDS KD_WORDS_OF(KD_ARCH_LIST)
 extern const char *const kd_arch_names[KD_ARCH_N];
 
+/* &model rope_type of a model card (config.json's rope_parameters / rope_scaling): the
+ * rotary embedding's frequency rule; dynamic and longrope are named to be refused */
+#define KD_ROPE_TYPE_LIST(X)                                                                       \
+  X(KD_ROPE_DEFAULT, "default")                                                                    \
+  X(KD_ROPE_LINEAR, "linear")                                                                      \
+  X(KD_ROPE_LLAMA3, "llama3")                                                                      \
+  X(KD_ROPE_YARN, "yarn")                                                                          \
+  X(KD_ROPE_DYNAMIC, "dynamic")                                                                    \
+  X(KD_ROPE_LONGROPE, "longrope")
+enum kd_rope_type { KD_ROPE_TYPE_LIST(KD_WORD_ENUM) KD_ROPE_N };
+#define KD_ROPE_TYPE_WORDS KD_WORDS_OF(KD_ROPE_TYPE_LIST)
+extern const char *const kd_rope_type_names[KD_ROPE_N];
+
 /* Index of `word` in the '|' list `words`, -1 when it is not there. */
 int words_find(const char *words, const char *word);
 

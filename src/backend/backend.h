@@ -22,6 +22,27 @@
 #include "../arena.h"
 #include "../words.h"
 
+/* The rotary embedding of one model (rope.c makes it from the card). scaled = 0: the
+ * default rule, angle t * theta^(-2i/hd) taken in double. scaled = 1 (linear, llama3,
+ * yarn): the angle t * inv_freq[i] taken in FP32 as transformers does, its cos and sin
+ * times attn_scale (yarn's attention factor; 1 otherwise). */
+#define KD_ROPE_MAX_HALF 256 /* head sizes up to 512 */
+struct kd_rope {
+  float theta;
+  int scaled;
+  int half; /* scaled: the entries of inv_freq in use, hd/2 */
+  float attn_scale;
+  float inv_freq[KD_ROPE_MAX_HALF];
+};
+
+/* The default rule at base theta (a table-free kd_rope). */
+static inline struct kd_rope kd_rope_plain(float theta) {
+  struct kd_rope r = {0};
+  r.theta = theta;
+  r.attn_scale = 1.0f;
+  return r;
+}
+
 struct kd_backend {
   const char *name; /* "cpu", "cuda" or "devsim": for messages, never compared */
   int bf16;         /* 1: round stored activations to BF16 */
@@ -122,11 +143,12 @@ struct kd_backend {
   /* Rotary embedding in place on `nh` heads of size hd that start at column 0 of
    * rows of width ld; row r = b*T + t has position t. Hugging Face "rotate_half"
    * pairing: (i, i + hd/2). backward applies the inverse rotation to gradients
-   * (in place: dx is overwritten, not accumulated). */
+   * (in place: dx is overwritten, not accumulated). rope: the model's frequencies (a
+   * scaled one has rope->half == hd/2). */
   void (*rope_forward)(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd, int ld,
-                       float theta);
+                       const struct kd_rope *rope);
   void (*rope_backward)(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd, int ld,
-                        float theta);
+                        const struct kd_rope *rope);
 
   /* Causal grouped-query attention. qkv: (B*T, (nh + 2*nkv) * hd) rows laid out
    * [q heads | k heads | v heads]; out: (B*T, nh*hd); lse: (B, nh, T) log-sum-exp of

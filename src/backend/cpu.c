@@ -26,11 +26,11 @@
 #include <cblas.h>
 #undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
 
-/* cos/sin tables of the rotary embedding kept per (T, hd, theta): see rope_table. */
+/* cos/sin tables of the rotary embedding kept per (T, hd, frequencies): see rope_table. */
 #define ROPE_SLOTS 8
 struct rope_tab {
   int T, hd;
-  float theta;
+  struct kd_rope rope;
   float *tab;
 };
 
@@ -484,26 +484,42 @@ static void cpu_bias_backward(struct kd_backend *be, float *dbias, const float *
 
 /* --- rotary embedding ----------------------------------------------------------------------- */
 
-/* cos/sin tables (T, hd/2): angle t * theta^(-2i/hd), computed in double once per run
- * for each (T, hd, theta) in use (teacher and student, training and validation lengths)
- * and kept: libm's cos/sin/pow are not redone on every call. A few tables of T * hd
- * floats each, outside the counted categories (like the process's other small host
- * state), per backend (struct cpu_state); the oldest is replaced when more shapes are
- * in use than slots. */
-static const float *rope_table(struct kd_backend *be, int T, int hd, float theta) {
+/* Whether two rotary embeddings give the same tables. */
+static int rope_same(const struct kd_rope *a, const struct kd_rope *b) {
+  if (a->scaled != b->scaled) return 0;
+  if (!a->scaled) return a->theta == b->theta;
+  return a->half == b->half && a->attn_scale == b->attn_scale &&
+         !memcmp(a->inv_freq, b->inv_freq, (size_t)a->half * sizeof(float));
+}
+
+/* cos/sin tables (T, hd/2): the default rule's angle t * theta^(-2i/hd) in double; a
+ * scaled rope's angle t * inv_freq[i] in FP32 (as transformers), its cos and sin times
+ * attn_scale. Computed once per run for each (T, hd, frequencies) in use (teacher and
+ * student, training and validation lengths) and kept: libm's cos/sin/pow are not redone
+ * on every call. A few tables of T * hd floats each, outside the counted categories
+ * (like the process's other small host state), per backend (struct cpu_state); the
+ * oldest is replaced when more shapes are in use than slots. */
+static const float *rope_table(struct kd_backend *be, int T, int hd, const struct kd_rope *r) {
   struct rope_tab *rope_cache = cpu_of(be)->rope;
   for (int k = 0; k < ROPE_SLOTS; k++)
     if (rope_cache[k].tab && rope_cache[k].T == T && rope_cache[k].hd == hd &&
-        rope_cache[k].theta == theta)
+        rope_same(&rope_cache[k].rope, r))
       return rope_cache[k].tab;
   int half = hd / 2;
   float *tab = kd_malloc((size_t)2 * T * half * sizeof(float));
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; t++) {
     for (int i = 0; i < half; i++) {
-      double a = (double)t * pow((double)theta, -2.0 * i / (double)hd);
-      tab[((size_t)t * half + i) * 2] = (float)cos(a);
-      tab[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
+      float *cs = tab + ((size_t)t * half + i) * 2;
+      if (r->scaled) {
+        double a = (double)((float)t * r->inv_freq[i]);
+        cs[0] = (float)cos(a) * r->attn_scale;
+        cs[1] = (float)sin(a) * r->attn_scale;
+      } else {
+        double a = (double)t * pow((double)r->theta, -2.0 * i / (double)hd);
+        cs[0] = (float)cos(a);
+        cs[1] = (float)sin(a);
+      }
     }
   }
   const int k = cpu_of(be)->rope_next;
@@ -511,17 +527,19 @@ static const float *rope_table(struct kd_backend *be, int T, int hd, float theta
   free(rope_cache[k].tab);
   rope_cache[k].T = T;
   rope_cache[k].hd = hd;
-  rope_cache[k].theta = theta;
+  rope_cache[k].rope = *r;
   rope_cache[k].tab = tab;
   return tab;
 }
 
 /* Rotate pairs (i, i+hd/2) of every head by +angle (dir = 1) or -angle (dir = -1). */
 static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd, int ld,
-                       float theta, float dir, int round) {
+                       const struct kd_rope *rope, float dir, int round) {
   KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
   int half = hd / 2;
-  const float *tab = rope_table(be, T, hd, theta);
+  KD_CHECK(!rope->scaled || rope->half == half, "rope: %d frequencies for head size %d", rope->half,
+           hd);
+  const float *tab = rope_table(be, T, hd, rope);
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     const float *restrict cs = tab + (size_t)(n % (size_t)T) * half * 2;
@@ -539,13 +557,13 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh,
 }
 
 static void cpu_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
-                             int ld, float theta) {
-  rope_apply(be, x, N, T, nh, hd, ld, theta, 1.0f, 1);
+                             int ld, const struct kd_rope *rope) {
+  rope_apply(be, x, N, T, nh, hd, ld, rope, 1.0f, 1);
 }
 
 static void cpu_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
-                              int ld, float theta) {
-  rope_apply(be, dx, N, T, nh, hd, ld, theta, -1.0f, 0);
+                              int ld, const struct kd_rope *rope) {
+  rope_apply(be, dx, N, T, nh, hd, ld, rope, -1.0f, 0);
 }
 
 /* --- swiglu ---------------------------------------------------------------------------------- */

@@ -4,6 +4,8 @@
  * accumulate, rope backward overwrites, forward ops round stored activations in
  * BF16 mode). Contiguous streams use float4 (16-byte) loads when every pointer is
  * aligned, with a scalar tail. */
+#include <string.h>
+
 #include "cuda_common.cuh"
 
 #define TPB 256 /* threads per block of the elementwise kernels */
@@ -319,20 +321,34 @@ static void cuda_bias_backward(struct kd_backend *be, float *dbias, const float 
 
 /* --- rotary embedding --------------------------------------------------------------------- */
 
-/* One thread per (row, head, pair i): angle t * theta^(-2i/hd) in double, as cpu.c's
- * table; dir = -1 rotates back (backward). */
+/* A scaled rope's inverse frequencies and cos/sin factor, passed by value (a kernel
+ * argument: no device copy to keep). */
+struct rope_freqs {
+  float inv_freq[KD_ROPE_MAX_HALF];
+  float attn_scale;
+};
+
+/* One thread per (row, head, pair i): the default rule's angle t * theta^(-2i/hd) in
+ * double (scaled = 0), or a scaled rope's t * inv_freq[i] in FP32 with cos and sin times
+ * attn_scale, as cpu.c's table; dir = -1 rotates back (backward). */
 __global__ void k_rope(float *x, size_t N, int T, int nh, int hd, int ld, double log_theta,
-                       float dir, int rnd) {
+                       int scaled, const rope_freqs f, float dir, int rnd) {
   int half = hd / 2;
   GRID_LOOP(idx, N * (size_t)nh * half) {
     int i = (int)(idx % half);
     size_t nhh = idx / half;
     int h = (int)(nhh % nh);
     size_t n = nhh / nh;
-    double a = (double)(n % (size_t)T) * exp(-2.0 * i / (double)hd * log_theta);
     double sd, cd;
-    sincos(a, &sd, &cd);
-    float c = (float)cd, s = dir * (float)sd;
+    float c, s;
+    if (scaled) {
+      sincos((double)((float)(n % (size_t)T) * f.inv_freq[i]), &sd, &cd);
+      c = (float)cd * f.attn_scale, s = dir * ((float)sd * f.attn_scale);
+    } else {
+      double a = (double)(n % (size_t)T) * exp(-2.0 * i / (double)hd * log_theta);
+      sincos(a, &sd, &cd);
+      c = (float)cd, s = dir * (float)sd;
+    }
     float *x1 = x + n * ld + (size_t)h * hd, *x2 = x1 + half;
     float p = x1[i], q = x2[i];
     float y1 = p * c - q * s, y2 = q * c + p * s;
@@ -342,23 +358,28 @@ __global__ void k_rope(float *x, size_t N, int T, int nh, int hd, int ld, double
 }
 
 static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd, int ld,
-                       float theta, float dir, int rnd) {
+                       const struct kd_rope *rope, float dir, int rnd) {
   KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
+  KD_CHECK(!rope->scaled || rope->half == hd / 2, "rope: %d frequencies for head size %d",
+           rope->half, hd);
   size_t n = N * (size_t)nh * (hd / 2);
   if (!n) return;
-  k_rope<<<cuda_blocks(n, TPB), TPB, 0, cuda_of(be)->compute>>>(x, N, T, nh, hd, ld,
-                                                                log((double)theta), dir, rnd);
+  rope_freqs f;
+  memcpy(f.inv_freq, rope->inv_freq, sizeof f.inv_freq);
+  f.attn_scale = rope->attn_scale;
+  k_rope<<<cuda_blocks(n, TPB), TPB, 0, cuda_of(be)->compute>>>(
+      x, N, T, nh, hd, ld, log((double)rope->theta), rope->scaled, f, dir, rnd);
   CUDA_OP_DONE();
 }
 
 static void cuda_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
-                              int ld, float theta) {
-  rope_apply(be, x, N, T, nh, hd, ld, theta, 1.0f, cuda_of(be)->bf16);
+                              int ld, const struct kd_rope *rope) {
+  rope_apply(be, x, N, T, nh, hd, ld, rope, 1.0f, cuda_of(be)->bf16);
 }
 
 static void cuda_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
-                               int ld, float theta) {
-  rope_apply(be, dx, N, T, nh, hd, ld, theta, -1.0f, 0);
+                               int ld, const struct kd_rope *rope) {
+  rope_apply(be, dx, N, T, nh, hd, ld, rope, -1.0f, 0);
 }
 
 /* --- swiglu ---------------------------------------------------------------------------------- */

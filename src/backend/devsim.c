@@ -173,12 +173,12 @@ static void ds_bias_backward(struct kd_backend *be, float *dbias, const float *d
   CPU_OP(bias_backward, to_host(dbias), to_host(dout), N, C, ld);
 }
 static void ds_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
-                            int ld, float theta) {
-  CPU_OP(rope_forward, to_host(x), N, T, nh, hd, ld, theta);
+                            int ld, const struct kd_rope *rope) {
+  CPU_OP(rope_forward, to_host(x), N, T, nh, hd, ld, rope);
 }
 static void ds_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
-                             int ld, float theta) {
-  CPU_OP(rope_backward, to_host(dx), N, T, nh, hd, ld, theta);
+                             int ld, const struct kd_rope *rope) {
+  CPU_OP(rope_backward, to_host(dx), N, T, nh, hd, ld, rope);
 }
 static void ds_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
                                  int B, int T, int nh, int nkv, int hd) {

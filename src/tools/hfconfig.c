@@ -84,11 +84,83 @@ static int get_bool(const struct rd *r, const char *key, int dflt, int *out) {
   return 0;
 }
 
+/* A number key of the RoPE dict `rp` (named `key`.name in messages) at least `lo` (above it
+ * when `strict`); `dflt` when absent, `dflt` < 0: required. */
+static int rope_num(const struct rd *r, const cJSON *rp, const char *key, const char *name,
+                    double lo, int strict, double dflt, double *out) {
+  char k[128];
+  snprintf(k, sizeof k, "%s.%s", key, name);
+  const cJSON *v = get(rp, name);
+  if (!v && dflt >= 0) return *out = dflt, 0;
+  if (!v) return refuse(r, k, v, "required by this rope_type");
+  if (!cJSON_IsNumber(v) || (strict ? !(v->valuedouble > lo) : !(v->valuedouble >= lo)))
+    return refuse(r, k, v, strict && lo == 0 ? "expected a positive number" : "out of range");
+  *out = v->valuedouble;
+  return 0;
+}
+
+/* The pretraining length of llama3 and yarn: as transformers 5 standardizes it, a
+ * top-level original_max_position_embeddings first, then the dict's, then
+ * max_position_embeddings. */
+static int rope_original(const struct rd *r, const cJSON *rp, const char *key, struct kd_card *c) {
+  const cJSON *top = get(r->o, "original_max_position_embeddings");
+  double v = 0;
+  int st =
+      top ? get_int(r, "original_max_position_embeddings", -1, &c->original_max_position_embeddings)
+          : rope_num(r, rp, key, "original_max_position_embeddings", 1, 0,
+                     c->max_position_embeddings, &v);
+  if (!st && !top) {
+    if (v != floor(v) || v > 2147483647.0)
+      return refuse(r, "original_max_position_embeddings",
+                    get(rp, "original_max_position_embeddings"), "expected a positive integer");
+    c->original_max_position_embeddings = (int)v;
+  }
+  return st;
+}
+
+/* The parameters of a scaled rope_type from dict `rp` (transformers 5's keys and defaults). */
+static int read_rope_scaling(const struct rd *r, const cJSON *rp, const char *key,
+                             struct kd_card *c) {
+  int st = 0;
+  if (c->rope_type == KD_ROPE_LINEAR) return rope_num(r, rp, key, "factor", 0, 1, -1, &c->factor);
+  st = rope_original(r, rp, key, c);
+  if (!st && c->rope_type == KD_ROPE_LLAMA3) {
+    st = rope_num(r, rp, key, "factor", 0, 1, -1, &c->factor);
+    if (!st) st = rope_num(r, rp, key, "low_freq_factor", 0, 1, -1, &c->low_freq_factor);
+    if (!st) st = rope_num(r, rp, key, "high_freq_factor", 0, 1, -1, &c->high_freq_factor);
+    if (!st && !(c->high_freq_factor > c->low_freq_factor))
+      st = refuse(r, "high_freq_factor", get(rp, "high_freq_factor"),
+                  "expected a value above low_freq_factor");
+    return st;
+  }
+  /* yarn: factor from the two lengths when absent; falsy beta_* take 32 and 1 */
+  if (!st)
+    st = rope_num(r, rp, key, "factor", 0, 1,
+                  (double)c->max_position_embeddings / c->original_max_position_embeddings,
+                  &c->factor);
+  if (!st) st = rope_num(r, rp, key, "attention_factor", 0, 1, 0, &c->attention_factor);
+  if (!st) st = rope_num(r, rp, key, "mscale", 0, 0, 0, &c->mscale);
+  if (!st) st = rope_num(r, rp, key, "mscale_all_dim", 0, 0, 0, &c->mscale_all_dim);
+  if (!st) st = rope_num(r, rp, key, "beta_fast", 0, 0, 32.0, &c->beta_fast);
+  if (!st) st = rope_num(r, rp, key, "beta_slow", 0, 0, 1.0, &c->beta_slow);
+  if (!st && !c->beta_fast) c->beta_fast = 32.0;
+  if (!st && !c->beta_slow) c->beta_slow = 1.0;
+  const cJSON *t = get(rp, "truncate");
+  if (!st && t && !cJSON_IsBool(t)) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.truncate", key);
+    st = refuse(r, k, t, "expected true or false");
+  }
+  if (!st && t) c->truncate = cJSON_IsTrue(t);
+  return st;
+}
+
 /* RoPE: transformers 5 `rope_parameters` {rope_type, rope_theta, ...}, transformers 4
  * `rope_theta` + `rope_scaling`; a non-null rope_scaling takes precedence as in
- * transformers 5, and the dict's rope_theta over the top-level one. Only the default
- * (unscaled) RoPE over the full head dimension is computed. */
-static int read_rope(const struct rd *r, double *theta) {
+ * transformers 5, and the dict's rope_theta over the top-level one. The default, linear,
+ * llama3 and yarn rules over the full head dimension are computed; dynamic and longrope
+ * are refused by name. */
+static int read_rope(const struct rd *r, struct kd_card *c) {
   const char *key = "rope_scaling";
   const cJSON *rp = get(r->o, key);
   if (rp && cJSON_IsObject(rp) && !rp->child) rp = NULL; /* {} */
@@ -102,23 +174,30 @@ static int read_rope(const struct rd *r, double *theta) {
     rp = full;
     key = "rope_parameters.full_attention";
   }
-  int st = get_real(r, r->o, "rope_theta", 10000.0, theta);
+  c->rope_type = KD_ROPE_DEFAULT;
+  int st = get_real(r, r->o, "rope_theta", 10000.0, &c->rope_theta);
   if (!st && rp) {
     snprintf(k, sizeof k, "%s.rope_theta", key);
     const cJSON *t = get(rp, "rope_theta");
     if (t && (!cJSON_IsNumber(t) || !(t->valuedouble > 0)))
       return refuse(r, k, t, "expected a positive number");
-    if (t) *theta = t->valuedouble;
+    if (t) c->rope_theta = t->valuedouble;
     const cJSON *ty = get(rp, "rope_type");
     snprintf(k, sizeof k, "%s.rope_type", key);
     if (!ty) {
       ty = get(rp, "type");
       snprintf(k, sizeof k, "%s.type", key);
     }
-    if (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "default")))
+    const int w = ty && cJSON_IsString(ty) ? words_find(KD_ROPE_TYPE_WORDS, ty->valuestring)
+                  : ty                     ? -1
+                                           : KD_ROPE_DEFAULT;
+    if (w < 0) return refuse(r, k, ty, "expected \"default\", \"linear\", \"llama3\" or \"yarn\"");
+    if (w == KD_ROPE_DYNAMIC || w == KD_ROPE_LONGROPE)
       return refuse(r, k, ty,
-                    "kdtrain computes the default RoPE only (no linear, dynamic, yarn, llama3, "
-                    "longrope scaling)");
+                    "kdtrain does not compute this RoPE scaling (its frequencies change with "
+                    "the sequence length); it computes default, linear, llama3 and yarn");
+    c->rope_type = (enum kd_rope_type)w;
+    if (w != KD_ROPE_DEFAULT) st = read_rope_scaling(r, rp, key, c);
   }
   const cJSON *prf = rp && get(rp, "partial_rotary_factor") ? get(rp, "partial_rotary_factor")
                                                             : get(r->o, "partial_rotary_factor");
@@ -192,7 +271,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
                   size_t errlen) {
   char path[1200];
   snprintf(path, sizeof path, "%s/config.json", dir);
-  memset(c, 0, sizeof *c);
+  card_defaults(c); /* the RoPE scaling keys of a default rule keep the card defaults */
   memset(x, 0, sizeof *x);
   FILE *f = fopen(path, "rb");
   char *text = NULL;
@@ -243,7 +322,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   if (!st) st = get_int(&r, "max_position_embeddings", a->max_pos, &c->max_position_embeddings);
   if (!st) st = get_real(&r, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps);
   if (!st) st = get_bool(&r, "tie_word_embeddings", 0, &c->tie_word_embeddings);
-  if (!st) st = read_rope(&r, &c->rope_theta);
+  if (!st) st = read_rope(&r, c);
   if (!st) { /* qwen2: q/k/v biases always (the key is not read by transformers) */
     c->attention_bias = a->qkv_bias;
     if (a->bias_key) {
@@ -258,6 +337,29 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   if (!st) st = read_fixed(&r, a, c, x);
   cJSON_Delete(o);
   return st;
+}
+
+/* The RoPE dict of card `c`: its rope_type, rope_theta and the type's parameters. */
+static void write_rope(cJSON *rp, const struct kd_card *c) {
+  cJSON_AddStringToObject(rp, "rope_type", kd_rope_type_names[c->rope_type]);
+  cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
+  if (c->rope_type == KD_ROPE_DEFAULT) return;
+  cJSON_AddNumberToObject(rp, "factor", c->factor);
+  if (c->rope_type == KD_ROPE_LINEAR) return;
+  const int orig = c->original_max_position_embeddings > 0 ? c->original_max_position_embeddings
+                                                           : c->max_position_embeddings;
+  cJSON_AddNumberToObject(rp, "original_max_position_embeddings", orig);
+  if (c->rope_type == KD_ROPE_LLAMA3) {
+    cJSON_AddNumberToObject(rp, "low_freq_factor", c->low_freq_factor);
+    cJSON_AddNumberToObject(rp, "high_freq_factor", c->high_freq_factor);
+    return;
+  }
+  cJSON_AddNumberToObject(rp, "beta_fast", c->beta_fast);
+  cJSON_AddNumberToObject(rp, "beta_slow", c->beta_slow);
+  cJSON_AddBoolToObject(rp, "truncate", c->truncate);
+  if (c->attention_factor > 0) cJSON_AddNumberToObject(rp, "attention_factor", c->attention_factor);
+  if (c->mscale > 0) cJSON_AddNumberToObject(rp, "mscale", c->mscale);
+  if (c->mscale_all_dim > 0) cJSON_AddNumberToObject(rp, "mscale_all_dim", c->mscale_all_dim);
 }
 
 char *hfconfig_write(const struct kd_card *c) {
@@ -281,9 +383,9 @@ char *hfconfig_write(const struct kd_card *c) {
   cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
   /* both spellings: transformers 4 reads rope_theta, 5 rope_parameters */
   cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
-  cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
-  cJSON_AddStringToObject(rp, "rope_type", "default");
-  cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
+  write_rope(cJSON_AddObjectToObject(o, "rope_parameters"), c);
+  if (c->rope_type != KD_ROPE_DEFAULT) /* transformers 4's spelling of a scaled rule */
+    write_rope(cJSON_AddObjectToObject(o, "rope_scaling"), c);
   cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
   if (qwen) {
     cJSON_AddBoolToObject(o, "use_sliding_window", 0);

@@ -143,6 +143,7 @@ static void run_ops(struct run *r) {
   const int B = 2, T = 8, nh = 2, nkv = 1, hd = 4, C = nh * hd, Q = (nh + 2 * nkv) * hd;
   const int F = 6, V = 12, lo = 2; /* ffn width, vocabulary, first row of this wte slice */
   const size_t N = (size_t)B * T;
+  const struct kd_rope r4 = kd_rope_plain(10000.0f);
   int tok[16], lab[16]; /* N */
   ck_assert_uint_eq(N, 16);
   for (size_t i = 0; i < N; i++) {
@@ -172,7 +173,7 @@ static void run_ops(struct run *r) {
   be->rmsnorm_forward(be, xn, rstd, x, w, N, C, 1e-5f);
   be->gemm(be, 0, 1, (int)N, Q, C, 1.0f, xn, C, wqkv, C, 0.0f, qkv, Q);
   be->bias_forward(be, qkv, bqkv, N, Q, Q);
-  be->rope_forward(be, qkv, N, T, nh + nkv, hd, Q, 10000.0f);
+  be->rope_forward(be, qkv, N, T, nh + nkv, hd, Q, &r4);
   be->round_bf16(be, qkv, N * Q);
   be->attention_forward(be, att, lse, qkv, B, T, nh, nkv, hd);
   be->gemm(be, 0, 1, (int)N, 2 * F, C, 1.0f, att, C, wgu, C, 0.0f, gu, 2 * F);
@@ -229,7 +230,7 @@ static void run_ops(struct run *r) {
   be->swiglu_backward(be, dgu, dh, gu, N, F);
   be->gemm(be, 0, 0, (int)N, C, 2 * F, 1.0f, dgu, 2 * F, wgu, C, 0.0f, datt, C);
   be->attention_backward(be, dqkv, datt, qkv, off, lse, B, T, nh, nkv, hd);
-  be->rope_backward(be, dqkv, N, T, nh + nkv, hd, Q, 10000.0f);
+  be->rope_backward(be, dqkv, N, T, nh + nkv, hd, Q, &r4);
   be->bias_backward(be, dbqkv, dqkv, N, Q, Q);
   be->gemm(be, 0, 0, (int)N, C, Q, 1.0f, dqkv, Q, wqkv, C, 0.0f, dxn, C);
   be->rmsnorm_backward(be, dx, dw, dxn, x, w, rstd, N, C);

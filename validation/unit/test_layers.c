@@ -279,7 +279,19 @@ struct rope_ctx {
   size_t N;
   int T, nh, hd, ld;
   double theta;
+  double scale; /* > 0: a scaled rope, frequencies 1/theta^(2i/hd) / (1 + i), cos/sin x scale */
 };
+
+/* The op's form of a rope_ctx. */
+static struct kd_rope rope_of_ctx(const struct rope_ctx *c) {
+  struct kd_rope r = kd_rope_plain((float)c->theta);
+  if (c->scale > 0) {
+    r.scaled = 1, r.half = c->hd / 2, r.attn_scale = (float)c->scale;
+    for (int i = 0; i < r.half; i++)
+      r.inv_freq[i] = (float)(1.0 / pow(c->theta, 2.0 * i / c->hd) / (1 + i));
+  }
+  return r;
+}
 
 static void ref_rope(double *out, const double *x, const void *vc) {
   const struct rope_ctx *c = vc;
@@ -288,28 +300,35 @@ static void ref_rope(double *out, const double *x, const void *vc) {
   for (size_t n = 0; n < c->N; n++)
     for (int h = 0; h < c->nh; h++)
       for (int i = 0; i < half; i++) {
-        double a = (double)(n % c->T) / pow(c->theta, 2.0 * i / c->hd);
+        double a = (double)(n % c->T) / pow(c->theta, 2.0 * i / c->hd), m = 1;
+        if (c->scale > 0) a /= 1 + i, m = c->scale;
         size_t p = n * c->ld + (size_t)h * c->hd + i;
-        out[p] = x[p] * cos(a) - x[p + half] * sin(a);
-        out[p + half] = x[p + half] * cos(a) + x[p] * sin(a);
+        out[p] = m * (x[p] * cos(a) - x[p + half] * sin(a));
+        out[p + half] = m * (x[p + half] * cos(a) + x[p] * sin(a));
       }
 }
 
 START_TEST(test_rope) {
-  struct rope_ctx shapes[3] = {
-      {14, 7, 3, 2, 10, 10000}, {65, 65, 2, 8, 20, 1e6}, {2, 1, 1, 4, 4, 500}};
-  for (int s = 0; s < 3; s++) {
+  struct rope_ctx shapes[4] = {{14, 7, 3, 2, 10, 10000, 0},
+                               {65, 65, 2, 8, 20, 1e6, 0},
+                               {2, 1, 1, 4, 4, 500, 0},
+                               {65, 65, 2, 8, 20, 1e4, 1.25}};
+  for (int s = 0; s < 4; s++) {
     struct rope_ctx c = shapes[s];
+    const struct kd_rope r = rope_of_ctx(&c);
     size_t n = c.N * c.ld;
     float *x = frand(n), *x0 = kd_malloc(n * sizeof(float)), *R = frand(n);
     memcpy(x0, x, n * sizeof(float));
     double *xd = to_double(x, n), *Rd = to_double(R, n), *ref = kd_malloc(n * sizeof(double));
     ref_rope(ref, xd, &c);
-    be.rope_forward(&be, x, c.N, c.T, c.nh, c.hd, c.ld, (float)c.theta);
+    be.rope_forward(&be, x, c.N, c.T, c.nh, c.hd, c.ld, &r);
     check_fwd("rope", x, ref, n);
-    be.rope_backward(&be, x, c.N, c.T, c.nh, c.hd, c.ld, (float)c.theta); /* inverse */
+    if (c.scale > 0) /* backward is the transposed map: undoing the forward needs 1/scale^2 */
+      for (size_t k = 0; k < n; k++)
+        x[k] /= (float)(c.scale * c.scale);
+    be.rope_backward(&be, x, c.N, c.T, c.nh, c.hd, c.ld, &r); /* inverse */
     check_fwd("rope backward o forward", x, xd, n);
-    be.rope_backward(&be, R, c.N, c.T, c.nh, c.hd, c.ld, (float)c.theta); /* dL/dx in place */
+    be.rope_backward(&be, R, c.N, c.T, c.nh, c.hd, c.ld, &r); /* dL/dx in place */
     check_grad("rope", ref_rope, &c, xd, n, Rd, n, R, 0, n);
     free(x), free(x0), free(R), free(xd), free(Rd), free(ref);
   }
@@ -455,7 +474,8 @@ START_TEST(test_bf16_outputs) {
   b16.rmsnorm_forward(&b16, o, rstd, x, w, N, C, 1e-6f);
   assert_bf16("rmsnorm", o, N * C);
   float *qkv = frand(N * ld);
-  b16.rope_forward(&b16, qkv, N, T, nh + nkv, hd, ld, 10000.0f);
+  const struct kd_rope r4 = kd_rope_plain(10000.0f);
+  b16.rope_forward(&b16, qkv, N, T, nh + nkv, hd, ld, &r4);
   for (size_t n = 0; n < N; n++)
     assert_bf16("rope", qkv + n * ld, (size_t)(nh + nkv) * hd);
   b16.attention_forward(&b16, o, lse, qkv, B, T, nh, nkv, hd);
