@@ -20,9 +20,8 @@ static float base_freq(double base, int i, int dim) {
 /* llama3: frequencies of wavelength above original/low_freq_factor divided by factor,
  * below original/high_freq_factor kept, smoothly interpolated in between. */
 static void llama3_freqs(struct kd_rope *r, const struct kd_card *c, int hd) {
-  const double old = c->original_max_position_embeddings > 0
-                         ? c->original_max_position_embeddings
-                         : c->max_position_embeddings;
+  const double old = c->original_max_position_embeddings > 0 ? c->original_max_position_embeddings
+                                                             : c->max_position_embeddings;
   const float low_wl = (float)(old / c->low_freq_factor);
   const float high_wl = (float)(old / c->high_freq_factor);
   const float factor = (float)c->factor, lowf = (float)c->low_freq_factor;
@@ -52,9 +51,8 @@ static double yarn_mscale(double scale, double m) {
  * `high`, a linear ramp between; cos and sin times the attention factor. */
 static void yarn_freqs(struct kd_rope *r, const struct kd_card *c, int hd) {
   const double base = c->rope_theta, factor = c->factor;
-  const double old = c->original_max_position_embeddings > 0
-                         ? c->original_max_position_embeddings
-                         : c->max_position_embeddings;
+  const double old = c->original_max_position_embeddings > 0 ? c->original_max_position_embeddings
+                                                             : c->max_position_embeddings;
   double af = c->attention_factor;
   if (af <= 0)
     af = c->mscale > 0 && c->mscale_all_dim > 0
