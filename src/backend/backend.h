@@ -37,9 +37,7 @@ struct kd_rope {
 
 /* The default rule at base theta (a table-free kd_rope). */
 static inline struct kd_rope kd_rope_plain(float theta) {
-  struct kd_rope r = {0};
-  r.theta = theta;
-  r.attn_scale = 1.0f;
+  struct kd_rope r = {theta, 0, 0, 1.0f, {0}};
   return r;
 }
 

@@ -8,11 +8,16 @@ tokenizer trained here with `tokenizers` on the KJV corpus and saved beside them
   llama    untied, rope_theta 5e5, rms_norm_eps 1e-5, GQA 4/2, saved in bf16 and in
            shards (exercises the index and the BF16 reader)
   mistral  untied, sliding_window null (computed as Llama)
+  llama3   Llama with rope_parameters.rope_type llama3 (factor 8, original length 64 of
+           128: the three frequency bands each hold a frequency), 120 positions
+  yarn     Llama with rope_type yarn (factor 4, original length 32, beta_fast 16: the ramp
+           and the attention factor 0.1 ln 4 + 1), 120 positions
 
 For each: `kdconvert from-hf`, kdtrain's logits (`kdlogits`) against transformers' in
 fp32 (max |diff| / max |logit| below 1e-4), the tokenizer files stored byte for byte in
 /tokenizer; the transformers-4 spelling of the same config (top-level rope_theta) gives
-the same logits; `kdconvert to-hf --max-shard-size` with a tiny limit (index + shards):
+the same logits (for llama3 and yarn: top-level rope_theta and the hub's rope_scaling
+dict); `kdconvert to-hf --max-shard-size` with a tiny limit (index + shards):
 every tensor back bit for bit, transformers loads it (same logits), AutoTokenizer loads
 and encodes as the original, and generate() runs. Then the refusals: exit status 2 and
 a message naming the key and its value, nothing written.
@@ -30,6 +35,13 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Mist
                           PreTrainedTokenizerFast, Qwen2Config)
 
 TOL = 1e-4
+# the RoPE scaling cases: Llama models whose rules change every band at 120 positions
+ROPE_SCALED = {
+    "llama3": {"rope_type": "llama3", "rope_theta": 2e4, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn": {"rope_type": "yarn", "rope_theta": 2e4, "factor": 4.0, "beta_fast": 16.0,
+             "original_max_position_embeddings": 32},
+}
 TEXT = "In the beginning God created the heaven and the earth."
 
 
@@ -63,6 +75,9 @@ def make_model(kind, vocab):
     elif kind == "llama":
         cfg = LlamaConfig(**common, tie_word_embeddings=False,
                           rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    elif kind in ROPE_SCALED:
+        cfg = LlamaConfig(**common, tie_word_embeddings=False,
+                          rope_parameters=dict(ROPE_SCALED[kind]))
     else:
         cfg = MistralConfig(**common, tie_word_embeddings=False, sliding_window=None,
                             rope_parameters={"rope_type": "default", "rope_theta": 2e4})
@@ -89,7 +104,7 @@ def rel(a, b):
 
 
 def case(conv, kdlogits, work, kind, tokenizer, log):
-    torch.manual_seed({"qwen2": 0, "llama": 1, "mistral": 2}[kind])
+    torch.manual_seed({"qwen2": 0, "llama": 1, "mistral": 2, "llama3": 3, "yarn": 4}[kind])
     model = make_model(kind, len(tokenizer))
     src = os.path.join(work, f"hf_{kind}")
     bf16 = kind == "llama"
@@ -107,7 +122,7 @@ def case(conv, kdlogits, work, kind, tokenizer, log):
 
     h5 = os.path.join(work, f"{kind}.h5")
     run([conv, "from-hf", src, h5], log)
-    ids = torch.randint(0, len(tokenizer), (3, 40))
+    ids = torch.randint(0, len(tokenizer), (2, 120) if kind in ROPE_SCALED else (3, 40))
     kd = logits_of(kdlogits, h5, ids, work, kind, log)
     with torch.no_grad():
         ref = model(ids).logits
@@ -115,6 +130,16 @@ def case(conv, kdlogits, work, kind, tokenizer, log):
     r1 = rel(kd, ref)
     print(f"{kind}: kdtrain vs transformers logits (fp32, {tuple(ref.shape)}): {r1:.3e}")
     assert r1 < TOL, f"{kind}: logits differ by {r1:.3e} > {TOL}"
+    if kind in ROPE_SCALED:  # the scaling matters at this length: default RoPE is far off
+        plain = LlamaConfig.from_pretrained(src)
+        plain.rope_parameters = {"rope_type": "default",
+                                 "rope_theta": ROPE_SCALED[kind]["rope_theta"]}
+        unscaled = AutoModelForCausalLM.from_config(plain).eval()
+        unscaled.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            r0 = rel(unscaled(ids).logits, ref)
+        print(f"{kind}: the same weights with default RoPE differ by {r0:.3e}")
+        assert r0 > 10 * TOL, f"{kind}: the scaling changes the logits by {r0:.3e} only"
 
     # the tokenizer files, byte for byte
     with h5py.File(h5, "r") as f:
@@ -125,17 +150,21 @@ def case(conv, kdlogits, work, kind, tokenizer, log):
     print(f"{kind}: /tokenizer holds {sorted(stored)} byte for byte")
 
     # the transformers-4 spelling of the same config gives the same weights file
-    if kind == "qwen2":
-        old = os.path.join(work, "hf_qwen2_tf4")
+    if kind == "qwen2" or kind in ROPE_SCALED:
+        old = os.path.join(work, f"hf_{kind}_tf4")
         shutil.copytree(src, old)
         c4 = dict(cfg)
-        c4["rope_theta"] = c4.pop("rope_parameters")["rope_theta"]
+        rp = dict(c4.pop("rope_parameters"))
+        c4["rope_theta"] = rp.pop("rope_theta")
+        if kind in ROPE_SCALED:
+            c4["rope_scaling"] = rp
         c4["torch_dtype"] = c4.pop("dtype", "float32")
         json.dump(c4, open(os.path.join(old, "config.json"), "w"))
-        run([conv, "from-hf", old, os.path.join(work, "qwen2_tf4.h5")], log)
-        kd4 = logits_of(kdlogits, os.path.join(work, "qwen2_tf4.h5"), ids, work, "tf4", log)
+        run([conv, "from-hf", old, os.path.join(work, f"{kind}_tf4.h5")], log)
+        kd4 = logits_of(kdlogits, os.path.join(work, f"{kind}_tf4.h5"), ids, work, "tf4", log)
         assert torch.equal(kd4, kd), "transformers-4 spelling gives other logits"
-        print("qwen2: transformers-4 config spelling (top-level rope_theta): same logits")
+        print(f"{kind}: transformers-4 config spelling (top-level rope_theta"
+              f"{', rope_scaling' if kind in ROPE_SCALED else ''}): same logits")
 
     # back to Hugging Face, in shards
     back = os.path.join(work, f"hf_back_{kind}")
@@ -157,6 +186,8 @@ def case(conv, kdlogits, work, kind, tokenizer, log):
     print(f"{kind}: {len(a)} tensors bit for bit in {len(files)} shards after HF -> kdtrain -> HF")
     again = AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32).eval()
     assert again.config.rope_parameters["rope_theta"] == cfg["rope_parameters"]["rope_theta"]
+    for k, v in ROPE_SCALED.get(kind, {}).items():
+        assert again.config.rope_parameters[k] == v, (k, again.config.rope_parameters)
     assert again.config.rms_norm_eps == 1e-5
     with torch.no_grad():
         r2 = rel(again(ids).logits, ref)
@@ -175,9 +206,15 @@ def refusals(conv, work, src, log):
     """config.json values kdtrain does not compute: exit 2 naming key and value."""
     base = json.load(open(os.path.join(src, "config.json")))
     cases = [
-        ("rope_parameters.rope_type", '"yarn"',
-         {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}}),
-        ("rope_scaling.type", '"linear"', {"rope_scaling": {"type": "linear", "factor": 2.0}}),
+        ("rope_parameters.rope_type", '"dynamic"',
+         {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e6, "factor": 4.0}}),
+        ("rope_scaling.type", '"longrope"',
+         {"rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}),
+        ("rope_scaling.rope_type", '"su"', {"rope_scaling": {"rope_type": "su", "factor": 2.0}}),
+        ("rope_parameters.low_freq_factor", "(absent)",
+         {"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e6, "factor": 8.0,
+                              "high_freq_factor": 4.0}}),
+        ("rope_scaling.factor", "0", {"rope_scaling": {"rope_type": "linear", "factor": 0}}),
         ("use_sliding_window", "true", {"use_sliding_window": True, "sliding_window": 64}),
         ("layer_types[1]", '"sliding_attention"',
          {"layer_types": ["full_attention", "sliding_attention"]}),
@@ -214,7 +251,7 @@ def main():
     log = open(os.path.join(work, "log.txt"), "w")
     tokenizer = train_tokenizer(corpus, work)
     worst, src = 0.0, None
-    for kind in ("qwen2", "llama", "mistral"):
+    for kind in ("qwen2", "llama", "mistral", "llama3", "yarn"):
         r, s = case(conv, kdlogits, work, kind, tokenizer, log)
         worst, src = max(worst, r), src or s
     refusals(conv, work, src, log)
