@@ -18,7 +18,7 @@
 static inline struct kd_card make_card(int V, int C, int I, int L, int nh, int nkv, int tie,
                                        int bias) {
   struct kd_card c;
-  memset(&c, 0, sizeof c);
+  card_defaults(&c); /* the keys not set here (RoPE scaling) at their defaults */
   c.arch = KD_ARCH_QWEN2;
   snprintf(c.name, sizeof c.name, "%s", TEST_CARD_NAME);
   c.vocab_size = V;

@@ -31,7 +31,7 @@ static const char *names[NP] = {"model.embed_tokens.weight", "model.layers.0.mlp
 /* The card of the toy model (V 10, C 4, I 6). */
 static struct kd_card toy_card(void) {
   struct kd_card c;
-  memset(&c, 0, sizeof c);
+  card_defaults(&c);
   snprintf(c.name, sizeof c.name, "toy");
   snprintf(c.path, sizeof c.path, "mod/toy.nml");
   c.arch = KD_ARCH_QWEN2;
@@ -150,11 +150,13 @@ static const char *tmp_path(const char *name) {
 }
 
 /* Save the toy weights to tmpdir/name (asserting success); returns the path. */
-static const char *save_toy(const char *name) {
+/* Save the toy model with card `c` (NULL: toy_card) as `name`. */
+static const char *save_card(const char *name, const struct kd_card *c) {
   struct kd_model m;
   struct kd_param tab[NP];
   char err[512];
   toy_model(&m, tab, 6);
+  if (c) m.card = *c;
   float *w = toy_weights(&m);
   const char *path = tmp_path(name);
   int st = weights_save(path, &m, w, "&run\n  steps = 10\n/\n", rank == 0, MPI_COMM_WORLD, err,
@@ -162,6 +164,10 @@ static const char *save_toy(const char *name) {
   ck_assert_msg(st == 0, "save: %s", err);
   free(w);
   return path;
+}
+
+static const char *save_toy(const char *name) {
+  return save_card(name, NULL);
 }
 
 /* 1 when `ok` holds on every rank (so that every rank passes or fails an assertion). */
@@ -521,6 +527,46 @@ static void write_text(const char *path) {
   R0(fclose(fp) == 0);
 }
 
+/* Whether /config of file `path` has attribute `name` (rank 0's answer, on every rank). */
+static int config_has(const char *path, const char *name) {
+  int has = 0;
+  if (rank == 0) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), g = H5Gopen2(f, "config", H5P_DEFAULT);
+    has = h5attr_exists(g, name);
+    H5Gclose(g), H5Fclose(f);
+  }
+  MPI_Bcast(&has, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return has;
+}
+
+START_TEST(test_rope_fields) {
+  char err[512];
+  /* default RoPE: no RoPE scaling key in the file (files as before them) */
+  const char *plain = save_toy("rope_default.h5");
+  ck_assert(!config_has(plain, "rope_type") && !config_has(plain, "factor") &&
+            !config_has(plain, "truncate"));
+  struct kd_card c, yarn = toy_card();
+  yarn.rope_type = KD_ROPE_YARN, yarn.factor = 4.0, yarn.beta_fast = 16.0;
+  yarn.original_max_position_embeddings = 8, yarn.attention_factor = 1.5, yarn.truncate = 0;
+  expect_fail(load_toy_card(plain, &yarn, err), KD_EXIT_INPUT, err,
+              "rope_type = 'default' in its /config but 'yarn'");
+  /* a scaled rule: every key written, read back, compared */
+  const char *path = save_card("rope_yarn.h5", &yarn);
+  ck_assert(config_has(path, "rope_type") && config_has(path, "mscale_all_dim"));
+  ck_assert_int_eq(weights_read_card(path, &c, err, sizeof err), 0);
+  ck_assert(c.rope_type == KD_ROPE_YARN && c.factor == 4.0 && c.beta_fast == 16.0);
+  ck_assert(c.beta_slow == 1.0 && c.original_max_position_embeddings == 8);
+  ck_assert(c.attention_factor == 1.5 && c.truncate == 0 && c.mscale == 0.0);
+  ck_assert_int_eq(load_toy_card(path, &yarn, err), 0);
+  c = yarn, c.factor = 2.0;
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
+              "factor = 4 in its /config but 2 in the model card");
+  c = toy_card();
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
+              "rope_type = 'yarn' in its /config but 'default'");
+}
+END_TEST
+
 START_TEST(test_damaged) {
   char err[512];
   const char *path = save_toy("missing.h5");
@@ -824,14 +870,15 @@ static Suite *weights_suite(void) {
   tcase_add_test(tc, test_save_errors);
   tcase_add_test(tc, test_h5attr);
   tcase_add_test(tc, test_all_checksums);
+  tcase_add_test(tc, test_rope_fields);
   suite_add_tcase(s, tc);
   return s;
 }
 
-static const char *files[] = {"round.h5",   "layout.h5",    "mismatch.h5", "missing.h5",
-                              "corrupt.h5", "truncated.h5", "text.h5",     "format.h5",
-                              "version.h5", "nobody.h5",    "replicas.h5", "fields.h5",
-                              "attrs.h5",   "sums.h5"};
+static const char *files[] = {"round.h5",   "layout.h5",    "mismatch.h5",     "missing.h5",
+                              "corrupt.h5", "truncated.h5", "text.h5",         "format.h5",
+                              "version.h5", "nobody.h5",    "replicas.h5",     "fields.h5",
+                              "attrs.h5",   "sums.h5",      "rope_default.h5", "rope_yarn.h5"};
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
