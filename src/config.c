@@ -625,8 +625,15 @@ void config_print(FILE *f, const struct kd_config *cfg) {
   namelist_print(f, cfg_keys, NKEYS(cfg_keys), cfg);
 }
 
+/* The RoPE scaling keys close card_keys (rope_type first): a card with default RoPE is
+ * printed without them, as before they existed (weights files, --print-config). */
+#define CARD_ROPE_KEYS 11
+
 void card_print(FILE *f, const struct kd_card *card) {
-  namelist_print(f, card_keys, NKEYS(card_keys), card);
+  const size_t rope0 = NKEYS(card_keys) - CARD_ROPE_KEYS;
+  KD_CHECK(card_keys[rope0].off == offsetof(struct kd_card, rope_type),
+           "card_keys: the RoPE scaling keys must close the table");
+  namelist_print(f, card_keys, card->rope_type == KD_ROPE_DEFAULT ? rope0 : NKEYS(card_keys), card);
 }
 
 void config_load_bcast(struct kd_config *cfg, const char *path, int noverrides, char **overrides) {
