@@ -201,6 +201,49 @@ START_TEST(test_cards) {
 }
 END_TEST
 
+/* The RoPE scaling keys of a card: read, printed back, and the rules not computed refused
+ * naming rope_type. */
+START_TEST(test_rope_cards) {
+  const char *shape = "&model arch='llama' vocab_size=8 hidden_size=8 intermediate_size=4\n"
+                      "num_hidden_layers=1 num_attention_heads=2 num_key_value_heads=1\n";
+  char text[600], path[600];
+  struct kd_card card, again;
+  snprintf(text, sizeof text,
+           "%srope_theta=5e5 rope_type='llama3' factor=32.0 low_freq_factor=1.0\n"
+           "high_freq_factor=4.0 original_max_position_embeddings=8192 /\n",
+           shape);
+  ck_assert_msg(config_load_card(&card, put("l3.nml", text), NULL, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert(card.rope_type == KD_ROPE_LLAMA3 && card.factor == 32.0);
+  ck_assert(card.high_freq_factor == 4.0 && card.original_max_position_embeddings == 8192);
+  ck_assert(card.beta_fast == 32.0 && card.truncate == 1 && card.attention_factor == 0.0);
+  snprintf(path, sizeof path, "%s/l3-printed.nml", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  card_print(f, &card);
+  fclose(f);
+  ck_assert_msg(config_load_card(&again, path, NULL, err, sizeof err) == 0, "%s", err);
+  memset(again.path, 0, sizeof again.path), memset(card.path, 0, sizeof card.path);
+  memset(again.name, 0, sizeof again.name), memset(card.name, 0, sizeof card.name);
+  ck_assert_int_eq(memcmp(&again, &card, sizeof card), 0);
+  const char *bad[][2] = {
+      {"rope_type='dynamic' factor=2.0", "'dynamic' is not computed"},
+      {"rope_type='longrope'", "'longrope' is not computed"},
+      {"rope_type='su'", "expected one of"},
+      {"rope_type='llama3' low_freq_factor=4.0", "high_freq_factor"},
+      {"rope_type='yarn' factor=0", "factor"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    snprintf(text, sizeof text, "%s%s /\n", shape, bad[k][0]);
+    ck_assert_int_eq(config_load_card(&card, put("bad.nml", text), NULL, err, sizeof err),
+                     KD_EXIT_INPUT);
+    ck_assert_msg(strstr(err, bad[k][1]), "%s: '%s' lacks '%s'", bad[k][0], err, bad[k][1]);
+    ck_assert_msg(k == 3 || k == 4 || strstr(err, "rope_type"), "%s: '%s' does not name the key",
+                  bad[k][0], err);
+  }
+}
+END_TEST
+
 START_TEST(test_round_trip) {
   const char *w[] = {"optim%lr=0.1", "loss%temperature=3.3333333333333335"};
   ck_assert_msg(load("&run steps = 12345678901, seed = 0 /\n"
@@ -339,6 +382,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_values);
   tcase_add_test(tc, test_overrides);
   tcase_add_test(tc, test_cards);
+  tcase_add_test(tc, test_rope_cards);
   tcase_add_test(tc, test_round_trip);
   tcase_add_test(tc, test_bad);
   tcase_add_test(tc, test_lists);
