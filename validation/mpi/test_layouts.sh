@@ -32,6 +32,29 @@ kd 1 run%mode=train run%out_dir="'train1'"
 kd 4 run%mode=train parallel%tp=2 parallel%pp=2 parallel%zero=1 run%out_dir="'train4'"
 same train1 train4 "train tp=2 pp=2" || fail "mode='train' layout"
 
+echo "== RoPE scaling (teacher llama3, student yarn; 64 positions of an original 16) on tp=2, pp=2"
+rope_card() { # NAME FROM RULE...: card FROM of mod/ with the RoPE scaling keys RULE
+  name=$1 from=$2
+  shift 2
+  sed '/^\//d' "$KD_SRCDIR/mod/$from.nml" > "$name.nml"
+  printf '  %s\n' "$@" / >> "$name.nml"
+}
+rope_card rt-teacher test-teacher "rope_type = 'llama3'" "factor = 8.0" "low_freq_factor = 1.0" \
+  "high_freq_factor = 4.0" "original_max_position_embeddings = 16"
+rope_card rt-student test-student "rope_type = 'yarn'" "factor = 4.0" \
+  "original_max_position_embeddings = 16"
+rt="teacher%card='rt-teacher.nml' student%card='rt-student.nml' data%seq_len=64"
+kd 1 run%mode=train student%card="'rt-teacher.nml'" data%seq_len=64 run%steps=2 \
+  run%out_dir="'rt_teacher'"
+rt="$rt teacher%init='rt_teacher/final.h5'"
+kd 1 $rt run%out_dir="'rt1'"
+for layout in "2 1" "1 2"; do
+  set -- $layout
+  kd 2 $rt parallel%tp=$1 parallel%pp=$2 run%out_dir="'rt_$1$2'"
+  same rt1 "rt_$1$2" "RoPE scaling tp=$1 pp=$2" || fail "RoPE scaling layout tp=$1 pp=$2"
+  echo "ok RoPE scaling tp=$1 pp=$2"
+done
+
 echo "== activation memory independent of the global batch (micro_batch 1, pp 2)"
 peaks() { awk '/memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $6 }' log.txt; }
 kd 2 parallel%pp=2 parallel%global_batch=8 run%steps=1 run%out_dir="'gb8'"
