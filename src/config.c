@@ -89,7 +89,8 @@ static const struct namelist_key cfg_keys[] = {
 #define MI(k, d, fl, lo, hi) NAMELIST_KEY(kd_card, model, k, NL_INT, k, d, fl, lo, hi, NULL)
 #define MR(k, d, fl, lo) NAMELIST_KEY(kd_card, model, k, NL_REAL, k, d, fl, lo, 0, NULL)
 /* The &model group of a card: Hugging Face config.json keys. attention_bias has no
- * table default: it follows arch (qwen2 .true., llama .false.). */
+ * table default: it follows arch (qwen2 .true., llama and qwen3 .false.). head_dim 0:
+ * hidden_size / num_attention_heads. */
 static const struct namelist_key card_keys[] = {
     NAMELIST_KEY(kd_card, model, arch, NL_WORD, arch, "'qwen2'", 0, 0, 0, KD_ARCH_WORDS),
     MI(vocab_size, NULL, NL_REQ | NL_GE, 1, 0),
@@ -98,6 +99,7 @@ static const struct namelist_key card_keys[] = {
     MI(num_hidden_layers, NULL, NL_REQ | NL_GE, 1, 0),
     MI(num_attention_heads, NULL, NL_REQ | NL_GE, 1, 0),
     MI(num_key_value_heads, NULL, NL_REQ | NL_GE, 1, 0),
+    MI(head_dim, "0", NL_GE, 0, 0),
     MR(rope_theta, "10000.0", NL_GT, 0),
     MR(rms_norm_eps, "1e-6", NL_GT, 0),
     NAMELIST_KEY(kd_card, model, tie_word_embeddings, NL_BOOL, tie_word_embeddings, ".false.", 0, 0,
@@ -290,19 +292,20 @@ const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
              card->num_attention_heads, card->num_key_value_heads);
     return "num_key_value_heads";
   }
-  if (card->hidden_size % card->num_attention_heads) {
+  if (card->head_dim == 0 && card->hidden_size % card->num_attention_heads) {
     snprintf(why, whylen,
              "%d is not divisible by num_attention_heads = %d; expected a multiple of the head "
-             "count",
+             "count (or give head_dim)",
              card->hidden_size, card->num_attention_heads);
     return "hidden_size";
   }
-  if ((card->hidden_size / card->num_attention_heads) % 2) {
+  if (card_head_dim(card) % 2) {
     snprintf(why, whylen,
-             "head dimension hidden_size / num_attention_heads = %d is odd; expected an even "
-             "head dimension (rotary embeddings)",
-             card->hidden_size / card->num_attention_heads);
-    return "hidden_size";
+             "head dimension %s = %d is odd; expected an even head dimension (rotary "
+             "embeddings)",
+             card->head_dim ? "head_dim" : "hidden_size / num_attention_heads",
+             card_head_dim(card));
+    return card->head_dim ? "head_dim" : "hidden_size";
   }
   return card_check_rope(card, why, whylen);
 }
@@ -633,7 +636,14 @@ void card_print(FILE *f, const struct kd_card *card) {
   const size_t rope0 = NKEYS(card_keys) - CARD_ROPE_KEYS;
   KD_CHECK(card_keys[rope0].off == offsetof(struct kd_card, rope_type),
            "card_keys: the RoPE scaling keys must close the table");
-  namelist_print(f, card_keys, card->rope_type == KD_ROPE_DEFAULT ? rope0 : NKEYS(card_keys), card);
+  /* a card without head_dim (0: hidden / heads) prints as before the key */
+  struct namelist_key keys[NKEYS(card_keys)];
+  size_t n = 0;
+  for (size_t i = 0; i < NKEYS(card_keys); i++)
+    if (!(i >= rope0 && card->rope_type == KD_ROPE_DEFAULT) &&
+        !(card_keys[i].off == offsetof(struct kd_card, head_dim) && card->head_dim == 0))
+      keys[n++] = card_keys[i];
+  namelist_print(f, keys, n, card);
 }
 
 void config_load_bcast(struct kd_config *cfg, const char *path, int noverrides, char **overrides) {

@@ -16,9 +16,10 @@
 struct kd_card {
   char name[KD_PATH_MAX]; /* as given in the input (card = '...') */
   char path[KD_PATH_MAX]; /* the file it was read from */
-  enum kd_arch arch;      /* 'qwen2' | 'llama' */
+  enum kd_arch arch;      /* 'qwen2' | 'llama' | 'qwen3' */
   int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
   int num_attention_heads, num_key_value_heads, max_position_embeddings;
+  int head_dim; /* width of one attention head; 0: hidden_size / num_attention_heads */
   double rope_theta, rms_norm_eps;
   int tie_word_embeddings, attention_bias; /* logicals */
   /* RoPE scaling (config.json's rope_parameters / rope_scaling; rope.c): the rule and its
@@ -30,6 +31,17 @@ struct kd_card {
   int original_max_position_embeddings;
   int truncate; /* logical (yarn) */
 };
+
+/* The attention head width of a card: head_dim, or hidden_size / num_attention_heads. */
+static inline int card_head_dim(const struct kd_card *c) {
+  return c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_attention_heads;
+}
+
+/* Whether the card's family normalises each query and key head (RMSNorm, weights q_norm
+ * and k_norm of head_dim) before the rotary embedding: qwen3. */
+static inline int card_qk_norm(const struct kd_card *c) {
+  return c->arch == KD_ARCH_QWEN3;
+}
 
 struct kd_config {
   char source[KD_PATH_MAX]; /* the input file */

@@ -49,11 +49,27 @@ static void tp_allreduce(struct kd_backend *be, const struct kd_model *m, float 
  * One walker serves allocation (acts_build_shared) and the memory planner (acts_plan),
  * so the plan is the allocation. */
 
-enum { F_X_IN, F_H1, F_RSTD1, F_QKV, F_ATT, F_LSE, F_X_MID, F_H2, F_RSTD2, F_GU, F_MLP, NFIELD };
+enum {
+  F_X_IN,
+  F_H1,
+  F_RSTD1,
+  F_QKV,
+  F_QKN,
+  F_QKR,
+  F_ATT,
+  F_LSE,
+  F_X_MID,
+  F_H2,
+  F_RSTD2,
+  F_GU,
+  F_MLP,
+  NFIELD
+};
 
 static const size_t field_off[NFIELD] = {
     offsetof(struct layer_acts, x_in),  offsetof(struct layer_acts, h1),
     offsetof(struct layer_acts, rstd1), offsetof(struct layer_acts, qkv),
+    offsetof(struct layer_acts, qkn),   offsetof(struct layer_acts, qkr),
     offsetof(struct layer_acts, att),   offsetof(struct layer_acts, lse),
     offsetof(struct layer_acts, x_mid), offsetof(struct layer_acts, h2),
     offsetof(struct layer_acts, rstd2), offsetof(struct layer_acts, gu),
@@ -63,9 +79,13 @@ static float **field(struct layer_acts *l, int f) {
   return (float **)(void *)((char *)l + field_off[f]);
 }
 
-/* Floats per row of field f. */
+/* Floats per row of field f (0: the model has no such field). */
 static size_t field_width(const struct acts_dims *d, int f) {
   switch (f) {
+  case F_QKN:
+    return d->qk_norm ? (size_t)d->q_dim + (size_t)d->kv_dim : 0;
+  case F_QKR:
+    return d->qk_norm ? (size_t)d->heads + (size_t)d->kv_heads : 0;
   case F_RSTD1:
   case F_RSTD2:
     return 1;
@@ -102,6 +122,7 @@ int acts_tile_rows(int T, int C) {
 
 /* Whether layer i keeps field f per micro-batch. */
 static int kept(const struct acts_dims *d, int i, int f) {
+  if (field_width(d, f) == 0) return 0;
   if (d->frozen || (is_mlp_field(f) && d->pol.tiled_mlp)) return 0;
   if (d->pol.recompute == 1) return f == F_X_IN && i % segment(d) == 0;
   if (d->pol.recompute == 2) return f != F_H1 && f != F_H2 && f != F_MLP;
@@ -110,6 +131,7 @@ static int kept(const struct acts_dims *d, int i, int f) {
 
 /* Whether working set j holds its own field f (tiled MLP buffers: only set 0). */
 static int in_work(const struct acts_dims *d, int j, int f) {
+  if (field_width(d, f) == 0) return 0;
   if (is_mlp_field(f) && d->pol.tiled_mlp) return j == 0;
   if (f == F_X_IN) return d->frozen || d->pol.offload || (d->pol.recompute == 1 && j > 0);
   return !kept(d, 0, f) || d->pol.recompute == 1;
@@ -174,6 +196,7 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
   a->dgu = take(s, KD_MEM_ACTS, rows_mlp * field_width(d, F_GU), sizeof(float));
   a->dmlp = take(s, KD_MEM_ACTS, rows_mlp * field_width(d, F_MLP), sizeof(float));
   if (d->has_head) a->dhn = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  if (d->qk_norm) a->dqk = take(s, KD_MEM_ACTS, N * (size_t)d->q_dim, sizeof(float));
 }
 
 void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T) {
@@ -185,6 +208,8 @@ void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T)
   d->q_dim = mdl->q_dim;
   d->kv_dim = mdl->kv_dim;
   d->heads = mdl->heads;
+  d->kv_heads = mdl->kv_heads;
+  d->qk_norm = card_qk_norm(&mdl->card);
   d->layers = mdl->nlayers;
   d->frozen = mdl->frozen;
   d->has_head = mdl->has_head;
@@ -220,6 +245,7 @@ void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd
   a->dgu = share->dgu;
   a->dmlp = share->dmlp;
   a->dhn = share->dhn;
+  a->dqk = share->dqk;
 }
 
 void acts_build(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl, int B,
@@ -293,6 +319,43 @@ static void mlp_forward(struct kd_backend *be, const struct kd_model *mdl,
   }
 }
 
+/* Per-head RMSNorm of this rank's queries and keys in l->qkv (before the rotary
+ * embedding): the raw heads are kept in l->qkn, their rstd in l->qkr; the normed heads go
+ * back through l->att (free until the attention writes it). */
+static void qk_norm_forward(struct kd_backend *be, const struct kd_model *mdl,
+                            const struct layer_ptrs *w, const struct layer_acts *l, size_t N) {
+  const int hd = mdl->head_dim, Q = mdl->q_dim, KV = mdl->kv_dim;
+  const size_t QKV = (size_t)Q + 2 * (size_t)KV;
+  const float eps = (float)mdl->card.rms_norm_eps;
+  float *rq = l->qkn, *rk = l->qkn + N * Q;
+  be->copy2d(be, rq, Q, l->qkv, QKV, N, Q);
+  be->copy2d(be, rk, KV, l->qkv + Q, QKV, N, KV);
+  be->rmsnorm_forward(be, l->att, l->qkr, rq, w->qn, N * mdl->heads, hd, eps);
+  be->copy2d(be, l->qkv, QKV, l->att, Q, N, Q);
+  be->rmsnorm_forward(be, l->att, l->qkr + N * mdl->heads, rk, w->kn, N * mdl->kv_heads, hd, eps);
+  be->copy2d(be, l->qkv + Q, QKV, l->att, KV, N, KV);
+}
+
+/* Backward of qk_norm_forward: a->dqkv's query and key columns hold the gradients
+ * w.r.t. the normed heads on entry, w.r.t. the raw heads on return; the norms' weight
+ * gradients accumulate into g (partial over TP: this rank's heads). a->datt is free. */
+static void qk_norm_backward(struct kd_backend *be, const struct kd_model *mdl,
+                             const struct layer_ptrs *w, const struct layer_ptrs *g,
+                             const struct layer_acts *l, struct kd_acts *a, size_t N) {
+  const int hd = mdl->head_dim, Q = mdl->q_dim, KV = mdl->kv_dim;
+  const size_t QKV = (size_t)Q + 2 * (size_t)KV;
+  for (int k = 0; k < 2; k++) { /* queries, then keys */
+    const int width = k ? KV : Q;
+    const size_t col = k ? (size_t)Q : 0, rows = N * (k ? mdl->kv_heads : mdl->heads);
+    const float *raw = l->qkn + (k ? N * Q : 0), *rstd = l->qkr + (k ? N * mdl->heads : 0);
+    be->copy2d(be, a->datt, width, a->dqkv + col, QKV, N, width);
+    be->zero(be, a->dqk, N * width);
+    be->rmsnorm_backward(be, a->dqk, k ? g->kn : g->qn, a->datt, raw, k ? w->kn : w->qn, rstd, rows,
+                         hd);
+    be->copy2d(be, a->dqkv + col, QKV, a->dqk, width, N, width);
+  }
+}
+
 /* One decoder layer forward: reads l->x_in, writes `out` (N, C), which may alias
  * l->x_in (read for the last time before out is first written). out == NULL (the
  * last layer of a recomputed segment): the output is not needed, only what
@@ -312,6 +375,7 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
   linear_fwd(be, l->qkv, l->h1, w->wqkv, w->wqkv16, N, C, QKV);
   if (w->bqkv) be->bias_forward(be, l->qkv, w->bqkv, N, QKV, QKV);
   maybe_round(be, l->qkv, N * QKV);
+  if (l->qkn) qk_norm_forward(be, mdl, w, l, N);
   be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, &mdl->rope);
   be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, &mdl->rope);
   be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd);
@@ -407,6 +471,7 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl,
   be->attention_backward(be, a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd);
   be->rope_backward(be, a->dqkv, N, T, nh, hd, QKV, &mdl->rope);
   be->rope_backward(be, a->dqkv + Q, N, T, nkv, hd, QKV, &mdl->rope);
+  if (l->qkn) qk_norm_backward(be, mdl, w, g, l, a, N);
   if (g->bqkv) be->bias_backward(be, g->bqkv, a->dqkv, N, QKV, QKV);
   linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);
   tp_allreduce(be, mdl, a->dh, N * C);

@@ -14,7 +14,10 @@ struct layer_acts {
   float *x_in;  /* (N, C) residual input */
   float *h1;    /* (N, C) input_layernorm output */
   float *rstd1; /* (N) */
-  float *qkv;   /* (N, Q + 2 KV) after bias and rotary embedding */
+  float *qkv;   /* (N, Q + 2 KV) after bias, q/k norms and rotary embedding */
+  float *qkn;   /* q/k norms (qwen3): the raw heads they norm, (N, Q) queries then (N, KV)
+                   keys (NULL: no q/k norms) */
+  float *qkr;   /* q/k norms: their rstd, (N * heads) then (N * kv_heads) */
   float *att;   /* (N, Q) attention output before o_proj */
   float *lse;   /* (B, heads, T) attention log-sum-exp */
   float *x_mid; /* (N, C) residual after attention */
@@ -27,7 +30,8 @@ struct layer_acts {
 /* The sizes that decide an activation layout (per rank: TP-split widths, the
  * stage's layers). */
 struct acts_dims {
-  int B, T, C, ffn, q_dim, kv_dim, heads, layers;
+  int B, T, C, ffn, q_dim, kv_dim, heads, kv_heads, layers;
+  int qk_norm; /* per-head q/k norms (card_qk_norm) */
   int frozen, has_head;
   struct kd_mem_policy pol;
 };
@@ -46,6 +50,7 @@ struct kd_acts {
   int *tokens;             /* (N) inputs of the micro-batch kept for backward */
   /* gradient workspace, shared by all layers (NULL when frozen); dgu, dmlp tile-sized */
   float *dres, *dh, *dqkv, *datt, *dgu, *dmlp, *dhn;
+  float *dqk;    /* (N, Q) q/k norms' input gradients (NULL: no q/k norms) */
   void **blocks; /* every block this set allocated, for acts_free */
   int nblocks;
 };

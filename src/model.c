@@ -1,4 +1,4 @@
-/* model.c: the parameter table of a Qwen2/Llama decoder, its buffers and init. */
+/* model.c: the parameter table of a Qwen2/Qwen3/Llama decoder, its buffers and init. */
 #include "model.h"
 
 #include <math.h>
@@ -99,6 +99,11 @@ static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float 
     }
     L->wo = vf(&s, p);
     L->wo16 = vh(&s, p++);
+    L->qn = L->kn = NULL;
+    if (card_qk_norm(c)) {
+      L->qn = vf(&s, p++);
+      L->kn = vf(&s, p++);
+    }
     L->ln2 = vf(&s, p++);
     L->wgu = vf(&s, p);
     L->wgu16 = vh(&s, p);
@@ -187,7 +192,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   const int L = card->num_hidden_layers, nh = card->num_attention_heads;
   const int nkv = card->num_key_value_heads, tied = card->tie_word_embeddings;
   const int64_t C = card->hidden_size, I = card->intermediate_size, V = card->vocab_size;
-  const int hd = card->hidden_size / nh;
+  const int hd = card_head_dim(card);
   mdl->tp = tp;
   mdl->tp_rank = r;
   mdl->tp_comm = g ? g->tp_comm : MPI_COMM_SELF;
@@ -217,7 +222,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
   const int64_t q0 = (int64_t)r * mdl->q_dim;
   const int64_t k0 = kv_split ? (int64_t)r * mdl->kv_dim : (int64_t)(r / kv_rep) * hd;
-  int cap = 3 + 12 * L;
+  int cap = 3 + 14 * L;
   mdl->params = kd_calloc((size_t)cap, sizeof *mdl->params);
 
   /* The table, written once, in Hugging Face order. q/k/v and gate/up stay adjacent. */
@@ -227,7 +232,10 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
     const int mine = l >= mdl->layer0 && l < mdl->layer0 + mdl->nlayers;
     const struct cut rep = {-1, 0, 0, mine, r == 0, 0};
     const struct cut qc = {0, q0, mdl->q_dim, mine, 1, 0};
-    const struct cut kc = {0, k0, mdl->kv_dim, mine, kv_split || r % kv_rep == 0, !kv_split};
+    const struct cut kc = {
+        0, k0, mdl->kv_dim, mine, kv_split || r % kv_rep == 0, kv_split ? 0 : TP_PARTIAL_KV};
+    /* q/k norms: replicated, each rank's heads give a part of the gradient */
+    const struct cut hn = {-1, 0, 0, mine, r == 0, tp > 1 ? TP_PARTIAL_TP : 0};
     const struct cut oc = {1, q0, mdl->q_dim, mine, 1, 0};
     const struct cut fc = {0, f0, fn, mine, 1, 0};
     const struct cut dc = {1, f0, fn, mine, 1, 0};
@@ -241,6 +249,10 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
       table_add(mdl, cap, ROLE_BIAS, l, KV, 0, kc, "model.layers.%d.self_attn.v_proj.bias", l);
     }
     table_add(mdl, cap, ROLE_LINEAR, l, C, Q, oc, "model.layers.%d.self_attn.o_proj.weight", l);
+    if (card_qk_norm(card)) {
+      table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, "model.layers.%d.self_attn.q_norm.weight", l);
+      table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, "model.layers.%d.self_attn.k_norm.weight", l);
+    }
     table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, "model.layers.%d.post_attention_layernorm.weight",
               l);
     table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.gate_proj.weight", l);
@@ -371,9 +383,10 @@ const struct kd_param *model_find(const struct kd_model *mdl, const char *name) 
 
 int64_t model_count_params(const struct kd_card *c) {
   const int64_t C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
-  const int64_t hd = C / c->num_attention_heads;
+  const int64_t hd = card_head_dim(c);
   const int64_t Q = c->num_attention_heads * hd, KV = c->num_key_value_heads * hd;
   int64_t layer = 2 * C + Q * C + 2 * KV * C + C * Q + 3 * I * C;
   if (c->attention_bias) layer += Q + 2 * KV;
+  if (card_qk_norm(c)) layer += 2 * hd;
   return V * C + c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
 }

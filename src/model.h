@@ -19,6 +19,9 @@ struct tokset;
 /* What a tensor is: drives initialisation and weight decay. */
 enum param_role { ROLE_EMBED, ROLE_LINEAR, ROLE_BIAS, ROLE_NORM, ROLE_HEAD };
 
+/* Which ranks' gradients of a tensor add up to its gradient (kd_param.tp_partial). */
+enum { TP_PARTIAL_KV = 1, TP_PARTIAL_TP = 2 };
+
 /* Every rank's table lists EVERY tensor of the model (in the same order on all
  * ranks); `local` says whether this rank holds (a slice of) it. */
 struct kd_param {
@@ -26,7 +29,8 @@ struct kd_param {
   int local;         /* this rank holds it: numel > 0 */
   int primary;       /* this rank is the first of the ranks holding this exact slice
                         (across TP and PP; counts it in norms, writes it) */
-  int tp_partial;    /* its gradient is a partial sum over the ranks of kv_comm */
+  int tp_partial;    /* its gradient is a partial sum: TP_PARTIAL_KV over the ranks of kv_comm,
+                        TP_PARTIAL_TP over the whole TP group (0: complete) */
   int ndim;          /* 1 or 2 */
   int64_t shape[2];  /* global shape (rows, cols) or (n) */
   int split_dim;     /* dimension split over TP, or -1 when replicated */
@@ -43,7 +47,7 @@ struct kd_param {
  * q/k/v rows are adjacent so that wqkv is one (Q + 2 KV, C) matrix, and gate/up
  * rows adjacent so that wgu is one (2 I, C) matrix: fused GEMMs for free. */
 struct layer_ptrs {
-  float *ln1, *wqkv, *bqkv, *wo, *ln2, *wgu, *wd;
+  float *ln1, *wqkv, *bqkv, *wo, *qn, *kn, *ln2, *wgu, *wd; /* qn, kn: (head_dim), qwen3 */
   /* MODEL_FROZEN16: the matrices as packed BF16 (the float ones above are NULL) */
   uint16_t *wqkv16, *wo16, *wgu16, *wd16;
 };

@@ -34,14 +34,16 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
                       int tp_rank, int pp, int stage) {
   memset(m, 0, sizeof *m);
   struct acts_dims *d = &m->d;
-  const int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->hidden_size / nh;
+  const int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = card_head_dim(c);
   long long s0, n;
   int first;
   grid_stage_layers(c->num_hidden_layers, pp, stage, &first, &d->layers);
   d->C = c->hidden_size;
   d->heads = nh / tp;
   d->q_dim = d->heads * hd;
-  d->kv_dim = (nkv % tp == 0 ? nkv / tp : 1) * hd;
+  d->kv_heads = nkv % tp == 0 ? nkv / tp : 1;
+  d->kv_dim = d->kv_heads * hd;
+  d->qk_norm = card_qk_norm(c);
   grid_block(c->intermediate_size, tp, tp_rank, &s0, &n);
   d->ffn = (int)n;
   grid_vocab_block(c->vocab_size, vocab_common, tp, tp_rank, &s0, &n);
@@ -51,13 +53,15 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   m->has_embed = stage == 0;
   const size_t C = (size_t)d->C, QKV = (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
   const size_t emb = (size_t)m->vocab * C;
+  const size_t qkn = d->qk_norm ? 2 * (size_t)hd : 0; /* q_norm, k_norm */
   const size_t layer = 2 * C + QKV * C + (c->attention_bias ? QKV : 0) + C * (size_t)d->q_dim +
-                       3 * (size_t)d->ffn * C;
+                       qkn + 3 * (size_t)d->ffn * C;
   const int tied = c->tie_word_embeddings;
   m->numel = (m->has_embed || (tied && d->has_head) ? emb : 0) + (size_t)d->layers * layer +
              (d->has_head ? C + (tied ? 0 : emb) : 0);
   m->maxblock = emb > 2 * (size_t)d->ffn * C ? emb : 3 * (size_t)d->ffn * C;
-  m->nvec = (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0)) + (d->has_head ? C : 0);
+  m->nvec =
+      (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0) + qkn) + (d->has_head ? C : 0);
 }
 
 /* Weight bytes of a frozen model: FP32, or in bf16 runs packed BF16 plus the FP32 1-D

@@ -32,21 +32,23 @@ struct card_key {
   const char *words;        /* KEY_WORD: the '|' word list */
   const char *const *names; /* KEY_WORD: its names array */
   int nwords;               /* KEY_WORD: its length */
+  int zero_absent; /* a key newer than the format: written and checksummed only when nonzero,
+                      so that a file without it (0, the old behaviour) keeps its checksum */
 };
 #define CARD_KEY(f, kind, cmp, req)                                                                \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req, ROPE_NO,    \
-        NULL, NULL, 0                                                                              \
+        NULL, NULL, 0, 0                                                                           \
   }
 #define CARD_WORD(f, rope, list, names, n)                                                         \
   {                                                                                                \
 #f, KEY_WORD, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, !(rope), rope, \
-        list, names, n                                                                             \
+        list, names, n, 0                                                                          \
   }
 #define CARD_ROPE(f, kind)                                                                         \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_PARAM,     \
-        NULL, NULL, 0                                                                              \
+        NULL, NULL, 0, 0                                                                           \
   }
 static const struct card_key card_keys[] = {
     CARD_KEY(name, KEY_STR, 0, 0),
@@ -73,6 +75,8 @@ static const struct card_key card_keys[] = {
     CARD_ROPE(mscale, KEY_REAL),
     CARD_ROPE(mscale_all_dim, KEY_REAL),
     CARD_ROPE(truncate, KEY_BOOL),
+    {"head_dim", KEY_INT, offsetof(struct kd_card, head_dim), sizeof(int), 1, 0, ROPE_NO, NULL,
+     NULL, 0, 1},
 };
 #define NCARD_KEYS (sizeof card_keys / sizeof card_keys[0])
 
@@ -82,8 +86,10 @@ static const char *card_word(const struct card_key *ck, const void *field) {
   return w >= 0 && w < ck->nwords ? ck->names[w] : "";
 }
 
-/* Whether key ck of `card` is left out of the file and its checksum (see ROPE_*). */
+/* Whether key ck of `card` is left out of the file and its checksum (see ROPE_*, and a
+ * zero_absent key holding 0). */
 static int card_key_absent(const struct card_key *ck, const struct kd_card *card) {
+  if (ck->zero_absent) return *(const int *)((const char *)card + ck->off) == 0;
   return ck->rope != ROPE_NO && card->rope_type == KD_ROPE_DEFAULT;
 }
 
@@ -403,7 +409,9 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
       snprintf(va, sizeof va, "%.17g", a);
       snprintf(vb, sizeof vb, "%.17g", b);
     } else {
-      int a = *(const int *)fa, b = *(const int *)fb;
+      /* head_dim: the width it stands for (0 and hidden / heads agree) */
+      int a = ck->zero_absent ? card_head_dim(file) : *(const int *)fa;
+      int b = ck->zero_absent ? card_head_dim(model) : *(const int *)fb;
       differ = a != b;
       if (ck->kind == KEY_BOOL) {
         snprintf(va, sizeof va, "%s", a ? ".true." : ".false.");

@@ -161,15 +161,18 @@ void update_refresh_weights(struct kd_update *u, struct kd_backend *be) {
     model_sync_working(u->model, be);
 }
 
-/* Sum partial gradients within the TP and PP groups (replicated kv heads, tied
- * embeddings held by the first and last stage). */
+/* Sum partial gradients within the TP and PP groups (replicated kv heads, the q/k norms
+ * every TP rank applies to its own heads, tied embeddings held by the first and last
+ * stage). */
 static void reduce_partials(struct kd_backend *be, struct kd_model *s) {
   for (int k = 0; k < s->nparams; k++) {
     const struct kd_param *p = &s->params[k];
     if (!p->local) continue;
     float *g = s->grad + p->offset;
-    if (p->tp_partial && s->kv_comm != MPI_COMM_NULL)
+    if (p->tp_partial == TP_PARTIAL_KV && s->kv_comm != MPI_COMM_NULL)
       comm_allreduce(be, g, p->numel, MPI_FLOAT, MPI_SUM, 0, s->kv_comm);
+    if (p->tp_partial == TP_PARTIAL_TP && s->tp > 1)
+      comm_allreduce(be, g, p->numel, MPI_FLOAT, MPI_SUM, 0, s->tp_comm);
     if (p->role == ROLE_EMBED && s->emb_comm != MPI_COMM_NULL)
       comm_allreduce(be, g, p->numel, MPI_FLOAT, MPI_SUM, 0, s->emb_comm);
   }

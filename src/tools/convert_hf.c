@@ -207,7 +207,7 @@ static int export_list(const struct kd_model *m, struct xtensor **out) {
     x[n].t = (struct st_tensor){NULL, q->ndim, {q->shape[0], q->shape[1]}};
     x[n].p = p;
   }
-  const int64_t hd = c->hidden_size / c->num_attention_heads;
+  const int64_t hd = card_head_dim(c);
   for (int l = 0; l < L; l++) {
     if (qwen && !c->attention_bias) { /* Qwen2 always has q/k/v biases */
       const char *w[3] = {"q", "k", "v"};

@@ -1,4 +1,4 @@
-/* hfconfig.c: config.json of a Hugging Face Qwen2 / Llama / Mistral model <-> model card.
+/* hfconfig.c: config.json of a Hugging Face Qwen2 / Qwen3 / Llama / Mistral model <-> model card.
  * Absent keys take the transformers default of the model_type; a key whose value kdtrain
  * does not compute is refused, never ignored. */
 #include "tools/hfconfig.h"
@@ -23,11 +23,13 @@ struct hf_arch {
   int bias_key;    /* reads attention_bias (which would include o_proj) */
   int window_flag; /* use_sliding_window turns the window on */
   int window_size; /* sliding_window alone sets a window */
+  int head_dim;    /* head_dim when absent; 0: hidden_size / num_attention_heads */
 };
 static const struct hf_arch archs[] = {
-    {"qwen2", KD_ARCH_QWEN2, "Qwen2ForCausalLM", 32, 32768, 1, 0, 1, 0},
-    {"llama", KD_ARCH_LLAMA, "LlamaForCausalLM", 0, 2048, 0, 1, 0, 0},
-    {"mistral", KD_ARCH_LLAMA, "MistralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1},
+    {"qwen2", KD_ARCH_QWEN2, "Qwen2ForCausalLM", 32, 32768, 1, 0, 1, 0, 0},
+    {"llama", KD_ARCH_LLAMA, "LlamaForCausalLM", 0, 2048, 0, 1, 0, 0, 0},
+    {"mistral", KD_ARCH_LLAMA, "MistralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1, 0},
+    {"qwen3", KD_ARCH_QWEN3, "Qwen3ForCausalLM", 32, 32768, 0, 1, 1, 0, 128},
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
@@ -232,9 +234,25 @@ static int read_window(const struct rd *r, const struct hf_arch *a, const struct
   return 0;
 }
 
+/* head_dim (the model_type's default when absent, hidden_size / num_attention_heads when
+ * that has none): the card keeps 0 for hidden_size / num_attention_heads unless the
+ * model_type has a default of its own. */
+static int read_head_dim(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
+  const int nh = c->num_attention_heads;
+  int hd = a->head_dim;
+  if (!hd && !get(r->o, "head_dim") && c->hidden_size % nh)
+    return refuse(r, "num_attention_heads", get(r->o, "num_attention_heads"),
+                  "hidden_size is not a multiple of it (and head_dim is not given)");
+  int st = get_int(r, "head_dim", hd ? hd : c->hidden_size / nh, &hd);
+  if (!st && hd % 2)
+    st = refuse(r, "head_dim", get(r->o, "head_dim"),
+                "expected an even head dimension (rotary embeddings)");
+  c->head_dim = a->head_dim || (int64_t)hd * nh != c->hidden_size ? hd : 0;
+  return st;
+}
+
 /* The keys that must have the one value kdtrain computes. */
-static int read_fixed(const struct rd *r, const struct hf_arch *a, const struct kd_card *c,
-                      struct hf_extra *x) {
+static int read_fixed(const struct rd *r, const struct hf_arch *a, struct hf_extra *x) {
   const cJSON *v;
   if ((v = get(r->o, "architectures"))) {
     const cJSON *first = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, 0) : NULL;
@@ -253,10 +271,6 @@ static int read_fixed(const struct rd *r, const struct hf_arch *a, const struct 
     return refuse(r, "hidden_act", v, "kdtrain computes the SiLU (SwiGLU) MLP only");
   v = get(r->o, "mlp_bias");
   if (v && !cJSON_IsFalse(v)) return refuse(r, "mlp_bias", v, "kdtrain's MLP has no biases");
-  v = get(r->o, "head_dim");
-  if (v &&
-      !(cJSON_IsNumber(v) && v->valuedouble == (double)(c->hidden_size / c->num_attention_heads)))
-    return refuse(r, "head_dim", v, "kdtrain assumes hidden_size / num_attention_heads");
   const char *dkey = get(r->o, "dtype") ? "dtype" : "torch_dtype";
   v = get(r->o, dkey);
   if (v && !(cJSON_IsString(v) &&
@@ -300,7 +314,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   const cJSON *mt = get(o, "model_type");
   for (size_t i = 0; i < NARCHS && cJSON_IsString(mt); i++)
     if (!strcmp(mt->valuestring, archs[i].model_type)) a = &archs[i];
-  int st = a ? 0 : refuse(&r, "model_type", mt, "kdtrain computes qwen2, llama and mistral");
+  int st = a ? 0 : refuse(&r, "model_type", mt, "kdtrain computes qwen2, qwen3, llama and mistral");
   if (!st) {
     c->arch = a->arch;
     snprintf(x->model_type, sizeof x->model_type, "%s", a->model_type);
@@ -313,9 +327,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   if (!st)
     st = get_int(&r, "num_key_value_heads", a->kv_heads ? a->kv_heads : c->num_attention_heads,
                  &c->num_key_value_heads);
-  if (!st && c->hidden_size % c->num_attention_heads)
-    st = refuse(&r, "num_attention_heads", get(o, "num_attention_heads"),
-                "hidden_size is not a multiple of it");
+  if (!st) st = read_head_dim(&r, a, c);
   if (!st && c->num_attention_heads % c->num_key_value_heads)
     st = refuse(&r, "num_key_value_heads", get(o, "num_key_value_heads"),
                 "num_attention_heads is not a multiple of it");
@@ -330,11 +342,11 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
       st = get_bool(&r, "attention_bias", 0, &bias);
       if (!st && bias)
         st = refuse(&r, "attention_bias", get(o, "attention_bias"),
-                    "Llama's attention bias includes o_proj, which kdtrain does not compute");
+                    "this attention bias includes o_proj, which kdtrain does not compute");
     }
   }
   if (!st) st = read_window(&r, a, c);
-  if (!st) st = read_fixed(&r, a, c, x);
+  if (!st) st = read_fixed(&r, a, x);
   cJSON_Delete(o);
   return st;
 }
@@ -366,7 +378,7 @@ char *hfconfig_write(const struct kd_card *c) {
   const struct hf_arch *a = &archs[0];
   while (a->arch != c->arch && a + 1 < archs + NARCHS)
     a++;
-  const int qwen = a->arch == KD_ARCH_QWEN2; /* the qwen2 config keys */
+  const int qwen = a->arch != KD_ARCH_LLAMA; /* the qwen2 / qwen3 config keys */
   cJSON *o = cJSON_CreateObject();
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
   cJSON_AddItemToArray(arch, cJSON_CreateString(a->architecture));
@@ -377,7 +389,7 @@ char *hfconfig_write(const struct kd_card *c) {
   cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
   cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
   cJSON_AddNumberToObject(o, "num_key_value_heads", c->num_key_value_heads);
-  cJSON_AddNumberToObject(o, "head_dim", c->hidden_size / c->num_attention_heads);
+  cJSON_AddNumberToObject(o, "head_dim", card_head_dim(c));
   cJSON_AddStringToObject(o, "hidden_act", "silu");
   cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
   cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
@@ -391,10 +403,9 @@ char *hfconfig_write(const struct kd_card *c) {
     cJSON_AddBoolToObject(o, "use_sliding_window", 0);
     cJSON_AddNullToObject(o, "sliding_window");
     cJSON_AddNumberToObject(o, "max_window_layers", c->num_hidden_layers);
-  } else {
-    cJSON_AddBoolToObject(o, "attention_bias", c->attention_bias);
-    cJSON_AddBoolToObject(o, "mlp_bias", 0);
   }
+  if (a->bias_key) cJSON_AddBoolToObject(o, "attention_bias", c->attention_bias);
+  if (!qwen) cJSON_AddBoolToObject(o, "mlp_bias", 0);
   cJSON_AddStringToObject(o, "torch_dtype", "float32");
   cJSON_AddStringToObject(o, "dtype", "float32");
   char *text = cJSON_Print(o);

@@ -12,6 +12,8 @@ tokenizer trained here with `tokenizers` on the KJV corpus and saved beside them
            128: the three frequency bands each hold a frequency), 120 positions
   yarn     Llama with rope_type yarn (factor 4, original length 32, beta_fast 16: the ramp
            and the attention factor 0.1 ln 4 + 1), 120 positions
+  qwen3    untied, head_dim 24 (hidden 64 / 4 heads would be 16), GQA 4/2, q/k norms
+  qwen3_tied  tied, head_dim 32, GQA 4/1
 
 For each: `kdconvert from-hf`, kdtrain's logits (`kdlogits`) against transformers' in
 fp32 (max |diff| / max |logit| below 1e-4), the tokenizer files stored byte for byte in
@@ -32,7 +34,7 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig,
-                          PreTrainedTokenizerFast, Qwen2Config)
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen3Config)
 
 TOL = 1e-4
 # the RoPE scaling cases: Llama models whose rules change every band at 120 positions
@@ -78,6 +80,13 @@ def make_model(kind, vocab):
     elif kind in ROPE_SCALED:
         cfg = LlamaConfig(**common, tie_word_embeddings=False,
                           rope_parameters=dict(ROPE_SCALED[kind]))
+    elif kind == "qwen3":
+        cfg = Qwen3Config(**common, head_dim=24, tie_word_embeddings=False,
+                          rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    elif kind == "qwen3_tied":
+        cfg = Qwen3Config(**dict(common, num_key_value_heads=1), head_dim=32,
+                          tie_word_embeddings=True,
+                          rope_parameters={"rope_type": "default", "rope_theta": 3e4})
     else:
         cfg = MistralConfig(**common, tie_word_embeddings=False, sliding_window=None,
                             rope_parameters={"rope_type": "default", "rope_theta": 2e4})
@@ -104,7 +113,8 @@ def rel(a, b):
 
 
 def case(conv, kdlogits, work, kind, tokenizer, log):
-    torch.manual_seed({"qwen2": 0, "llama": 1, "mistral": 2, "llama3": 3, "yarn": 4}[kind])
+    torch.manual_seed({"qwen2": 0, "llama": 1, "mistral": 2, "llama3": 3, "yarn": 4, "qwen3": 5,
+                       "qwen3_tied": 6}[kind])
     model = make_model(kind, len(tokenizer))
     src = os.path.join(work, f"hf_{kind}")
     bf16 = kind == "llama"
@@ -178,7 +188,7 @@ def case(conv, kdlogits, work, kind, tokenizer, log):
     total = sum(t.numel() * 4 for t in b.values())
     assert index["metadata"]["total_size"] == total
     a = model.state_dict()
-    if kind == "qwen2":
+    if model.config.tie_word_embeddings:
         a.pop("lm_head.weight")  # tied: kdtrain stores only the embedding
     assert set(a) == set(b), sorted(set(a) ^ set(b))
     for k in a:
@@ -220,7 +230,7 @@ def refusals(conv, work, src, log):
          {"layer_types": ["full_attention", "sliding_attention"]}),
         ("model_type", '"gpt2"', {"model_type": "gpt2"}),
         ("hidden_act", '"gelu"', {"hidden_act": "gelu"}),
-        ("head_dim", "32", {"head_dim": 32}),
+        ("head_dim", "15", {"head_dim": 15}),
         ("mlp_bias", "true", {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
                               "mlp_bias": True}),
         ("sliding_window", "64", {"model_type": "mistral", "architectures": ["MistralForCausalLM"],
@@ -251,7 +261,7 @@ def main():
     log = open(os.path.join(work, "log.txt"), "w")
     tokenizer = train_tokenizer(corpus, work)
     worst, src = 0.0, None
-    for kind in ("qwen2", "llama", "mistral", "llama3", "yarn"):
+    for kind in ("qwen2", "llama", "mistral", "llama3", "yarn", "qwen3", "qwen3_tied"):
         r, s = case(conv, kdlogits, work, kind, tokenizer, log)
         worst, src = max(worst, r), src or s
     refusals(conv, work, src, log)
