@@ -45,6 +45,23 @@ START_TEST(test_table) {
   ck_assert_ptr_eq(m.pw.head, m.pw.wte);
   ck_assert_int_eq((int64_t)m.numel, model_count_params(&c));
   model_free(&m, &be);
+  c.arch = KD_ARCH_QWEN3; /* q/k norms of head_dim 6 (not 12 / 3) */
+  c.head_dim = 6;
+  model_build(&m, &be, &c, 0);
+  ck_assert_int_eq(m.nparams, 1 + 2 * 11 + 1);
+  ck_assert_int_eq((int64_t)m.numel, model_count_params(&c));
+  const struct kd_param *qn = model_find(&m, "model.layers.1.self_attn.q_norm.weight");
+  const struct kd_param *kn = model_find(&m, "model.layers.1.self_attn.k_norm.weight");
+  ck_assert_ptr_nonnull(qn);
+  ck_assert_ptr_nonnull(kn);
+  ck_assert_int_eq(qn->ndim, 1);
+  ck_assert_int_eq(qn->shape[0], 6);
+  ck_assert_int_eq(qn->decay, 0);
+  ck_assert_ptr_eq(m.pw.layer[1].qn, m.w + qn->offset);
+  ck_assert_ptr_eq(m.pw.layer[1].kn, m.w + kn->offset);
+  ck_assert_int_eq(model_find(&m, "model.layers.0.self_attn.q_proj.weight")->shape[0], 18);
+  ck_assert_int_eq(model_find(&m, "model.layers.0.self_attn.o_proj.weight")->shape[1], 18);
+  model_free(&m, &be);
   ck_assert_uint_eq(be.arena.live_total, 0);
   be.release(&be);
 }
@@ -114,8 +131,13 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
   for (int k = 0; k < f.s.nparams; k++) /* non-trivial norms and biases */
     if (f.s.params[k].role == ROLE_NORM || f.s.params[k].role == ROLE_BIAS) {
       uint64_t st = 99 + (uint64_t)k;
+      /* q/k norms near 1 as trained ones are: scaled by 8 twice, the scores would saturate
+       * the softmax beyond what central differences resolve */
+      const int qk = strstr(f.s.params[k].name, "self_attn.") != NULL;
       for (size_t i = 0; i < f.s.params[k].numel; i++)
-        f.s.master[f.s.params[k].offset + i] += (float)(0.3 * kd_normal(&st));
+        f.s.master[f.s.params[k].offset + i] =
+            (float)(qk ? 1.0 : f.s.master[f.s.params[k].offset + i]) +
+            (float)(0.3 * kd_normal(&st));
     }
   f.spec.distill = distill;
   f.spec.kind = LOSS_FKL;
@@ -211,6 +233,26 @@ START_TEST(test_grad_distill) {
 }
 END_TEST
 
+/* A Qwen3-shaped card (q/k norms, no biases) whose head_dim is not hidden / heads. */
+static struct kd_card qwen3_card(int V, int C, int I, int L, int nh, int nkv, int tie, int hd) {
+  struct kd_card c = make_card(V, C, I, L, nh, nkv, tie, 0);
+  c.arch = KD_ARCH_QWEN3;
+  c.head_dim = hd;
+  return c;
+}
+
+START_TEST(test_grad_train_qwen3) {
+  check_gradients(qwen3_card(23, 12, 20, 2, 3, 1, 0, 6), make_card(23, 8, 8, 1, 2, 2, 0, 0), 0, 2,
+                  5);
+}
+END_TEST
+
+START_TEST(test_grad_distill_qwen3) {
+  check_gradients(qwen3_card(19, 8, 16, 2, 4, 2, 1, 6), qwen3_card(19, 16, 24, 2, 4, 1, 0, 10), 1,
+                  2, 6);
+}
+END_TEST
+
 /* The frozen teacher's one-working-set forward equals a training model's forward. */
 START_TEST(test_frozen_forward_matches) {
   struct kd_backend be;
@@ -248,6 +290,8 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_grad_train_bias_untied);
   tcase_add_test(tc, test_grad_train_tied_nobias);
   tcase_add_test(tc, test_grad_distill);
+  tcase_add_test(tc, test_grad_train_qwen3);
+  tcase_add_test(tc, test_grad_distill_qwen3);
   tcase_add_test(tc, test_frozen_forward_matches);
   suite_add_tcase(s, tc);
   int failed = check_run(s);
