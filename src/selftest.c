@@ -451,8 +451,9 @@ static void test_loss(struct st *x) {
   dual_free(x, &pa), dual_free(x, &acc);
 }
 
-/* A small Qwen2-shaped card for the training comparison. */
-static struct kd_card selftest_card(int teacher) {
+/* A small Qwen2-shaped card for the training comparison; qwen3: Qwen3-shaped (q/k norms,
+ * no biases, head_dim apart from hidden / heads). */
+static struct kd_card selftest_card(int teacher, int qwen3) {
   struct kd_card c;
   memset(&c, 0, sizeof c);
   snprintf(c.name, sizeof c.name, "selftest-%s", teacher ? "teacher" : "student");
@@ -467,17 +468,21 @@ static struct kd_card selftest_card(int teacher) {
   c.rope_theta = 10000.0;
   c.rms_norm_eps = 1e-6;
   c.tie_word_embeddings = !teacher;
-  c.attention_bias = 1;
+  c.attention_bias = !qwen3;
+  if (qwen3) {
+    c.arch = KD_ARCH_QWEN3;
+    c.head_dim = teacher ? 32 : 24;
+  }
   return c;
 }
 
 /* Two distillation steps (forward, chunked loss, backward, AdamW) on backend `be`;
  * loss[s] is the objective of step s. Uses layers.c and loss.c as train.c does:
  * tokens and labels are host arrays (layers_forward and loss_chunked upload them). */
-static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
+static void train_two_steps(struct kd_backend *be, int bf16, int qwen3, double loss[2]) {
   const int B = 2, T = 48;
   const size_t N = (size_t)B * T;
-  struct kd_card ct = selftest_card(1), cs = selftest_card(0);
+  struct kd_card ct = selftest_card(1, qwen3), cs = selftest_card(0, qwen3);
   struct kd_model t, s;
   struct kd_acts ta, sa;
   model_build(&t, be, &ct, bf16 ? MODEL_FROZEN16 : MODEL_FROZEN); /* as train.c holds it */
@@ -518,13 +523,16 @@ static void train_two_steps(struct kd_backend *be, int bf16, double loss[2]) {
 }
 
 static void test_training(struct st *x) {
-  double lc[2], lg[2];
-  train_two_steps(x->cpu, x->bf16, lc);
-  train_two_steps(x->gpu, x->bf16, lg);
-  for (int s = 0; s < 2; s++) {
-    char name[64];
-    snprintf(name, sizeof name, "train step %d loss (cpu %.5f)", s + 1, lc[s]);
-    report(x, name, fabs(lg[s] - lc[s]) / fabs(lc[s]), 1e-4, 1e-2);
+  for (int qwen3 = 0; qwen3 < 2; qwen3++) {
+    double lc[2], lg[2];
+    train_two_steps(x->cpu, x->bf16, qwen3, lc);
+    train_two_steps(x->gpu, x->bf16, qwen3, lg);
+    for (int s = 0; s < 2; s++) {
+      char name[64];
+      snprintf(name, sizeof name, "%strain step %d loss (cpu %.5f)", qwen3 ? "qwen3 " : "", s + 1,
+               lc[s]);
+      report(x, name, fabs(lg[s] - lc[s]) / fabs(lc[s]), 1e-4, 1e-2);
+    }
   }
 }
 
