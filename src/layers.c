@@ -7,7 +7,9 @@
  * rank's heads / intermediate slice), o_proj and down_proj row-parallel with an
  * all-reduce of their outputs; the embedding is vocabulary-parallel (all-reduce of
  * the rows). In backward the gradients w.r.t. the inputs of the column-parallel
- * projections are all-reduced. Norms run replicated on every rank. */
+ * projections are all-reduced. Norms run replicated on every rank; the q/k norms (qwen3)
+ * on each rank's own heads, so their weight gradients are partial sums over TP (summed in
+ * zero.c). */
 #include "layers.h"
 
 #include <limits.h>
