@@ -60,6 +60,8 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   m->numel = (m->has_embed || (tied && d->has_head) ? emb : 0) + (size_t)d->layers * layer +
              (d->has_head ? C + (tied ? 0 : emb) : 0);
   m->maxblock = emb > 2 * (size_t)d->ffn * C ? emb : 3 * (size_t)d->ffn * C;
+  if ((size_t)d->q_dim * C > m->maxblock) /* q_proj, o_proj: head_dim apart from C / heads */
+    m->maxblock = (size_t)d->q_dim * C;
   m->nvec =
       (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0) + qkn) + (d->has_head ? C : 0);
 }

@@ -246,7 +246,7 @@ arch = 'gpt2'
 vocab_size = 256, hidden_size = 32, intermediate_size = 64, num_hidden_layers = 1
 num_attention_heads = 4, num_key_value_heads = 2
 NML
-check use_arch.nml "arch.nml:2:" "&model arch" "'qwen2' or 'llama'"
+check use_arch.nml "arch.nml:2:" "&model arch" "'qwen2', 'llama' or 'qwen3'"
 card ckey.nml <<'NML'
 vocab_size = 256, hidden_size = 32, intermediate_size = 64, num_layers = 1
 num_attention_heads = 4, num_key_value_heads = 2

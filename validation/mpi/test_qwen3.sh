@@ -72,4 +72,6 @@ exact 1 bsel precision%compute="'bf16'" memory%recompute="'selective'" memory%of
 bitwise bnone bsel
 exact 2 tpbf16 parallel%tp=2 precision%compute="'bf16'" memory%recompute="'full'"
 exact 2 ppsel parallel%pp=2 memory%recompute="'selective'"
+exact 2 dpzero parallel%zero=1
+exact 4 tpppzero parallel%tp=2 parallel%pp=2 parallel%zero=1 precision%compute="'bf16'"
 echo "all qwen3 checks passed"
