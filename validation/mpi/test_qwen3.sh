@@ -8,7 +8,9 @@
 #  - recompute full/selective and offload give bitwise the losses of recompute 'none',
 #    in fp32 and in bf16;
 #  - --dry-run equals the measured peaks to the byte (q/k norms and their activations
-#    counted) on 1 and 2 ranks, fp32 and bf16.
+#    counted) on 1, 2 and 4 ranks, fp32 and bf16;
+#  - the simulated device (run%device = 'devsim': every op through the backend table, as
+#    the CUDA backend requires) gives the CPU's metrics and final weights bit for bit.
 set -eu
 export OMP_NUM_THREADS=1 # tiny models; up to 4 ranks share the cores
 . "${KD_SRCDIR:?}/validation/lib.sh"
@@ -74,4 +76,14 @@ exact 2 tpbf16 parallel%tp=2 precision%compute="'bf16'" memory%recompute="'full'
 exact 2 ppsel parallel%pp=2 memory%recompute="'selective'"
 exact 2 dpzero parallel%zero=1
 exact 4 tpppzero parallel%tp=2 parallel%pp=2 parallel%zero=1 precision%compute="'bf16'"
+
+echo "== the simulated device, bit for bit"
+for p in fp32 bf16; do
+  kd 2 parallel%tp=2 run%device="'cpu'" precision%compute="'$p'" run%out_dir="'cpu_$p'"
+  kd 2 parallel%tp=2 run%device="'devsim'" precision%compute="'$p'" run%out_dir="'sim_$p'"
+  grep -q "backend devsim" log.txt || { cat log.txt; fail "the devsim run did not report its backend"; }
+  bitwise "cpu_$p" "sim_$p"
+  h5diff "cpu_$p/final.h5" "sim_$p/final.h5" /params /params > /dev/null \
+    || fail "$p: final weights differ between cpu and devsim"
+done
 echo "all qwen3 checks passed"
