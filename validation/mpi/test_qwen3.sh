@@ -9,6 +9,8 @@
 #    in fp32 and in bf16;
 #  - --dry-run equals the measured peaks to the byte (q/k norms and their activations
 #    counted) on 1, 2 and 4 ranks, fp32 and bf16;
+#  - a weights file of head_dim 8 loads with a card that implies it (hidden 16 / 2 heads),
+#    not with head_dim 12;
 #  - the simulated device (run%device = 'devsim': every op through the backend table, as
 #    the CUDA backend requires) gives the CPU's metrics and final weights bit for bit.
 set -eu
@@ -86,4 +88,17 @@ for p in fp32 bf16; do
   h5diff "cpu_$p/final.h5" "sim_$p/final.h5" /params /params > /dev/null \
     || fail "$p: final weights differ between cpu and devsim"
 done
+echo "== head_dim given or implied: the same model"
+sed 's/^  head_dim = 12$/  head_dim = 8/' "$KD_SRCDIR/mod/test-qwen3-student.nml" > hd8.nml
+grep -v '^  head_dim' hd8.nml > hd0.nml
+kd 1 run%mode=train student%card="'hd8.nml'" run%steps=1 run%out_dir="'hd8'"
+kd 1 run%mode=eval student%card="'hd0.nml'" student%init="'hd8/final.h5'" \
+  data%valid="'$KD_SRCDIR/input/corpus/kjv-valid.txt'" run%out_dir="'hd0'"
+rc=0
+$MPIEXEC -n 1 "$KDTRAIN" base.nml run%mode=eval student%card="'test-qwen3-student'" \
+  student%init="'hd8/final.h5'" data%valid="'$KD_SRCDIR/input/corpus/kjv-valid.txt'" \
+  run%out_dir="'hd12'" > err.txt 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q 'head_dim = 8 in its /config but 12' err.txt \
+  || { cat err.txt; fail "head_dim 8 loaded as 12: exit $rc"; }
+echo "ok head_dim = 8 and head_dim implied (16 / 2) load the same file; 12 is refused"
 echo "all qwen3 checks passed"
