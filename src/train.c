@@ -153,7 +153,8 @@ static double measure_gemm_rate(struct kd_backend *be) {
 static double forward_flops(const struct kd_card *c, double tokens, int T) {
   double p = (double)model_count_params(c);
   p -= (double)c->vocab_size * c->hidden_size * (c->tie_word_embeddings ? 0 : 1); /* lookup */
-  const double attn = 2.0 * c->num_hidden_layers * (double)T * c->hidden_size;    /* causal QK,PV */
+  const double q = (double)c->num_attention_heads * card_head_dim(c); /* = hidden but Qwen3 */
+  const double attn = 2.0 * c->num_hidden_layers * (double)T * q;     /* causal QK,PV */
   return 2.0 * p * tokens + attn * tokens;
 }
 
