@@ -538,7 +538,6 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
     where_line[i] = c.line[i] ? c.line[i] : c.gline[g];
     where_set[i] = c.line[i] > 0 || c.setby[i];
     snprintf(where_word[i], sizeof where_word[i], "%s", c.setby[i] ? c.setby[i] : "");
-    where_set[i] = c.line[i] > 0 || c.setby[i] != NULL;
   }
   if (!rc) rc = resolve_paths(&c, cfg);
   if (!rc) rc = check_config(&c, cfg);

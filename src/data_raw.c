@@ -10,10 +10,9 @@ int data_raw_open(struct data_source *s, char *err, size_t errlen) {
   int rc = data_reader_map(s, s->path, &s->tok, &bytes, err, errlen);
   if (rc) return rc;
   if (bytes % tb != 0) {
-    char word[16];
     kd_seterr(err, errlen,
               "%s: size %zu bytes is not a multiple of the %zu-byte token of format '%s'", s->path,
-              bytes, tb, words_name(word, sizeof word, KD_DATA_FORMAT_WORDS, (int)s->format));
+              bytes, tb, kd_data_format_names[s->format]);
     return KD_EXIT_INPUT;
   }
   s->ntok = bytes / tb;
