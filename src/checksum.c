@@ -1,6 +1,7 @@
 /* checksum.c: the checksums of kdtrain's HDF5 files (checksum.h, doc/format.md). */
 #include "checksum.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -65,4 +66,13 @@ int checksum_required(hid_t file) {
       sscanf(ver, "%d.%d", &major, &minor) != 2)
     return 1;
   return major > 1 || (major == 1 && minor >= CHECKSUM_ALL_SINCE_MINOR);
+}
+
+int checksum_verify(uint64_t stored, uint64_t computed, const char *file, const char *object,
+                    const char *hint, char *err, size_t errlen) {
+  if (stored == computed) return 0;
+  kd_seterr(err, errlen,
+            "%s: %s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64 "): %s", file,
+            object, stored, computed, hint);
+  return KD_EXIT_INPUT;
 }

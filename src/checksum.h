@@ -52,4 +52,9 @@ uint64_t checksum_bind(const char *dpath, const char *dtype, int ndim, const int
  * format check refuses such a file anyway); 0 for a format 1.0 or 1.1 file. */
 int checksum_required(hid_t file);
 
+/* A stored checksum against the one computed: 0 when they agree, else KD_EXIT_INPUT with
+ * "FILE: OBJECT fails its checksum (stored X, computed Y): HINT" in err. */
+int checksum_verify(uint64_t stored, uint64_t computed, const char *file, const char *object,
+                    const char *hint, char *err, size_t errlen);
+
 #endif

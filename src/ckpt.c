@@ -139,14 +139,12 @@ static int state_read(hid_t file, const char *path, int all_sums, struct ckpt_st
   if (!st_rc && h5attr_get_u64(g, CHECKSUM_BOUND, &stored, why, sizeof why) != 0) {
     kd_seterr(err, errlen, "%s: the checkpoint is incomplete or damaged", why);
     st_rc = KD_EXIT_INPUT;
-  } else if (!st_rc && stored != state_bound(st)) {
-    kd_seterr(err, errlen,
-              "%s: /state fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
-              "): the file is corrupted",
-              path, stored, state_bound(st));
-    st_rc = KD_EXIT_INPUT;
-  } else if (!st_rc && (all_sums || h5attr_exists(g, CHECKSUM_IDXMIX)) &&
-             h5attr_get_u64(g, CHECKSUM_IDXMIX, &plain, why, sizeof why) != 0) {
+  } else if (!st_rc) {
+    st_rc = checksum_verify(stored, state_bound(st), path, "/state", "the file is corrupted", err,
+                            errlen);
+  }
+  if (!st_rc && (all_sums || h5attr_exists(g, CHECKSUM_IDXMIX)) &&
+      h5attr_get_u64(g, CHECKSUM_IDXMIX, &plain, why, sizeof why) != 0) {
     kd_seterr(err, errlen, "%s: the checkpoint is incomplete or damaged", why);
     st_rc = KD_EXIT_INPUT;
   } else if (!st_rc && (all_sums || h5attr_exists(g, CHECKSUM_IDXMIX)) &&

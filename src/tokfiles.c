@@ -113,12 +113,10 @@ static int sum_check(hid_t d, const struct tokset *t, int i, int all, const char
     return KD_EXIT_INPUT;
   }
   const uint64_t got = file_sum(tokfiles_names[i], t->data[i], t->len[i]);
-  if (stored == got) return 0;
-  kd_seterr(err, errlen,
-            "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
-            "): the tokenizer file stored there was changed",
-            path, TOKFILES_GROUP, tokfiles_names[i], stored, got);
-  return KD_EXIT_INPUT;
+  char object[128];
+  snprintf(object, sizeof object, "/%s/%s", TOKFILES_GROUP, tokfiles_names[i]);
+  return checksum_verify(stored, got, path, object, "the tokenizer file stored there was changed",
+                         err, errlen);
 }
 
 /* Read /tokenizer of an open file (absent: an empty set), checking each file's checksum.

@@ -291,12 +291,9 @@ static int namelist_check(hid_t cfg, const char *path, int all, char *err, size_
     if (h5attr_get_u64(d, CHECKSUM_BOUND, &stored, why, sizeof why) != 0) {
       kd_seterr(err, errlen, "%s: the file is damaged", why);
       st = KD_EXIT_INPUT;
-    } else if (stored != namelist_sum(text)) {
-      kd_seterr(err, errlen,
-                "%s: /config/namelist fails its checksum (stored %016" PRIx64
-                ", computed %016" PRIx64 "): the run's namelist stored in the file was changed",
-                path, stored, namelist_sum(text));
-      st = KD_EXIT_INPUT;
+    } else {
+      st = checksum_verify(stored, namelist_sum(text), path, "/config/namelist",
+                           "the run's namelist stored in the file was changed", err, errlen);
     }
   }
   free(text);
@@ -315,12 +312,9 @@ static int card_check_text(hid_t cfg, const char *path, char *err, size_t errlen
       h5attr_get_u64(cfg, CHECKSUM_CARD, &stored, why, sizeof why)) {
     kd_seterr(err, errlen, "%s: the file is damaged", why);
     st = KD_EXIT_INPUT;
-  } else if (stored != card_sum(text)) {
-    kd_seterr(err, errlen,
-              "%s: /config attribute 'card' fails its checksum (stored %016" PRIx64
-              ", computed %016" PRIx64 "): the card text in the file was changed",
-              path, stored, card_sum(text));
-    st = KD_EXIT_INPUT;
+  } else {
+    st = checksum_verify(stored, card_sum(text), path, "/config attribute 'card'",
+                         "the card text in the file was changed", err, errlen);
   }
   free(text);
   return st;
@@ -376,13 +370,9 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *e
               why);
     return KD_EXIT_INPUT;
   }
-  if (stored != config_sum(card)) {
-    kd_seterr(err, errlen,
-              "%s: /config fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
-              "): the model card in the file is corrupted",
-              path, stored, config_sum(card));
+  if (checksum_verify(stored, config_sum(card), path, "/config",
+                      "the model card in the file is corrupted", err, errlen))
     return KD_EXIT_INPUT;
-  }
   int st = all || h5attr_exists(cfg, CHECKSUM_CARD) ? card_check_text(cfg, path, err, errlen) : 0;
   return st ? st : namelist_check(cfg, path, all, err, errlen);
 }

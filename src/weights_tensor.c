@@ -348,13 +348,11 @@ static int check_sums(const struct weights_io *io, hid_t d, const char *gname,
               "%s: the file is damaged or was written by a kdtrain older than format 1.1", why);
     return KD_EXIT_INPUT;
   }
-  if (got != stored) {
-    kd_seterr(err, errlen,
-              "%s: /%s/%s fails its checksum (stored %016" PRIx64 ", computed %016" PRIx64
-              "): the file is corrupted, or this dataset is not the one stored under this name",
-              io->path, gname, q->name, stored, got);
+  if (checksum_verify(
+          stored, got, io->path, dpath,
+          "the file is corrupted, or this dataset is not the one stored under this name", err,
+          errlen))
     return KD_EXIT_INPUT;
-  }
   if (idxmix && h5attr_get_u64(d, CHECKSUM_IDXMIX, &plain, why, sizeof why) != 0) {
     kd_seterr(err, errlen, "%s: the file is damaged", why);
     return KD_EXIT_INPUT;
