@@ -358,14 +358,15 @@ static void qk_norm_backward(struct kd_backend *be, const struct kd_model *mdl,
   }
 }
 
-/* One decoder layer forward: reads l->x_in, writes `out` (N, C), which may alias
- * l->x_in (read for the last time before out is first written). out == NULL (the
- * last layer of a recomputed segment): the output is not needed, only what
+/* One decoder layer forward (layer i of this stage): reads l->x_in, writes `out` (N, C),
+ * which may alias l->x_in (read for the last time before out is first written). out ==
+ * NULL (the last layer of a recomputed segment): the output is not needed, only what
  * backward reads. */
-static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
+static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
                           const struct layer_ptrs *w, const struct layer_acts *l, float *out,
                           const struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
+  const struct kd_attn *at = &mdl->attn[i];
   const int B = a->d.B, T = a->d.T;
   const size_t N = (size_t)B * T;
   const int C = c->hidden_size, hd = mdl->head_dim;
@@ -380,7 +381,7 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl,
   if (l->qkn) qk_norm_forward(be, mdl, w, l, N);
   be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, &mdl->rope);
   be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, &mdl->rope);
-  be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd);
+  be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd, at);
   linear_fwd(be, l->x_mid, l->att, w->wo, w->wo16, N, Q, C);
   tp_allreduce(be, mdl, l->x_mid, N * C);
   be->add(be, l->x_mid, l->x_in, N * C);
@@ -419,7 +420,7 @@ void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd
         be->copy_async(be, a->keep[i].x_in, l.x_in, N * C); /* overlaps layer i's compute */
       out = i + 1 < L ? xin_fwd(a, i + 1) : a->x_out[0];
     }
-    layer_forward(be, mdl, &mdl->pw.layer[i], &l, out, a);
+    layer_forward(be, mdl, i, &mdl->pw.layer[i], &l, out, a);
   }
   if (mdl->has_head)
     be->rmsnorm_forward(be, a->hn, a->rstd_f, acts_stage_output(a, mdl), mdl->pw.norm, N, C,
@@ -450,12 +451,13 @@ static void mlp_backward(struct kd_backend *be, const struct kd_model *mdl,
   }
 }
 
-/* One decoder layer backward: a->dres holds dL/d(layer output) on entry and
- * dL/d(layer input) on return. */
-static void layer_backward(struct kd_backend *be, const struct kd_model *mdl,
+/* One decoder layer backward (layer i of this stage): a->dres holds dL/d(layer output)
+ * on entry and dL/d(layer input) on return. */
+static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
                            const struct layer_ptrs *w, const struct layer_ptrs *g,
                            const struct layer_acts *l, struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
+  const struct kd_attn *at = &mdl->attn[i];
   const int B = a->d.B, T = a->d.T;
   const size_t N = (size_t)B * T;
   const int C = c->hidden_size, hd = mdl->head_dim;
@@ -470,7 +472,7 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl,
   /* attention: x_mid = x_in + o_proj(attn(rope(qkv(norm(x_in))))) */
   linear_bwd(be, a->datt, 0.0f, g->wo, a->dres, l->att, w->wo, N, Q, C);
   be->zero(be, a->dqkv, N * QKV);
-  be->attention_backward(be, a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd);
+  be->attention_backward(be, a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd, at);
   be->rope_backward(be, a->dqkv, N, T, nh, hd, QKV, &mdl->rope);
   be->rope_backward(be, a->dqkv + Q, N, T, nkv, hd, QKV, &mdl->rope);
   if (l->qkn) qk_norm_backward(be, mdl, w, g, l, a, N);
@@ -511,11 +513,11 @@ void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts
       restore_input(be, a, s0);
       for (int i = s0; i < s1; i++) {
         const struct layer_acts l = layer_view(a, i);
-        layer_forward(be, mdl, &W[i], &l, i + 1 < s1 ? xin_fwd(a, i + 1) : NULL, a);
+        layer_forward(be, mdl, i, &W[i], &l, i + 1 < s1 ? xin_fwd(a, i + 1) : NULL, a);
       }
       for (int i = s1 - 1; i >= s0; i--) {
         const struct layer_acts l = layer_view(a, i);
-        layer_backward(be, mdl, &W[i], &G[i], &l, a);
+        layer_backward(be, mdl, i, &W[i], &G[i], &l, a);
       }
     }
   } else {
@@ -523,7 +525,7 @@ void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts
       restore_input(be, a, i);
       const struct layer_acts l = layer_view(a, i);
       if (a->d.pol.recompute == 2) recompute_cheap(be, mdl, &W[i], &l, a);
-      layer_backward(be, mdl, &W[i], &G[i], &l, a);
+      layer_backward(be, mdl, i, &W[i], &G[i], &l, a);
     }
   }
   if (mdl->has_embed)

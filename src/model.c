@@ -203,6 +203,9 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   mdl->has_head = stage == pp - 1;
   mdl->head_dim = hd;
   mdl->rope = rope_of_card(card, hd);
+  mdl->attn = kd_calloc((size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1), sizeof *mdl->attn);
+  for (int i = 0; i < mdl->nlayers; i++)
+    mdl->attn[i] = kd_attn_plain(hd);
   mdl->heads = nh / tp;
   const int kv_split = nkv % tp == 0;
   const int kv_rep = kv_split ? 1 : tp / nkv; /* ranks sharing one kv head */
@@ -290,6 +293,7 @@ void model_free(struct kd_model *mdl, struct kd_backend *be) {
   be->free(be, mdl->m);
   be->free(be, mdl->v);
   free(mdl->params);
+  free(mdl->attn);
   free(mdl->pw.layer);
   free(mdl->pg.layer);
   memset(mdl, 0, sizeof *mdl);

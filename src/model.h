@@ -92,6 +92,8 @@ struct kd_model {
   size_t numel;                /* elements of all parameters on this rank */
   int head_dim, q_dim, kv_dim; /* per-rank widths: q_dim = heads * head_dim */
   struct kd_rope rope;         /* the rotary embedding's frequencies (rope.c) */
+  struct kd_attn *attn;        /* nlayers entries: this stage's layers' attention (scale, window,
+                                  soft cap) */
   float *w;                 /* working weights (what the forward reads; BF16-rounded in bf16 runs);
                                NULL in a MODEL_FROZEN16 model */
   uint16_t *w16;            /* MODEL_FROZEN16: every tensor as packed BF16 at its offset (2 bytes

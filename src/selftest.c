@@ -364,8 +364,9 @@ static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) 
   const size_t N = (size_t)B * T, ld = (size_t)(nh + 2 * nkv) * hd, ldo = (size_t)nh * hd;
   struct dual qkv = dual_rand(x, N * ld, 1.0f), out = dual_rand(x, N * ldo, 1.0f);
   struct dual lse = dual_rand(x, N * nh, 1.0f);
-  x->cpu->attention_forward(x->cpu, out.c, lse.c, qkv.c, B, T, nh, nkv, hd);
-  x->gpu->attention_forward(x->gpu, out.g, lse.g, qkv.g, B, T, nh, nkv, hd);
+  const struct kd_attn at = kd_attn_plain(hd);
+  x->cpu->attention_forward(x->cpu, out.c, lse.c, qkv.c, B, T, nh, nkv, hd, &at);
+  x->gpu->attention_forward(x->gpu, out.g, lse.g, qkv.g, B, T, nh, nkv, hd, &at);
   char name[64];
   snprintf(name, sizeof name, "attention_forward hd=%d T=%d", hd, T);
   report(x, name, fmax(dual_err(x, &out, 0), dual_err(x, &lse, 0)), TOL_ATT);
@@ -373,8 +374,8 @@ static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) 
   x->gpu->upload(x->gpu, out.g, out.c, out.bytes);
   x->gpu->upload(x->gpu, lse.g, lse.c, lse.bytes);
   struct dual dout = dual_rand(x, N * ldo, 1.0f), dqkv = dual_rand(x, N * ld, 1.0f);
-  x->cpu->attention_backward(x->cpu, dqkv.c, dout.c, qkv.c, out.c, lse.c, B, T, nh, nkv, hd);
-  x->gpu->attention_backward(x->gpu, dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, nh, nkv, hd);
+  x->cpu->attention_backward(x->cpu, dqkv.c, dout.c, qkv.c, out.c, lse.c, B, T, nh, nkv, hd, &at);
+  x->gpu->attention_backward(x->gpu, dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, nh, nkv, hd, &at);
   snprintf(name, sizeof name, "attention_backward hd=%d T=%d", hd, T);
   report(x, name, dual_err(x, &dqkv, 0), TOL_ATT_BWD);
   dual_free(x, &qkv), dual_free(x, &out), dual_free(x, &lse), dual_free(x, &dout);

@@ -16,6 +16,7 @@
 #ifndef KD_BACKEND_H
 #define KD_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,22 @@ struct kd_rope {
 static inline struct kd_rope kd_rope_plain(float theta) {
   struct kd_rope r = {theta, 0, 0, 1.0f, {0}};
   return r;
+}
+
+/* What shapes one attention call besides its sizes (kd_attn_plain: plain causal
+ * attention at 1/sqrt(hd)). scale: the factor of the scores q.k; window: 0 for every
+ * earlier key, w > 0 for a sliding window as transformers masks it (query t sees keys
+ * t - w < j <= t: w keys, itself included); softcap: 0 for none, c > 0 for scores
+ * c * tanh(s / c) (Gemma 2's attn_logit_softcapping), applied after the scale. */
+struct kd_attn {
+  float scale;
+  int window;
+  float softcap;
+};
+
+static inline struct kd_attn kd_attn_plain(int hd) {
+  struct kd_attn a = {1.0f / sqrtf((float)hd), 0, 0.0f};
+  return a;
 }
 
 struct kd_backend {
@@ -150,12 +167,13 @@ struct kd_backend {
 
   /* Causal grouped-query attention. qkv: (B*T, (nh + 2*nkv) * hd) rows laid out
    * [q heads | k heads | v heads]; out: (B*T, nh*hd); lse: (B, nh, T) log-sum-exp of
-   * the scaled scores, kept for backward (no T x T matrix is kept). */
+   * the scaled (and capped) scores, kept for backward (no T x T matrix is kept); at: the
+   * scale, window and cap (struct kd_attn). */
   void (*attention_forward)(struct kd_backend *be, float *out, float *lse, const float *qkv, int B,
-                            int T, int nh, int nkv, int hd);
+                            int T, int nh, int nkv, int hd, const struct kd_attn *at);
   void (*attention_backward)(struct kd_backend *be, float *dqkv, const float *dout,
                              const float *qkv, const float *out, const float *lse, int B, int T,
-                             int nh, int nkv, int hd);
+                             int nh, int nkv, int hd, const struct kd_attn *at);
 
   /* gu: (N, 2*ffn) rows [gate | up]; out: (N, ffn) = silu(gate) * up */
   void (*swiglu_forward)(struct kd_backend *be, float *out, const float *gu, size_t N, int ffn);

@@ -40,22 +40,20 @@ struct att_shape {
   int ldo;     /* out row stride nh * hd */
   int group;   /* q heads per kv head */
   int ntile;   /* query tiles per sequence */
-  float scale; /* 1/sqrt(hd) */
+  float scale; /* at->scale */
 };
 
-static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd) {
+static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd,
+                                       const struct kd_attn *at) {
+  KD_CHECK(at->window == 0 && at->softcap == 0.0f,
+           "attention: sliding window %d / soft cap %g not computed by this backend", at->window,
+           (double)at->softcap);
   KD_CHECK(nkv > 0 && nh % nkv == 0, "attention: %d q heads not a multiple of %d kv heads", nh,
            nkv);
-  struct att_shape s = {B,
-                        T,
-                        nh,
-                        nkv,
-                        hd,
-                        (nh + 2 * nkv) * hd,
-                        nh * hd,
-                        nh / nkv,
-                        (T + ATT_TILE - 1) / ATT_TILE,
-                        1.0f / sqrtf((float)hd)};
+  struct att_shape s = {B,        T,        nh,
+                        nkv,      hd,       (nh + 2 * nkv) * hd,
+                        nh * hd,  nh / nkv, (T + ATT_TILE - 1) / ATT_TILE,
+                        at->scale};
   return s;
 }
 
@@ -99,8 +97,8 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
 }
 
 static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
-                                  int B, int T, int nh, int nkv, int hd) {
-  struct att_shape s = att_shape_make(B, T, nh, nkv, hd);
+                                  int B, int T, int nh, int nkv, int hd, const struct kd_attn *at) {
+  struct att_shape s = att_shape_make(B, T, nh, nkv, hd, at);
   long njob = (long)B * nh * s.ntile;
   int nt = omp_get_max_threads();
   if (njob < nt) nt = (int)njob;
@@ -163,8 +161,8 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
 
 static void cpu_attention_backward(struct kd_backend *be, float *dqkv, const float *dout,
                                    const float *qkv, const float *out, const float *lse, int B,
-                                   int T, int nh, int nkv, int hd) {
-  struct att_shape s = att_shape_make(B, T, nh, nkv, hd);
+                                   int T, int nh, int nkv, int hd, const struct kd_attn *at) {
+  struct att_shape s = att_shape_make(B, T, nh, nkv, hd, at);
   int njob = B * nkv, nt = omp_get_max_threads();
   if (njob < nt) nt = njob;
   if (nt < 1 || T < 1) return;

@@ -23,12 +23,15 @@ struct att_dims {
   float scale;
 };
 
-static att_dims att_dims_make(int T, int nh, int nkv, int hd) {
+static att_dims att_dims_make(int T, int nh, int nkv, int hd, const struct kd_attn *at) {
+  KD_CHECK(at->window == 0 && at->softcap == 0.0f,
+           "attention: sliding window %d / soft cap %g not computed by this backend", at->window,
+           (double)at->softcap);
   KD_CHECK(nkv > 0 && nh % nkv == 0, "attention: %d q heads not a multiple of %d kv heads", nh,
            nkv);
   KD_CHECK(hd > 0 && hd <= 32 * ATT_MAXD, "attention: head size %d not in 1..%d", hd,
            32 * ATT_MAXD);
-  return att_dims{T, nh, nkv, hd, (nh + 2 * nkv) * hd, nh / nkv, 1.0f / sqrtf((float)hd)};
+  return att_dims{T, nh, nkv, hd, (nh + 2 * nkv) * hd, nh / nkv, at->scale};
 }
 
 /* Allow `bytes` of dynamic shared memory for `kernel` (beyond the default 48 KiB). */
@@ -101,8 +104,9 @@ __global__ void k_att_fwd(float *out, float *lse, const float *qkv, att_dims a, 
 }
 
 static void cuda_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
-                                   int B, int T, int nh, int nkv, int hd) {
-  att_dims a = att_dims_make(T, nh, nkv, hd);
+                                   int B, int T, int nh, int nkv, int hd,
+                                   const struct kd_attn *at) {
+  att_dims a = att_dims_make(T, nh, nkv, hd, at);
   if (B <= 0 || T <= 0) return;
   size_t smem =
       sizeof(float) * ((size_t)ATT_TILE * (hd + 1) + (size_t)ATT_TILE * hd + (size_t)ATT_ROWS * hd);
@@ -239,8 +243,8 @@ __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
 
 static void cuda_attention_backward(struct kd_backend *be, float *dqkv, const float *dout,
                                     const float *qkv, const float *out, const float *lse, int B,
-                                    int T, int nh, int nkv, int hd) {
-  att_dims a = att_dims_make(T, nh, nkv, hd);
+                                    int T, int nh, int nkv, int hd, const struct kd_attn *at) {
+  att_dims a = att_dims_make(T, nh, nkv, hd, at);
   if (B <= 0 || T <= 0) return;
   float *Dbuf = (float *)cuda_scratch(be, WS_ATT, (size_t)B * nh * T * sizeof(float));
   size_t smem_q = sizeof(float) * (2 * (size_t)ATT_TILE * (hd + 1) + 2 * (size_t)ATT_ROWS * hd);

@@ -181,14 +181,14 @@ static void ds_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, 
   CPU_OP(rope_backward, to_host(dx), N, T, nh, hd, ld, rope);
 }
 static void ds_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
-                                 int B, int T, int nh, int nkv, int hd) {
-  CPU_OP(attention_forward, to_host(out), to_host(lse), to_host(qkv), B, T, nh, nkv, hd);
+                                 int B, int T, int nh, int nkv, int hd, const struct kd_attn *at) {
+  CPU_OP(attention_forward, to_host(out), to_host(lse), to_host(qkv), B, T, nh, nkv, hd, at);
 }
 static void ds_attention_backward(struct kd_backend *be, float *dqkv, const float *dout,
                                   const float *qkv, const float *out, const float *lse, int B,
-                                  int T, int nh, int nkv, int hd) {
+                                  int T, int nh, int nkv, int hd, const struct kd_attn *at) {
   CPU_OP(attention_backward, to_host(dqkv), to_host(dout), to_host(qkv), to_host(out), to_host(lse),
-         B, T, nh, nkv, hd);
+         B, T, nh, nkv, hd, at);
 }
 static void ds_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
                               int ffn) {

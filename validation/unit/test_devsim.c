@@ -175,7 +175,8 @@ static void run_ops(struct run *r) {
   be->bias_forward(be, qkv, bqkv, N, Q, Q);
   be->rope_forward(be, qkv, N, T, nh + nkv, hd, Q, &r4);
   be->round_bf16(be, qkv, N * Q);
-  be->attention_forward(be, att, lse, qkv, B, T, nh, nkv, hd);
+  const struct kd_attn at = kd_attn_plain(hd);
+  be->attention_forward(be, att, lse, qkv, B, T, nh, nkv, hd, &at);
   be->gemm(be, 0, 1, (int)N, 2 * F, C, 1.0f, att, C, wgu, C, 0.0f, gu, 2 * F);
   be->swiglu_forward(be, h, gu, N, F);
   float *off = run_alloc(r, KD_MEM_HOST, N * C * sizeof(float)); /* offloaded att */
@@ -229,7 +230,7 @@ static void run_ops(struct run *r) {
   be->gemm(be, 1, 0, V, F, (int)N, 1.0f, dz, V, h, F, 1.0f, dwout, F);
   be->swiglu_backward(be, dgu, dh, gu, N, F);
   be->gemm(be, 0, 0, (int)N, C, 2 * F, 1.0f, dgu, 2 * F, wgu, C, 0.0f, datt, C);
-  be->attention_backward(be, dqkv, datt, qkv, off, lse, B, T, nh, nkv, hd);
+  be->attention_backward(be, dqkv, datt, qkv, off, lse, B, T, nh, nkv, hd, &at);
   be->rope_backward(be, dqkv, N, T, nh + nkv, hd, Q, &r4);
   be->bias_backward(be, dbqkv, dqkv, N, Q, Q);
   be->gemm(be, 0, 0, (int)N, C, Q, 1.0f, dqkv, Q, wqkv, C, 0.0f, dxn, C);

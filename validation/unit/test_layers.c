@@ -393,17 +393,18 @@ START_TEST(test_attention) {
     double *ref = kd_malloc(no * sizeof(double)), *lref = kd_malloc(nl * sizeof(double));
     ref_attention_lse(ref, lref, qd, &c);
     arena_reset_peaks(&be.arena);
-    be.attention_forward(&be, out, lse, qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+    const struct kd_attn at = kd_attn_plain(c.hd);
+    be.attention_forward(&be, out, lse, qkv, c.B, c.T, c.nh, c.nkv, c.hd, &at);
     check_fwd("attention", out, ref, no);
     check_fwd("attention lse", lse, lref, nl);
-    be.attention_backward(&be, g, R, qkv, out, lse, c.B, c.T, c.nh, c.nkv, c.hd);
+    be.attention_backward(&be, g, R, qkv, out, lse, c.B, c.T, c.nh, c.nkv, c.hd, &at);
     /* scratch: never a T x T matrix, at most two 64 x T tiles per thread, all freed */
     size_t tile_bytes = (size_t)2 * 64 * c.T * sizeof(float);
     ck_assert_uint_le(be.arena.peak[KD_MEM_SCRATCH], (size_t)omp_get_max_threads() * tile_bytes);
     ck_assert_uint_eq(be.arena.live[KD_MEM_SCRATCH], 0);
     check_grad("attention", ref_attention, &c, qd, nin, Rd, no, g, 0, nin);
     memcpy(g1, g, nin * sizeof(float));
-    be.attention_backward(&be, g, R, qkv, out, lse, c.B, c.T, c.nh, c.nkv, c.hd);
+    be.attention_backward(&be, g, R, qkv, out, lse, c.B, c.T, c.nh, c.nkv, c.hd, &at);
     check_doubled("attention", g, g1, nin);
     free(qkv), free(out), free(lse), free(R), free(g), free(g1), free(qd), free(Rd), free(ref),
         free(lref);
@@ -478,7 +479,8 @@ START_TEST(test_bf16_outputs) {
   b16.rope_forward(&b16, qkv, N, T, nh + nkv, hd, ld, &r4);
   for (size_t n = 0; n < N; n++)
     assert_bf16("rope", qkv + n * ld, (size_t)(nh + nkv) * hd);
-  b16.attention_forward(&b16, o, lse, qkv, B, T, nh, nkv, hd);
+  const struct kd_attn at = kd_attn_plain(hd);
+  b16.attention_forward(&b16, o, lse, qkv, B, T, nh, nkv, hd, &at);
   assert_bf16("attention", o, N * C);
   int lse_exact = 1;
   for (size_t i = 0; i < (size_t)B * nh * T; i++)
