@@ -419,6 +419,32 @@ static int check_blend(struct namelist_ctx *c, struct kd_config *cfg) {
   return 0;
 }
 
+static int without_files; /* --dry-run --without-files */
+
+int config_without_files(int on) {
+  if (on >= 0) without_files = on;
+  return without_files;
+}
+
+/* Every file the input names exists and is readable (not with --without-files). */
+static int check_files(struct namelist_ctx *c, const struct kd_config *cfg) {
+  const size_t train = key_index(c, "data", "train"), valid = key_index(c, "data", "valid");
+  const int live = cfg->run_mode == KD_MODE_CACHE || config_teacher_live(cfg);
+  int rc = 0;
+  for (int e = 0; e < cfg->data_ntrain && !rc; e++)
+    rc = check_data_path(c, train, (size_t)e);
+  if (!rc && cfg->data_valid[0]) rc = check_data_path(c, valid, 0);
+  if (!rc && live && cfg->teacher_init[0])
+    rc = check_exists(c, key_index(c, "teacher", "init"), "weights file", 0);
+  if (!rc && config_teacher_cached(cfg) && cfg->run_mode == KD_MODE_DISTILL)
+    rc = check_exists(c, key_index(c, "teacher", "cache"), "teacher cache", 0);
+  if (!rc && !config_student_random(cfg))
+    rc = check_exists(c, key_index(c, "student", "init"), "weights file", 0);
+  if (!rc && config_resume(cfg) == KD_RESUME_PATH)
+    rc = check_exists(c, key_index(c, "checkpoint", "resume"), "checkpoint", 1);
+  return rc;
+}
+
 static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
   size_t mode = key_index(c, "run", "mode"), tcard = key_index(c, "teacher", "card");
   size_t scard = key_index(c, "student", "card"), train = key_index(c, "data", "train");
@@ -454,17 +480,7 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
     return namelist_key_err(c, valid, (long)mode,
                             "missing; mode 'eval' needs validation data, expected "
                             "a file path");
-  for (int e = 0; e < cfg->data_ntrain && !rc; e++)
-    rc = check_data_path(c, train, (size_t)e);
-  if (!rc && cfg->data_valid[0]) rc = check_data_path(c, valid, 0);
-  if (!rc && (distill || cache) && cfg->teacher_init[0])
-    rc = check_exists(c, key_index(c, "teacher", "init"), "weights file", 0);
-  if (!rc && cached && !cache && cfg->run_mode == KD_MODE_DISTILL)
-    rc = check_exists(c, tcache, "teacher cache", 0);
-  if (!rc && !config_student_random(cfg))
-    rc = check_exists(c, key_index(c, "student", "init"), "weights file", 0);
-  if (!rc && config_resume(cfg) == KD_RESUME_PATH)
-    rc = check_exists(c, key_index(c, "checkpoint", "resume"), "checkpoint", 1);
+  if (!rc && !without_files) rc = check_files(c, cfg);
   if (rc) return rc;
   if (config_check_batch(cfg, cfg->par_dp, c->err, c->errlen)) return KD_EXIT_INPUT;
   size_t mk = key_index(c, "log", "metrics");

@@ -170,6 +170,11 @@ int config_check_cache_loss(const struct kd_config *cfg, char *err, size_t errle
  * command-line override, 0 when it holds its default (rank 0's knowledge, as config_where). */
 int config_is_set(const struct kd_config *cfg, const char *group, const char *key);
 
+/* --dry-run --without-files (on = 1, before config_load): config_load looks at no file the
+ * input names (weights, teacher cache, data, checkpoint), every other rule holds. Process-
+ * wide; config_without_files(-1) only asks. Returns the setting. */
+int config_without_files(int on);
+
 /* Rank 0 loads, everyone receives: collective over MPI_COMM_WORLD. On bad input
  * rank 0 prints the message and every rank exits with KD_EXIT_INPUT. */
 void config_load_bcast(struct kd_config *cfg, const char *path, int noverrides, char **overrides);

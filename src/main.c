@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "config.h"
+#include "plan.h"
 #include "selftest.h"
 #include "tcache.h"
 #include "train.h"
@@ -16,25 +17,30 @@
 #include "weights.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: kdtrain [options] INPUT.nml [group%%key=value ...]\n"
-             "\n"
-             "Distil a teacher language model into a student (or train one) as set by the\n"
-             "Fortran namelist INPUT.nml; trailing group%%key=value words override the file.\n"
-             "\n"
-             "options:\n"
-             "  --print-config  print the complete effective configuration as a namelist, exit\n"
-             "  --dry-run       check the input as the run does and print the parallel layout,\n"
-             "                  the per-rank memory plan and a summary for the ranks of the\n"
-             "                  launch (mpiexec -n N), exit; no data or checkpoint is touched\n"
-             "  --ranks N       with --dry-run: plan for N ranks from this one process\n"
-             "  --device-mem SIZE  with --dry-run: say whether the largest rank fits in SIZE\n"
-             "                  per device (80GiB, 141GB, 40960MiB; default memory%%budget_mb)\n"
-             "  --selftest      compare every op of the selected backend with the CPU op\n"
-             "  --version       print the version\n"
-             "  --help          this text\n"
-             "\n"
-             "exit status: 0 done, 2 bad input, 3 I/O failure, 4 diverged, 5 stopped by a signal\n"
-             "documentation: doc/user-guide.md, doc/input.md\n");
+  fprintf(f,
+          "usage: kdtrain [options] INPUT.nml [group%%key=value ...]\n"
+          "\n"
+          "Distil a teacher language model into a student (or train one) as set by the\n"
+          "Fortran namelist INPUT.nml; trailing group%%key=value words override the file.\n"
+          "\n"
+          "options:\n"
+          "  --print-config  print the complete effective configuration as a namelist, exit\n"
+          "  --dry-run       check the input as the run does and print the parallel layout,\n"
+          "                  the per-rank memory plan and a summary for the ranks of the\n"
+          "                  launch (mpiexec -n N), exit; no data or checkpoint is touched\n"
+          "  --ranks N       with --dry-run: plan for N ranks from this one process\n"
+          "  --device-mem SIZE  with --dry-run: say whether the largest rank fits in SIZE\n"
+          "                  per device (80GiB, 141GB, 40960MiB; default memory%%budget_mb)\n"
+          "  --without-files with --dry-run: plan from the model cards and the input alone,\n"
+          "                  without opening the weights, cache, data or checkpoint files\n"
+          "  --search        with --dry-run: list the layouts (tp, pp, dp, micro_batch,\n"
+          "                  recompute) that fit the ranks and --device-mem, most headroom first\n"
+          "  --selftest      compare every op of the selected backend with the CPU op\n"
+          "  --version       print the version\n"
+          "  --help          this text\n"
+          "\n"
+          "exit status: 0 done, 2 bad input, 3 I/O failure, 4 diverged, 5 stopped by a signal\n"
+          "documentation: doc/user-guide.md, doc/input.md\n");
 }
 
 /* This process's rank and the world size of the launch (MPICH/Hydra and Slurm's PMI,
@@ -95,7 +101,7 @@ int main(int argc, char **argv) {
   backend_prepare(argv); /* first: it may re-execute this program with a better BLAS kernel */
   int lrank;
   const int lsize = launch_size(&lrank);
-  int print_config = 0, dry_run = 0, selftest = 0, plan_ranks = 0;
+  int print_config = 0, dry_run = 0, selftest = 0, plan_ranks = 0, no_files = 0, search = 0;
   double device_bytes = 0;
   const char *input = NULL;
   int first_override = argc;
@@ -105,6 +111,10 @@ int main(int argc, char **argv) {
       print_config = 1;
     else if (strcmp(a, "--dry-run") == 0)
       dry_run = 1;
+    else if (strcmp(a, "--without-files") == 0)
+      no_files = 1;
+    else if (strcmp(a, "--search") == 0)
+      search = 1;
     else if (strcmp(a, "--selftest") == 0)
       selftest = 1;
     else if ((strcmp(a, "--ranks") == 0 || strcmp(a, "--device-mem") == 0) && i + 1 < argc) {
@@ -141,9 +151,11 @@ int main(int argc, char **argv) {
       break;
     }
   }
-  if ((plan_ranks || device_bytes > 0) && !dry_run) {
+  if ((plan_ranks || device_bytes > 0 || no_files || search) && !dry_run) {
     if (lrank == 0)
-      fprintf(stderr, "kdtrain: --ranks and --device-mem plan a job: add --dry-run\n");
+      fprintf(stderr,
+              "kdtrain: --ranks, --device-mem, --without-files and --search plan a job: add "
+              "--dry-run\n");
     return KD_EXIT_INPUT;
   }
   if (!input) {
@@ -162,20 +174,30 @@ int main(int argc, char **argv) {
     refuse_copies(lsize, lrank);
   }
   static struct kd_config cfg;
+  config_without_files(no_files);
   config_load_bcast(&cfg, input, argc - first_override, argv + first_override);
   if ((cfg.run_mode == KD_MODE_DISTILL || cfg.run_mode == KD_MODE_CACHE) &&
-      cfg.teacher.hidden_size == 0 && cfg.teacher_init[0]) {
-    /* &teacher gave only init: the card is the one stored in the weights file */
+      cfg.teacher.hidden_size == 0 && cfg.teacher_init[0] &&
+      !(no_files && config_teacher_cached(&cfg))) {
+    /* &teacher gave only init: the card is the one stored in the weights file (a cached
+     * teacher planned without files is planned from the cache settings alone) */
     char err[1024];
+    if (no_files)
+      kd_fail(KD_EXIT_INPUT,
+              "%s: &teacher init: --without-files opens no weights file, so the teacher's "
+              "card cannot come from '%s'; expected &teacher card (a name in mod/ or a path)",
+              cfg.source, cfg.teacher_init);
     if (weights_read_card(cfg.teacher_init, &cfg.teacher, err, sizeof err) != 0)
       kd_fail(KD_EXIT_INPUT, "%s: &teacher init: %s", cfg.source, err);
   }
-  tcache_config_apply(&cfg); /* teacher%source = 'cache': k, selection, ... from the file */
+  if (!no_files) /* teacher%source = 'cache': k, selection, ... from the file */
+    tcache_config_apply(&cfg);
   int status = KD_EXIT_OK;
   if (print_config)
     config_print(stdout, &cfg);
   else if (dry_run)
-    status = train_dry_run(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes);
+    status = search ? plan_search(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes)
+                    : train_dry_run(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes);
   else if (selftest)
     status = selftest_run(&cfg);
   else

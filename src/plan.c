@@ -184,6 +184,29 @@ int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size
   return 0;
 }
 
+/* --without-files: one line naming the files the input names that were not looked at. */
+static void files_unopened(const struct kd_config *cfg) {
+  char line[4 * KD_PATH_MAX + 256] = "";
+  size_t n = 0;
+  const struct {
+    int named;
+    const char *what, *path;
+  } f[] = {
+      {config_teacher_live(cfg) || cfg->run_mode == KD_MODE_CACHE ? cfg->teacher_init[0] : 0,
+       "teacher%init", cfg->teacher_init},
+      {config_teacher_cached(cfg), "teacher%cache", cfg->teacher_cache},
+      {!config_student_random(cfg), "student%init", cfg->student_init},
+      {cfg->data_ntrain > 0, "data%train", cfg->data_train[0]},
+      {cfg->data_valid[0] != 0, "data%valid", cfg->data_valid},
+      {config_resume(cfg) == KD_RESUME_PATH, "checkpoint%resume", cfg->ckpt_resume},
+  };
+  for (size_t i = 0; i < sizeof f / sizeof *f && n < sizeof line; i++)
+    if (f[i].named)
+      n += (size_t)snprintf(line + n, sizeof line - n, "%s %s '%s'", n ? "," : "", f[i].what,
+                            f[i].path);
+  kd_info("  not looked at (--without-files):%s\n", n ? line : " no file is named");
+}
+
 int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   const int tp = cfg->par_tp, pp = cfg->par_pp;
   char err[2048], m1[32], m2[32], m3[32];
@@ -196,6 +219,7 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
           "recompute='%s' every %d, offload %d, tiled_mlp %d\n",
           nranks, tp, pp, dp, cfg->par_zero, kd_recompute_names[cfg->mem_recompute],
           cfg->mem_recompute_every, cfg->mem_offload, cfg->mem_tiled_mlp);
+  if (config_without_files(-1)) files_unopened(cfg);
   kd_info("  student %s: %lld parameters", cfg->student_card,
           (long long)model_count_params(&cfg->student));
   if (config_teacher_live(cfg))
@@ -265,5 +289,98 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
             "or set memory%%budget_mb)\n");
   free(cut);
   tcache_plan_print(cfg); /* mode 'cache' or teacher%source = 'cache': the file's size */
+  return KD_EXIT_OK;
+}
+
+/* One candidate layout of plan_search. */
+struct layout {
+  int tp, pp, dp, micro, recompute;
+  size_t need; /* the largest rank's bytes */
+};
+
+/* Orders layouts by a first guess at their step time: the fewest model-parallel ranks,
+ * then the least recompute (none, selective, full), then the largest micro-batch. */
+static double speed_cost(const struct layout *f) {
+  const int rc = f->recompute == KD_RECOMPUTE_NONE        ? 0
+                 : f->recompute == KD_RECOMPUTE_SELECTIVE ? 1
+                                                          : 2;
+  return ((double)f->tp * f->pp * 3 + rc) * 1e9 - f->micro;
+}
+
+static int by_need(const void *a, const void *b) {
+  const struct layout *x = a, *y = b;
+  return x->need < y->need ? -1 : x->need > y->need;
+}
+
+int plan_search(const struct kd_config *cfg, int nranks, double device_bytes) {
+  const double have = device_bytes > 0 ? device_bytes : (double)cfg->mem_budget_mb * 1048576.0;
+  if (have <= 0) {
+    fprintf(stderr, "kdtrain: --search: no memory to fit in; expected --device-mem SIZE (e.g. "
+                    "80GiB) or memory%%budget_mb\n");
+    return KD_EXIT_INPUT;
+  }
+  static const int recomputes[] = {KD_RECOMPUTE_NONE, KD_RECOMPUTE_SELECTIVE, KD_RECOMPUTE_FULL};
+  struct kd_config *x = kd_malloc(sizeof *x);
+  size_t n = 0, cap = 64, tried = 0;
+  struct layout *fit = kd_malloc(cap * sizeof *fit);
+  char err[2048], m1[32], m2[32];
+  for (int tp = 1; tp <= nranks; tp++)
+    for (int pp = 1; nranks % tp == 0 && pp <= nranks / tp; pp++)
+      for (int micro = 1; (nranks / tp) % pp == 0 && micro <= cfg->par_global_batch; micro *= 2)
+        for (size_t r = 0; r < sizeof recomputes / sizeof *recomputes; r++) {
+          *x = *cfg;
+          x->par_tp = tp, x->par_pp = pp, x->par_dp = 0, x->par_micro_batch = micro;
+          x->mem_recompute = recomputes[r];
+          int dp = 0;
+          if (plan_check(x, nranks, &dp, err, sizeof err)) continue;
+          x->par_dp = dp;
+          tried++;
+          size_t need = 0, b[KD_MEM_NCAT];
+          for (int st = 0; st < pp; st++)
+            for (int t = 0; t < tp; t++) {
+              plan_rank(x, nranks, t + tp * dp * st, b);
+              need = total_of(b) > need ? total_of(b) : need;
+            }
+          if ((double)need > have) continue;
+          if (n == cap) {
+            struct layout *more = kd_malloc((cap *= 2) * sizeof *fit);
+            memcpy(more, fit, n * sizeof *fit);
+            free(fit);
+            fit = more;
+          }
+          fit[n++] = (struct layout){tp, pp, dp, micro, recomputes[r], need};
+        }
+  free(x);
+  qsort(fit, n, sizeof *fit, by_need);
+  kd_info("kdtrain --dry-run --search: %d rank(s), %s per rank (%s), zero=%d, offload %d, "
+          "tiled_mlp %d, global_batch %d, seq_len %d\n",
+          nranks, kd_fmt_bytes(m1, sizeof m1, have),
+          device_bytes > 0 ? "--device-mem" : "memory%budget_mb", cfg->par_zero, cfg->mem_offload,
+          cfg->mem_tiled_mlp, cfg->par_global_batch, cfg->data_seq_len);
+  if (config_without_files(-1)) files_unopened(cfg);
+  kd_info("  %zu of %zu layouts the run accepts fit; most headroom first (fewer recomputed "
+          "layers, larger micro-batches and fewer pipeline stages run faster):\n",
+          n, tried);
+  if (n)
+    kd_info("  %4s %4s %5s %12s %10s %16s %12s %12s\n", "tp", "pp", "dp", "micro_batch",
+            "recompute", "micro-batches", "largest rank", "headroom");
+  for (size_t i = 0; i < n; i++)
+    kd_info("  %4d %4d %5d %12d %10s %16d %12s %12s\n", fit[i].tp, fit[i].pp, fit[i].dp,
+            fit[i].micro, kd_recompute_names[fit[i].recompute],
+            cfg->par_global_batch / (fit[i].dp * fit[i].micro),
+            kd_fmt_bytes(m1, sizeof m1, (double)fit[i].need),
+            kd_fmt_bytes(m2, sizeof m2, have - (double)fit[i].need));
+  /* a first guess at the fastest: the fewest model-parallel ranks, then the least
+   * recompute, then the largest micro-batch */
+  const struct layout *best = NULL;
+  for (size_t i = 0; i < n; i++)
+    if (!best || speed_cost(&fit[i]) < speed_cost(best)) best = &fit[i];
+  if (best)
+    kd_info("  a first choice for speed (fewest model-parallel ranks, least recompute, largest "
+            "micro_batch): tp = %d, pp = %d, micro_batch = %d, recompute = '%s'\n",
+            best->tp, best->pp, best->micro, kd_recompute_names[best->recompute]);
+  else
+    kd_info("  none fits: more ranks, --device-mem, memory%%offload or memory%%tiled_mlp\n");
+  free(fit);
   return KD_EXIT_OK;
 }

@@ -27,4 +27,10 @@ int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size
  * process, no MPI call. Returns the exit status (KD_EXIT_INPUT: what the run refuses). */
 int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes);
 
+/* --dry-run --search: every layout of `nranks` ranks (tp, pp, dp, micro_batch, recompute;
+ * the other keys as cfg sets them) that the run accepts and whose largest rank fits in
+ * `device_bytes` (else memory%budget_mb), printed most headroom first on stdout; one
+ * process, no MPI call. Returns the exit status (KD_EXIT_INPUT: no memory to fit in). */
+int plan_search(const struct kd_config *cfg, int nranks, double device_bytes);
+
 #endif

@@ -517,6 +517,13 @@ void tcache_plan_print(const struct kd_config *cfg) {
   const int vc = Vt && Vt < Vs ? Vt : Vs, T = cfg->data_seq_len, k = cfg->teacher_cache_k;
   struct kd_data d;
   char err[1024];
+  if (config_without_files(-1)) {
+    kd_info("  teacher cache %s: %.1f bytes/token at %s k = %d, %d tokens per window (the data "
+            "was not opened: --without-files)\n",
+            cfg->teacher_cache, tcache_raw_bytes_per_token(k, T),
+            kd_cache_select_names[cfg->teacher_cache_select], k, T);
+    return;
+  }
   if (data_open_train(&d, cfg, vc, err, sizeof err)) {
     kd_info("  teacher cache: size unknown (%s)\n", err);
     return;
