@@ -152,8 +152,8 @@ void sample_threshold(float *threshold, const float *z, int n, const struct kd_s
   free(x);
 }
 
-int64_t sample_token(const float *z, int n, int64_t lo, const struct kd_sampling *s,
-                     uint64_t key, MPI_Comm comm) {
+int64_t sample_token(const float *z, int n, int64_t lo, const struct kd_sampling *s, uint64_t key,
+                     MPI_Comm comm) {
   KD_CHECK(lo + n <= INT32_MAX, "sample_token: ids beyond %d", INT32_MAX);
   struct {
     double v;

@@ -37,7 +37,7 @@ void sample_threshold(float *threshold, const float *z, int n, const struct kd_s
                       MPI_Comm comm);
 
 /* The chosen global id (the same on every rank of comm). Collective over comm. */
-int64_t sample_token(const float *z, int n, int64_t lo, const struct kd_sampling *s,
-                     uint64_t key, MPI_Comm comm);
+int64_t sample_token(const float *z, int n, int64_t lo, const struct kd_sampling *s, uint64_t key,
+                     MPI_Comm comm);
 
 #endif

@@ -382,6 +382,45 @@ static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) 
   dual_free(x, &dqkv);
 }
 
+/* Generation's ops: rope_rows at per-row positions (plain and yarn) and attention_decode of
+ * B samples of different cache lengths (1 .. S) against S cached positions, with a window
+ * and a soft cap when given. */
+static void test_decode(struct st *x, int B, int S, int nh, int nkv, int hd, int window,
+                        float softcap) {
+  const int ldq = (nh + 2 * nkv) * hd, kvd = nkv * hd;
+  int *hl = kd_malloc((size_t)B * sizeof(int));
+  for (int b = 0; b < B; b++) /* S, 1 and lengths between */
+    hl[b] = b == 0 ? S : b == 1 ? 1 : 1 + (int)(kd_uniform(&x->rng) * S);
+  struct dual len = dual_raw(x, (size_t)B * sizeof(int), hl);
+  struct dual q = dual_rand(x, (size_t)B * ldq, 1.0f),
+              out = dual_rand(x, (size_t)B * nh * hd, 1.0f);
+  struct dual kc = dual_rand(x, (size_t)B * S * kvd, 1.0f),
+              vc = dual_rand(x, (size_t)B * S * kvd, 1.0f);
+  char name[80];
+  for (int k = 0; k < 2; k++) { /* rope_rows at positions len - 1, plain and yarn */
+    const struct kd_rope r = k ? scaled_rope(hd) : kd_rope_plain(1e4f);
+    for (int b = 0; b < B; b++)
+      hl[b] -= 1;
+    struct dual pos = dual_raw(x, (size_t)B * sizeof(int), hl);
+    for (int b = 0; b < B; b++)
+      hl[b] += 1;
+    struct dual xr = dual_rand(x, (size_t)B * ldq, 1.0f);
+    x->cpu->rope_rows(x->cpu, xr.c, (size_t)B, pos.c, nh + nkv, hd, ldq, &r);
+    x->gpu->rope_rows(x->gpu, xr.g, (size_t)B, pos.g, nh + nkv, hd, ldq, &r);
+    snprintf(name, sizeof name, "rope_rows %s hd=%d", k ? "yarn" : "plain", hd);
+    report(x, name, dual_err(x, &xr, 0), TOL_FWD);
+    dual_free(x, &pos), dual_free(x, &xr);
+  }
+  struct kd_attn at = kd_attn_plain(hd);
+  at.window = window, at.softcap = softcap;
+  x->cpu->attention_decode(x->cpu, out.c, q.c, ldq, kc.c, vc.c, B, S, len.c, nh, nkv, hd, &at);
+  x->gpu->attention_decode(x->gpu, out.g, q.g, ldq, kc.g, vc.g, B, S, len.g, nh, nkv, hd, &at);
+  snprintf(name, sizeof name, "attn_decode hd=%d w=%d c=%g", hd, window, (double)softcap);
+  report(x, name, dual_err(x, &out, 0), TOL_ATT);
+  free(hl);
+  dual_free(x, &len), dual_free(x, &q), dual_free(x, &out), dual_free(x, &kc), dual_free(x, &vc);
+}
+
 /* The loss-chunk ops on one slice of V columns whose first Vk are the KD columns
  * (Vk < V: the student has ids the teacher lacks); some labels masked (-1). */
 static void test_loss_cols(struct st *x, int Vk) {
@@ -570,6 +609,9 @@ static int selftest_cuda(const struct kd_config *cfg) {
   test_attention(&x, 2, 77, 4, 2, 32);
   test_attention(&x, 1, 40, 2, 1, 80);
   test_attention(&x, 1, 70, 2, 2, 128);
+  test_decode(&x, 5, 77, 4, 2, 32, 0, 0.0f);
+  test_decode(&x, 3, 200, 6, 2, 128, 50, 0.0f);
+  test_decode(&x, 4, 64, 2, 1, 80, 0, 30.0f);
   test_loss(&x);
   test_training(&x);
   gpu.release(&gpu);

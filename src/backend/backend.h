@@ -175,6 +175,21 @@ struct kd_backend {
                              const float *qkv, const float *out, const float *lse, int B, int T,
                              int nh, int nkv, int hd, const struct kd_attn *at);
 
+  /* --- generation (a KV cache; each sample at its own position) ---------------------- */
+  /* rope_forward on N rows where row n has position pos[n] (pos: N ints, an alloc'ed
+   * block): the same values as rope_forward gives a row at that position. */
+  void (*rope_rows)(struct kd_backend *be, float *x, size_t N, const int *pos, int nh, int hd,
+                    int ld, const struct kd_rope *rope);
+  /* One query row per sample against its cached keys and values: q (B rows of stride
+   * ldq, the nh heads first: a qkv row); kc, vc: (B, S, nkv*hd), the keys and values of
+   * positions 0 .. len[b]-1 of sample b (its current token's included); out: (B, nh*hd).
+   * Sample b's query sees positions j < len[b] (and, with at->window = w, j >= len[b] -
+   * w), scaled and capped as attention_forward. len: B ints, an alloc'ed block, 1 <=
+   * len[b] <= S. */
+  void (*attention_decode)(struct kd_backend *be, float *out, const float *q, int ldq,
+                           const float *kc, const float *vc, int B, int S, const int *len, int nh,
+                           int nkv, int hd, const struct kd_attn *at);
+
   /* gu: (N, 2*ffn) rows [gate | up]; out: (N, ffn) = silu(gate) * up */
   void (*swiglu_forward)(struct kd_backend *be, float *out, const float *gu, size_t N, int ffn);
   void (*swiglu_backward)(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
@@ -230,7 +245,8 @@ struct kd_backend {
   X(embedding_forward) X(embedding_forward_w16) X(embedding_backward)                        \
   X(rmsnorm_forward) X(rmsnorm_backward)                                                     \
   X(bias_forward) X(bias_backward) X(rope_forward) X(rope_backward)                          \
-  X(attention_forward) X(attention_backward) X(swiglu_forward) X(swiglu_backward)            \
+  X(attention_forward) X(attention_backward) X(rope_rows) X(attention_decode)                \
+  X(swiglu_forward) X(swiglu_backward)                                                       \
   X(softmax_stats) X(loss_partials) X(loss_grad) X(loss_accumulate)                          \
   X(adamw)
 /* clang-format on */

@@ -496,13 +496,13 @@ static int rope_same(const struct kd_rope *a, const struct kd_rope *b) {
  * scaled rope's angle t * inv_freq[i] in FP32 (as transformers), its cos and sin times
  * attn_scale. Computed once per run for each (T, hd, frequencies) in use (teacher and
  * student, training and validation lengths) and kept: libm's cos/sin/pow are not redone
- * on every call. A few tables of T * hd floats each, outside the counted categories
- * (like the process's other small host state), per backend (struct cpu_state); the
- * oldest is replaced when more shapes are in use than slots. */
+ * on every call; a row's values do not depend on T, so a longer table serves too. A few tables of T
+ * * hd floats each, outside the counted categories (like the process's other small host state), per
+ * backend (struct cpu_state); the oldest is replaced when more shapes are in use than slots. */
 static const float *rope_table(struct kd_backend *be, int T, int hd, const struct kd_rope *r) {
   struct rope_tab *rope_cache = cpu_of(be)->rope;
   for (int k = 0; k < ROPE_SLOTS; k++)
-    if (rope_cache[k].tab && rope_cache[k].T == T && rope_cache[k].hd == hd &&
+    if (rope_cache[k].tab && rope_cache[k].T >= T && rope_cache[k].hd == hd &&
         rope_same(&rope_cache[k].rope, r))
       return rope_cache[k].tab;
   int half = hd / 2;
@@ -532,9 +532,10 @@ static const float *rope_table(struct kd_backend *be, int T, int hd, const struc
   return tab;
 }
 
-/* Rotate pairs (i, i+hd/2) of every head by +angle (dir = 1) or -angle (dir = -1). */
-static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd, int ld,
-                       const struct kd_rope *rope, float dir, int round) {
+/* Rotate pairs (i, i+hd/2) of every head by +angle (dir = 1) or -angle (dir = -1); row n
+ * at position n % T, or pos[n] when pos is given (then T > every pos[n]). */
+static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, const int *pos, int nh,
+                       int hd, int ld, const struct kd_rope *rope, float dir, int round) {
   KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
   int half = hd / 2;
   KD_CHECK(!rope->scaled || rope->half == half, "rope: %d frequencies for head size %d", rope->half,
@@ -542,7 +543,8 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh,
   const float *tab = rope_table(be, T, hd, rope);
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
-    const float *restrict cs = tab + (size_t)(n % (size_t)T) * half * 2;
+    const size_t t = pos ? (size_t)pos[n] : n % (size_t)T;
+    const float *restrict cs = tab + t * half * 2;
     for (int h = 0; h < nh; h++) {
       float *restrict x1 = x + n * ld + (size_t)h * hd, *restrict x2 = x1 + half;
 #pragma omp simd
@@ -558,12 +560,23 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh,
 
 static void cpu_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
                              int ld, const struct kd_rope *rope) {
-  rope_apply(be, x, N, T, nh, hd, ld, rope, 1.0f, 1);
+  rope_apply(be, x, N, T, NULL, nh, hd, ld, rope, 1.0f, 1);
 }
 
 static void cpu_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
                               int ld, const struct kd_rope *rope) {
-  rope_apply(be, dx, N, T, nh, hd, ld, rope, -1.0f, 0);
+  rope_apply(be, dx, N, T, NULL, nh, hd, ld, rope, -1.0f, 0);
+}
+
+static void cpu_rope_rows(struct kd_backend *be, float *x, size_t N, const int *pos, int nh, int hd,
+                          int ld, const struct kd_rope *rope) {
+  int T = 1;
+  for (size_t n = 0; n < N; n++) {
+    KD_CHECK(pos[n] >= 0 && pos[n] < 1 << 30, "rope_rows: position %d", pos[n]);
+    while (T <= pos[n]) /* a table of a power-of-two length serves every later step */
+      T *= 2;
+  }
+  rope_apply(be, x, N, T, pos, nh, hd, ld, rope, 1.0f, 1);
 }
 
 /* --- swiglu ---------------------------------------------------------------------------------- */
@@ -726,11 +739,13 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   be->bias_backward = cpu_bias_backward;
   be->rope_forward = cpu_rope_forward;
   be->rope_backward = cpu_rope_backward;
+  be->rope_rows = cpu_rope_rows;
   be->swiglu_forward = cpu_swiglu_forward;
   be->swiglu_backward = cpu_swiglu_backward;
   be->adamw = cpu_adamw;
   blas_single_thread();
   backend_cpu_attention_init(be);
+  backend_cpu_decode_init(be);
   backend_cpu_loss_init(be);
   backend_check(be);
 }

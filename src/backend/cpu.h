@@ -21,6 +21,7 @@ void backend_cpu_count_in(struct kd_backend *be, struct kd_arena *arena);
 /* Called by backend_cpu_init: fill the attention ops (cpu_attention.c) and the loss
  * chunk ops (cpu_loss.c) of the table. */
 void backend_cpu_attention_init(struct kd_backend *be);
+void backend_cpu_decode_init(struct kd_backend *be);
 void backend_cpu_loss_init(struct kd_backend *be);
 
 #endif

@@ -331,21 +331,22 @@ struct rope_freqs {
 /* One thread per (row, head, pair i): the default rule's angle t * theta^(-2i/hd) in
  * double (scaled = 0), or a scaled rope's t * inv_freq[i] in FP32 with cos and sin times
  * attn_scale, as cpu.c's table; dir = -1 rotates back (backward). */
-__global__ void k_rope(float *x, size_t N, int T, int nh, int hd, int ld, double log_theta,
-                       int scaled, const rope_freqs f, float dir, int rnd) {
+__global__ void k_rope(float *x, size_t N, int T, const int *pos, int nh, int hd, int ld,
+                       double log_theta, int scaled, const rope_freqs f, float dir, int rnd) {
   int half = hd / 2;
   GRID_LOOP(idx, N * (size_t)nh * half) {
     int i = (int)(idx % half);
     size_t nhh = idx / half;
     int h = (int)(nhh % nh);
     size_t n = nhh / nh;
+    const size_t t = pos ? (size_t)pos[n] : n % (size_t)T; /* row n's position */
     double sd, cd;
     float c, s;
     if (scaled) {
-      sincos((double)((float)(n % (size_t)T) * f.inv_freq[i]), &sd, &cd);
+      sincos((double)((float)t * f.inv_freq[i]), &sd, &cd);
       c = (float)cd * f.attn_scale, s = dir * ((float)sd * f.attn_scale);
     } else {
-      double a = (double)(n % (size_t)T) * exp(-2.0 * i / (double)hd * log_theta);
+      double a = (double)t * exp(-2.0 * i / (double)hd * log_theta);
       sincos(a, &sd, &cd);
       c = (float)cd, s = dir * (float)sd;
     }
@@ -357,8 +358,9 @@ __global__ void k_rope(float *x, size_t N, int T, int nh, int hd, int ld, double
   }
 }
 
-static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd, int ld,
-                       const struct kd_rope *rope, float dir, int rnd) {
+/* row n at position n % T, or pos[n] (a device array) when pos is given */
+static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, const int *pos, int nh,
+                       int hd, int ld, const struct kd_rope *rope, float dir, int rnd) {
   KD_CHECK(hd % 2 == 0, "rope: head size %d is odd", hd);
   KD_CHECK(!rope->scaled || rope->half == hd / 2, "rope: %d frequencies for head size %d",
            rope->half, hd);
@@ -368,18 +370,23 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, int nh,
   memcpy(f.inv_freq, rope->inv_freq, sizeof f.inv_freq);
   f.attn_scale = rope->attn_scale;
   k_rope<<<cuda_blocks(n, TPB), TPB, 0, cuda_of(be)->compute>>>(
-      x, N, T, nh, hd, ld, log((double)rope->theta), rope->scaled, f, dir, rnd);
+      x, N, T, pos, nh, hd, ld, log((double)rope->theta), rope->scaled, f, dir, rnd);
   CUDA_OP_DONE();
 }
 
 static void cuda_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
                               int ld, const struct kd_rope *rope) {
-  rope_apply(be, x, N, T, nh, hd, ld, rope, 1.0f, cuda_of(be)->bf16);
+  rope_apply(be, x, N, T, NULL, nh, hd, ld, rope, 1.0f, cuda_of(be)->bf16);
+}
+
+static void cuda_rope_rows(struct kd_backend *be, float *x, size_t N, const int *pos, int nh,
+                           int hd, int ld, const struct kd_rope *rope) {
+  rope_apply(be, x, N, 1, pos, nh, hd, ld, rope, 1.0f, cuda_of(be)->bf16);
 }
 
 static void cuda_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
                                int ld, const struct kd_rope *rope) {
-  rope_apply(be, dx, N, T, nh, hd, ld, rope, -1.0f, 0);
+  rope_apply(be, dx, N, T, NULL, nh, hd, ld, rope, -1.0f, 0);
 }
 
 /* --- swiglu ---------------------------------------------------------------------------------- */
@@ -482,6 +489,7 @@ void cuda_ops_init(struct kd_backend *be) {
   be->bias_backward = cuda_bias_backward;
   be->rope_forward = cuda_rope_forward;
   be->rope_backward = cuda_rope_backward;
+  be->rope_rows = cuda_rope_rows;
   be->swiglu_forward = cuda_swiglu_forward;
   be->swiglu_backward = cuda_swiglu_backward;
   be->adamw = cuda_adamw;

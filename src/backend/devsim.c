@@ -190,6 +190,16 @@ static void ds_attention_backward(struct kd_backend *be, float *dqkv, const floa
   CPU_OP(attention_backward, to_host(dqkv), to_host(dout), to_host(qkv), to_host(out), to_host(lse),
          B, T, nh, nkv, hd, at);
 }
+static void ds_rope_rows(struct kd_backend *be, float *x, size_t N, const int *pos, int nh, int hd,
+                         int ld, const struct kd_rope *rope) {
+  CPU_OP(rope_rows, to_host(x), N, to_host(pos), nh, hd, ld, rope);
+}
+static void ds_attention_decode(struct kd_backend *be, float *out, const float *q, int ldq,
+                                const float *kc, const float *vc, int B, int S, const int *len,
+                                int nh, int nkv, int hd, const struct kd_attn *at) {
+  CPU_OP(attention_decode, to_host(out), to_host(q), ldq, to_host(kc), to_host(vc), B, S,
+         to_host(len), nh, nkv, hd, at);
+}
 static void ds_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
                               int ffn) {
   CPU_OP(swiglu_forward, to_host(out), to_host(gu), N, ffn);

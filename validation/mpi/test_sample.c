@@ -62,7 +62,9 @@ static struct kd_sampling opts(const struct row *r) {
 }
 
 /* this rank's uneven block of V ids */
-static void shard(int V, long long *lo, long long *n) { grid_block(V, nranks, rank, lo, n); }
+static void shard(int V, long long *lo, long long *n) {
+  grid_block(V, nranks, rank, lo, n);
+}
 
 static long long sum_all(long long x) {
   MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -83,8 +85,8 @@ START_TEST(kept_as_transformers) {
       kept += mine;
       if (mine != r->kept[i]) {
         bad++;
-        fprintf(stderr, "row %d (V %d t %g k %d p %g) id %lld: kept %d, transformers %d\n", c,
-                r->V, r->t, r->k, r->p, i, mine, r->kept[i]);
+        fprintf(stderr, "row %d (V %d t %g k %d p %g) id %lld: kept %d, transformers %d\n", c, r->V,
+                r->t, r->k, r->p, i, mine, r->kept[i]);
       }
     }
   }

@@ -1,0 +1,134 @@
+/* test_decode.c: generation's ops on the CPU backend against the training ops they must
+ * reproduce. For samples of lengths 1, 37 and 70 (plain causal attention, a window of 16,
+ * a soft cap of 20, a scale other than 1/sqrt(hd); GQA 4/2 and 3/3 heads; hd 16 and 64):
+ *  - rope_rows at position t gives bit for bit the row t of rope_forward on the sequence;
+ *  - attention_decode of each sample's last token against its cache (the roped keys and
+ *    values of attention_forward's input) equals attention_forward's last row within
+ *    1e-5 relative, whatever the cache holds past a sample's length or before its
+ *    window (NaN there: never read);
+ *  - with bf16 = 1 the decode output is BF16-rounded and within 8e-3 of FP32. */
+#include <check.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_math.h"
+#include "check_run.h"
+#include "util.h"
+
+
+static uint64_t seed = 777;
+
+static float *frand(size_t n) {
+  float *x = kd_malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)kd_normal(&seed);
+  return x;
+}
+
+struct shape {
+  int nh, nkv, hd, window;
+  float softcap, scale; /* scale 0: 1/sqrt(hd) */
+};
+
+/* Decode the last token of B samples (lengths T[b]) on backend `be`; out (B, nh*hd) and
+ * the reference rows of attention_forward (B, nh*hd). Returns the largest rel. error. */
+static double decode_vs_forward(struct kd_backend *be, const struct shape *s, float *out,
+                                float *ref) {
+  enum { B = 3, S = 80 };
+  static const int T[B] = {1, 37, 70};
+  const int nh = s->nh, nkv = s->nkv, hd = s->hd, ld = (nh + 2 * nkv) * hd, kvd = nkv * hd;
+  struct kd_attn at = kd_attn_plain(hd);
+  at.window = s->window, at.softcap = s->softcap;
+  if (s->scale > 0) at.scale = s->scale;
+  const struct kd_rope rope = kd_rope_plain(1e4f);
+  float *kc = kd_malloc((size_t)B * S * kvd * sizeof *kc), *vc = kd_malloc(sizeof *kc * B * S * kvd);
+  for (size_t i = 0; i < (size_t)B * S * kvd; i++)
+    kc[i] = vc[i] = NAN; /* only positions a query sees may be read */
+  float *q = kd_malloc((size_t)B * ld * sizeof *q);
+  int len[B], pos[B];
+  for (int b = 0; b < B; b++) {
+    const int Tb = T[b];
+    float *qkv = frand((size_t)Tb * ld), *last = kd_malloc((size_t)ld * sizeof *last);
+    memcpy(last, qkv + (size_t)(Tb - 1) * ld, (size_t)ld * sizeof *last); /* before rope */
+    be->rope_forward(be, qkv, (size_t)Tb, Tb, nh + nkv, hd, ld, &rope);
+    float *o = kd_malloc((size_t)Tb * nh * hd * sizeof *o), *lse = kd_malloc((size_t)Tb * nh * 4);
+    be->attention_forward(be, o, lse, qkv, 1, Tb, nh, nkv, hd, &at);
+    memcpy(ref + (size_t)b * nh * hd, o + (size_t)(Tb - 1) * nh * hd, (size_t)nh * hd * 4);
+    const int j0 = s->window > 0 && Tb > s->window ? Tb - s->window : 0;
+    for (int j = j0; j < Tb; j++) { /* the cache: roped keys, values, of what the query sees */
+      memcpy(kc + ((size_t)b * S + j) * kvd, qkv + (size_t)j * ld + (size_t)nh * hd,
+             (size_t)kvd * 4);
+      memcpy(vc + ((size_t)b * S + j) * kvd, qkv + (size_t)j * ld + (size_t)(nh + nkv) * hd,
+             (size_t)kvd * 4);
+    }
+    /* rope_rows on the raw last row: bit for bit rope_forward's row */
+    pos[b] = Tb - 1;
+    be->rope_rows(be, last, 1, &pos[b], nh + nkv, hd, ld, &rope);
+    ck_assert_msg(!memcmp(last, qkv + (size_t)(Tb - 1) * ld, (size_t)ld * sizeof *last),
+                  "rope_rows at %d differs from rope_forward", pos[b]);
+    memcpy(q + (size_t)b * ld, last, (size_t)ld * sizeof *last);
+    len[b] = Tb;
+    free(qkv), free(last), free(o), free(lse);
+  }
+  be->attention_decode(be, out, q, ld, kc, vc, B, S, len, nh, nkv, hd, &at);
+  double worst = 0, mag = 0;
+  for (size_t i = 0; i < (size_t)B * nh * hd; i++) {
+    ck_assert_msg(isfinite(out[i]), "decode read a position it must not see");
+    worst = fmax(worst, fabs((double)out[i] - ref[i]));
+    mag = fmax(mag, fabs((double)ref[i]));
+  }
+  free(kc), free(vc), free(q);
+  return worst / mag;
+}
+
+static const struct shape shapes[] = {
+    {4, 2, 16, 0, 0.0f, 0.0f},  {4, 2, 16, 16, 0.0f, 0.0f}, {3, 3, 64, 0, 20.0f, 0.0f},
+    {4, 2, 64, 16, 20.0f, 0.0f}, {4, 2, 16, 0, 0.0f, 0.07f},
+};
+
+START_TEST(decode_equals_forward) {
+  struct kd_backend be;
+  backend_cpu_init(&be, 0);
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+    const struct shape *s = &shapes[k];
+    float *out = kd_malloc((size_t)3 * s->nh * s->hd * 4), *ref = kd_malloc((size_t)3 * s->nh * s->hd * 4);
+    const double e = decode_vs_forward(&be, s, out, ref);
+    ck_assert_msg(e < 1e-5, "shape %zu (window %d, cap %g): decode differs by %g", k, s->window,
+                  (double)s->softcap, e);
+    free(out), free(ref);
+  }
+  ck_assert_uint_eq(be.arena.live[KD_MEM_SCRATCH], 0);
+  be.release(&be);
+}
+END_TEST
+
+START_TEST(decode_bf16) {
+  struct kd_backend be;
+  backend_cpu_init(&be, 1);
+  const struct shape *s = &shapes[3];
+  const size_t n = (size_t)3 * s->nh * s->hd;
+  float *out = kd_malloc(n * 4), *ref = kd_malloc(n * 4);
+  const double e = decode_vs_forward(&be, s, out, ref);
+  ck_assert_msg(e < 8e-3, "bf16 decode differs by %g", e);
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg(out[i] == kd_round_bf16(out[i]), "decode output %zu not BF16", i);
+  free(out), free(ref);
+  be.release(&be);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  Suite *s = suite_create("decode");
+  TCase *tc = tcase_create("cpu");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, decode_equals_forward);
+  tcase_add_test(tc, decode_bf16);
+  suite_add_tcase(s, tc);
+  int failed = check_run(s);
+  MPI_Finalize();
+  return failed ? 1 : 0;
+}
