@@ -73,4 +73,6 @@ static void cpu_attention_decode(struct kd_backend *be, float *out, const float 
   cpu_scratch_free(be, scr);
 }
 
-void backend_cpu_decode_init(struct kd_backend *be) { be->attention_decode = cpu_attention_decode; }
+void backend_cpu_decode_init(struct kd_backend *be) {
+  be->attention_decode = cpu_attention_decode;
+}

@@ -86,4 +86,6 @@ static void cuda_attention_decode(struct kd_backend *be, float *out, const float
   CUDA_OP_DONE();
 }
 
-void cuda_decode_init(struct kd_backend *be) { be->attention_decode = cuda_attention_decode; }
+void cuda_decode_init(struct kd_backend *be) {
+  be->attention_decode = cuda_attention_decode;
+}

@@ -18,7 +18,6 @@
 #include "check_run.h"
 #include "util.h"
 
-
 static uint64_t seed = 777;
 
 static float *frand(size_t n) {
@@ -44,7 +43,8 @@ static double decode_vs_forward(struct kd_backend *be, const struct shape *s, fl
   at.window = s->window, at.softcap = s->softcap;
   if (s->scale > 0) at.scale = s->scale;
   const struct kd_rope rope = kd_rope_plain(1e4f);
-  float *kc = kd_malloc((size_t)B * S * kvd * sizeof *kc), *vc = kd_malloc(sizeof *kc * B * S * kvd);
+  float *kc = kd_malloc((size_t)B * S * kvd * sizeof *kc),
+        *vc = kd_malloc(sizeof *kc * B * S * kvd);
   for (size_t i = 0; i < (size_t)B * S * kvd; i++)
     kc[i] = vc[i] = NAN; /* only positions a query sees may be read */
   float *q = kd_malloc((size_t)B * ld * sizeof *q);
@@ -85,7 +85,7 @@ static double decode_vs_forward(struct kd_backend *be, const struct shape *s, fl
 }
 
 static const struct shape shapes[] = {
-    {4, 2, 16, 0, 0.0f, 0.0f},  {4, 2, 16, 16, 0.0f, 0.0f}, {3, 3, 64, 0, 20.0f, 0.0f},
+    {4, 2, 16, 0, 0.0f, 0.0f},   {4, 2, 16, 16, 0.0f, 0.0f}, {3, 3, 64, 0, 20.0f, 0.0f},
     {4, 2, 64, 16, 20.0f, 0.0f}, {4, 2, 16, 0, 0.0f, 0.07f},
 };
 
@@ -94,7 +94,8 @@ START_TEST(decode_equals_forward) {
   backend_cpu_init(&be, 0);
   for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
     const struct shape *s = &shapes[k];
-    float *out = kd_malloc((size_t)3 * s->nh * s->hd * 4), *ref = kd_malloc((size_t)3 * s->nh * s->hd * 4);
+    float *out = kd_malloc((size_t)3 * s->nh * s->hd * 4),
+          *ref = kd_malloc((size_t)3 * s->nh * s->hd * 4);
     const double e = decode_vs_forward(&be, s, out, ref);
     ck_assert_msg(e < 1e-5, "shape %zu (window %d, cap %g): decode differs by %g", k, s->window,
                   (double)s->softcap, e);
