@@ -9,7 +9,9 @@
 #    the figures the model makers publish (doc/models.md cites each): Qwen3-0.6B "0.6B"
 #    and "0.44B", ... (they round or cut off: 0.596B is "0.6B", Qwen2.5-7B's 7.616B is
 #    "7.61B", Llama-3.2-1B's 1.236B "1.23B"), so a count is taken as agreeing when it
-#    lies less than one unit of the last published digit away.
+#    lies less than one unit of the last published digit away;
+#  - every worked example input/*-to-*/distill.nml plans, with the cards of mod/ for the
+#    files kdconvert would write, on its 8 ranks within an 80 GB device.
 set -eu
 export OMP_NUM_THREADS=1
 export KDTRAIN_MOD_PATH="$KD_SRCDIR/mod" # the cards of this tree, by name
@@ -123,3 +125,14 @@ if missing:
 sys.exit(1 if bad else 0)
 EOF2
 echo "ok the counts of every card"
+
+echo "== the worked examples plan with the cards of mod/"
+for nml in "$KD_SRCDIR"/input/*-to-*/distill.nml; do
+  set -- $(sed -n "s/^ *card = '\([^']*\)\.nml'.*/\1/p" "$nml")
+  [ $# -eq 2 ] || fail "$nml: expected a teacher and a student card"
+  "$KDTRAIN" --dry-run --ranks 8 --device-mem 80GiB "$nml" teacher%card="'$1'" teacher%init="''" \
+    student%card="'$2'" student%init="'random'" data%train="'$KD_SRCDIR/input/corpus/kjv-train.txt'" \
+    data%format="'bytes'" data%valid="''" > plan.txt 2>&1 || { cat plan.txt; fail "$nml: --dry-run"; }
+  grep -q "^  fit: .*: fits$" plan.txt || { cat plan.txt; fail "$nml: does not fit 80 GiB"; }
+  echo "ok $(basename "$(dirname "$nml")"): $(sed -n 's/^  largest rank: .*: \([0-9.]* GiB\) |.*/\1/p' plan.txt) per rank"
+done
