@@ -59,7 +59,8 @@ PUBLISHED = {
 }
 CLASSES = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
            "llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
-           "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM)}
+           "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
+           "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM)}
 
 
 def card(path):
