@@ -2,19 +2,30 @@
 # Real-size proof (not in make check: about 20 GB of disk, 15 GB of memory, tens of
 # minutes on 2 cores). Random-weight models with the real Qwen2.5-1.5B (teacher; also
 # its variant padded to 152064 ids, as Qwen2.5-7B is) and Qwen2.5-0.5B configurations
-# written by transformers, a BPE tokenizer trained on the embedded corpus, then
+# (--pair qwen2.5, the default) or the real Qwen3-1.7B (teacher) and Qwen3-0.6B
+# configurations (--pair qwen3) written by transformers, a BPE tokenizer trained on
+# the embedded corpus, then
 #   kdconvert from-hf -> kdprep -> kdtrain --dry-run -> 2 distillation steps (BF16)
 #   -> mode='eval' -> kdconvert to-hf -> transformers loads the directory with its
 #   tokenizer and generates.
 # Prints for each stage its wall time and peak RSS next to the planned figure.
 #
-#   validation/realsize/run.sh [WORKDIR]      (from the top of a built tree)
+#   validation/realsize/run.sh [--pair qwen2.5|qwen3] [WORKDIR]   (from a built tree)
 # Environment: KD_PYTHON (a Python with torch, transformers, tokenizers, h5py),
 # KD_BUILDDIR (where src/kdtrain was built; default: the source tree), MPIEXEC.
 set -eu
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${KD_BUILDDIR:-$SRC}
-W=${1:-/tmp/kd-realsize}
+PAIR=qwen2.5
+if [ "${1:-}" = --pair ]; then PAIR=${2:-}; shift; [ $# -eq 0 ] || shift; fi
+# the models written, the teacher and the student of the distillation, the work directory
+case $PAIR in
+  qwen2.5) MODELS="qwen2.5-1.5b qwen2.5-1.5b-v152064 qwen2.5-0.5b" TEACHER=qwen2.5-1.5b-v152064
+    STUDENT=qwen2.5-0.5b W=${1:-/tmp/kd-realsize} ;;
+  qwen3) MODELS="qwen3-1.7b qwen3-0.6b" TEACHER=qwen3-1.7b STUDENT=qwen3-0.6b
+    W=${1:-/tmp/kd-realsize-qwen3} ;;
+  *) echo "run.sh: --pair '$PAIR': expected qwen2.5 or qwen3" >&2; exit 2 ;;
+esac
 PY=${KD_PYTHON:-python3}
 MPIEXEC=${MPIEXEC:-mpiexec}
 KDTRAIN=$BUILD/src/kdtrain KDCONVERT=$BUILD/src/tools/kdconvert
@@ -42,25 +53,26 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 # fp32 bytes of a model's weights: 4 x the parameter count printed by make_models.py
 fp32_bytes() { awk -v n="$1" '$1 == n":" { printf "%.0f", $2 * 4e9 }' models.txt; }
 
-[ -d hf/qwen2.5-0.5b ] || "$PY" "$SRC/validation/realsize/make_models.py" hf "$SRC/input/corpus/kjv-train.txt" | tee models.txt
+[ -d "hf/$STUDENT" ] || "$PY" "$SRC/validation/realsize/make_models.py" hf \
+  "$SRC/input/corpus/kjv-train.txt" "$PAIR" | tee models.txt
 
 # import: the plan is the weights alone plus a bounded working set (target <= 1.3 x fp32)
-for m in qwen2.5-1.5b qwen2.5-1.5b-v152064 qwen2.5-0.5b; do
+for m in $MODELS; do
   b=$(fp32_bytes "$m")
   stage "import $m" "$(mib "$(awk -v b="$b" 'BEGIN { printf "%.0f", 1.3 * b }')")" \
     "$KDCONVERT" from-hf "hf/$m" "$m.h5" "$m.nml"
 done
 
 # tokens: the corpus through the student's tokenizer, read from its weights file
-stage "kdprep (megatron)" "-" $KDPREP --weights qwen2.5-0.5b.h5 --input "$SRC/input/corpus/kjv-train.txt" \
+stage "kdprep (megatron)" "-" $KDPREP --weights "$STUDENT.h5" --input "$SRC/input/corpus/kjv-train.txt" \
   --output-prefix kjv --append-eod --workers 2
-stage "kdprep valid" "-" $KDPREP --weights qwen2.5-0.5b.h5 --input "$SRC/input/corpus/kjv-valid.txt" \
+stage "kdprep valid" "-" $KDPREP --weights "$STUDENT.h5" --input "$SRC/input/corpus/kjv-valid.txt" \
   --output-prefix kjv-valid --append-eod --workers 1
 
 cat > distill.nml <<EOF2
 &run mode = 'distill', steps = 2, seed = 1, out_dir = 'out' /
-&teacher card = 'qwen2.5-1.5b-v152064.nml', init = 'qwen2.5-1.5b-v152064.h5' /
-&student card = 'qwen2.5-0.5b.nml', init = 'qwen2.5-0.5b.h5' /
+&teacher card = '$TEACHER.nml', init = '$TEACHER.h5' /
+&student card = '$STUDENT.nml', init = '$STUDENT.h5' /
 &parallel micro_batch = 1, global_batch = 2 /
 &data train = 'kjv', valid = 'kjv-valid', format = 'megatron', seq_len = 256, valid_batches = 2 /
 &loss kind = 'fkl', temperature = 1.0, alpha = 0.5 /
@@ -90,7 +102,7 @@ EOF2
 stage "transformers generate" "-" "$PY" generate.py student-hf
 
 echo
-echo "realsize ($(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores):"
+echo "realsize $PAIR ($(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores):"
 echo "| stage                        |  wall (s) | peak RSS (MiB) | planned (MiB) |"
 echo "| ---------------------------- | --------- | -------------- | ------------- |"
 cat table.txt
