@@ -431,6 +431,62 @@ static void test_decode(struct st *x, int B, int S, int nh, int nkv, int hd, int
   dual_free(x, &len), dual_free(x, &q), dual_free(x, &out), dual_free(x, &kc), dual_free(x, &vc);
 }
 
+/* The mixture-of-experts ops: the router (norm on and off, with and without the
+ * load-balancing weights) and the row moves of N tokens over E experts, top k. */
+static void test_moe(struct st *x, size_t N, int E, int k, int C) {
+  const size_t n = N * (size_t)k;
+  struct dual logits = dual_rand(x, N * E, 2.0f), probs = dual_rand(x, N * E, 1.0f);
+  struct dual wts = dual_rand(x, n, 1.0f), idx = dual_raw(x, n * sizeof(int), NULL);
+  struct dual aux = dual_rand(x, (size_t)E, 0.1f), dwts = dual_rand(x, n, 1.0f);
+  struct dual dz = dual_rand(x, N * E, 1.0f);
+  char name[64];
+  for (int norm = 0; norm < 2; norm++) {
+    x->cpu->moe_route(x->cpu, idx.c, wts.c, probs.c, logits.c, N, E, k, norm);
+    x->gpu->moe_route(x->gpu, idx.g, wts.g, probs.g, logits.g, N, E, k, norm);
+    snprintf(name, sizeof name, "moe_route E=%d k=%d norm=%d", E, k, norm);
+    report(x, name, fmax(dual_err(x, &wts, 0), dual_err(x, &probs, 0)), TOL_FWD);
+    x->gpu->upload(x->gpu, idx.g, idx.c, idx.bytes); /* the CPU's choices on both sides */
+    x->gpu->upload(x->gpu, wts.g, wts.c, wts.bytes);
+    x->gpu->upload(x->gpu, probs.g, probs.c, probs.bytes);
+    x->cpu->moe_route_backward(x->cpu, dz.c, dwts.c, probs.c, idx.c, wts.c, norm ? aux.c : NULL, N,
+                               E, k, norm);
+    x->gpu->moe_route_backward(x->gpu, dz.g, dwts.g, probs.g, idx.g, wts.g, norm ? aux.g : NULL, N,
+                               E, k, norm);
+    snprintf(name, sizeof name, "moe_route_backward norm=%d", norm);
+    report(x, name, dual_err(x, &dz, 0), TOL_BWD);
+  }
+  /* rows: a permutation of the n (token, slot) pairs; pos its inverse */
+  int *perm = kd_malloc(n * sizeof(int)), *rows = kd_malloc(n * sizeof(int));
+  for (size_t i = 0; i < n; i++)
+    perm[i] = (int)i;
+  for (size_t i = n - 1; i > 0; i--) {
+    size_t j = (size_t)(kd_uniform(&x->rng) * (double)(i + 1));
+    int t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  for (size_t i = 0; i < n; i++)
+    rows[perm[i]] = (int)(i / (size_t)k);
+  struct dual pos = dual_raw(x, n * sizeof(int), perm), rw = dual_raw(x, n * sizeof(int), rows);
+  struct dual src = dual_rand(x, N * C, 1.0f), ys = dual_rand(x, n * C, 1.0f);
+  struct dual dst = dual_rand(x, N * C, 1.0f), dsrc = dual_rand(x, n * C, 1.0f);
+  x->cpu->gather_rows(x->cpu, ys.c, src.c, rw.c, n, C);
+  x->gpu->gather_rows(x->gpu, ys.g, src.g, rw.g, n, C);
+  report(x, "gather_rows", dual_err(x, &ys, 0), TOL_EXACT);
+  for (int acc = 0; acc < 2; acc++) {
+    x->cpu->moe_combine(x->cpu, dst.c, ys.c, pos.c, acc ? NULL : wts.c, N, k, C, acc);
+    x->gpu->moe_combine(x->gpu, dst.g, ys.g, pos.g, acc ? NULL : wts.g, N, k, C, acc);
+    report(x, acc ? "moe_combine (+=, weights 1)" : "moe_combine", dual_err(x, &dst, 0), TOL_BWD);
+  }
+  x->cpu->moe_combine_backward(x->cpu, dsrc.c, dwts.c, dst.c, ys.c, pos.c, wts.c, N, k, C);
+  x->gpu->moe_combine_backward(x->gpu, dsrc.g, dwts.g, dst.g, ys.g, pos.g, wts.g, N, k, C);
+  report(x, "moe_combine_backward", fmax(dual_err(x, &dsrc, 0), dual_err(x, &dwts, 0)), TOL_BWD);
+  free(perm), free(rows);
+  struct dual *all[] = {&logits, &probs, &wts, &idx, &aux, &dwts, &dz,
+                        &pos,    &rw,    &src, &ys,  &dst, &dsrc};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    dual_free(x, all[i]);
+}
+
 /* The loss-chunk ops on one slice of V columns whose first Vk are the KD columns
  * (Vk < V: the student has ids the teacher lacks); some labels masked (-1). */
 static void test_loss_cols(struct st *x, int Vk) {
@@ -630,6 +686,8 @@ static int selftest_cuda(const struct kd_config *cfg) {
   test_decode(&x, 5, 77, 4, 2, 32, 0, 0.0f);
   test_decode(&x, 3, 200, 6, 2, 128, 50, 0.0f);
   test_decode(&x, 4, 64, 2, 1, 80, 0, 30.0f);
+  test_moe(&x, 77, 8, 2, 48);
+  test_moe(&x, 40, 64, 8, 130);
   test_loss(&x);
   test_training(&x);
   gpu.release(&gpu);

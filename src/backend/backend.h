@@ -195,6 +195,32 @@ struct kd_backend {
   void (*swiglu_backward)(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
                           size_t N, int ffn);
 
+  /* --- mixture of experts (moe.c plans the token order; every sum in a fixed order) ----- */
+  /* The router as transformers computes it: probs (N, E) := softmax of logits (N, E);
+   * idx, wts (N, k) := the k most probable experts of each row (descending, ties to the
+   * lower expert) and their probabilities, divided by their sum when norm. idx: ints. */
+  void (*moe_route)(struct kd_backend *be, int *idx, float *wts, float *probs, const float *logits,
+                    size_t N, int E, int k, int norm);
+  /* dlogits (N, E) += the gradient through wts given dwts (N, k) (probs, idx, wts as
+   * moe_route left them), plus, when aux != NULL, through the probabilities' per-expert
+   * weights aux (E): dL/dprobs[r][e] += aux[e] (the load-balancing loss's gradient). */
+  void (*moe_route_backward)(struct kd_backend *be, float *dlogits, const float *dwts,
+                             const float *probs, const int *idx, const float *wts, const float *aux,
+                             size_t N, int E, int k, int norm);
+  /* dst (n, C) := rows rows[i] of src (row stride C). rows: n ints. */
+  void (*gather_rows)(struct kd_backend *be, float *dst, const float *src, const int *rows,
+                      size_t n, int C);
+  /* dst (N, C) (+= when acc, else :=) sum_j w[t][j] * src[pos[t][j]] for j = 0 .. k-1 in
+   * order (w == NULL: weights 1); pos, w: (N, k). The expert outputs back to their tokens,
+   * and the backward of gather_rows. */
+  void (*moe_combine)(struct kd_backend *be, float *dst, const float *src, const int *pos,
+                      const float *w, size_t N, int k, int C, int acc);
+  /* Backward of moe_combine (acc = 1 or 0 alike): dsrc[pos[t][j]] := w[t][j] * ddst[t] (every
+   * row of dsrc named once in pos); dw[t][j] := ddst[t] . src[pos[t][j]] (dw may be NULL). */
+  void (*moe_combine_backward)(struct kd_backend *be, float *dsrc, float *dw, const float *ddst,
+                               const float *src, const int *pos, const float *w, size_t N, int k,
+                               int C);
+
   /* --- loss chunk ops (vocabulary may be a TP slice: V columns of the row) ------------- */
   /* Rows of student logits zs (n, V); the KD term covers only their first Vk <= V
    * columns (the ids the teacher has too) and the teacher logits zt are (n, Vk); the
@@ -247,6 +273,7 @@ struct kd_backend {
   X(bias_forward) X(bias_backward) X(rope_forward) X(rope_backward)                          \
   X(attention_forward) X(attention_backward) X(rope_rows) X(attention_decode)                \
   X(swiglu_forward) X(swiglu_backward)                                                       \
+  X(moe_route) X(moe_route_backward) X(gather_rows) X(moe_combine) X(moe_combine_backward)   \
   X(softmax_stats) X(loss_partials) X(loss_grad) X(loss_accumulate)                          \
   X(adamw)
 /* clang-format on */

@@ -746,6 +746,7 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   blas_single_thread();
   backend_cpu_attention_init(be);
   backend_cpu_decode_init(be);
+  backend_cpu_moe_init(be);
   backend_cpu_loss_init(be);
   backend_check(be);
 }

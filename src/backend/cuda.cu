@@ -356,6 +356,7 @@ void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank) {
   cuda_ops_init(be);
   cuda_attention_init(be);
   cuda_decode_init(be);
+  cuda_moe_init(be);
   cuda_loss_init(be);
   backend_check(be);
 }

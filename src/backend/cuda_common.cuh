@@ -133,10 +133,12 @@ static inline int cuda_row_threads(int C) {
   return t;
 }
 
-/* Per-file op-table fillers (cuda_ops.cu, cuda_attention.cu, cuda_loss.cu, cuda_decode.cu). */
+/* Per-file op-table fillers (cuda_ops.cu, cuda_attention.cu, cuda_loss.cu, cuda_decode.cu,
+ * cuda_moe.cu). */
 void cuda_ops_init(struct kd_backend *be);
 void cuda_attention_init(struct kd_backend *be);
 void cuda_loss_init(struct kd_backend *be);
 void cuda_decode_init(struct kd_backend *be);
+void cuda_moe_init(struct kd_backend *be);
 
 #endif

@@ -200,6 +200,30 @@ static void ds_attention_decode(struct kd_backend *be, float *out, const float *
   CPU_OP(attention_decode, to_host(out), to_host(q), ldq, to_host(kc), to_host(vc), B, S,
          to_host(len), nh, nkv, hd, at);
 }
+static void ds_moe_route(struct kd_backend *be, int *idx, float *wts, float *probs,
+                         const float *logits, size_t N, int E, int k, int norm) {
+  CPU_OP(moe_route, to_host(idx), to_host(wts), to_host(probs), to_host(logits), N, E, k, norm);
+}
+static void ds_moe_route_backward(struct kd_backend *be, float *dlogits, const float *dwts,
+                                  const float *probs, const int *idx, const float *wts,
+                                  const float *aux, size_t N, int E, int k, int norm) {
+  CPU_OP(moe_route_backward, to_host(dlogits), to_host(dwts), to_host(probs), to_host(idx),
+         to_host(wts), to_host(aux), N, E, k, norm);
+}
+static void ds_gather_rows(struct kd_backend *be, float *dst, const float *src, const int *rows,
+                           size_t n, int C) {
+  CPU_OP(gather_rows, to_host(dst), to_host(src), to_host(rows), n, C);
+}
+static void ds_moe_combine(struct kd_backend *be, float *dst, const float *src, const int *pos,
+                           const float *w, size_t N, int k, int C, int acc) {
+  CPU_OP(moe_combine, to_host(dst), to_host(src), to_host(pos), to_host(w), N, k, C, acc);
+}
+static void ds_moe_combine_backward(struct kd_backend *be, float *dsrc, float *dw,
+                                    const float *ddst, const float *src, const int *pos,
+                                    const float *w, size_t N, int k, int C) {
+  CPU_OP(moe_combine_backward, to_host(dsrc), to_host(dw), to_host(ddst), to_host(src),
+         to_host(pos), to_host(w), N, k, C);
+}
 static void ds_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
                               int ffn) {
   CPU_OP(swiglu_forward, to_host(out), to_host(gu), N, ffn);
