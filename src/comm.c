@@ -7,6 +7,7 @@
 #include "comm.h"
 
 #include <limits.h>
+#include <stdlib.h>
 
 #include "util.h"
 
@@ -106,6 +107,35 @@ void comm_allgatherv(struct kd_backend *be, const float *mine, float *all, const
   be->download(be, h + total, mine, (size_t)cnt[rank] * sizeof(float));
   MPI_Allgatherv(h + total, cnt[rank], MPI_FLOAT, h, cnt, disp, MPI_FLOAT, comm);
   be->upload(be, all, h, total * sizeof(float));
+}
+
+void comm_exchange_counts(const int *scnt, int *rcnt, MPI_Comm comm) {
+  MPI_Alltoall(scnt, 1, MPI_INT, rcnt, 1, MPI_INT, comm);
+}
+
+void comm_alltoallv_rows(struct kd_backend *be, const float *send, const int *scnt, float *recv,
+                         const int *rcnt, int C, MPI_Comm comm) {
+  int size;
+  MPI_Comm_size(comm, &size);
+  int *c = kd_malloc((size_t)4 * size * sizeof *c), *sd = c + size, *rc = sd + size,
+      *rd = rc + size;
+  size_t ns = 0, nr = 0; /* floats */
+  for (int r = 0; r < size; r++) {
+    sd[r] = comm_count(ns), rd[r] = comm_count(nr);
+    c[r] = comm_count((size_t)scnt[r] * C), rc[r] = comm_count((size_t)rcnt[r] * C);
+    ns += (size_t)c[r], nr += (size_t)rc[r];
+  }
+  comm_count(ns), comm_count(nr);
+  if (be->mpi_device || !be->device) {
+    be->sync(be);
+    MPI_Alltoallv(send, c, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, comm);
+  } else {
+    float *h = stage(be, (ns + nr) * sizeof(float));
+    be->download(be, h, send, ns * sizeof(float));
+    MPI_Alltoallv(h, c, sd, MPI_FLOAT, h + ns, rc, rd, MPI_FLOAT, comm);
+    be->upload(be, recv, h + ns, nr * sizeof(float));
+  }
+  free(c);
 }
 
 float *comm_stage_alloc(struct kd_backend *be, size_t n) {

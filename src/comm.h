@@ -29,6 +29,14 @@ void comm_reduce_scatter(struct kd_backend *be, const float *full, float *part, 
 void comm_allgatherv(struct kd_backend *be, const float *mine, float *all, const int *cnt,
                      const int *disp, MPI_Comm comm);
 
+/* Rows to and from every rank of comm (the tokens of expert parallelism): first the row
+ * counts (host ints, comm_exchange_counts: rcnt[r] := what rank r sends here), then the
+ * rows (C floats each) of the block `send`, rank by rank in order, into `recv` (room for
+ * the sum of rcnt rows). */
+void comm_exchange_counts(const int *scnt, int *rcnt, MPI_Comm comm);
+void comm_alltoallv_rows(struct kd_backend *be, const float *send, const int *scnt, float *recv,
+                         const int *rcnt, int C, MPI_Comm comm);
+
 /* Point-to-point transfers posted together and completed by comm_wait. */
 struct comm_upload {
   void *dev;

@@ -83,6 +83,30 @@ MPI_Comm grid_io_comm(MPI_Comm comm, int color, int key) {
   return c;
 }
 
+int grid_ep_layout(int dp, int ep, int experts, char *err, size_t errlen) {
+  if (ep < 1 || dp % ep != 0) {
+    snprintf(err, errlen,
+             "ep = %d does not divide the data-parallel size %d; expected a divisor "
+             "of dp (expert-parallel ranks are taken from the data-parallel ones)",
+             ep, dp);
+    return KD_EXIT_INPUT;
+  }
+  if (experts > 0 && experts % ep != 0) {
+    snprintf(err, errlen,
+             "ep = %d does not divide the %d experts; expected a divisor of the "
+             "number of experts",
+             ep, experts);
+    return KD_EXIT_INPUT;
+  }
+  return 0;
+}
+
+void grid_ep_comms(const struct kd_grid *g, int ep, MPI_Comm *ep_comm, MPI_Comm *edp_comm) {
+  KD_CHECK(ep >= 1 && g->dp % ep == 0, "grid_ep_comms: ep %d, dp %d", ep, g->dp);
+  MPI_Comm_split(g->dp_comm, g->dp_rank / ep, g->dp_rank % ep, ep_comm);
+  MPI_Comm_split(g->dp_comm, g->dp_rank % ep, g->dp_rank / ep, edp_comm);
+}
+
 void grid_comm_free(MPI_Comm *c) {
   if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }

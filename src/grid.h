@@ -51,6 +51,16 @@ MPI_Comm grid_kv_comm(const struct kd_grid *g, int kv_split, int kv_rep);
  * Collective over g->pp_comm. */
 MPI_Comm grid_embedding_comm(const struct kd_grid *g, int tied);
 
+/* Expert parallelism: the dp ranks of a (tp rank, stage) split into dp / ep groups of ep
+ * consecutive dp ranks; each group holds every expert once (expert e on its rank
+ * e / (E / ep)) and exchanges tokens inside (*ep_comm, ranked by dp_rank % ep); the ranks
+ * of the other groups at the same place hold the same experts and sum their gradients
+ * (*edp_comm, dp / ep ranks). 0, or KD_EXIT_INPUT with a message in err when ep does not
+ * divide dp or the E experts (no MPI call: --dry-run checks with it). */
+int grid_ep_layout(int dp, int ep, int experts, char *err, size_t errlen);
+/* The two groups of grid_ep_layout. Collective over g->dp_comm; the caller frees them. */
+void grid_ep_comms(const struct kd_grid *g, int ep, MPI_Comm *ep_comm, MPI_Comm *edp_comm);
+
 /* An I/O sharing group: the ranks of `comm` that pass the same `color` (MPI_UNDEFINED:
  * none, MPI_COMM_NULL returned), ordered by `key`. Collective over comm. */
 MPI_Comm grid_io_comm(MPI_Comm comm, int color, int key);

@@ -50,8 +50,8 @@ __device__ float route_grad(int e, const int *id, const float *dw, float dot, fl
 }
 
 __global__ void k_moe_route_bwd(float *dlogits, const float *dwts, const float *probs,
-                                const int *idx, const float *wts, const float *aux, size_t N,
-                                int E, int k, int norm) {
+                                const int *idx, const float *wts, const float *aux, size_t N, int E,
+                                int k, int norm) {
   MOE_LOOP(r, N) {
     const float *p = probs + r * E, *dw = dwts + r * k, *w = wts + r * k;
     const int *id = idx + r * k;
@@ -114,7 +114,7 @@ static void cuda_moe_route(struct kd_backend *be, int *idx, float *wts, float *p
   KD_CHECK(k >= 1 && k <= E, "moe_route: top %d of %d experts", k, E);
   if (!N) return;
   k_moe_route<<<cuda_blocks(N, MOE_TPB), MOE_TPB, 0, cuda_of(be)->compute>>>(idx, wts, probs,
-                                                                              logits, N, E, k, norm);
+                                                                             logits, N, E, k, norm);
   CUDA_OP_DONE();
 }
 

@@ -46,8 +46,8 @@ static void read_refs(void) {
                     &r->coef) == 7,
              "bad header %d", c);
     const size_t NC = (size_t)r->N * r->C, E = (size_t)r->E, C = (size_t)r->C, I = (size_t)r->I;
-    const size_t n[NT] = {NC, NC, NC, NC, E * C, E * 2 * I * C, E * C * I, NC, NC,
-                          1,  NC, NC, E * C, E * 2 * I * C, E * C * I};
+    const size_t n[NT] = {NC, NC, NC, NC, E * C, E * 2 * I * C, E * C * I, NC,
+                          NC, 1,  NC, NC, E * C, E * 2 * I * C, E * C * I};
     for (int i = 0; i < NT; i++) {
       r->n[i] = n[i];
       r->t[i] = kd_malloc(n[i] * sizeof(float));
@@ -65,7 +65,9 @@ struct call {
   struct moe_plan plan;
 };
 
-static float *zalloc(size_t n) { return kd_calloc(n ? n : 1, sizeof(float)); }
+static float *zalloc(size_t n) {
+  return kd_calloc(n ? n : 1, sizeof(float));
+}
 
 static void block_forward(struct kd_backend *be, const struct ref *r, const float *x, float *out,
                           struct call *c) {
@@ -97,8 +99,7 @@ static void block_forward(struct kd_backend *be, const struct ref *r, const floa
 /* dx := d(sum(out * R))/dx plus the router's part with the load-balancing weights aux (E);
  * the weight gradients accumulate into g[DWG], g[DWGU], g[DWD]. */
 static void block_backward(struct kd_backend *be, const struct ref *r, const float *x,
-                           const float *R, const float *aux, float *dx, float **g,
-                           struct call *c) {
+                           const float *R, const float *aux, float *dx, float **g, struct call *c) {
   const int N = r->N, C = r->C, I = r->I, E = r->E, k = r->k;
   const size_t n = (size_t)N * k;
   float *dy = zalloc(n * C), *dw = zalloc(n), *dh = zalloc(n * I), *dgu = zalloc(n * 2 * I);
@@ -168,9 +169,9 @@ static void run_case(struct kd_backend *be, const struct ref *r, float **res) {
   free(cnt), free(ps), free(daux);
 }
 
-static const char *const names[NT] = {"x1",  "x2",  "R1",    "R2",       "gate",
-                                      "gu",  "down", "out1", "out2",     "aux",
-                                      "dx1", "dx2", "dgate", "dgate_up", "ddown"};
+static const char *const names[NT] = {"x1",  "x2",   "R1",    "R2",       "gate",
+                                      "gu",  "down", "out1",  "out2",     "aux",
+                                      "dx1", "dx2",  "dgate", "dgate_up", "ddown"};
 
 START_TEST(against_transformers) {
   struct kd_backend be;
