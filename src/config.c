@@ -90,7 +90,9 @@ static const struct namelist_key cfg_keys[] = {
 #define MR(k, d, fl, lo) NAMELIST_KEY(kd_card, model, k, NL_REAL, k, d, fl, lo, 0, NULL)
 /* The &model group of a card: Hugging Face config.json keys. attention_bias has no
  * table default: it follows arch (qwen2 .true., llama and qwen3 .false.). head_dim 0:
- * hidden_size / num_attention_heads. */
+ * hidden_size / num_attention_heads. hidden_activation follows arch too (gemma3
+ * 'gelu_pytorch_tanh', the others 'silu'); it and the four keys after it are Gemma 3's
+ * (transformers' Gemma3TextConfig defaults; soft caps 0: none). */
 static const struct namelist_key card_keys[] = {
     NAMELIST_KEY(kd_card, model, arch, NL_WORD, arch, "'qwen2'", 0, 0, 0, KD_ARCH_WORDS),
     MI(vocab_size, NULL, NL_REQ | NL_GE, 1, 0),
@@ -102,6 +104,12 @@ static const struct namelist_key card_keys[] = {
     MI(head_dim, "0", NL_GE, 0, 0),
     MR(rope_theta, "10000.0", NL_GT, 0),
     MR(rms_norm_eps, "1e-6", NL_GT, 0),
+    NAMELIST_KEY(kd_card, model, hidden_activation, NL_WORD, hidden_activation, NULL, 0, 0, 0,
+                 KD_ACT_WORDS),
+    MR(query_pre_attn_scalar, "256.0", NL_GT, 0),
+    MR(rope_local_base_freq, "10000.0", NL_GT, 0),
+    MR(final_logit_softcapping, "0.0", NL_GE, 0),
+    MR(attn_logit_softcapping, "0.0", NL_GE, 0),
     NAMELIST_KEY(kd_card, model, tie_word_embeddings, NL_BOOL, tie_word_embeddings, ".false.", 0, 0,
                  0, NULL),
     NAMELIST_KEY(kd_card, model, attention_bias, NL_BOOL, attention_bias, NULL, 0, 0, 0, NULL),
@@ -255,6 +263,8 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
                               card_keys[i].key, namelist_type_words(card_keys[i].type));
   size_t ab = (size_t)namelist_find_key(&c, "model", "attention_bias");
   if (!c.line[ab]) card->attention_bias = card->arch == KD_ARCH_QWEN2;
+  size_t ha = (size_t)namelist_find_key(&c, "model", "hidden_activation");
+  if (!c.line[ha]) card->hidden_activation = card_gemma(card) ? KD_ACT_GELU_TANH : KD_ACT_SILU;
   char why[512];
   const char *key = card_check(card, why, sizeof why);
   if (key) return namelist_key_err(&c, (size_t)namelist_find_key(&c, "model", key), -1, "%s", why);
@@ -306,6 +316,12 @@ const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
              card->head_dim ? "head_dim" : "hidden_size / num_attention_heads",
              card_head_dim(card));
     return card->head_dim ? "head_dim" : "hidden_size";
+  }
+  const enum kd_act act = card_gemma(card) ? KD_ACT_GELU_TANH : KD_ACT_SILU;
+  if (card->hidden_activation != act) {
+    snprintf(why, whylen, "'%s' is not computed for arch '%s'; expected '%s'",
+             kd_act_names[card->hidden_activation], kd_arch_names[card->arch], kd_act_names[act]);
+    return "hidden_activation";
   }
   return card_check_rope(card, why, whylen);
 }
@@ -627,6 +643,12 @@ void config_print(FILE *f, const struct kd_config *cfg) {
   namelist_print(f, cfg_keys, NKEYS(cfg_keys), cfg);
 }
 
+/* Whether the card field at offset off is one of Gemma 3's keys. */
+static int card_key_gemma(size_t off) {
+  return off >= offsetof(struct kd_card, hidden_activation) &&
+         off <= offsetof(struct kd_card, attn_logit_softcapping);
+}
+
 /* The RoPE scaling keys close card_keys (rope_type first): a card with default RoPE is
  * printed without them, as before they existed (weights files, --print-config). */
 #define CARD_ROPE_KEYS 11
@@ -635,12 +657,14 @@ void card_print(FILE *f, const struct kd_card *card) {
   const size_t rope0 = NKEYS(card_keys) - CARD_ROPE_KEYS;
   KD_CHECK(card_keys[rope0].off == offsetof(struct kd_card, rope_type),
            "card_keys: the RoPE scaling keys must close the table");
-  /* a card without head_dim (0: hidden / heads) prints as before the key */
+  /* a card without head_dim (0: hidden / heads) prints as before the key; Gemma's keys only
+   * in a gemma3 card */
   struct namelist_key keys[NKEYS(card_keys)];
   size_t n = 0;
   for (size_t i = 0; i < NKEYS(card_keys); i++)
     if (!(i >= rope0 && card->rope_type == KD_ROPE_DEFAULT) &&
-        !(card_keys[i].off == offsetof(struct kd_card, head_dim) && card->head_dim == 0))
+        !(card_keys[i].off == offsetof(struct kd_card, head_dim) && card->head_dim == 0) &&
+        !(card_key_gemma(card_keys[i].off) && !card_gemma(card)))
       keys[n++] = card_keys[i];
   namelist_print(f, keys, n, card);
 }

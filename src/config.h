@@ -16,12 +16,19 @@
 struct kd_card {
   char name[KD_PATH_MAX]; /* as given in the input (card = '...') */
   char path[KD_PATH_MAX]; /* the file it was read from */
-  enum kd_arch arch;      /* 'qwen2' | 'llama' | 'qwen3' */
+  enum kd_arch arch;      /* 'qwen2' | 'llama' | 'qwen3' | 'gemma3' */
   int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
   int num_attention_heads, num_key_value_heads, max_position_embeddings;
   int head_dim; /* width of one attention head; 0: hidden_size / num_attention_heads */
   double rope_theta, rms_norm_eps;
   int tie_word_embeddings, attention_bias; /* logicals */
+  /* Gemma 3 (arch 'gemma3'; the other families neither read, print nor store them):
+   * the MLP's activation (follows arch when not given), the attention scores' scale
+   * query_pre_attn_scalar^-1/2, the RoPE base of the sliding-window layers, and the tanh
+   * soft caps of the final logits and of the attention scores (0: none) */
+  enum kd_act hidden_activation;
+  double query_pre_attn_scalar, rope_local_base_freq;
+  double final_logit_softcapping, attn_logit_softcapping;
   /* RoPE scaling (config.json's rope_parameters / rope_scaling; rope.c): the rule and its
    * parameters; 0 for original_max_position_embeddings, attention_factor, mscale and
    * mscale_all_dim means not given (transformers 5's defaults apply) */
@@ -38,9 +45,16 @@ static inline int card_head_dim(const struct kd_card *c) {
 }
 
 /* Whether the card's family normalises each query and key head (RMSNorm, weights q_norm
- * and k_norm of head_dim) before the rotary embedding: qwen3. */
+ * and k_norm of head_dim) before the rotary embedding: qwen3, gemma3. */
 static inline int card_qk_norm(const struct kd_card *c) {
-  return c->arch == KD_ARCH_QWEN3;
+  return c->arch == KD_ARCH_QWEN3 || c->arch == KD_ARCH_GEMMA3;
+}
+
+/* Whether the card is Gemma 3's decoder: (1 + w) RMSNorm weights, the attention and MLP
+ * outputs normed before their residual adds, the embedding scaled by sqrt(hidden_size),
+ * the keys above. */
+static inline int card_gemma(const struct kd_card *c) {
+  return c->arch == KD_ARCH_GEMMA3;
 }
 
 struct kd_config {

@@ -34,21 +34,27 @@ struct card_key {
   int nwords;               /* KEY_WORD: its length */
   int zero_absent; /* a key newer than the format: written and checksummed only when nonzero,
                       so that a file without it (0, the old behaviour) keeps its checksum */
+  int gemma;       /* a Gemma 3 key: written and checksummed only for an arch 'gemma3' card */
 };
 #define CARD_KEY(f, kind, cmp, req)                                                                \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req, ROPE_NO,    \
-        NULL, NULL, 0, 0                                                                           \
+        NULL, NULL, 0, 0, 0                                                                        \
   }
 #define CARD_WORD(f, rope, list, names, n)                                                         \
   {                                                                                                \
 #f, KEY_WORD, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, !(rope), rope, \
-        list, names, n, 0                                                                          \
+        list, names, n, 0, 0                                                                       \
   }
 #define CARD_ROPE(f, kind)                                                                         \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_PARAM,     \
-        NULL, NULL, 0, 0                                                                           \
+        NULL, NULL, 0, 0, 0                                                                        \
+  }
+#define CARD_GEMMA(f, kind, list, names, n)                                                        \
+  {                                                                                                \
+#f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_NO, list,  \
+        names, n, 0, 1                                                                             \
   }
 static const struct card_key card_keys[] = {
     CARD_KEY(name, KEY_STR, 0, 0),
@@ -76,7 +82,12 @@ static const struct card_key card_keys[] = {
     CARD_ROPE(mscale_all_dim, KEY_REAL),
     CARD_ROPE(truncate, KEY_BOOL),
     {"head_dim", KEY_INT, offsetof(struct kd_card, head_dim), sizeof(int), 1, 0, ROPE_NO, NULL,
-     NULL, 0, 1},
+     NULL, 0, 1, 0},
+    CARD_GEMMA(hidden_activation, KEY_WORD, KD_ACT_WORDS, kd_act_names, KD_ACT_N),
+    CARD_GEMMA(query_pre_attn_scalar, KEY_REAL, NULL, NULL, 0),
+    CARD_GEMMA(rope_local_base_freq, KEY_REAL, NULL, NULL, 0),
+    CARD_GEMMA(final_logit_softcapping, KEY_REAL, NULL, NULL, 0),
+    CARD_GEMMA(attn_logit_softcapping, KEY_REAL, NULL, NULL, 0),
 };
 #define NCARD_KEYS (sizeof card_keys / sizeof card_keys[0])
 
@@ -86,9 +97,10 @@ static const char *card_word(const struct card_key *ck, const void *field) {
   return w >= 0 && w < ck->nwords ? ck->names[w] : "";
 }
 
-/* Whether key ck of `card` is left out of the file and its checksum (see ROPE_*, and a
- * zero_absent key holding 0). */
+/* Whether key ck of `card` is left out of the file and its checksum (see ROPE_*, a
+ * zero_absent key holding 0, a Gemma key of another family). */
 static int card_key_absent(const struct card_key *ck, const struct kd_card *card) {
+  if (ck->gemma) return !card_gemma(card);
   if (ck->zero_absent) return *(const int *)((const char *)card + ck->off) == 0;
   return ck->rope != ROPE_NO && card->rope_type == KD_ROPE_DEFAULT;
 }
@@ -321,7 +333,8 @@ static int card_check_text(hid_t cfg, const char *path, char *err, size_t errlen
 }
 
 int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *err, size_t errlen) {
-  card_defaults(card); /* what a key the file lacks means (the RoPE keys) */
+  card_defaults(card);                   /* what a key the file lacks means (the RoPE keys) */
+  card->hidden_activation = KD_ACT_SILU; /* no table default (follows arch): a gemma3 file has it */
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     char *field = (char *)card + ck->off;

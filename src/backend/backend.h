@@ -180,6 +180,23 @@ struct kd_backend {
   void (*swiglu_backward)(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
                           size_t N, int ffn);
 
+  /* --- Gemma (backend/cpu_gemma.c) --------------------------------------------------------- */
+  /* RMSNorm with the weight 1 + w (Gemma3RMSNorm): out = (x * rstd) * (1 + w) in FP32;
+   * the backward is rmsnorm_backward's with 1 + w for w (dw: the gradient w.r.t. w). */
+  void (*rmsnorm1p_forward)(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                            const float *w, size_t N, int C, float eps);
+  void (*rmsnorm1p_backward)(struct kd_backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, size_t N, int C);
+  /* gu: (N, 2*ffn) rows [gate | up]; out: (N, ffn) = gelu_tanh(gate) * up (GeGLU with
+   * PyTorch's gelu approximate='tanh'); backward accumulates into dgu */
+  void (*geglu_forward)(struct kd_backend *be, float *out, const float *gu, size_t N, int ffn);
+  void (*geglu_backward)(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
+                         size_t N, int ffn);
+  /* z (n) := cap * tanh(z / cap) in place (logit soft-capping); backward: dz (n) *= 1 -
+   * (z / cap)^2 where z holds the capped values */
+  void (*softcap_forward)(struct kd_backend *be, float *z, size_t n, float cap);
+  void (*softcap_backward)(struct kd_backend *be, float *dz, const float *z, size_t n, float cap);
+
   /* --- loss chunk ops (vocabulary may be a TP slice: V columns of the row) ------------- */
   /* Rows of student logits zs (n, V); the KD term covers only their first Vk <= V
    * columns (the ids the teacher has too) and the teacher logits zt are (n, Vk); the
@@ -231,6 +248,8 @@ struct kd_backend {
   X(rmsnorm_forward) X(rmsnorm_backward)                                                     \
   X(bias_forward) X(bias_backward) X(rope_forward) X(rope_backward)                          \
   X(attention_forward) X(attention_backward) X(swiglu_forward) X(swiglu_backward)            \
+  X(rmsnorm1p_forward) X(rmsnorm1p_backward) X(geglu_forward) X(geglu_backward)              \
+  X(softcap_forward) X(softcap_backward)                                                     \
   X(softmax_stats) X(loss_partials) X(loss_grad) X(loss_accumulate)                          \
   X(adamw)
 /* clang-format on */

@@ -732,5 +732,6 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   blas_single_thread();
   backend_cpu_attention_init(be);
   backend_cpu_loss_init(be);
+  backend_cpu_gemma_init(be);
   backend_check(be);
 }

@@ -22,5 +22,7 @@ void backend_cpu_count_in(struct kd_backend *be, struct kd_arena *arena);
  * chunk ops (cpu_loss.c) of the table. */
 void backend_cpu_attention_init(struct kd_backend *be);
 void backend_cpu_loss_init(struct kd_backend *be);
+/* ... and Gemma's ops (cpu_gemma.c). */
+void backend_cpu_gemma_init(struct kd_backend *be);
 
 #endif

@@ -11,8 +11,10 @@
 
 /* What config.json says beyond the card. */
 struct hf_extra {
-  char model_type[32]; /* as written: qwen2, llama or mistral (card arch: qwen2 or llama) */
+  char model_type[32]; /* as written: qwen2, qwen3, llama, mistral, gemma3_text or gemma3 */
   char dtype[32];      /* torch_dtype / dtype, "" when absent */
+  int multimodal;      /* the decoder is the text model of a multimodal model (gemma3): its
+                          tensors carry a language-model prefix, the others are left out */
 };
 
 /* Read `dir`/config.json into `card` (name and path left empty). 0, or KD_EXIT_INPUT with
