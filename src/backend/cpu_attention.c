@@ -3,6 +3,9 @@
  * keys a tile can see, every product a GEMM, log-sum-exp kept instead of the
  * probabilities. No T x T matrix is ever allocated: the per-call scratch is
  * ATT_TILE x T floats (two in backward) per thread, counted as KD_MEM_SCRATCH.
+ * A sliding window of w keys skips the keys no row of a tile sees: a tile's scores
+ * span at most w + ATT_TILE - 1 keys, so work and scratch grow with w x T, not T^2.
+ * A soft cap c turns the scaled scores into c tanh(s / c) before the softmax.
  *
  * Parallel schedule: forward runs (b, q head, tile) jobs (they write disjoint
  * output rows); backward runs (b, kv head) jobs, the q heads of a group in
@@ -41,50 +44,86 @@ struct att_shape {
   int group;   /* q heads per kv head */
   int ntile;   /* query tiles per sequence */
   float scale; /* at->scale */
+  int window;  /* at->window: 0, or w keys per query (itself included) */
+  float cap;   /* at->softcap: 0, or c of the scores c * tanh(s / c) */
+  int kmax;    /* most keys a query tile sees: the scratch row length */
 };
 
 static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd,
                                        const struct kd_attn *at) {
-  KD_CHECK(at->window == 0 && at->softcap == 0.0f,
-           "attention: sliding window %d / soft cap %g not computed by this backend", at->window,
-           (double)at->softcap);
+  KD_CHECK(at->window >= 0 && at->softcap >= 0.0f && isfinite(at->softcap) && isfinite(at->scale),
+           "attention: window %d, soft cap %g, scale %g: expected window >= 0 and a finite cap "
+           ">= 0 and scale",
+           at->window, (double)at->softcap, (double)at->scale);
   KD_CHECK(nkv > 0 && nh % nkv == 0, "attention: %d q heads not a multiple of %d kv heads", nh,
            nkv);
-  struct att_shape s = {B,        T,        nh,
-                        nkv,      hd,       (nh + 2 * nkv) * hd,
-                        nh * hd,  nh / nkv, (T + ATT_TILE - 1) / ATT_TILE,
-                        at->scale};
+  /* a tile's rows t0 .. t0+63 see keys t0-w+1 .. t0+63: at most w + 63 of them */
+  int w = at->window, kmax = w > 0 && w + ATT_TILE - 1 < T ? w + ATT_TILE - 1 : T;
+  struct att_shape s = {B,         T,          nh,
+                        nkv,       hd,         (nh + 2 * nkv) * hd,
+                        nh * hd,   nh / nkv,   (T + ATT_TILE - 1) / ATT_TILE,
+                        at->scale, at->window, at->softcap,
+                        kmax};
   return s;
 }
 
-/* One forward tile: rows t0 .. t0+m-1 of q head h in sequence b; S is ATT_TILE x T
+/* The keys of a query tile of m rows starting at t0: k0 .. k0+nk-1, every key some row of
+ * the tile sees (with a window, the first row's first key starts the range). */
+static int att_first_key(const struct att_shape *s, int t0) {
+  return s->window > 0 && t0 - s->window + 1 > 0 ? t0 - s->window + 1 : 0;
+}
+
+/* The columns of tile row i (query t0 + i) that it sees, among the keys from k0: lo .. hi-1.
+ * The mask is transformers' sliding-window causal mask (masking_utils.py of transformers
+ * 5.23: causal_mask_function `kv_idx <= q_idx` and sliding_window_overlay `kv_idx > q_idx -
+ * sliding_window`), so query t sees keys t-w+1 .. t; the rows of one tile start at
+ * different keys. */
+static void att_row_keys(const struct att_shape *s, int t0, int k0, int i, int *lo, int *hi) {
+  int t = t0 + i, first = s->window > 0 && t - s->window + 1 > 0 ? t - s->window + 1 : 0;
+  *lo = first - k0;
+  *hi = t + 1 - k0;
+}
+
+/* The soft cap of one row of scaled scores: s := c tanh(s / c). */
+static void att_cap_row(float *restrict row, int n, float cap) {
+  float inv = 1.0f / cap;
+  for (int j = 0; j < n; j++)
+    row[j] = cap * tanhf(row[j] * inv);
+}
+
+/* One forward tile: rows t0 .. t0+m-1 of q head h in sequence b; S is ATT_TILE x kmax
  * scratch; rnd: round the output to BF16. */
 KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float *qkv,
                                             const struct att_shape *s, int b, int h, int t0,
                                             float *S, int rnd) {
-  int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE, nk = t0 + m;
+  int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE;
+  int k0 = att_first_key(s, t0), nk = t0 + m - k0;
   const float *q = qkv + ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
-  const float *k = qkv + (size_t)b * s->T * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
+  const float *k = qkv + ((size_t)b * s->T + k0) * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
   const float *v = k + (size_t)s->nkv * s->hd;
   float *l = lse + ((size_t)b * s->nh + h) * s->T + t0;
   att_gemm(0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, S, nk);
   for (int i = 0; i < m; i++) {
     float *restrict row = S + (size_t)i * nk;
-    int nv = t0 + i + 1; /* causal: keys 0 .. t0+i */
+    int lo, hi;
+    att_row_keys(s, t0, k0, i, &lo, &hi);
+    if (s->cap > 0.0f) att_cap_row(row + lo, hi - lo, s->cap);
     float mx = -INFINITY, sum = 0.0f;
 #pragma omp simd reduction(max : mx)
-    for (int j = 0; j < nv; j++)
+    for (int j = lo; j < hi; j++)
       mx = row[j] > mx ? row[j] : mx;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < nv; j++) {
+    for (int j = lo; j < hi; j++) {
       row[j] = cpu_expf(row[j] - mx);
       sum += row[j];
     }
     float inv = 1.0f / sum;
 #pragma omp simd
-    for (int j = 0; j < nv; j++)
+    for (int j = lo; j < hi; j++)
       row[j] *= inv;
-    for (int j = nv; j < nk; j++)
+    for (int j = 0; j < lo; j++)
+      row[j] = 0.0f;
+    for (int j = hi; j < nk; j++)
       row[j] = 0.0f;
     l[i] = mx + logf(sum);
   }
@@ -103,11 +142,11 @@ static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse,
   int nt = omp_get_max_threads();
   if (njob < nt) nt = (int)njob;
   if (nt < 1) return;
-  float *scr = cpu_scratch_alloc(be, (size_t)nt * ATT_TILE * T * sizeof(float));
+  float *scr = cpu_scratch_alloc(be, (size_t)nt * ATT_TILE * s.kmax * sizeof(float));
   const int rnd = be->bf16;
 #pragma omp parallel num_threads(nt)
   {
-    float *S = scr + (size_t)omp_get_thread_num() * ATT_TILE * T;
+    float *S = scr + (size_t)omp_get_thread_num() * ATT_TILE * s.kmax;
     /* largest (latest) tiles first within each head for load balance */
 #pragma omp for schedule(dynamic)
     for (long job = 0; job < njob; job++) {
@@ -119,13 +158,17 @@ static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse,
   cpu_scratch_free(be, scr);
 }
 
-/* One backward tile of q head h in sequence b; P and dP are ATT_TILE x T scratch. */
+/* One backward tile of q head h in sequence b; P and dP are ATT_TILE x kmax scratch.
+ * With p = exp(s - lse) and D = o . dO, dL/ds = p (dP - D); with the soft cap
+ * s = c tanh(u / c) of the scaled product u = scale q.k, ds/du = 1 - tanh^2(u / c), so
+ * dL/d(q.k) = p (dP - D) (1 - tanh^2) scale. */
 static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, const float *out,
                               const float *lse, const struct att_shape *s, int b, int h, int t0,
                               float *P, float *dP) {
-  int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE, nk = t0 + m;
+  int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE;
+  int k0 = att_first_key(s, t0), nk = t0 + m - k0;
   size_t qoff = ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
-  size_t koff = (size_t)b * s->T * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
+  size_t koff = ((size_t)b * s->T + k0) * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
   size_t voff = koff + (size_t)s->nkv * s->hd;
   size_t ooff = ((size_t)b * s->T + t0) * s->ldo + (size_t)h * s->hd;
   const float *q = qkv + qoff, *k = qkv + koff, *v = qkv + voff;
@@ -144,14 +187,26 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
   }
   for (int i = 0; i < m; i++) {
     float *restrict p = P + (size_t)i * nk, *restrict dp = dP + (size_t)i * nk;
-    int nv = t0 + i + 1;
+    int lo, hi;
+    att_row_keys(s, t0, k0, i, &lo, &hi);
     float li = l[i], D = Dv[i], sc = s->scale;
+    if (s->cap > 0.0f) {
+      float c = s->cap, inv = 1.0f / c;
+      for (int j = lo; j < hi; j++) {
+        float th = tanhf(p[j] * inv);
+        p[j] = cpu_expf(c * th - li);
+        dp[j] = p[j] * (dp[j] - D) * (1.0f - th * th) * sc;
+      }
+    } else {
 #pragma omp simd
-    for (int j = 0; j < nv; j++) {
-      p[j] = cpu_expf(p[j] - li);
-      dp[j] = p[j] * (dp[j] - D) * sc;
+      for (int j = lo; j < hi; j++) {
+        p[j] = cpu_expf(p[j] - li);
+        dp[j] = p[j] * (dp[j] - D) * sc;
+      }
     }
-    for (int j = nv; j < nk; j++)
+    for (int j = 0; j < lo; j++)
+      p[j] = dp[j] = 0.0f;
+    for (int j = hi; j < nk; j++)
       p[j] = dp[j] = 0.0f;
   }
   att_gemm(0, 0, m, s->hd, nk, 1.0f, dP, nk, k, s->ld, 1.0f, dqkv + qoff, s->ld);
@@ -166,11 +221,11 @@ static void cpu_attention_backward(struct kd_backend *be, float *dqkv, const flo
   int njob = B * nkv, nt = omp_get_max_threads();
   if (njob < nt) nt = njob;
   if (nt < 1 || T < 1) return;
-  size_t per = (size_t)2 * ATT_TILE * T;
+  size_t per = (size_t)2 * ATT_TILE * s.kmax;
   float *scr = cpu_scratch_alloc(be, (size_t)nt * per * sizeof(float));
 #pragma omp parallel num_threads(nt)
   {
-    float *P = scr + (size_t)omp_get_thread_num() * per, *dP = P + (size_t)ATT_TILE * T;
+    float *P = scr + (size_t)omp_get_thread_num() * per, *dP = P + (size_t)ATT_TILE * s.kmax;
 #pragma omp for schedule(dynamic)
     for (int job = 0; job < njob; job++) {
       int b = job / nkv, kh = job % nkv;

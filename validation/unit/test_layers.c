@@ -340,9 +340,24 @@ END_TEST
 
 struct att_ctx {
   int B, T, nh, nkv, hd;
+  int window;   /* 0: every earlier key; w: keys t-w+1 .. t */
+  double scale; /* 0: 1/sqrt(hd) */
+  double cap;   /* 0: none; c: scores c tanh(s / c) */
 };
 
-/* Naive causal GQA with the full softmax; out (B*T, nh*hd) then lse (B, nh, T) if lse. */
+/* The struct kd_attn of a case; c->scale := the float scale it holds (the reference uses
+ * the same value). */
+static struct kd_attn att_of(struct att_ctx *c) {
+  struct kd_attn at = kd_attn_plain(c->hd);
+  if (c->scale > 0) at.scale = (float)c->scale;
+  at.window = c->window;
+  at.softcap = (float)c->cap;
+  c->scale = at.scale;
+  return at;
+}
+
+/* Naive causal GQA with the full softmax, over the keys each query sees (transformers'
+ * sliding-window mask: t - w < j <= t); out (B*T, nh*hd) then lse (B, nh, T) if lse. */
 static void ref_attention_lse(double *out, double *lse, const double *qkv,
                               const struct att_ctx *c) {
   int ld = (c->nh + 2 * c->nkv) * c->hd, ldo = c->nh * c->hd;
@@ -352,21 +367,25 @@ static void ref_attention_lse(double *out, double *lse, const double *qkv,
       int kh = h / (c->nh / c->nkv);
       for (int t = 0; t < c->T; t++) {
         const double *q = qkv + ((size_t)b * c->T + t) * ld + h * c->hd;
+        int j0 = 0;
+        while (c->window > 0 && !(j0 > t - c->window))
+          j0++;
         double mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= t; j++) {
+        for (int j = j0; j <= t; j++) {
           const double *k = qkv + ((size_t)b * c->T + j) * ld + (c->nh + kh) * c->hd;
           double s = 0;
           for (int d = 0; d < c->hd; d++)
             s += q[d] * k[d];
-          p[j] = s / sqrt((double)c->hd);
+          p[j] = s * c->scale;
+          if (c->cap > 0) p[j] = c->cap * tanh(p[j] / c->cap);
           mx = p[j] > mx ? p[j] : mx;
         }
-        for (int j = 0; j <= t; j++)
+        for (int j = j0; j <= t; j++)
           sum += (p[j] = exp(p[j] - mx));
         double *o = out + ((size_t)b * c->T + t) * ldo + h * c->hd;
         for (int d = 0; d < c->hd; d++) {
           double acc = 0;
-          for (int j = 0; j <= t; j++)
+          for (int j = j0; j <= t; j++)
             acc += p[j] * qkv[((size_t)b * c->T + j) * ld + (c->nh + c->nkv + kh) * c->hd + d];
           o[d] = acc / sum;
         }
@@ -380,11 +399,39 @@ static void ref_attention(double *out, const double *qkv, const void *vc) {
   ref_attention_lse(out, NULL, qkv, vc);
 }
 
+/* Forward and backward of plain causal attention (window 0) on the same inputs are bitwise
+ * those of a window w >= T. */
+static void check_window_covers_all(const struct att_ctx *c, const float *qkv, const float *out,
+                                    const float *lse, const float *R, const float *g) {
+  size_t rows = (size_t)c->B * c->T, nin = rows * (c->nh + 2 * c->nkv) * c->hd;
+  size_t no = rows * c->nh * c->hd, nl = (size_t)c->B * c->nh * c->T;
+  float *o0 = kd_malloc(no * sizeof(float)), *l0 = kd_malloc(nl * sizeof(float));
+  float *g0 = calloc(nin, sizeof(float));
+  struct kd_attn at = {(float)c->scale, 0, (float)c->cap};
+  be.attention_forward(&be, o0, l0, qkv, c->B, c->T, c->nh, c->nkv, c->hd, &at);
+  be.attention_backward(&be, g0, R, qkv, o0, l0, c->B, c->T, c->nh, c->nkv, c->hd, &at);
+  ck_assert_msg(memcmp(o0, out, no * sizeof(float)) == 0 &&
+                    memcmp(l0, lse, nl * sizeof(float)) == 0 &&
+                    memcmp(g0, g, nin * sizeof(float)) == 0,
+                "attention: window %d >= T = %d differs from plain causal", c->window, c->T);
+  free(o0), free(l0), free(g0);
+}
+
 START_TEST(test_attention) {
-  struct att_ctx shapes[5] = {
-      {2, 7, 4, 1, 2}, {1, 65, 3, 3, 4}, {2, 1, 2, 1, 8}, {1, 130, 4, 2, 8}, {2, 9, 2, 2, 16}};
-  for (int s = 0; s < 5; s++) {
+  /* B, T, nh, nkv, hd, window, scale, cap: plain causal; w = 1 (each query sees itself);
+   * windows over several 64-row tiles, not multiples of the tile (70, 37) and one that is
+   * (64); w >= T (bitwise plain causal); other scales; the soft cap with scores beyond c;
+   * GQA groups of 1, 2, 3 and 4 */
+  struct att_ctx shapes[] = {{2, 7, 4, 1, 2, 0, 0, 0},        {1, 65, 3, 3, 4, 0, 0, 0},
+                             {2, 1, 2, 1, 8, 0, 0, 0},        {1, 130, 4, 2, 8, 0, 0, 0},
+                             {2, 9, 2, 2, 16, 0, 0, 0},       {2, 7, 4, 1, 2, 1, 0, 0},
+                             {2, 100, 4, 1, 2, 1, 0, 0},      {1, 200, 4, 2, 8, 70, 0, 0},
+                             {1, 200, 2, 1, 8, 64, 0.3, 0},   {1, 130, 4, 2, 8, 130, 0, 0},
+                             {1, 130, 4, 2, 8, 500, 0.2, 0},  {2, 9, 2, 2, 16, 0, 0.6, 1.5},
+                             {1, 150, 6, 2, 4, 37, 0.8, 2.0}, {1, 70, 2, 2, 8, 70, 1.1, 3.0}};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
     struct att_ctx c = shapes[s];
+    const struct kd_attn at = att_of(&c);
     size_t rows = (size_t)c.B * c.T, nin = rows * (c.nh + 2 * c.nkv) * c.hd;
     size_t no = rows * c.nh * c.hd, nl = (size_t)c.B * c.nh * c.T;
     float *qkv = frand(nin), *out = frand(no), *lse = frand(nl), *R = frand(no);
@@ -393,16 +440,18 @@ START_TEST(test_attention) {
     double *ref = kd_malloc(no * sizeof(double)), *lref = kd_malloc(nl * sizeof(double));
     ref_attention_lse(ref, lref, qd, &c);
     arena_reset_peaks(&be.arena);
-    const struct kd_attn at = kd_attn_plain(c.hd);
     be.attention_forward(&be, out, lse, qkv, c.B, c.T, c.nh, c.nkv, c.hd, &at);
     check_fwd("attention", out, ref, no);
     check_fwd("attention lse", lse, lref, nl);
     be.attention_backward(&be, g, R, qkv, out, lse, c.B, c.T, c.nh, c.nkv, c.hd, &at);
-    /* scratch: never a T x T matrix, at most two 64 x T tiles per thread, all freed */
-    size_t tile_bytes = (size_t)2 * 64 * c.T * sizeof(float);
+    /* scratch: never a T x T matrix, at most two 64 x T tiles per thread, 64 x (w + 64)
+     * with a window w; all freed */
+    size_t keys = c.window > 0 && c.window + 64 < c.T ? (size_t)c.window + 64 : (size_t)c.T;
+    size_t tile_bytes = (size_t)2 * 64 * keys * sizeof(float);
     ck_assert_uint_le(be.arena.peak[KD_MEM_SCRATCH], (size_t)omp_get_max_threads() * tile_bytes);
     ck_assert_uint_eq(be.arena.live[KD_MEM_SCRATCH], 0);
     check_grad("attention", ref_attention, &c, qd, nin, Rd, no, g, 0, nin);
+    if (c.window >= c.T) check_window_covers_all(&c, qkv, out, lse, R, g);
     memcpy(g1, g, nin * sizeof(float));
     be.attention_backward(&be, g, R, qkv, out, lse, c.B, c.T, c.nh, c.nkv, c.hd, &at);
     check_doubled("attention", g, g1, nin);
@@ -486,6 +535,9 @@ START_TEST(test_bf16_outputs) {
   for (size_t i = 0; i < (size_t)B * nh * T; i++)
     lse_exact &= lse[i] == kd_round_bf16(lse[i]);
   ck_assert_msg(!lse_exact, "lse must stay FP32");
+  const struct kd_attn atw = {0.4f, 3, 2.0f}; /* a window and a soft cap round the same way */
+  b16.attention_forward(&b16, o, lse, qkv, B, T, nh, nkv, hd, &atw);
+  assert_bf16("attention (window, soft cap)", o, N * C);
   b16.swiglu_forward(&b16, o, x, N, C / 2);
   assert_bf16("swiglu", o, N * C / 2);
   /* the FP32 backend beside it keeps its own precision (no state shared between them) */
