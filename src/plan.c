@@ -134,6 +134,7 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
         2 * N * ((size_t)cfg->student.hidden_size + (live ? (size_t)cfg->teacher.hidden_size : 0)) *
         4;
   if (s.d.has_head) {
+    const int capped = cfg->student.final_logit_softcapping > 0;
     size_t chunk;
     if (cfg->loss_chunk_tokens > 0) {
       chunk = (size_t)cfg->loss_chunk_tokens;
@@ -142,12 +143,13 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
       chunk = loss_chunk_from_budget(cfg->mem_budget_mb == 0 ? (size_t)1 << 30
                                      : budget > before       ? budget - before
                                                              : 0,
-                                     N, cfg->student.vocab_size, distill);
+                                     N, cfg->student.vocab_size, distill, capped);
     }
     if (chunk > N) chunk = N;
     struct loss_vocab voc;
     loss_vocab_slice(&voc, Vs, vc, tp, tp_rank);
-    bytes[KD_MEM_LOSS] = loss_buffer_bytes(chunk, N, &voc, distill, (float)cfg->loss_temperature);
+    bytes[KD_MEM_LOSS] =
+        loss_buffer_bytes(chunk, N, &voc, distill, (float)cfg->loss_temperature, capped);
   }
 }
 

@@ -475,7 +475,8 @@ static void test_loss(struct st *x) {
 
 /* A small Qwen2-shaped card for the training comparison; family 1: Qwen3-shaped (q/k
  * norms, no biases, head_dim apart from hidden / heads); 2: Gemma 3-shaped (q/k norms,
- * four (1 + w) norms per layer, GeGLU, scaled embedding, query_pre_attn_scalar). */
+ * four (1 + w) norms per layer, GeGLU, scaled embedding, query_pre_attn_scalar, soft-capped
+ * final logits). */
 static struct kd_card selftest_card(int teacher, int family) {
   const int qwen3 = family > 0;
   struct kd_card c;
@@ -504,6 +505,7 @@ static struct kd_card selftest_card(int teacher, int family) {
     c.rope_local_base_freq = 10000.0;
     c.rope_theta = 1e6;
     c.tie_word_embeddings = 1;
+    c.final_logit_softcapping = teacher ? 8.0 : 5.0; /* Gemma 2's, on the loss's logits */
   }
   return c;
 }
@@ -539,7 +541,10 @@ static void train_two_steps(struct kd_backend *be, int bf16, int family, double 
     const struct loss_vocab voc = {0, cs.vocab_size, cs.vocab_size, 0};
     const struct loss_student ls = {sa.hn, s.pw.head, cs.hidden_size, sa.dhn, s.pg.head};
     const struct loss_teacher lt = {ta.hn, t.pw.head, t.pw.head16, ct.hidden_size};
-    loss_chunked(be, &spec, &sums, &ls, &lt, labels, N, &voc, 40, 1.0f / (float)N, MPI_COMM_SELF);
+    const struct loss_caps caps = {(float)cs.final_logit_softcapping,
+                                   (float)ct.final_logit_softcapping};
+    loss_chunked_capped(be, &spec, &sums, &ls, &lt, labels, N, &voc, 40, 1.0f / (float)N,
+                        MPI_COMM_SELF, &caps);
     layers_backward(be, &s, &sa);
     loss[step] = (spec.alpha * sums.kd + (1.0 - spec.alpha) * sums.ce) / (double)N;
     const float b1 = 0.9f, b2 = 0.95f;
