@@ -267,7 +267,8 @@ static int read_head_dim(const struct rd *r, const struct hf_arch *a, struct kd_
 }
 
 /* Gemma 3's own keys (Gemma3TextConfig's defaults when absent): the activation, the score
- * scale, the soft caps (null: none), and the sliding-window layers' RoPE base, from
+ * scale, the final logits' soft cap (null: none; the attention scores' cap, which
+ * transformers' Gemma 3 reads but never applies, must be null), and the sliding-window layers' RoPE base, from
  * transformers 5's rope_parameters.sliding_attention (the default rule only) or 4's
  * rope_local_base_freq. */
 static int read_gemma(const struct rd *r, struct kd_card *c) {
@@ -279,7 +280,9 @@ static int read_gemma(const struct rd *r, struct kd_card *c) {
     return refuse(r, "use_bidirectional_attention", v, "kdtrain computes causal attention only");
   int st = get_real(r, r->o, "query_pre_attn_scalar", 256.0, &c->query_pre_attn_scalar);
   if (!st) st = get_real(r, r->o, "final_logit_softcapping", 0.0, &c->final_logit_softcapping);
-  if (!st) st = get_real(r, r->o, "attn_logit_softcapping", 0.0, &c->attn_logit_softcapping);
+  if (!st && (v = get(r->o, "attn_logit_softcapping")))
+    return refuse(r, "attn_logit_softcapping", v,
+                  "transformers' Gemma 3 does not apply it (kdtrain would): expected null");
   if (!st) st = get_real(r, r->o, "rope_local_base_freq", 10000.0, &c->rope_local_base_freq);
   const cJSON *rp = get(r->o, "rope_parameters");
   const cJSON *sl = rp && cJSON_IsObject(rp) ? get(rp, "sliding_attention") : NULL;

@@ -14,6 +14,14 @@ tokenizer trained here with `tokenizers` on the KJV corpus and saved beside them
            and the attention factor 0.1 ln 4 + 1), 120 positions
   qwen3    untied, head_dim 24 (hidden 64 / 4 heads would be 16), GQA 4/2, q/k norms
   qwen3_tied  tied, head_dim 32, GQA 4/1
+  gemma3   Gemma3ForCausalLM: 4 layers (sliding, sliding, full, sliding) with a window of
+           16 on 40 positions, head_dim 24 (hidden 64 / 4 heads would be 16),
+           query_pre_attn_scalar 20, linear RoPE (factor 4) on the full layer and a
+           local base on the others, GeGLU, (1 + w) norms with random weights, tied
+  gemma3_cap  the same with final_logit_softcapping 3 (Gemma 2's cap on the logits)
+  gemma3_mm   Gemma3ForConditionalGeneration with a tiny vision tower: its text model is
+           imported (the vision tower and projector left out, and said so), its logits on
+           text are the multimodal model's
 
 For each: `kdconvert from-hf`, kdtrain's logits (`kdlogits`) against transformers' in
 fp32 (max |diff| / max |logit| below 1e-4), the tokenizer files stored byte for byte in
@@ -33,8 +41,10 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
-from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen3Config)
+from transformers import (AutoModelForCausalLM, AutoTokenizer, Gemma3Config,
+                          Gemma3ForConditionalGeneration, Gemma3TextConfig, LlamaConfig,
+                          MistralConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen3Config,
+                          SiglipVisionConfig)
 
 TOL = 1e-4
 # the RoPE scaling cases: Llama models whose rules change every band at 120 positions
@@ -212,6 +222,77 @@ def case(conv, kdlogits, work, kind, tokenizer, log):
     return max(r1, 0.0), src
 
 
+GEMMA = ("gemma3", "gemma3_cap", "gemma3_mm")
+
+
+def make_gemma(kind, vocab):
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=160, num_hidden_layers=4,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                query_pre_attn_scalar=20, max_position_embeddings=128, rms_norm_eps=1e-6,
+                sliding_window=16, tie_word_embeddings=True,
+                layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                             "sliding_attention"],
+                rope_parameters={
+                    "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                final_logit_softcapping=3.0 if kind == "gemma3_cap" else None)
+    if kind == "gemma3_mm":
+        vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                    num_attention_heads=2, image_size=28, patch_size=14)
+        cfg = Gemma3Config(text_config=Gemma3TextConfig(**text), vision_config=vision,
+                           mm_tokens_per_image=4)
+        model = Gemma3ForConditionalGeneration(cfg).eval()
+    else:
+        model = AutoModelForCausalLM.from_config(Gemma3TextConfig(**text)).eval()
+    with torch.no_grad():  # transformers zero-initialises the (1 + w) norms
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def gemma_case(conv, kdlogits, work, kind, tokenizer, log):
+    """Gemma 3: from-hf, the logits, to-hf (a Gemma3ForCausalLM) with the same logits."""
+    torch.manual_seed({"gemma3": 7, "gemma3_cap": 8, "gemma3_mm": 9}[kind])
+    model = make_gemma(kind, len(tokenizer))
+    src = os.path.join(work, f"hf_{kind}")
+    model.save_pretrained(src)
+    tokenizer.save_pretrained(src)
+    h5 = os.path.join(work, f"{kind}.h5")
+    out = run([conv, "from-hf", src, h5], log)
+    if kind == "gemma3_mm":
+        assert "importing its text model only" in out and "model.language_model." in out, out
+        print(f"{kind}: {out.splitlines()[0]}")
+    ids = torch.randint(0, len(tokenizer), (3, 40))
+    kd = logits_of(kdlogits, h5, ids, work, kind, log)
+    with torch.no_grad():
+        ref = model(input_ids=ids).logits
+    assert kd.shape == ref.shape, (kd.shape, ref.shape)
+    r1 = rel(kd, ref)
+    print(f"{kind}: kdtrain vs transformers logits (fp32, {tuple(ref.shape)}): {r1:.3e}")
+    assert r1 < TOL, f"{kind}: logits differ by {r1:.3e} > {TOL}"
+
+    back = os.path.join(work, f"hf_back_{kind}")
+    run([conv, "to-hf", h5, back], log)
+    again = AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32).eval()
+    assert type(again).__name__ == "Gemma3ForCausalLM", type(again)
+    b = load_file(os.path.join(back, "model.safetensors"))
+    a = model.state_dict()
+    if kind == "gemma3_mm":  # the text model under its language-model prefix
+        pre = "model.language_model."
+        a = {"model." + k[len(pre):]: v for k, v in a.items() if k.startswith(pre)}
+    a.pop("lm_head.weight", None)  # tied: kdtrain stores only the embedding
+    assert set(a) == set(b), sorted(set(a) ^ set(b))
+    for k in a:
+        assert torch.equal(a[k].float(), b[k]), k
+    with torch.no_grad():
+        r2 = rel(again(ids).logits, ref)
+    print(f"{kind}: {len(a)} tensors bit for bit after HF -> kdtrain -> HF; the reloaded "
+          f"Gemma3ForCausalLM's logits: {r2:.3e}")
+    assert r2 == 0.0
+    return r1
+
+
 def refusals(conv, work, src, log):
     """config.json values kdtrain does not compute: exit 2 naming key and value."""
     base = json.load(open(os.path.join(src, "config.json")))
@@ -264,6 +345,8 @@ def main():
     for kind in ("qwen2", "llama", "mistral", "llama3", "yarn", "qwen3", "qwen3_tied"):
         r, s = case(conv, kdlogits, work, kind, tokenizer, log)
         worst, src = max(worst, r), src or s
+    for kind in GEMMA:
+        worst = max(worst, gemma_case(conv, kdlogits, work, kind, tokenizer, log))
     refusals(conv, work, src, log)
     print(f"hf round trip passed (worst logits relative difference {worst:.3e})")
 
