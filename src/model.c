@@ -204,8 +204,10 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   mdl->head_dim = hd;
   mdl->rope = rope_of_card(card, hd);
   mdl->attn = kd_calloc((size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1), sizeof *mdl->attn);
-  for (int i = 0; i < mdl->nlayers; i++)
+  for (int i = 0; i < mdl->nlayers; i++) {
     mdl->attn[i] = kd_attn_plain(hd);
+    mdl->attn[i].window = card_layer_window(card, mdl->layer0 + i);
+  }
   mdl->heads = nh / tp;
   const int kv_split = nkv % tp == 0;
   const int kv_rep = kv_split ? 1 : tp / nkv; /* ranks sharing one kv head */

@@ -219,7 +219,7 @@ static int read_window(const struct rd *r, const struct hf_arch *a, const struct
   if (lt && !cJSON_IsArray(lt)) return refuse(r, "layer_types", lt, "expected a list");
   int i = 0;
   cJSON_ArrayForEach(e, lt) {
-    if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
+    if (!cJSON_IsString(e) || words_find(KD_LAYER_TYPE_WORDS, e->valuestring) != KD_LAYER_FULL) {
       char k[64];
       snprintf(k, sizeof k, "layer_types[%d]", i);
       return refuse(r, k, e, "kdtrain computes full attention in every layer");
