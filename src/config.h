@@ -10,7 +10,8 @@
 
 #define KD_PATH_MAX 512
 #define KD_WORD_MAX 32
-#define KD_DATA_MAX 16 /* most training files of a blend */
+#define KD_DATA_MAX 16    /* most training files of a blend */
+#define KD_LAYERS_MAX 512 /* most entries of a card's layer_types */
 
 /* A model card (&model group of mod/NAME.nml); keys are Hugging Face config.json keys. */
 struct kd_card {
@@ -29,6 +30,12 @@ struct kd_card {
   enum kd_act hidden_activation;
   double query_pre_attn_scalar, rope_local_base_freq;
   double final_logit_softcapping, attn_logit_softcapping;
+  /* Sliding-window attention (config.json's keys; card_layer_window says what they mean
+   * together): the window in tokens (0: none), Qwen2/Qwen3's switch and first windowed
+   * layer, and the attention kind of each layer (n_layer_types 0: not given) */
+  int sliding_window, use_sliding_window, max_window_layers;
+  enum kd_layer_type layer_types[KD_LAYERS_MAX];
+  int n_layer_types;
   /* RoPE scaling (config.json's rope_parameters / rope_scaling; rope.c): the rule and its
    * parameters; 0 for original_max_position_embeddings, attention_factor, mscale and
    * mscale_all_dim means not given (transformers 5's defaults apply) */
@@ -56,6 +63,13 @@ static inline int card_qk_norm(const struct kd_card *c) {
 static inline int card_gemma(const struct kd_card *c) {
   return c->arch == KD_ARCH_GEMMA3;
 }
+
+/* The sliding window of global layer `layer` of a card (tokens; 0: full causal attention),
+ * as transformers 5 reads the config: qwen2 / qwen3 have a window only with
+ * use_sliding_window, in the layers that layer_types marks 'sliding_attention', or without
+ * layer_types in the layers from max_window_layers on; llama (Mistral) has sliding_window,
+ * when given, in every layer (or in the layers layer_types marks). */
+int card_layer_window(const struct kd_card *c, int layer);
 
 struct kd_config {
   char source[KD_PATH_MAX]; /* the input file */

@@ -206,8 +206,10 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   mdl->head_dim = hd;
   mdl->rope = rope_of_card(card, hd);
   mdl->attn = kd_calloc((size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1), sizeof *mdl->attn);
-  for (int i = 0; i < mdl->nlayers; i++)
+  for (int i = 0; i < mdl->nlayers; i++) {
     mdl->attn[i] = kd_attn_plain(hd);
+    mdl->attn[i].window = card_layer_window(card, mdl->layer0 + i);
+  }
   if (card_gemma(card)) { /* query_pre_attn_scalar^-1/2 as Python computes it, then FP32 */
     mdl->rope_local = kd_rope_plain((float)card->rope_local_base_freq);
     for (int i = 0; i < mdl->nlayers; i++) {

@@ -136,6 +136,14 @@ enum kd_rope_type { KD_ROPE_TYPE_LIST(KD_WORD_ENUM) KD_ROPE_N };
 #define KD_ROPE_TYPE_WORDS KD_WORDS_OF(KD_ROPE_TYPE_LIST)
 extern const char *const kd_rope_type_names[KD_ROPE_N];
 
+/* &model layer_types of a model card (config.json's attention kind of each layer) */
+#define KD_LAYER_TYPE_LIST(X)                                                                      \
+  X(KD_LAYER_FULL, "full_attention")                                                               \
+  X(KD_LAYER_SLIDING, "sliding_attention")
+enum kd_layer_type { KD_LAYER_TYPE_LIST(KD_WORD_ENUM) KD_LAYER_TYPE_N };
+#define KD_LAYER_TYPE_WORDS KD_WORDS_OF(KD_LAYER_TYPE_LIST)
+extern const char *const kd_layer_type_names[KD_LAYER_TYPE_N];
+
 /* Index of `word` in the '|' list `words`, -1 when it is not there. */
 int words_find(const char *words, const char *word);
 

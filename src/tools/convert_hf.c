@@ -369,6 +369,8 @@ int convert_to_hf(const char *in, const char *dir, int64_t max_shard) {
   struct kd_card card;
   char err[ERRLEN];
   if (weights_read_card(in, &card, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
+  char *cfg = hfconfig_write(&card, err, sizeof err); /* refused before anything is written */
+  if (!cfg) kd_fail(KD_EXIT_INPUT, "%s: %s", in, err);
   struct kd_model m;
   model_build(&m, &be, &card, MODEL_TABLE);
   struct weights_io io;
@@ -406,7 +408,6 @@ int convert_to_hf(const char *in, const char *dir, int64_t max_shard) {
   st = weights_close(&io, st, err, sizeof err);
   if (st) kd_fail(st, "%s", err);
   if (nshards > 1) write_index(dir, x, n, nshards);
-  char *cfg = hfconfig_write(&card);
   write_text(dir, "config.json", cfg);
   free(cfg);
   int ntok = 0;

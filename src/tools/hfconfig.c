@@ -223,30 +223,121 @@ static int read_rope(const struct rd *r, struct kd_card *c) {
   return st;
 }
 
-/* Sliding-window attention must be off for every layer. */
-static int read_window(const struct rd *r, const struct hf_arch *a, const struct kd_card *c) {
-  const cJSON *v = get(r->o, "use_sliding_window");
-  if (v && !cJSON_IsBool(v)) return refuse(r, "use_sliding_window", v, "expected true or false");
-  if (a->window_flag && cJSON_IsTrue(v))
-    return refuse(r, "use_sliding_window", v,
-                  "sliding-window attention is not computed by kdtrain");
+/* transformers' default window of the model_types that have one (sliding_window absent;
+ * JSON null: none) */
+#define HF_WINDOW_DEFAULT 4096
+
+/* layer_types of config.json into the card (absent: none), one known word per layer. */
+static int read_layer_types(const struct rd *r, struct kd_card *c) {
   const cJSON *lt = get(r->o, "layer_types"), *e;
-  if (lt && !cJSON_IsArray(lt)) return refuse(r, "layer_types", lt, "expected a list");
+  if (!lt) return 0;
+  if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->num_hidden_layers) {
+    char why[96];
+    snprintf(why, sizeof why, "expected a list of num_hidden_layers = %d layer types",
+             c->num_hidden_layers);
+    return refuse(r, "layer_types", lt, why);
+  }
+  if (c->num_hidden_layers > KD_LAYERS_MAX)
+    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"),
+                  "kdtrain's layer_types holds at most 512 layers");
   int i = 0;
   cJSON_ArrayForEach(e, lt) {
-    if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
+    const int w = cJSON_IsString(e) ? words_find(KD_LAYER_TYPE_WORDS, e->valuestring) : -1;
+    if (w < 0) {
       char k[64];
       snprintf(k, sizeof k, "layer_types[%d]", i);
-      return refuse(r, k, e, "kdtrain computes full attention in every layer");
+      return refuse(r, k, e, "kdtrain computes \"full_attention\" and \"sliding_attention\"");
     }
-    i++;
+    c->layer_types[i++] = (enum kd_layer_type)w;
   }
-  const cJSON *w = get(r->o, "sliding_window");
-  if (a->window_size && w && !(cJSON_IsNumber(w) && w->valuedouble >= c->max_position_embeddings))
-    return refuse(r, "sliding_window", w,
-                  "sliding-window attention is not computed by kdtrain (null, or a window of "
-                  "at least max_position_embeddings, is)");
+  c->n_layer_types = i;
   return 0;
+}
+
+/* The first layer whose type in the card's layer_types differs from what the other window
+ * keys give it without them, or -1. */
+static int layer_types_differ(const struct kd_card *c) {
+  struct kd_card d = *c;
+  d.n_layer_types = 0;
+  for (int l = 0; l < c->n_layer_types; l++)
+    if ((c->layer_types[l] == KD_LAYER_SLIDING) != (card_layer_window(&d, l) > 0)) return l;
+  return -1;
+}
+
+/* Sliding-window attention as transformers 5 reads it: qwen2 / qwen3 keep sliding_window
+ * only with use_sliding_window and mark the layers from max_window_layers on, unless
+ * layer_types marks them; mistral has sliding_window in every layer (its layer_types is
+ * ignored by transformers: refused unless it says the same); llama has no window (a
+ * sliding layer refused). sliding_window absent: transformers' default 4096; null: none. */
+static int read_window(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
+  const cJSON *use = get(r->o, "use_sliding_window");
+  if (use && !cJSON_IsBool(use))
+    return refuse(r, "use_sliding_window", use, "expected true or false");
+  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r->o, "sliding_window");
+  int w = 0;
+  if ((a->window_flag || a->window_size) && !sw) w = HF_WINDOW_DEFAULT;
+  if ((a->window_flag || a->window_size) && sw && !cJSON_IsNull(sw)) {
+    if (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble) || sw->valuedouble < 1 ||
+        sw->valuedouble > 2147483647.0)
+      return refuse(r, "sliding_window", sw, "expected a window of at least 1 token, or null");
+    w = (int)sw->valuedouble;
+  }
+  if (a->window_flag) { /* qwen2 / qwen3: the window only with the switch */
+    if (!cJSON_IsTrue(use)) w = 0;
+    c->use_sliding_window = w > 0;
+    const cJSON *m = get(r->o, "max_window_layers");
+    if (m && (!cJSON_IsNumber(m) || m->valuedouble != floor(m->valuedouble) || m->valuedouble < 0 ||
+              m->valuedouble > 2147483647.0))
+      return refuse(r, "max_window_layers", m, "expected a layer index (an integer >= 0)");
+    c->max_window_layers = m ? (int)m->valuedouble : 28;
+  }
+  c->sliding_window = w;
+  int st = read_layer_types(r, c);
+  if (st || !c->n_layer_types) return st;
+  char k[64];
+  for (int l = 0; l < c->n_layer_types; l++)
+    if (c->layer_types[l] == KD_LAYER_SLIDING && !card_layer_window(c, l)) {
+      snprintf(k, sizeof k, "layer_types[%d]", l);
+      return refuse(r, k, cJSON_GetArrayItem(get(r->o, "layer_types"), l),
+                    a->window_flag
+                        ? "a sliding layer without a window (use_sliding_window is not true or "
+                          "sliding_window is null): transformers cannot build its mask"
+                    : a->window_size ? "a sliding layer without a window (sliding_window is null)"
+                                     : "kdtrain computes full attention in every layer of a llama "
+                                       "model (transformers' Llama has no window)");
+    }
+  const int l = layer_types_differ(c);
+  if (!a->window_flag && l >= 0) {
+    snprintf(k, sizeof k, "layer_types[%d]", l);
+    return refuse(r, k, cJSON_GetArrayItem(get(r->o, "layer_types"), l),
+                  "transformers' Mistral gives every layer the window sliding_window and ignores "
+                  "layer_types; expected the same type in every layer");
+  }
+  if (l < 0) c->n_layer_types = 0; /* says what the other keys say: the card stays short */
+  return 0;
+}
+
+/* Gemma 3's windows as transformers 5 reads them: sliding_window (absent: 4096) on the
+ * layers layer_types marks 'sliding_attention', or without layer_types on every layer but
+ * each sliding_window_pattern-th (default 6: five local layers, then a global one). The
+ * card keeps every layer's type. */
+static int read_gemma_window(const struct rd *r, struct kd_card *c) {
+  const cJSON *sw = get(r->o, "sliding_window");
+  if (sw && (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble) ||
+             sw->valuedouble < 1 || sw->valuedouble > 2147483647.0))
+    return refuse(r, "sliding_window", sw, "expected a window of at least 1 token");
+  c->sliding_window = sw ? (int)sw->valuedouble : HF_WINDOW_DEFAULT;
+  int st = read_layer_types(r, c);
+  if (st || c->n_layer_types) return st;
+  if (c->num_hidden_layers > KD_LAYERS_MAX)
+    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"),
+                  "kdtrain's layer_types holds at most 512 layers");
+  int pattern = 6;
+  st = get_int(r, "sliding_window_pattern", 6, &pattern);
+  for (int l = 0; l < c->num_hidden_layers && !st; l++)
+    c->layer_types[l] = (l + 1) % pattern ? KD_LAYER_SLIDING : KD_LAYER_FULL;
+  c->n_layer_types = st ? 0 : c->num_hidden_layers;
+  return st;
 }
 
 /* head_dim (the model_type's default when absent, hidden_size / num_attention_heads when
@@ -268,9 +359,9 @@ static int read_head_dim(const struct rd *r, const struct hf_arch *a, struct kd_
 
 /* Gemma 3's own keys (Gemma3TextConfig's defaults when absent): the activation, the score
  * scale, the final logits' soft cap (null: none; the attention scores' cap, which
- * transformers' Gemma 3 reads but never applies, must be null), and the sliding-window layers' RoPE base, from
- * transformers 5's rope_parameters.sliding_attention (the default rule only) or 4's
- * rope_local_base_freq. */
+ * transformers' Gemma 3 reads but never applies, must be null), and the sliding-window
+ * layers' RoPE base, from transformers 5's rope_parameters.sliding_attention (the default
+ * rule only) or 4's rope_local_base_freq. */
 static int read_gemma(const struct rd *r, struct kd_card *c) {
   const cJSON *v = get(r->o, "hidden_activation");
   if (v && !(cJSON_IsString(v) && !strcmp(v->valuestring, "gelu_pytorch_tanh")))
@@ -413,7 +504,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
                     "this attention bias includes o_proj, which kdtrain does not compute");
     }
   }
-  if (!st) st = read_window(&r, a, c);
+  if (!st) st = a->arch == KD_ARCH_GEMMA3 ? read_gemma_window(&r, c) : read_window(&r, a, c);
   if (!st) st = read_fixed(&r, a, x);
   cJSON_Delete(o);
   return st;
@@ -442,11 +533,30 @@ static void write_rope(cJSON *rp, const struct kd_card *c) {
   if (c->mscale_all_dim > 0) cJSON_AddNumberToObject(rp, "mscale_all_dim", c->mscale_all_dim);
 }
 
-char *hfconfig_write(const struct kd_card *c) {
+char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
   const struct hf_arch *a = &archs[0];
   while (a->arch != c->arch && a + 1 < archs + NARCHS)
     a++;
   const int qwen = a->arch == KD_ARCH_QWEN2 || a->arch == KD_ARCH_QWEN3; /* their config keys */
+  int window = 0, mixed = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    const int w = card_layer_window(c, l);
+    mixed |= l > 0 && w != window;
+    window = w;
+  }
+  if (a->arch == KD_ARCH_LLAMA &&
+      (mixed || window)) { /* a window in a llama card: transformers' Mistral */
+    a = &archs[0];
+    while (strcmp(a->model_type, "mistral"))
+      a++;
+    if (mixed) {
+      kd_seterr(err, errlen,
+                "the card's sliding window differs between layers (layer_types); transformers' "
+                "Llama has no window and its Mistral one window in every layer: no config.json "
+                "of model_type llama or mistral computes this model");
+      return NULL;
+    }
+  }
   cJSON *o = cJSON_CreateObject();
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
   cJSON_AddItemToArray(arch, cJSON_CreateString(a->architecture));
@@ -491,10 +601,30 @@ char *hfconfig_write(const struct kd_card *c) {
     else
       cJSON_AddNullToObject(o, "attn_logit_softcapping");
     cJSON_AddBoolToObject(o, "use_bidirectional_attention", 0);
-  } else if (qwen) {
-    cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+    if (c->sliding_window > 0)
+      cJSON_AddNumberToObject(o, "sliding_window", c->sliding_window);
+    else
+      cJSON_AddNullToObject(o, "sliding_window");
+  } else if (qwen) { /* as transformers 5 writes them: the window null without the switch */
+    const int on = c->use_sliding_window && c->sliding_window > 0;
+    cJSON_AddBoolToObject(o, "use_sliding_window", on);
+    if (on)
+      cJSON_AddNumberToObject(o, "sliding_window", c->sliding_window);
+    else
+      cJSON_AddNullToObject(o, "sliding_window");
+    cJSON_AddNumberToObject(o, "max_window_layers", c->max_window_layers);
+  } else if (window) {
+    cJSON_AddNumberToObject(o, "sliding_window", window);
+  } else if (a->window_size) {
     cJSON_AddNullToObject(o, "sliding_window");
-    cJSON_AddNumberToObject(o, "max_window_layers", c->num_hidden_layers);
+  }
+  if (qwen || gemma) { /* every layer's type */
+    cJSON *lt = cJSON_AddArrayToObject(o, "layer_types");
+    for (int l = 0; l < c->num_hidden_layers; l++)
+      cJSON_AddItemToArray(
+          lt,
+          cJSON_CreateString(
+              kd_layer_type_names[card_layer_window(c, l) > 0 ? KD_LAYER_SLIDING : KD_LAYER_FULL]));
   }
   if (a->bias_key) cJSON_AddBoolToObject(o, "attention_bias", c->attention_bias);
   if (a->arch == KD_ARCH_LLAMA) cJSON_AddBoolToObject(o, "mlp_bias", 0);

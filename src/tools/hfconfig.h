@@ -22,7 +22,9 @@ struct hf_extra {
 int hfconfig_read(struct kd_card *card, struct hf_extra *extra, const char *dir, char *err,
                   size_t errlen);
 
-/* The config.json text for `card` (float32 weights); the caller frees it. */
-char *hfconfig_write(const struct kd_card *card);
+/* The config.json text for `card` (float32 weights); the caller frees it. NULL, with why in
+ * `err`, for a card no supported model_type computes (a llama card whose window differs
+ * between layers; one window in every layer is written as model_type mistral). */
+char *hfconfig_write(const struct kd_card *card, char *err, size_t errlen);
 
 #endif
