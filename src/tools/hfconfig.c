@@ -510,6 +510,14 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   return st;
 }
 
+/* key = v written as a real (3.0, not 3): transformers' strict configs type-check floats. */
+static void add_real(cJSON *o, const char *key, double v) {
+  char t[64];
+  snprintf(t, sizeof t, "%.17g", v);
+  if (!strpbrk(t, ".eEn")) strcat(t, ".0"); /* n: inf, nan */
+  cJSON_AddRawToObject(o, key, t);
+}
+
 /* The RoPE dict of card `c`: its rope_type, rope_theta and the type's parameters. */
 static void write_rope(cJSON *rp, const struct kd_card *c) {
   cJSON_AddStringToObject(rp, "rope_type", kd_rope_type_names[c->rope_type]);
@@ -593,11 +601,11 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
   if (gemma) {
     cJSON_AddNumberToObject(o, "query_pre_attn_scalar", c->query_pre_attn_scalar);
     if (c->final_logit_softcapping > 0)
-      cJSON_AddNumberToObject(o, "final_logit_softcapping", c->final_logit_softcapping);
+      add_real(o, "final_logit_softcapping", c->final_logit_softcapping);
     else
       cJSON_AddNullToObject(o, "final_logit_softcapping");
     if (c->attn_logit_softcapping > 0)
-      cJSON_AddNumberToObject(o, "attn_logit_softcapping", c->attn_logit_softcapping);
+      add_real(o, "attn_logit_softcapping", c->attn_logit_softcapping);
     else
       cJSON_AddNullToObject(o, "attn_logit_softcapping");
     cJSON_AddBoolToObject(o, "use_bidirectional_attention", 0);

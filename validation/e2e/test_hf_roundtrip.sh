@@ -2,7 +2,9 @@
 # Hugging Face round trip (validation/ref/hf_roundtrip.py): kdconvert both ways with the
 # tokenizer, kdtrain's logits against transformers' within 1e-4 in fp32 for Qwen2, Llama
 # (bf16, sharded), Mistral, Llama with llama3 and yarn RoPE scaling, and Qwen3 (untied and
-# tied, head_dim apart from hidden / heads), and the config.json refusals. Needs Python with torch,
+# tied, head_dim apart from hidden / heads), Gemma 3 text (windows shorter than the sequence,
+# local and global RoPE, and with a soft cap on the logits) and the text model of a
+# multimodal Gemma 3, and the config.json refusals. Needs Python with torch,
 # transformers, tokenizers, safetensors, h5py and numpy (KD_PYTHON: make check's test
 # environment, see validation/python-env.sh): skipped (exit 77) where they are missing,
 # failed when CI is set.

@@ -45,7 +45,7 @@ import json, os, shutil, subprocess, sys, tempfile
 import h5py
 import numpy as np
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
 from transformers import (AutoModelForCausalLM, AutoTokenizer, Gemma3Config,
                           Gemma3ForConditionalGeneration, Gemma3TextConfig, LlamaConfig,
@@ -317,11 +317,25 @@ def gemma_case(conv, kdlogits, work, kind, tokenizer, log):
     tokenizer.save_pretrained(src)
     h5 = os.path.join(work, f"{kind}.h5")
     out = run([conv, "from-hf", src, h5], log)
-    if kind == "gemma3_mm":
-        assert "importing its text model only" in out and "model.language_model." in out, out
-        print(f"{kind}: {out.splitlines()[0]}")
     ids = torch.randint(0, len(tokenizer), (3, 40))
     kd = logits_of(kdlogits, h5, ids, work, kind, log)
+    if kind == "gemma3_mm":  # saved as the Hub's files are: language_model.model.*
+        assert "importing its text model only" in out and "language_model.model." in out, out
+        print(f"{kind}: {out.splitlines()[0]}")
+        # transformers 5's in-memory names (model.language_model.*) import the same
+        other = os.path.join(work, f"hf_{kind}_tf5names")
+        shutil.copytree(src, other)
+        t = load_file(os.path.join(src, "model.safetensors"))
+        renamed = {k.replace("language_model.model.", "model.language_model.", 1)
+                   .replace("language_model.lm_head.", "lm_head.", 1): v for k, v in t.items()}
+        assert any(k.startswith("model.language_model.") for k in renamed), sorted(renamed)[:5]
+        save_file(renamed, os.path.join(other, "model.safetensors"), metadata={"format": "pt"})
+        h5b = os.path.join(work, f"{kind}_tf5names.h5")
+        out = run([conv, "from-hf", other, h5b], log)
+        assert "the tensors under model.language_model." in out, out
+        kd5 = logits_of(kdlogits, h5b, ids, work, f"{kind}_tf5", log)
+        assert torch.equal(kd5, kd), "model.language_model.* names give other logits"
+        print(f"{kind}: the same tensors named model.language_model.*: the same logits")
     with torch.no_grad():
         ref = model(input_ids=ids).logits
     assert kd.shape == ref.shape, (kd.shape, ref.shape)
@@ -358,6 +372,36 @@ def gemma_case(conv, kdlogits, work, kind, tokenizer, log):
           f"Gemma3ForCausalLM's logits: {r2:.3e}")
     assert r2 == 0.0
     return r1
+
+
+def gemma_refusals(conv, work, src, log):
+    """Gemma 3 config.json values kdtrain does not compute (or transformers ignores)."""
+    base = json.load(open(os.path.join(src, "config.json")))
+    rp = base["rope_parameters"]
+    cases = [
+        ("hidden_activation", '"gelu"', {"hidden_activation": "gelu"}),
+        ("attn_logit_softcapping", "50", {"attn_logit_softcapping": 50.0}),
+        ("use_bidirectional_attention", "true", {"use_bidirectional_attention": True}),
+        ("rope_parameters.sliding_attention.rope_type", '"linear"',
+         {"rope_parameters": dict(rp, sliding_attention={"rope_type": "linear", "factor": 2.0,
+                                                         "rope_theta": 1e4})}),
+        ("layer_types[1]", '"chunked_attention"',
+         {"layer_types": ["sliding_attention", "chunked_attention", "full_attention",
+                          "sliding_attention"]}),
+        ("text_config", "(absent)", {"model_type": "gemma3",
+                                     "architectures": ["Gemma3ForConditionalGeneration"]}),
+    ]
+    for key, value, change in cases:
+        d = os.path.join(work, "refuse")
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        json.dump(dict(base, **change), open(os.path.join(d, "config.json"), "w"))
+        out = os.path.join(work, "refused.h5")
+        msg = run([conv, "from-hf", d, out], log, expect=2)
+        want = f'"{key}" = {value}'
+        assert want in msg and "config.json" in msg, f"message for {key} lacks {want!r}:\n{msg}"
+        assert not os.path.exists(out) and not os.path.exists(out + ".tmp"), "wrote output"
+        print(f"refused {key} = {value}")
 
 
 def refusals(conv, work, src, log):
@@ -427,6 +471,7 @@ def main():
         worst, src = max(worst, r), src or s
     for kind in GEMMA:
         worst = max(worst, gemma_case(conv, kdlogits, work, kind, tokenizer, log))
+    gemma_refusals(conv, work, os.path.join(work, "hf_gemma3"), log)
     refusals(conv, work, src, log)
     print(f"hf round trip passed (worst logits relative difference {worst:.3e})")
 
