@@ -7,9 +7,14 @@
  * rank's heads / intermediate slice), o_proj and down_proj row-parallel with an
  * all-reduce of their outputs; the embedding is vocabulary-parallel (all-reduce of
  * the rows). In backward the gradients w.r.t. the inputs of the column-parallel
- * projections are all-reduced. Norms run replicated on every rank; the q/k norms (qwen3)
- * on each rank's own heads, so their weight gradients are partial sums over TP (summed in
- * zero.c). */
+ * projections are all-reduced. Norms run replicated on every rank; the q/k norms (qwen3,
+ * gemma3) on each rank's own heads, so their weight gradients are partial sums over TP
+ * (summed in zero.c).
+ *
+ * Gemma 3 (card_gemma): every norm scales by 1 + w; the attention output (after o_proj and
+ * its all-reduce) and the MLP output (after down_proj and its all-reduce) are normed before
+ * their residual adds, so both are kept (ao, mo) with their rstd; the MLP is GeGLU; the
+ * embedding is scaled by sqrt(hidden_size); the sliding-window layers take the local RoPE. */
 #include "layers.h"
 
 #include <limits.h>

@@ -54,10 +54,10 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   m->has_embed = stage == 0;
   const size_t C = (size_t)d->C, QKV = (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
   const size_t emb = (size_t)m->vocab * C;
-  const size_t qkn = (d->qk_norm ? 2 * (size_t)hd : 0) /* q_norm, k_norm */
-                     + (d->gemma ? 2 * C : 0);         /* gemma3's two more norms */
+  const size_t norms = (d->qk_norm ? 2 * (size_t)hd : 0) /* q_norm, k_norm */
+                       + (d->gemma ? 2 * C : 0);         /* gemma3's two more norms */
   const size_t layer = 2 * C + QKV * C + (c->attention_bias ? QKV : 0) + C * (size_t)d->q_dim +
-                       qkn + 3 * (size_t)d->ffn * C;
+                       norms + 3 * (size_t)d->ffn * C;
   const int tied = c->tie_word_embeddings;
   m->numel = (m->has_embed || (tied && d->has_head) ? emb : 0) + (size_t)d->layers * layer +
              (d->has_head ? C + (tied ? 0 : emb) : 0);
@@ -65,7 +65,7 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   if ((size_t)d->q_dim * C > m->maxblock) /* q_proj, o_proj: head_dim apart from C / heads */
     m->maxblock = (size_t)d->q_dim * C;
   m->nvec =
-      (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0) + qkn) + (d->has_head ? C : 0);
+      (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0) + norms) + (d->has_head ? C : 0);
 }
 
 /* Weight bytes of a frozen model: FP32, or in bf16 runs packed BF16 plus the FP32 1-D
