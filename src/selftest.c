@@ -101,7 +101,7 @@ static void report(struct st *x, const char *op, double err, double tol32, doubl
   double tol = x->bf16 ? tol16 : tol32;
   int ok = err <= tol; /* NaN fails */
   if (!ok) x->nfail++;
-  if (x->print) printf("  %-30s %12.3e %11.1e   %s\n", op, err, tol, ok ? "pass" : "FAIL");
+  if (x->print) printf("  %-48s %12.3e %11.1e   %s\n", op, err, tol, ok ? "pass" : "FAIL");
 }
 
 /* Tolerances (FP32, BF16): see doc/cuda.md. */
@@ -360,15 +360,25 @@ static void test_rows(struct st *x) {
     dual_free(x, all[i]);
 }
 
-static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) {
+/* Attention at plain causal 1/sqrt(hd) when window, scale and cap are 0; else with a
+ * sliding window (window > 0), another score scale (scale > 0), a soft cap (cap > 0). */
+static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd, int window,
+                           float scale, float cap) {
   const size_t N = (size_t)B * T, ld = (size_t)(nh + 2 * nkv) * hd, ldo = (size_t)nh * hd;
   struct dual qkv = dual_rand(x, N * ld, 1.0f), out = dual_rand(x, N * ldo, 1.0f);
   struct dual lse = dual_rand(x, N * nh, 1.0f);
-  const struct kd_attn at = kd_attn_plain(hd);
+  struct kd_attn at = kd_attn_plain(hd);
+  if (scale > 0.0f) at.scale = scale;
+  at.window = window;
+  at.softcap = cap;
+  char how[40] = "";
+  if (window > 0) snprintf(how + strlen(how), sizeof how - strlen(how), " w=%d", window);
+  if (scale > 0.0f) snprintf(how + strlen(how), sizeof how - strlen(how), " s=%g", (double)scale);
+  if (cap > 0.0f) snprintf(how + strlen(how), sizeof how - strlen(how), " cap=%g", (double)cap);
   x->cpu->attention_forward(x->cpu, out.c, lse.c, qkv.c, B, T, nh, nkv, hd, &at);
   x->gpu->attention_forward(x->gpu, out.g, lse.g, qkv.g, B, T, nh, nkv, hd, &at);
   char name[64];
-  snprintf(name, sizeof name, "attention_forward hd=%d T=%d", hd, T);
+  snprintf(name, sizeof name, "attention_forward hd=%d T=%d%s", hd, T, how);
   report(x, name, fmax(dual_err(x, &out, 0), dual_err(x, &lse, 0)), TOL_ATT);
   /* backward from the CPU's forward results on both sides */
   x->gpu->upload(x->gpu, out.g, out.c, out.bytes);
@@ -376,7 +386,7 @@ static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd) 
   struct dual dout = dual_rand(x, N * ldo, 1.0f), dqkv = dual_rand(x, N * ld, 1.0f);
   x->cpu->attention_backward(x->cpu, dqkv.c, dout.c, qkv.c, out.c, lse.c, B, T, nh, nkv, hd, &at);
   x->gpu->attention_backward(x->gpu, dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, nh, nkv, hd, &at);
-  snprintf(name, sizeof name, "attention_backward hd=%d T=%d", hd, T);
+  snprintf(name, sizeof name, "attention_backward hd=%d T=%d%s", hd, T, how);
   report(x, name, dual_err(x, &dqkv, 0), TOL_ATT_BWD);
   dual_free(x, &qkv), dual_free(x, &out), dual_free(x, &lse), dual_free(x, &dout);
   dual_free(x, &dqkv);
@@ -560,16 +570,24 @@ static int selftest_cuda(const struct kd_config *cfg) {
            x.bf16 ? "bf16" : "fp32");
     printf("MPI with device buffers: %s\n",
            gpu.mpi_device ? "CUDA-aware MPI" : "staged through pinned host memory");
-    printf("  %-30s %12s %11s   %s\n", "op", "max rel err", "tolerance", "result");
+    printf("  %-48s %12s %11s   %s\n", "op", "max rel err", "tolerance", "result");
   }
   test_memory(&x);
   test_gemm(&x);
   test_w16(&x);
   test_elementwise(&x);
   test_rows(&x);
-  test_attention(&x, 2, 77, 4, 2, 32);
-  test_attention(&x, 1, 40, 2, 1, 80);
-  test_attention(&x, 1, 70, 2, 2, 128);
+  test_attention(&x, 2, 77, 4, 2, 32, 0, 0.0f, 0.0f);
+  test_attention(&x, 1, 40, 2, 1, 80, 0, 0.0f, 0.0f);
+  test_attention(&x, 1, 70, 2, 2, 128, 0, 0.0f, 0.0f);
+  /* windows: one key, across several key tiles (not a multiple of 32 or 64), w >= T;
+   * another scale; the soft cap (scores of q.k up to about 10 against c = 3), GQA */
+  test_attention(&x, 2, 77, 4, 2, 32, 1, 0.0f, 0.0f);
+  test_attention(&x, 1, 150, 4, 2, 32, 37, 0.0f, 0.0f);
+  test_attention(&x, 1, 70, 2, 1, 64, 100, 0.0f, 0.0f);
+  test_attention(&x, 2, 77, 4, 2, 32, 0, 0.4f, 0.0f);
+  test_attention(&x, 2, 77, 6, 2, 32, 0, 1.0f, 3.0f);
+  test_attention(&x, 1, 150, 4, 1, 48, 45, 0.5f, 1.0f);
   test_loss(&x);
   test_training(&x);
   gpu.release(&gpu);

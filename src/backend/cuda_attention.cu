@@ -11,7 +11,13 @@
  * dQ (a warp per query row, streaming K/V tiles; it also stores D_i = o_i . dO_i
  * in a workspace) and dK/dV (a warp per key row, streaming Q/dO tiles of every q
  * head of its group). Every gradient element therefore has exactly one writer and
- * is accumulated (+=) as the op table requires. Head size up to 256. */
+ * is accumulated (+=) as the op table requires. Head size up to 256.
+ *
+ * A sliding window of w keys (query i sees keys i-w+1 .. i, transformers' mask) starts
+ * the key tiles of a block at its first row's first key and ends the query tiles of a
+ * key block at the last query its last key reaches, so work grows with w x T, not T^2.
+ * A soft cap c scores c tanh(u / c) for the scaled product u; backward multiplies by
+ * d/du = 1 - tanh^2(u / c). */
 #include "cuda_common.cuh"
 
 #define ATT_ROWS 8  /* warps (query or key rows) per block */
@@ -21,17 +27,42 @@
 struct att_dims {
   int T, nh, nkv, hd, ld, group;
   float scale;
+  int window; /* 0, or w keys per query */
+  float cap;  /* 0, or the soft cap c */
 };
 
 static att_dims att_dims_make(int T, int nh, int nkv, int hd, const struct kd_attn *at) {
-  KD_CHECK(at->window == 0 && at->softcap == 0.0f,
-           "attention: sliding window %d / soft cap %g not computed by this backend", at->window,
-           (double)at->softcap);
+  KD_CHECK(at->window >= 0 && at->softcap >= 0.0f && isfinite(at->softcap) && isfinite(at->scale),
+           "attention: window %d, soft cap %g, scale %g: expected window >= 0 and a finite cap "
+           ">= 0 and scale",
+           at->window, (double)at->softcap, (double)at->scale);
   KD_CHECK(nkv > 0 && nh % nkv == 0, "attention: %d q heads not a multiple of %d kv heads", nh,
            nkv);
   KD_CHECK(hd > 0 && hd <= 32 * ATT_MAXD, "attention: head size %d not in 1..%d", hd,
            32 * ATT_MAXD);
-  return att_dims{T, nh, nkv, hd, (nh + 2 * nkv) * hd, nh / nkv, at->scale};
+  return att_dims{T,        nh,        nkv,        hd,         (nh + 2 * nkv) * hd,
+                  nh / nkv, at->scale, at->window, at->softcap};
+}
+
+/* Whether query i sees key j: causal, and inside the window when there is one. */
+__device__ bool att_sees(int i, int j, int w) {
+  return j <= i && (w == 0 || j > i - w);
+}
+
+/* The first key query i sees. */
+__device__ int att_first_key(int i, int w) {
+  return w > 0 && i - w + 1 > 0 ? i - w + 1 : 0;
+}
+
+/* The score of a scaled product u (soft-capped when cap > 0); *du: its derivative. */
+__device__ float att_score(float u, float cap, float *du) {
+  if (cap <= 0.0f) {
+    *du = 1.0f;
+    return u;
+  }
+  const float th = tanhf(u / cap);
+  *du = 1.0f - th * th;
+  return cap * th;
 }
 
 /* Allow `bytes` of dynamic shared memory for `kernel` (beyond the default 48 KiB). */
@@ -62,27 +93,31 @@ __global__ void k_att_fwd(float *out, float *lse, const float *qkv, att_dims a, 
   att_load(Qs, hd, base + (size_t)h * hd, a.ld, t0, ATT_ROWS, a.T, hd);
   const int kend = min(a.T, t0 + ATT_ROWS);
   float o[ATT_MAXD] = {0}, m = -INFINITY, l = 0.0f;
-  for (int j0 = 0; j0 < kend; j0 += ATT_TILE) {
+  for (int j0 = att_first_key(t0, a.window); j0 < kend; j0 += ATT_TILE) {
     __syncthreads();
     att_load(Ks, kld, base + (size_t)(a.nh + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
     att_load(Vs, hd, base + (size_t)(a.nh + a.nkv + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
     __syncthreads();
     if (!active) continue; /* warp-uniform */
     const int j = j0 + lane;
-    float s = -INFINITY;
-    if (j <= i) {
+    const bool sees = att_sees(i, j, a.window);
+    float s = -INFINITY, du;
+    if (sees) {
       float acc = 0.0f;
       for (int d = 0; d < hd; d++)
         acc += Qs[w * hd + d] * Ks[lane * kld + d];
-      s = acc * a.scale;
+      s = att_score(acc * a.scale, a.cap, &du);
     }
+    /* while a row has seen no key m is -inf: corr 0, not exp(-inf - -inf) (the first
+     * tile starts at the block's first key, so with ATT_ROWS <= ATT_TILE it holds a key of
+     * every row; the guard keeps that a property of the schedule, not of the numbers) */
     const float mn = fmaxf(m, warp_max(s));
-    const float p = j <= i ? expf(s - mn) : 0.0f, corr = expf(m - mn);
+    const float p = sees ? expf(s - mn) : 0.0f, corr = m == -INFINITY ? 0.0f : expf(m - mn);
     l = l * corr + warp_sum(p);
 #pragma unroll
     for (int t = 0; t < ATT_MAXD; t++)
       o[t] *= corr;
-    for (int jj = 0; jj < ATT_TILE && j0 + jj <= i; jj++) {
+    for (int jj = max(0, att_first_key(i, a.window) - j0); jj < ATT_TILE && j0 + jj <= i; jj++) {
       const float pj = __shfl_sync(0xffffffffu, p, jj);
 #pragma unroll
       for (int t = 0; t < ATT_MAXD; t++) {
@@ -142,7 +177,7 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
   }
   const int kend = min(a.T, t0 + ATT_ROWS);
   float dq[ATT_MAXD] = {0};
-  for (int j0 = 0; j0 < kend; j0 += ATT_TILE) {
+  for (int j0 = att_first_key(t0, a.window); j0 < kend; j0 += ATT_TILE) {
     __syncthreads();
     att_load(Ks, kld, base + (size_t)(a.nh + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
     att_load(Vs, kld, base + (size_t)(a.nh + a.nkv + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
@@ -150,16 +185,16 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
     if (!active) continue;
     const int j = j0 + lane;
     float ds = 0.0f;
-    if (j <= i) {
-      float s = 0.0f, dp = 0.0f;
+    if (att_sees(i, j, a.window)) {
+      float s = 0.0f, dp = 0.0f, du;
       for (int d = 0; d < hd; d++) {
         s += Qs[w * hd + d] * Ks[lane * kld + d];
         dp += Gs[w * hd + d] * Vs[lane * kld + d];
       }
-      float p = expf(s * a.scale - L);
-      ds = p * (dp - D) * a.scale;
+      float p = expf(att_score(s * a.scale, a.cap, &du) - L);
+      ds = p * (dp - D) * du * a.scale;
     }
-    for (int jj = 0; jj < ATT_TILE && j0 + jj <= i; jj++) {
+    for (int jj = max(0, att_first_key(i, a.window) - j0); jj < ATT_TILE && j0 + jj <= i; jj++) {
       const float g = __shfl_sync(0xffffffffu, ds, jj);
 #pragma unroll
       for (int t = 0; t < ATT_MAXD; t++) {
@@ -192,9 +227,11 @@ __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
   att_load(Ks, hd, base + koff, a.ld, jb, ATT_ROWS, a.T, hd);
   att_load(Vs, hd, base + voff, a.ld, jb, ATT_ROWS, a.T, hd);
   float dk[ATT_MAXD] = {0}, dv[ATT_MAXD] = {0};
+  /* the queries that see a key of this block: jb .. iend-1 */
+  const int iend = a.window > 0 ? min(a.T, jb + ATT_ROWS - 1 + a.window) : a.T;
   for (int h = kh * a.group; h < (kh + 1) * a.group; h++) {
     const size_t lrow = ((size_t)b * a.nh + h) * a.T;
-    for (int i0 = jb; i0 < a.T; i0 += ATT_TILE) {
+    for (int i0 = jb; i0 < iend; i0 += ATT_TILE) {
       __syncthreads();
       att_load(Qs, qld, base + (size_t)h * hd, a.ld, i0, ATT_TILE, a.T, hd);
       att_load(Gs, qld, dout + (size_t)b * a.T * ldo + (size_t)h * hd, ldo, i0, ATT_TILE, a.T, hd);
@@ -207,14 +244,14 @@ __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
       if (!active) continue;
       const int i = i0 + lane;
       float p = 0.0f, ds = 0.0f;
-      if (i < a.T && i >= j) {
-        float s = 0.0f, dp = 0.0f;
+      if (i < a.T && att_sees(i, j, a.window)) {
+        float s = 0.0f, dp = 0.0f, du;
         for (int d = 0; d < hd; d++) {
           s += Qs[lane * qld + d] * Ks[w * hd + d];
           dp += Gs[lane * qld + d] * Vs[w * hd + d];
         }
-        p = expf(s * a.scale - Ls[lane]);
-        ds = p * (dp - Ds[lane]) * a.scale;
+        p = expf(att_score(s * a.scale, a.cap, &du) - Ls[lane]);
+        ds = p * (dp - Ds[lane]) * du * a.scale;
       }
       for (int ii = 0; ii < ATT_TILE; ii++) {
         const float pi = __shfl_sync(0xffffffffu, p, ii), gi = __shfl_sync(0xffffffffu, ds, ii);
