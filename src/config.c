@@ -301,8 +301,14 @@ static const char *card_check_rope(const struct kd_card *card, char *why, size_t
   return NULL;
 }
 
+/* Whether the card's family switches its window with use_sliding_window (and places it
+ * with max_window_layers): qwen2, qwen3. */
+static int card_window_switched(const struct kd_card *c) {
+  return c->arch == KD_ARCH_QWEN2 || c->arch == KD_ARCH_QWEN3;
+}
+
 int card_layer_window(const struct kd_card *c, int layer) {
-  const int qwen = c->arch == KD_ARCH_QWEN2 || c->arch == KD_ARCH_QWEN3;
+  const int qwen = card_window_switched(c);
   const int w = qwen && !c->use_sliding_window ? 0 : c->sliding_window;
   if (w <= 0 || layer < 0 || layer >= c->num_hidden_layers) return 0;
   if (c->arch == KD_ARCH_GEMMA3 && c->n_layer_types == 0) /* Gemma3TextConfig's default */
@@ -314,7 +320,7 @@ int card_layer_window(const struct kd_card *c, int layer) {
 
 /* The sliding-window keys of a card together: the key at fault, or NULL. */
 static const char *card_check_window(const struct kd_card *card, char *why, size_t whylen) {
-  const int qwen = card->arch == KD_ARCH_QWEN2 || card->arch == KD_ARCH_QWEN3;
+  const int qwen = card_window_switched(card);
   if (card->n_layer_types && card->n_layer_types != card->num_hidden_layers) {
     snprintf(why, whylen, "%d values for num_hidden_layers = %d; expected one per layer",
              card->n_layer_types, card->num_hidden_layers);

@@ -237,9 +237,11 @@ static int read_layer_types(const struct rd *r, struct kd_card *c) {
              c->num_hidden_layers);
     return refuse(r, "layer_types", lt, why);
   }
-  if (c->num_hidden_layers > KD_LAYERS_MAX)
-    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"),
-                  "kdtrain's layer_types holds at most 512 layers");
+  if (c->num_hidden_layers > KD_LAYERS_MAX) {
+    char why[96];
+    snprintf(why, sizeof why, "a card's layer_types holds at most %d layers", KD_LAYERS_MAX);
+    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"), why);
+  }
   int i = 0;
   cJSON_ArrayForEach(e, lt) {
     const int w = cJSON_IsString(e) ? words_find(KD_LAYER_TYPE_WORDS, e->valuestring) : -1;

@@ -206,6 +206,10 @@ def case(conv, kdlogits, work, kind, tokenizer, log):
                 ra = rel(windowed(ids).logits, ref)
             print(f"{kind}: the window in every layer (layer 0 too) differs by {ra:.3e}")
             assert ra > 10 * TOL, f"{kind}: windowing layer 0 changes the logits by {ra:.3e} only"
+        # token for token: each position's logits within TOL of its own largest logit
+        per = ((kd - ref).abs().amax(-1) / ref.abs().amax(-1)).max().item()
+        print(f"{kind}: worst single position {per:.3e}")
+        assert per < TOL, f"{kind}: a position differs by {per:.3e}"
         # the first positions (all within the window) are those of full attention
         with torch.no_grad():
             head = unwindowed(ids[:, :SW[kind]]).logits
