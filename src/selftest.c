@@ -486,7 +486,8 @@ static void test_loss(struct st *x) {
 /* A small Qwen2-shaped card for the training comparison; family 1: Qwen3-shaped (q/k
  * norms, no biases, head_dim apart from hidden / heads); 2: Gemma 3-shaped (q/k norms,
  * four (1 + w) norms per layer, GeGLU, scaled embedding, query_pre_attn_scalar, soft-capped
- * final logits). */
+ * final logits, layer 0 a window of 13 with the local RoPE base, the student's attention
+ * scores capped). */
 static struct kd_card selftest_card(int teacher, int family) {
   const int qwen3 = family > 0;
   struct kd_card c;
@@ -516,6 +517,11 @@ static struct kd_card selftest_card(int teacher, int family) {
     c.rope_theta = 1e6;
     c.tie_word_embeddings = 1;
     c.final_logit_softcapping = teacher ? 8.0 : 5.0; /* Gemma 2's, on the loss's logits */
+    c.attn_logit_softcapping = teacher ? 0.0 : 4.0;
+    c.sliding_window = 13; /* layer 0 windowed (local RoPE base) on 48 positions */
+    c.n_layer_types = 2;
+    c.layer_types[0] = KD_LAYER_SLIDING;
+    c.layer_types[1] = KD_LAYER_FULL;
   }
   return c;
 }
