@@ -90,7 +90,10 @@ static const struct namelist_key cfg_keys[] = {
 #define MR(k, d, fl, lo) NAMELIST_KEY(kd_card, model, k, NL_REAL, k, d, fl, lo, 0, NULL)
 /* The &model group of a card: Hugging Face config.json keys. attention_bias has no
  * table default: it follows arch (qwen2 .true., llama and qwen3 .false.). head_dim 0:
- * hidden_size / num_attention_heads. */
+ * hidden_size / num_attention_heads. sliding_window 0: none (a card that gives it gives
+ * at least 1); max_window_layers 28: transformers' default. hidden_activation follows arch
+ * too (gemma3 'gelu_pytorch_tanh', the others 'silu'); it and the four keys after it are
+ * Gemma 3's (transformers' Gemma3TextConfig defaults; soft caps 0: none). */
 static const struct namelist_key card_keys[] = {
     NAMELIST_KEY(kd_card, model, arch, NL_WORD, arch, "'qwen2'", 0, 0, 0, KD_ARCH_WORDS),
     MI(vocab_size, NULL, NL_REQ | NL_GE, 1, 0),
@@ -102,10 +105,22 @@ static const struct namelist_key card_keys[] = {
     MI(head_dim, "0", NL_GE, 0, 0),
     MR(rope_theta, "10000.0", NL_GT, 0),
     MR(rms_norm_eps, "1e-6", NL_GT, 0),
+    NAMELIST_KEY(kd_card, model, hidden_activation, NL_WORD, hidden_activation, NULL, 0, 0, 0,
+                 KD_ACT_WORDS),
+    MR(query_pre_attn_scalar, "256.0", NL_GT, 0),
+    MR(rope_local_base_freq, "10000.0", NL_GT, 0),
+    MR(final_logit_softcapping, "0.0", NL_GE, 0),
+    MR(attn_logit_softcapping, "0.0", NL_GE, 0),
     NAMELIST_KEY(kd_card, model, tie_word_embeddings, NL_BOOL, tie_word_embeddings, ".false.", 0, 0,
                  0, NULL),
     NAMELIST_KEY(kd_card, model, attention_bias, NL_BOOL, attention_bias, NULL, 0, 0, 0, NULL),
     MI(max_position_embeddings, "4096", NL_GE, 1, 0),
+    MI(sliding_window, "0", NL_GE, 0, 0),
+    NAMELIST_KEY(kd_card, model, use_sliding_window, NL_BOOL, use_sliding_window, ".false.", 0, 0,
+                 0, NULL),
+    MI(max_window_layers, "28", NL_GE, 0, 0),
+    NAMELIST_LIST(kd_card, model, layer_types, NL_WORD, layer_types, n_layer_types, NULL, 0, 0, 0,
+                  KD_LAYER_TYPE_WORDS),
     NAMELIST_KEY(kd_card, model, rope_type, NL_WORD, rope_type, "'default'", 0, 0, 0,
                  KD_ROPE_TYPE_WORDS),
     MR(factor, "1.0", NL_GT, 0),
@@ -255,6 +270,14 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
                               card_keys[i].key, namelist_type_words(card_keys[i].type));
   size_t ab = (size_t)namelist_find_key(&c, "model", "attention_bias");
   if (!c.line[ab]) card->attention_bias = card->arch == KD_ARCH_QWEN2;
+  size_t ha = (size_t)namelist_find_key(&c, "model", "hidden_activation");
+  if (!c.line[ha]) card->hidden_activation = card_gemma(card) ? KD_ACT_GELU_TANH : KD_ACT_SILU;
+  size_t sw = (size_t)namelist_find_key(&c, "model", "sliding_window");
+  if (c.line[sw] && card->sliding_window < 1)
+    return namelist_key_err(&c, sw, -1,
+                            "%d is not a window; expected at least 1 token (leave the key out "
+                            "for full attention)",
+                            card->sliding_window);
   char why[512];
   const char *key = card_check(card, why, sizeof why);
   if (key) return namelist_key_err(&c, (size_t)namelist_find_key(&c, "model", key), -1, "%s", why);
@@ -275,6 +298,53 @@ static const char *card_check_rope(const struct kd_card *card, char *why, size_t
              card->high_freq_factor, card->low_freq_factor);
     return "high_freq_factor";
   }
+  return NULL;
+}
+
+/* Whether the card's family switches its window with use_sliding_window (and places it
+ * with max_window_layers): qwen2, qwen3. */
+static int card_window_switched(const struct kd_card *c) {
+  return c->arch == KD_ARCH_QWEN2 || c->arch == KD_ARCH_QWEN3;
+}
+
+int card_layer_window(const struct kd_card *c, int layer) {
+  const int qwen = card_window_switched(c);
+  const int w = qwen && !c->use_sliding_window ? 0 : c->sliding_window;
+  if (w <= 0 || layer < 0 || layer >= c->num_hidden_layers) return 0;
+  if (c->arch == KD_ARCH_GEMMA3 && c->n_layer_types == 0) /* Gemma3TextConfig's default */
+    return (layer + 1) % 6 ? w : 0;                       /* sliding_window_pattern 6 */
+  if (c->n_layer_types > 0)
+    return layer < c->n_layer_types && c->layer_types[layer] == KD_LAYER_SLIDING ? w : 0;
+  return !qwen || layer >= c->max_window_layers ? w : 0;
+}
+
+/* The sliding-window keys of a card together: the key at fault, or NULL. */
+static const char *card_check_window(const struct kd_card *card, char *why, size_t whylen) {
+  const int qwen = card_window_switched(card);
+  if (card->n_layer_types && card->n_layer_types != card->num_hidden_layers) {
+    snprintf(why, whylen, "%d values for num_hidden_layers = %d; expected one per layer",
+             card->n_layer_types, card->num_hidden_layers);
+    return "layer_types";
+  }
+  if (card->use_sliding_window && !qwen) {
+    snprintf(why, whylen,
+             ".true. on a '%s' card; expected it on qwen2 and qwen3 cards only (a llama / "
+             "Mistral card's sliding_window alone sets the window)",
+             kd_arch_names[card->arch]);
+    return "use_sliding_window";
+  }
+  if (card->use_sliding_window && card->sliding_window < 1) {
+    snprintf(why, whylen, ".true. without a window; expected sliding_window >= 1 with it");
+    return "use_sliding_window";
+  }
+  for (int l = 0; l < card->n_layer_types; l++)
+    if (card->layer_types[l] == KD_LAYER_SLIDING && !card_layer_window(card, l)) {
+      snprintf(why, whylen,
+               "layer %d is 'sliding_attention' but the card has no window; expected "
+               "sliding_window >= 1%s",
+               l, qwen ? " and use_sliding_window = .true." : "");
+      return "layer_types";
+    }
   return NULL;
 }
 
@@ -307,7 +377,14 @@ const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
              card_head_dim(card));
     return card->head_dim ? "head_dim" : "hidden_size";
   }
-  return card_check_rope(card, why, whylen);
+  const enum kd_act act = card_gemma(card) ? KD_ACT_GELU_TANH : KD_ACT_SILU;
+  if (card->hidden_activation != act) {
+    snprintf(why, whylen, "'%s' is not computed for arch '%s'; expected '%s'",
+             kd_act_names[card->hidden_activation], kd_arch_names[card->arch], kd_act_names[act]);
+    return "hidden_activation";
+  }
+  const char *key = card_check_window(card, why, whylen);
+  return key ? key : card_check_rope(card, why, whylen);
 }
 
 int config_load_card(struct kd_card *card, const char *name, const char *relative_to, char *err,
@@ -643,6 +720,12 @@ void config_print(FILE *f, const struct kd_config *cfg) {
   namelist_print(f, cfg_keys, NKEYS(cfg_keys), cfg);
 }
 
+/* Whether the card field at offset off is one of Gemma 3's keys. */
+static int card_key_gemma(size_t off) {
+  return off >= offsetof(struct kd_card, hidden_activation) &&
+         off <= offsetof(struct kd_card, attn_logit_softcapping);
+}
+
 /* The RoPE scaling keys close card_keys (rope_type first): a card with default RoPE is
  * printed without them, as before they existed (weights files, --print-config). */
 #define CARD_ROPE_KEYS 11
@@ -651,13 +734,26 @@ void card_print(FILE *f, const struct kd_card *card) {
   const size_t rope0 = NKEYS(card_keys) - CARD_ROPE_KEYS;
   KD_CHECK(card_keys[rope0].off == offsetof(struct kd_card, rope_type),
            "card_keys: the RoPE scaling keys must close the table");
-  /* a card without head_dim (0: hidden / heads) prints as before the key */
+  /* a card without head_dim (0: hidden / heads), or without a sliding window key (at its
+   * default), prints as before the key; Gemma's keys only in a gemma3 card */
+  struct kd_card dflt;
+  card_defaults(&dflt);
   struct namelist_key keys[NKEYS(card_keys)];
   size_t n = 0;
-  for (size_t i = 0; i < NKEYS(card_keys); i++)
+  for (size_t i = 0; i < NKEYS(card_keys); i++) {
+    const struct namelist_key *k = &card_keys[i];
+    const size_t off = k->off;
+    const int window_key = off >= offsetof(struct kd_card, sliding_window) &&
+                           off <= offsetof(struct kd_card, layer_types);
+    if (window_key &&
+        (k->maxn ? card->n_layer_types == 0
+                 : !memcmp((const char *)card + off, (const char *)&dflt + off, k->size)))
+      continue;
     if (!(i >= rope0 && card->rope_type == KD_ROPE_DEFAULT) &&
-        !(card_keys[i].off == offsetof(struct kd_card, head_dim) && card->head_dim == 0))
-      keys[n++] = card_keys[i];
+        !(off == offsetof(struct kd_card, head_dim) && card->head_dim == 0) &&
+        !(card_key_gemma(off) && !card_gemma(card)))
+      keys[n++] = *k;
+  }
   namelist_print(f, keys, n, card);
 }
 

@@ -10,18 +10,32 @@
 
 #define KD_PATH_MAX 512
 #define KD_WORD_MAX 32
-#define KD_DATA_MAX 16 /* most training files of a blend */
+#define KD_DATA_MAX 16    /* most training files of a blend */
+#define KD_LAYERS_MAX 512 /* most entries of a card's layer_types */
 
 /* A model card (&model group of mod/NAME.nml); keys are Hugging Face config.json keys. */
 struct kd_card {
   char name[KD_PATH_MAX]; /* as given in the input (card = '...') */
   char path[KD_PATH_MAX]; /* the file it was read from */
-  enum kd_arch arch;      /* 'qwen2' | 'llama' | 'qwen3' */
+  enum kd_arch arch;      /* 'qwen2' | 'llama' | 'qwen3' | 'gemma3' */
   int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
   int num_attention_heads, num_key_value_heads, max_position_embeddings;
   int head_dim; /* width of one attention head; 0: hidden_size / num_attention_heads */
   double rope_theta, rms_norm_eps;
   int tie_word_embeddings, attention_bias; /* logicals */
+  /* Gemma 3 (arch 'gemma3'; the other families neither read, print nor store them):
+   * the MLP's activation (follows arch when not given), the attention scores' scale
+   * query_pre_attn_scalar^-1/2, the RoPE base of the sliding-window layers, and the tanh
+   * soft caps of the final logits and of the attention scores (0: none) */
+  enum kd_act hidden_activation;
+  double query_pre_attn_scalar, rope_local_base_freq;
+  double final_logit_softcapping, attn_logit_softcapping;
+  /* Sliding-window attention (config.json's keys; card_layer_window says what they mean
+   * together): the window in tokens (0: none), Qwen2/Qwen3's switch and first windowed
+   * layer, and the attention kind of each layer (n_layer_types 0: not given) */
+  int sliding_window, use_sliding_window, max_window_layers;
+  enum kd_layer_type layer_types[KD_LAYERS_MAX];
+  int n_layer_types;
   /* RoPE scaling (config.json's rope_parameters / rope_scaling; rope.c): the rule and its
    * parameters; 0 for original_max_position_embeddings, attention_factor, mscale and
    * mscale_all_dim means not given (transformers 5's defaults apply) */
@@ -38,10 +52,24 @@ static inline int card_head_dim(const struct kd_card *c) {
 }
 
 /* Whether the card's family normalises each query and key head (RMSNorm, weights q_norm
- * and k_norm of head_dim) before the rotary embedding: qwen3. */
+ * and k_norm of head_dim) before the rotary embedding: qwen3, gemma3. */
 static inline int card_qk_norm(const struct kd_card *c) {
-  return c->arch == KD_ARCH_QWEN3;
+  return c->arch == KD_ARCH_QWEN3 || c->arch == KD_ARCH_GEMMA3;
 }
+
+/* Whether the card is Gemma 3's decoder: (1 + w) RMSNorm weights, the attention and MLP
+ * outputs normed before their residual adds, the embedding scaled by sqrt(hidden_size),
+ * the keys above. */
+static inline int card_gemma(const struct kd_card *c) {
+  return c->arch == KD_ARCH_GEMMA3;
+}
+
+/* The sliding window of global layer `layer` of a card (tokens; 0: full causal attention),
+ * as transformers 5 reads the config: qwen2 / qwen3 have a window only with
+ * use_sliding_window, in the layers that layer_types marks 'sliding_attention', or without
+ * layer_types in the layers from max_window_layers on; llama (Mistral) has sliding_window,
+ * when given, in every layer (or in the layers layer_types marks). */
+int card_layer_window(const struct kd_card *c, int layer);
 
 struct kd_config {
   char source[KD_PATH_MAX]; /* the input file */

@@ -7,12 +7,18 @@
  * rank's heads / intermediate slice), o_proj and down_proj row-parallel with an
  * all-reduce of their outputs; the embedding is vocabulary-parallel (all-reduce of
  * the rows). In backward the gradients w.r.t. the inputs of the column-parallel
- * projections are all-reduced. Norms run replicated on every rank; the q/k norms (qwen3)
- * on each rank's own heads, so their weight gradients are partial sums over TP (summed in
- * zero.c). */
+ * projections are all-reduced. Norms run replicated on every rank; the q/k norms (qwen3,
+ * gemma3) on each rank's own heads, so their weight gradients are partial sums over TP
+ * (summed in zero.c).
+ *
+ * Gemma 3 (card_gemma): every norm scales by 1 + w; the attention output (after o_proj and
+ * its all-reduce) and the MLP output (after down_proj and its all-reduce) are normed before
+ * their residual adds, so both are kept (ao, mo) with their rstd; the MLP is GeGLU; the
+ * embedding is scaled by sqrt(hidden_size); the sliding-window layers take the local RoPE. */
 #include "layers.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +53,54 @@ static void tp_allreduce(struct kd_backend *be, const struct kd_model *m, float 
   comm_allreduce(be, x, n, MPI_FLOAT, MPI_SUM, 0, m->tp_comm);
 }
 
+/* The family's RMSNorm of N rows of C: weight w, or Gemma's 1 + w. */
+static void norm_fwd(struct kd_backend *be, const struct kd_model *mdl, float *out, float *rstd,
+                     const float *x, const float *w, size_t N, int C) {
+  const float eps = (float)mdl->card.rms_norm_eps;
+  if (card_gemma(&mdl->card))
+    be->rmsnorm1p_forward(be, out, rstd, x, w, N, C, eps);
+  else
+    be->rmsnorm_forward(be, out, rstd, x, w, N, C, eps);
+}
+
+static void norm_bwd(struct kd_backend *be, const struct kd_model *mdl, float *dx, float *dw,
+                     const float *dout, const float *x, const float *w, const float *rstd, size_t N,
+                     int C) {
+  if (card_gemma(&mdl->card))
+    be->rmsnorm1p_backward(be, dx, dw, dout, x, w, rstd, N, C);
+  else
+    be->rmsnorm_backward(be, dx, dw, dout, x, w, rstd, N, C);
+}
+
+/* The gated MLP's product: silu(gate) * up, or gelu_tanh(gate) * up (hidden_activation). */
+static void act_fwd(struct kd_backend *be, const struct kd_model *mdl, float *out, const float *gu,
+                    size_t N) {
+  if (mdl->card.hidden_activation == KD_ACT_GELU_TANH)
+    be->geglu_forward(be, out, gu, N, mdl->ffn);
+  else
+    be->swiglu_forward(be, out, gu, N, mdl->ffn);
+}
+
+static void act_bwd(struct kd_backend *be, const struct kd_model *mdl, float *dgu,
+                    const float *dout, const float *gu, size_t N) {
+  if (mdl->card.hidden_activation == KD_ACT_GELU_TANH)
+    be->geglu_backward(be, dgu, dout, gu, N, mdl->ffn);
+  else
+    be->swiglu_backward(be, dgu, dout, gu, N, mdl->ffn);
+}
+
+/* Gemma's embedding scale sqrt(hidden_size) as transformers applies it: an FP32 scalar cast
+ * to the weights' type (BF16 in bf16 runs). */
+static float embed_scale(const struct kd_backend *be, const struct kd_model *mdl) {
+  const float s = (float)sqrt((double)mdl->card.hidden_size);
+  return be->bf16 ? kd_round_bf16(s) : s;
+}
+
+/* The rotary embedding of layer i: gemma3's sliding-window layers have their own base. */
+static const struct kd_rope *layer_rope(const struct kd_model *mdl, int i) {
+  return card_gemma(&mdl->card) && mdl->attn[i].window > 0 ? &mdl->rope_local : &mdl->rope;
+}
+
 /* --- layout: what is kept per micro-batch, what is shared and recomputed ---------------
  * One walker serves allocation (acts_build_shared) and the memory planner (acts_plan),
  * so the plan is the allocation. */
@@ -65,6 +119,10 @@ enum {
   F_RSTD2,
   F_GU,
   F_MLP,
+  F_AO,
+  F_RSTDA,
+  F_MO,
+  F_RSTDF,
   NFIELD
 };
 
@@ -75,7 +133,9 @@ static const size_t field_off[NFIELD] = {
     offsetof(struct layer_acts, att),   offsetof(struct layer_acts, lse),
     offsetof(struct layer_acts, x_mid), offsetof(struct layer_acts, h2),
     offsetof(struct layer_acts, rstd2), offsetof(struct layer_acts, gu),
-    offsetof(struct layer_acts, mlp)};
+    offsetof(struct layer_acts, mlp),   offsetof(struct layer_acts, ao),
+    offsetof(struct layer_acts, rstda), offsetof(struct layer_acts, mo),
+    offsetof(struct layer_acts, rstdf)};
 
 static float **field(struct layer_acts *l, int f) {
   return (float **)(void *)((char *)l + field_off[f]);
@@ -88,6 +148,12 @@ static size_t field_width(const struct acts_dims *d, int f) {
     return d->qk_norm ? (size_t)d->q_dim + (size_t)d->kv_dim : 0;
   case F_QKR:
     return d->qk_norm ? (size_t)d->heads + (size_t)d->kv_heads : 0;
+  case F_AO:
+  case F_MO:
+    return d->gemma ? (size_t)d->C : 0;
+  case F_RSTDA:
+  case F_RSTDF:
+    return d->gemma ? 1 : 0;
   case F_RSTD1:
   case F_RSTD2:
     return 1;
@@ -199,6 +265,7 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
   a->dmlp = take(s, KD_MEM_ACTS, rows_mlp * field_width(d, F_MLP), sizeof(float));
   if (d->has_head) a->dhn = take(s, KD_MEM_ACTS, N * C, sizeof(float));
   if (d->qk_norm) a->dqk = take(s, KD_MEM_ACTS, N * (size_t)d->q_dim, sizeof(float));
+  if (d->gemma) a->dsw = take(s, KD_MEM_ACTS, N * C, sizeof(float));
 }
 
 void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T) {
@@ -212,6 +279,7 @@ void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T)
   d->heads = mdl->heads;
   d->kv_heads = mdl->kv_heads;
   d->qk_norm = card_qk_norm(&mdl->card);
+  d->gemma = card_gemma(&mdl->card);
   d->layers = mdl->nlayers;
   d->frozen = mdl->frozen;
   d->has_head = mdl->has_head;
@@ -248,6 +316,7 @@ void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd
   a->dmlp = share->dmlp;
   a->dhn = share->dhn;
   a->dqk = share->dqk;
+  a->dsw = share->dsw;
 }
 
 void acts_build(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl, int B,
@@ -302,21 +371,23 @@ float *acts_stage_output(const struct kd_acts *a, const struct kd_model *mdl) {
   return mdl->frozen ? a->x_out[(mdl->nlayers - 1) & 1] : a->x_out[0];
 }
 
-/* MLP forward of one layer: out = down(silu(gate) * up)(h2) before the all-reduce.
- * Tiled: row tiles through the tile buffers gu, mlp (kept nowhere). out == NULL: only
- * what backward reads is computed (gu, mlp when not tiled; nothing when tiled). */
+/* MLP forward of one layer: out = down(silu(gate) * up)(h2) before the all-reduce
+ * (gemma3: into l->mo, which its backward reads, whatever out is). Tiled: row tiles
+ * through the tile buffers gu, mlp (kept nowhere). out == NULL: only what backward reads
+ * is computed (gu, mlp when not tiled; nothing when tiled, but gemma3's l->mo). */
 static void mlp_forward(struct kd_backend *be, const struct kd_model *mdl,
                         const struct layer_ptrs *w, const struct layer_acts *l, float *out,
                         const struct kd_acts *a) {
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = mdl->card.hidden_size, I = mdl->ffn;
   const size_t tile = a->d.pol.tiled_mlp ? (size_t)a->tile : N;
+  if (l->mo) out = l->mo;
   if (!out && a->d.pol.tiled_mlp) return;
   for (size_t r0 = 0; r0 < N; r0 += tile) {
     const size_t n = N - r0 < tile ? N - r0 : tile;
     linear_fwd(be, l->gu, l->h2 + r0 * C, w->wgu, w->wgu16, n, C, 2 * I);
     maybe_round(be, l->gu, n * 2 * I);
-    be->swiglu_forward(be, l->mlp, l->gu, n, I);
+    act_fwd(be, mdl, l->mlp, l->gu, n);
     if (out) linear_fwd(be, out + r0 * C, l->mlp, w->wd, w->wd16, n, I, C);
   }
 }
@@ -328,13 +399,12 @@ static void qk_norm_forward(struct kd_backend *be, const struct kd_model *mdl,
                             const struct layer_ptrs *w, const struct layer_acts *l, size_t N) {
   const int hd = mdl->head_dim, Q = mdl->q_dim, KV = mdl->kv_dim;
   const size_t QKV = (size_t)Q + 2 * (size_t)KV;
-  const float eps = (float)mdl->card.rms_norm_eps;
   float *rq = l->qkn, *rk = l->qkn + N * Q;
   be->copy2d(be, rq, Q, l->qkv, QKV, N, Q);
   be->copy2d(be, rk, KV, l->qkv + Q, QKV, N, KV);
-  be->rmsnorm_forward(be, l->att, l->qkr, rq, w->qn, N * mdl->heads, hd, eps);
+  norm_fwd(be, mdl, l->att, l->qkr, rq, w->qn, N * mdl->heads, hd);
   be->copy2d(be, l->qkv, QKV, l->att, Q, N, Q);
-  be->rmsnorm_forward(be, l->att, l->qkr + N * mdl->heads, rk, w->kn, N * mdl->kv_heads, hd, eps);
+  norm_fwd(be, mdl, l->att, l->qkr + N * mdl->heads, rk, w->kn, N * mdl->kv_heads, hd);
   be->copy2d(be, l->qkv + Q, QKV, l->att, KV, N, KV);
 }
 
@@ -352,8 +422,7 @@ static void qk_norm_backward(struct kd_backend *be, const struct kd_model *mdl,
     const float *raw = l->qkn + (k ? N * Q : 0), *rstd = l->qkr + (k ? N * mdl->heads : 0);
     be->copy2d(be, a->datt, width, a->dqkv + col, QKV, N, width);
     be->zero(be, a->dqk, N * width);
-    be->rmsnorm_backward(be, a->dqk, k ? g->kn : g->qn, a->datt, raw, k ? w->kn : w->qn, rstd, rows,
-                         hd);
+    norm_bwd(be, mdl, a->dqk, k ? g->kn : g->qn, a->datt, raw, k ? w->kn : w->qn, rstd, rows, hd);
     be->copy2d(be, a->dqkv + col, QKV, a->dqk, width, N, width);
   }
 }
@@ -372,25 +441,36 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int
   const int C = c->hidden_size, hd = mdl->head_dim;
   const int nh = mdl->heads, nkv = mdl->kv_heads;
   const int Q = mdl->q_dim, QKV = mdl->q_dim + 2 * mdl->kv_dim;
-  const float eps = (float)c->rms_norm_eps;
+  const struct kd_rope *rope = layer_rope(mdl, i);
 
-  be->rmsnorm_forward(be, l->h1, l->rstd1, l->x_in, w->ln1, N, C, eps);
+  norm_fwd(be, mdl, l->h1, l->rstd1, l->x_in, w->ln1, N, C);
   linear_fwd(be, l->qkv, l->h1, w->wqkv, w->wqkv16, N, C, QKV);
   if (w->bqkv) be->bias_forward(be, l->qkv, w->bqkv, N, QKV, QKV);
   maybe_round(be, l->qkv, N * QKV);
   if (l->qkn) qk_norm_forward(be, mdl, w, l, N);
-  be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, &mdl->rope);
-  be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, &mdl->rope);
+  be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, rope);
+  be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, rope);
   be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd, at);
-  linear_fwd(be, l->x_mid, l->att, w->wo, w->wo16, N, Q, C);
-  tp_allreduce(be, mdl, l->x_mid, N * C);
+  /* x_mid = x_in + o_proj(att), or gemma3's x_in + norm(o_proj(att)) */
+  float *ao = l->ao ? l->ao : l->x_mid;
+  linear_fwd(be, ao, l->att, w->wo, w->wo16, N, Q, C);
+  tp_allreduce(be, mdl, ao, N * C);
+  if (l->ao) {
+    maybe_round(be, l->ao, N * C);
+    norm_fwd(be, mdl, l->x_mid, l->rstda, l->ao, w->lna, N, C);
+  }
   be->add(be, l->x_mid, l->x_in, N * C);
   maybe_round(be, l->x_mid, N * C);
-  be->rmsnorm_forward(be, l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
+  norm_fwd(be, mdl, l->h2, l->rstd2, l->x_mid, w->ln2, N, C);
   if (a->d.pol.offload) be->copy_wait(be); /* out may be x_in's buffer, still being offloaded */
   mlp_forward(be, mdl, w, l, out, a);
+  if (l->mo) { /* gemma3: out = x_mid + norm(mo); without out only the norm's rstd */
+    tp_allreduce(be, mdl, l->mo, N * C);
+    maybe_round(be, l->mo, N * C);
+    norm_fwd(be, mdl, out ? out : a->dsw, l->rstdf, l->mo, w->lnf, N, C);
+  }
   if (!out) return;
-  tp_allreduce(be, mdl, out, N * C);
+  if (!l->mo) tp_allreduce(be, mdl, out, N * C);
   be->add(be, out, l->x_mid, N * C);
   maybe_round(be, out, N * C);
 }
@@ -408,6 +488,10 @@ void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd
     else
       be->embedding_forward(be, x0, a->tokens, mdl->pw.wte, N, C, mdl->vocab_lo, mdl->vocab);
     tp_allreduce(be, mdl, x0, N * C);
+    if (card_gemma(c)) {
+      be->scale(be, x0, embed_scale(be, mdl), N * C);
+      maybe_round(be, x0, N * C);
+    }
   }
   for (int i = 0; i < L; i++) {
     struct layer_acts l = layer_view(a, i);
@@ -423,30 +507,29 @@ void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd
     layer_forward(be, mdl, i, &mdl->pw.layer[i], &l, out, a);
   }
   if (mdl->has_head)
-    be->rmsnorm_forward(be, a->hn, a->rstd_f, acts_stage_output(a, mdl), mdl->pw.norm, N, C,
-                        (float)c->rms_norm_eps);
+    norm_fwd(be, mdl, a->hn, a->rstd_f, acts_stage_output(a, mdl), mdl->pw.norm, N, C);
 }
 
-/* MLP backward: a->dres holds dL/d(MLP output); leaves dL/dh2 (partial over TP) in
+/* MLP backward: dout (N, C) holds dL/d(MLP output); leaves dL/dh2 (partial over TP) in
  * a->dh. Tiled: each tile's gate/up and swiglu are recomputed first. */
 static void mlp_backward(struct kd_backend *be, const struct kd_model *mdl,
                          const struct layer_ptrs *w, const struct layer_ptrs *g,
-                         const struct layer_acts *l, struct kd_acts *a) {
+                         const struct layer_acts *l, struct kd_acts *a, const float *dout) {
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = mdl->card.hidden_size, I = mdl->ffn;
   const int tiled = a->d.pol.tiled_mlp;
   const size_t tile = tiled ? (size_t)a->tile : N;
   for (size_t r0 = 0; r0 < N; r0 += tile) {
     const size_t n = N - r0 < tile ? N - r0 : tile;
-    const float *h2 = l->h2 + r0 * C, *dy = a->dres + r0 * C;
+    const float *h2 = l->h2 + r0 * C, *dy = dout + r0 * C;
     if (tiled) {
       linear_fwd(be, l->gu, h2, w->wgu, w->wgu16, n, C, 2 * I);
       maybe_round(be, l->gu, n * 2 * I);
-      be->swiglu_forward(be, l->mlp, l->gu, n, I);
+      act_fwd(be, mdl, l->mlp, l->gu, n);
     }
     linear_bwd(be, a->dmlp, 0.0f, g->wd, dy, l->mlp, w->wd, n, I, C);
     be->zero(be, a->dgu, n * 2 * I);
-    be->swiglu_backward(be, a->dgu, a->dmlp, l->gu, n, I);
+    act_bwd(be, mdl, a->dgu, a->dmlp, l->gu, n);
     linear_bwd(be, a->dh + r0 * C, 0.0f, g->wgu, a->dgu, h2, w->wgu, n, C, 2 * I);
   }
 }
@@ -464,22 +547,32 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, in
   const int nh = mdl->heads, nkv = mdl->kv_heads;
   const int Q = mdl->q_dim, QKV = mdl->q_dim + 2 * mdl->kv_dim;
 
-  /* MLP: out = x_mid + down(silu(gate) * up) */
-  mlp_backward(be, mdl, w, g, l, a);
-  tp_allreduce(be, mdl, a->dh, N * C);
-  be->rmsnorm_backward(be, a->dres, g->ln2, a->dh, l->x_mid, w->ln2, l->rstd2, N, C);
+  const struct kd_rope *rope = layer_rope(mdl, i);
 
-  /* attention: x_mid = x_in + o_proj(attn(rope(qkv(norm(x_in))))) */
-  linear_bwd(be, a->datt, 0.0f, g->wo, a->dres, l->att, w->wo, N, Q, C);
+  /* MLP: out = x_mid + down(silu(gate) * up), or gemma3's x_mid + norm(down(...)) */
+  if (l->mo) {
+    be->zero(be, a->dsw, N * C);
+    norm_bwd(be, mdl, a->dsw, g->lnf, a->dres, l->mo, w->lnf, l->rstdf, N, C);
+  }
+  mlp_backward(be, mdl, w, g, l, a, l->mo ? a->dsw : a->dres);
+  tp_allreduce(be, mdl, a->dh, N * C);
+  norm_bwd(be, mdl, a->dres, g->ln2, a->dh, l->x_mid, w->ln2, l->rstd2, N, C);
+
+  /* attention: x_mid = x_in + o_proj(attn(rope(qkv(norm(x_in))))) (gemma3: o_proj normed) */
+  if (l->ao) {
+    be->zero(be, a->dsw, N * C);
+    norm_bwd(be, mdl, a->dsw, g->lna, a->dres, l->ao, w->lna, l->rstda, N, C);
+  }
+  linear_bwd(be, a->datt, 0.0f, g->wo, l->ao ? a->dsw : a->dres, l->att, w->wo, N, Q, C);
   be->zero(be, a->dqkv, N * QKV);
   be->attention_backward(be, a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd, at);
-  be->rope_backward(be, a->dqkv, N, T, nh, hd, QKV, &mdl->rope);
-  be->rope_backward(be, a->dqkv + Q, N, T, nkv, hd, QKV, &mdl->rope);
+  be->rope_backward(be, a->dqkv, N, T, nh, hd, QKV, rope);
+  be->rope_backward(be, a->dqkv + Q, N, T, nkv, hd, QKV, rope);
   if (l->qkn) qk_norm_backward(be, mdl, w, g, l, a, N);
   if (g->bqkv) be->bias_backward(be, g->bqkv, a->dqkv, N, QKV, QKV);
   linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);
   tp_allreduce(be, mdl, a->dh, N * C);
-  be->rmsnorm_backward(be, a->dres, g->ln1, a->dh, l->x_in, w->ln1, l->rstd1, N, C);
+  norm_bwd(be, mdl, a->dres, g->ln1, a->dh, l->x_in, w->ln1, l->rstd1, N, C);
 }
 
 /* 'selective': recompute the norms' outputs and the SwiGLU product of layer l from
@@ -489,10 +582,9 @@ static void recompute_cheap(struct kd_backend *be, const struct kd_model *mdl,
                             const struct kd_acts *a) {
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = mdl->card.hidden_size;
-  const float eps = (float)mdl->card.rms_norm_eps;
-  be->rmsnorm_forward(be, l->h1, l->rstd1, l->x_in, w->ln1, N, C, eps);
-  be->rmsnorm_forward(be, l->h2, l->rstd2, l->x_mid, w->ln2, N, C, eps);
-  if (!a->d.pol.tiled_mlp) be->swiglu_forward(be, l->mlp, l->gu, N, mdl->ffn);
+  norm_fwd(be, mdl, l->h1, l->rstd1, l->x_in, w->ln1, N, C);
+  norm_fwd(be, mdl, l->h2, l->rstd2, l->x_mid, w->ln2, N, C);
+  if (!a->d.pol.tiled_mlp) act_fwd(be, mdl, l->mlp, l->gu, N);
 }
 
 void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a) {
@@ -502,8 +594,8 @@ void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts
   KD_CHECK(!mdl->frozen && a->keep && a->d.layers == L, "backward of a frozen model");
   if (mdl->has_head) {
     be->zero(be, a->dres, N * C);
-    be->rmsnorm_backward(be, a->dres, mdl->pg.norm, a->dhn, acts_stage_output(a, mdl), mdl->pw.norm,
-                         a->rstd_f, N, C);
+    norm_bwd(be, mdl, a->dres, mdl->pg.norm, a->dhn, acts_stage_output(a, mdl), mdl->pw.norm,
+             a->rstd_f, N, C);
   }
   const struct layer_ptrs *W = mdl->pw.layer, *G = mdl->pg.layer;
   if (a->d.pol.recompute == 1) { /* segments, last first: forward again, then backward */
@@ -528,6 +620,8 @@ void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts
       layer_backward(be, mdl, i, &W[i], &G[i], &l, a);
     }
   }
-  if (mdl->has_embed)
+  if (mdl->has_embed) {
+    if (card_gemma(c)) be->scale(be, a->dres, embed_scale(be, mdl), N * C);
     be->embedding_backward(be, mdl->pg.wte, a->dres, a->tokens, N, C, mdl->vocab_lo, mdl->vocab);
+  }
 }

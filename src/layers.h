@@ -24,7 +24,13 @@ struct layer_acts {
   float *h2;    /* (N, C) post_attention_layernorm output */
   float *rstd2; /* (N) */
   float *gu;    /* (N, 2 I) gate | up projections; (tile, 2 I) when tiled */
-  float *mlp;   /* (N, I) silu(gate) * up; (tile, I) when tiled */
+  float *mlp;   /* (N, I) silu(gate) * up (gelu_tanh for gemma3); (tile, I) when tiled */
+  /* gemma3 (NULL for the other families): the attention output after o_proj and the MLP
+   * output after down_proj, each normed before its residual add, and those norms' rstd */
+  float *ao;    /* (N, C) */
+  float *rstda; /* (N) */
+  float *mo;    /* (N, C) */
+  float *rstdf; /* (N) */
 };
 
 /* The sizes that decide an activation layout (per rank: TP-split widths, the
@@ -32,6 +38,7 @@ struct layer_acts {
 struct acts_dims {
   int B, T, C, ffn, q_dim, kv_dim, heads, kv_heads, layers;
   int qk_norm; /* per-head q/k norms (card_qk_norm) */
+  int gemma;   /* gemma3's norms of the attention and MLP outputs (card_gemma) */
   int frozen, has_head;
   struct kd_mem_policy pol;
 };
@@ -51,6 +58,7 @@ struct kd_acts {
   /* gradient workspace, shared by all layers (NULL when frozen); dgu, dmlp tile-sized */
   float *dres, *dh, *dqkv, *datt, *dgu, *dmlp, *dhn;
   float *dqk;    /* (N, Q) q/k norms' input gradients (NULL: no q/k norms) */
+  float *dsw;    /* (N, C) gemma3: the gradient w.r.t. a normed attention or MLP output */
   void **blocks; /* every block this set allocated, for acts_free */
   int nblocks;
 };

@@ -87,9 +87,9 @@ static int loss_nstats(int distill, float temperature, int split) {
 }
 
 /* Bytes of loss buffers per chunk row (the most stats blocks a run can need). */
-static size_t loss_row_bytes(int V, int distill) {
-  return (size_t)V * sizeof(float) * (distill ? 2 : 1) + 3 * 2 * sizeof(float) +
-         PART_W * sizeof(double);
+static size_t loss_row_bytes(int V, int distill, int capped) {
+  return (size_t)V * sizeof(float) * ((distill ? 2 : 1) + (capped ? 1 : 0)) +
+         3 * 2 * sizeof(float) + PART_W * sizeof(double);
 }
 
 /* Bytes of loss buffers that do not depend on the chunk: the labels of all N rows
@@ -99,25 +99,27 @@ static size_t loss_fixed_bytes(size_t N) {
 }
 
 size_t loss_buffer_bytes(size_t chunk, size_t N, const struct loss_vocab *voc, int distill,
-                         float temperature) {
+                         float temperature, int capped) {
   const size_t stats = (size_t)loss_nstats(distill, temperature, voc->split) * 2 * sizeof(float);
-  const size_t cols = (size_t)voc->n + (distill ? (size_t)voc->common : 0); /* zs, zt */
+  const size_t cols = (size_t)voc->n * (capped ? 2 : 1) + /* zs (and its capped copy), zt */
+                      (distill ? (size_t)voc->common : 0);
   return chunk * (cols * sizeof(float) + stats + PART_W * sizeof(double)) + loss_fixed_bytes(N);
 }
 
-size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill) {
+size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill, int capped) {
   const size_t fixed = loss_fixed_bytes(N);
-  size_t n = (budget_bytes > fixed ? budget_bytes - fixed : 0) / loss_row_bytes(V, distill);
+  size_t n = (budget_bytes > fixed ? budget_bytes - fixed : 0) / loss_row_bytes(V, distill, capped);
   return n > 0 ? n : 1;
 }
 
 /* loss_chunked and loss_chunked_cache: the teacher logits of a chunk come from the
- * teacher's LM head (t) or, when tc != NULL, from cached sparse rows. */
+ * teacher's LM head (t) or, when tc != NULL, from cached sparse rows (capped when the
+ * cache was made). */
 static void loss_run(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
                      const struct loss_student *s, const struct loss_teacher *t,
                      const struct tcache_rows *tc, const int *labels, size_t N,
-                     const struct loss_vocab *voc, size_t chunk, float grad_scale,
-                     MPI_Comm tp_comm) {
+                     const struct loss_vocab *voc, size_t chunk, float grad_scale, MPI_Comm tp_comm,
+                     const struct loss_caps *caps) {
   const int distill = spec->distill;
   const float *hs = s->h, *ws = s->w;
   float *dhs = s->dh, *dws = s->dw;
@@ -140,6 +142,9 @@ static void loss_run(struct kd_backend *be, const struct loss_spec *spec, struct
 
   float *zs = be->alloc(be, KD_MEM_LOSS, chunk * (size_t)V * sizeof(float));
   float *zt = distill ? be->alloc(be, KD_MEM_LOSS, chunk * (size_t)Vk * sizeof(float)) : NULL;
+  /* the student's capped logits, kept for the cap's gradient (loss_grad overwrites zs) */
+  const float scap = caps ? caps->student : 0.0f, tcap = caps && distill && !tc ? caps->teacher : 0;
+  float *zc = scap > 0 ? be->alloc(be, KD_MEM_LOSS, chunk * (size_t)V * sizeof(float)) : NULL;
   float *stats = be->alloc(be, KD_MEM_LOSS, chunk * (size_t)nstats * 2 * sizeof(float));
   double *part = be->alloc(be, KD_MEM_LOSS, chunk * PART_W * sizeof(double));
   int *lab = be->alloc(be, KD_MEM_LOSS, N * sizeof(int));       /* all labels: one upload */
@@ -172,6 +177,15 @@ static void loss_run(struct kd_backend *be, const struct loss_spec *spec, struct
       be->round_bf16(be, zs, n * (size_t)V);
       if (distill && !tc) be->round_bf16(be, zt, n * (size_t)Vk);
     }
+    if (scap > 0) { /* final_logit_softcapping: c tanh(z / c), stored as the logits are */
+      be->softcap_forward(be, zs, n * (size_t)V, scap);
+      if (be->bf16) be->round_bf16(be, zs, n * (size_t)V);
+      be->copy(be, zc, zs, n * (size_t)V);
+    }
+    if (tcap > 0) {
+      be->softcap_forward(be, zt, n * (size_t)Vk, tcap);
+      if (be->bf16) be->round_bf16(be, zt, n * (size_t)Vk);
+    }
 
     if (distill) {
       be->softmax_stats(be, ss, zs, n, Vk, V, inv_t);
@@ -188,6 +202,7 @@ static void loss_run(struct kd_backend *be, const struct loss_spec *spec, struct
     if (!dhs) continue; /* forward only */
     be->loss_grad(be, zs, zt, ss, st, s1, part, lab_c, n, V, Vk, vocab_lo, spec->kind, inv_t,
                   spec->beta, wkd, wce);
+    if (scap > 0) be->softcap_backward(be, zs, zc, n * (size_t)V, scap);
     be->gemm(be, 0, 0, ni, Cs, V, 1.0f, zs, V, ws, Cs, 1.0f, dhs + r0 * (size_t)Cs, Cs);
     if (dws) be->gemm(be, 1, 0, V, Cs, ni, 1.0f, zs, V, hs_c, Cs, 1.0f, dws, Cs);
   }
@@ -200,6 +215,7 @@ static void loss_run(struct kd_backend *be, const struct loss_spec *spec, struct
   be->free(be, lab);
   be->free(be, part);
   be->free(be, stats);
+  if (zc) be->free(be, zc);
   if (zt) be->free(be, zt);
   if (stage) be->free(be, stage);
   be->free(be, zs);
@@ -209,12 +225,20 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
                   const struct loss_student *s, const struct loss_teacher *t, const int *labels,
                   size_t N, const struct loss_vocab *voc, size_t chunk, float grad_scale,
                   MPI_Comm tp_comm) {
-  loss_run(be, spec, sums, s, t, NULL, labels, N, voc, chunk, grad_scale, tp_comm);
+  loss_run(be, spec, sums, s, t, NULL, labels, N, voc, chunk, grad_scale, tp_comm, NULL);
+}
+
+void loss_chunked_capped(struct kd_backend *be, const struct loss_spec *spec,
+                         struct loss_sums *sums, const struct loss_student *s,
+                         const struct loss_teacher *t, const int *labels, size_t N,
+                         const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                         MPI_Comm tp_comm, const struct loss_caps *caps) {
+  loss_run(be, spec, sums, s, t, NULL, labels, N, voc, chunk, grad_scale, tp_comm, caps);
 }
 
 void loss_chunked_cache(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
                         const struct loss_student *s, const struct tcache_rows *tc,
                         const int *labels, size_t N, const struct loss_vocab *voc, size_t chunk,
-                        float grad_scale, MPI_Comm tp_comm) {
-  loss_run(be, spec, sums, s, NULL, tc, labels, N, voc, chunk, grad_scale, tp_comm);
+                        float grad_scale, MPI_Comm tp_comm, const struct loss_caps *caps) {
+  loss_run(be, spec, sums, s, NULL, tc, labels, N, voc, chunk, grad_scale, tp_comm, caps);
 }

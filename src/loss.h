@@ -57,6 +57,12 @@ struct loss_teacher {
   int C;               /* hidden size */
 };
 
+/* The soft caps of the two sides' logits (final_logit_softcapping): c tanh(z / c) before
+ * every softmax, the student's with its gradient; 0: none. */
+struct loss_caps {
+  float student, teacher;
+};
+
 /* Rank r of tp's slice of a student vocabulary of V ids of which the first
  * vocab_common are shared with the teacher (vocab_common == V: no padding). */
 void loss_vocab_slice(struct loss_vocab *v, int V, int vocab_common, int tp, int r);
@@ -79,6 +85,14 @@ void loss_chunked(struct kd_backend *be, const struct loss_spec *spec, struct lo
                   size_t N, const struct loss_vocab *voc, size_t chunk, float grad_scale,
                   MPI_Comm tp_comm);
 
+/* loss_chunked on soft-capped logits (caps NULL: none, as loss_chunked). A capped student
+ * keeps one more chunk of logits: its capped values, for the cap's gradient. */
+void loss_chunked_capped(struct kd_backend *be, const struct loss_spec *spec,
+                         struct loss_sums *sums, const struct loss_student *s,
+                         const struct loss_teacher *t, const int *labels, size_t N,
+                         const struct loss_vocab *voc, size_t chunk, float grad_scale,
+                         MPI_Comm tp_comm, const struct loss_caps *caps);
+
 /* loss_chunked with the teacher's distribution taken from cached sparse rows (tcache.h:
  * N rows in host memory, row r for token row r) instead of teacher logits: the KD term
  * compares the student's softmax with the cached distribution over the common ids
@@ -87,15 +101,15 @@ struct tcache_rows;
 void loss_chunked_cache(struct kd_backend *be, const struct loss_spec *spec, struct loss_sums *sums,
                         const struct loss_student *s, const struct tcache_rows *tc,
                         const int *labels, size_t N, const struct loss_vocab *voc, size_t chunk,
-                        float grad_scale, MPI_Comm tp_comm);
+                        float grad_scale, MPI_Comm tp_comm, const struct loss_caps *caps);
 
 /* Largest chunk (rows) whose loss buffers for N rows fit in `budget_bytes` (at least 1)
- * for a slice of at most V ids. */
-size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill);
+ * for a slice of at most V ids; capped: the student's logits are soft-capped. */
+size_t loss_chunk_from_budget(size_t budget_bytes, size_t N, int V, int distill, int capped);
 
 /* Bytes of KD_MEM_LOSS that loss_chunked allocates for chunks of `chunk` rows (the
- * memory planner's figure). */
+ * memory planner's figure); capped: the student's logits are soft-capped. */
 size_t loss_buffer_bytes(size_t chunk, size_t N, const struct loss_vocab *voc, int distill,
-                         float temperature);
+                         float temperature, int capped);
 
 #endif

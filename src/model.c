@@ -1,4 +1,4 @@
-/* model.c: the parameter table of a Qwen2/Qwen3/Llama decoder, its buffers and init. */
+/* model.c: the parameter table of a Qwen2/Qwen3/Llama/Gemma 3 decoder, its buffers and init. */
 #include "model.h"
 
 #include <math.h>
@@ -104,12 +104,14 @@ static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float 
       L->qn = vf(&s, p++);
       L->kn = vf(&s, p++);
     }
+    L->lna = card_gemma(c) ? vf(&s, p++) : NULL;
     L->ln2 = vf(&s, p++);
     L->wgu = vf(&s, p);
     L->wgu16 = vh(&s, p);
     p += 2;
     L->wd = vf(&s, p);
     L->wd16 = vh(&s, p++);
+    L->lnf = card_gemma(c) ? vf(&s, p++) : NULL;
   }
   v->norm = mdl->has_head ? vf(&s, p) : NULL;
   p++;
@@ -204,8 +206,17 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   mdl->head_dim = hd;
   mdl->rope = rope_of_card(card, hd);
   mdl->attn = kd_calloc((size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1), sizeof *mdl->attn);
-  for (int i = 0; i < mdl->nlayers; i++)
+  for (int i = 0; i < mdl->nlayers; i++) {
     mdl->attn[i] = kd_attn_plain(hd);
+    mdl->attn[i].window = card_layer_window(card, mdl->layer0 + i);
+  }
+  if (card_gemma(card)) { /* query_pre_attn_scalar^-1/2 as Python computes it, then FP32 */
+    mdl->rope_local = kd_rope_plain((float)card->rope_local_base_freq);
+    for (int i = 0; i < mdl->nlayers; i++) {
+      mdl->attn[i].scale = (float)pow(card->query_pre_attn_scalar, -0.5);
+      mdl->attn[i].softcap = (float)card->attn_logit_softcapping;
+    }
+  }
   mdl->heads = nh / tp;
   const int kv_split = nkv % tp == 0;
   const int kv_rep = kv_split ? 1 : tp / nkv; /* ranks sharing one kv head */
@@ -225,7 +236,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
   const int64_t q0 = (int64_t)r * mdl->q_dim;
   const int64_t k0 = kv_split ? (int64_t)r * mdl->kv_dim : (int64_t)(r / kv_rep) * hd;
-  int cap = 3 + 14 * L;
+  int cap = 3 + 16 * L;
   mdl->params = kd_calloc((size_t)cap, sizeof *mdl->params);
 
   /* The table, written once, in Hugging Face order. q/k/v and gate/up stay adjacent. */
@@ -256,11 +267,19 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
       table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, "model.layers.%d.self_attn.q_norm.weight", l);
       table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, "model.layers.%d.self_attn.k_norm.weight", l);
     }
+    /* Gemma 3: post_attention_layernorm norms the attention output, the MLP input has a
+     * norm of its own (pre_feedforward_layernorm) and the MLP output another one */
     table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, "model.layers.%d.post_attention_layernorm.weight",
               l);
+    if (card_gemma(card))
+      table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
+                "model.layers.%d.pre_feedforward_layernorm.weight", l);
     table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.gate_proj.weight", l);
     table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.up_proj.weight", l);
     table_add(mdl, cap, ROLE_LINEAR, l, C, I, dc, "model.layers.%d.mlp.down_proj.weight", l);
+    if (card_gemma(card))
+      table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
+                "model.layers.%d.post_feedforward_layernorm.weight", l);
   }
   const struct cut normc = {-1, 0, 0, mdl->has_head, r == 0, 0};
   table_add(mdl, cap, ROLE_NORM, -1, C, 0, normc, "model.norm.weight", 0);
@@ -308,12 +327,13 @@ static float counter_normal(uint64_t key, uint64_t i) {
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-/* Values of tensor p's local block, generated on the host into x (p->numel floats). */
+/* Values of tensor p's local block, generated on the host into x (p->numel floats). norm:
+ * the norms' weights (1, or 0 for Gemma's (1 + w) norms: a scale of 1 either way). */
 static void init_values(const struct kd_param *p, float *x, double std, double resid_std,
-                        uint64_t seed) {
+                        uint64_t seed, float norm) {
   if (p->role == ROLE_NORM || p->role == ROLE_BIAS) {
     for (size_t i = 0; i < p->numel; i++)
-      x[i] = p->role == ROLE_NORM ? 1.0f : 0.0f;
+      x[i] = p->role == ROLE_NORM ? norm : 0.0f;
     return;
   }
   const int resid = strstr(p->name, "o_proj") || strstr(p->name, "down_proj");
@@ -341,7 +361,7 @@ void model_init_random(struct kd_model *mdl, struct kd_backend *be, uint64_t see
   for (int k = 0; k < mdl->nparams; k++) {
     const struct kd_param *p = &mdl->params[k];
     if (!p->local) continue;
-    init_values(p, x, std, resid_std, seed);
+    init_values(p, x, std, resid_std, seed, card_gemma(&mdl->card) ? 0.0f : 1.0f);
     if (mdl->w16)
       model_store_packed(mdl, p, x);
     else
@@ -392,5 +412,6 @@ int64_t model_count_params(const struct kd_card *c) {
   int64_t layer = 2 * C + Q * C + 2 * KV * C + C * Q + 3 * I * C;
   if (c->attention_bias) layer += Q + 2 * KV;
   if (card_qk_norm(c)) layer += 2 * hd;
+  if (card_gemma(c)) layer += 2 * C; /* pre_feedforward_layernorm, post_feedforward_layernorm */
   return V * C + c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
 }

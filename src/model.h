@@ -47,7 +47,11 @@ struct kd_param {
  * q/k/v rows are adjacent so that wqkv is one (Q + 2 KV, C) matrix, and gate/up
  * rows adjacent so that wgu is one (2 I, C) matrix: fused GEMMs for free. */
 struct layer_ptrs {
-  float *ln1, *wqkv, *bqkv, *wo, *qn, *kn, *ln2, *wgu, *wd; /* qn, kn: (head_dim), qwen3 */
+  float *ln1, *wqkv, *bqkv, *wo, *qn, *kn, *ln2, *wgu, *wd; /* qn, kn: (head_dim), qwen3, gemma3 */
+  /* gemma3: the norms of the attention output (post_attention_layernorm; ln2 is then
+   * pre_feedforward_layernorm) and of the MLP output (post_feedforward_layernorm); NULL
+   * for the other families */
+  float *lna, *lnf;
   /* MODEL_FROZEN16: the matrices as packed BF16 (the float ones above are NULL) */
   uint16_t *wqkv16, *wo16, *wgu16, *wd16;
 };
@@ -92,6 +96,7 @@ struct kd_model {
   size_t numel;                /* elements of all parameters on this rank */
   int head_dim, q_dim, kv_dim; /* per-rank widths: q_dim = heads * head_dim */
   struct kd_rope rope;         /* the rotary embedding's frequencies (rope.c) */
+  struct kd_rope rope_local;   /* gemma3: the sliding-window layers' (rope_local_base_freq) */
   struct kd_attn *attn;        /* nlayers entries: this stage's layers' attention (scale, window,
                                   soft cap) */
   float *w;                 /* working weights (what the forward reads; BF16-rounded in bf16 runs);

@@ -262,8 +262,9 @@ static int read_values(struct namelist_ctx *c, struct nl_src *s, struct nl_item 
     }
     int rc = read_item(c, s, &tmp, group, key);
     if (rc) return rc;
-    for (long r = 0; r < tmp.repeat; r++, (*count)++)
-      if ((size_t)*count < max) items[*count] = tmp, items[*count].repeat = 1;
+    for (long r = 0; r < tmp.repeat && (size_t)*count + (size_t)r < max; r++)
+      items[*count + r] = tmp, items[*count + r].repeat = 1;
+    *count += tmp.repeat;
     skip_blank(s);
     if (s->p < s->end && *s->p == ',') s->p++;
   }
@@ -437,26 +438,26 @@ size_t namelist_count(const struct namelist_key *k, const void *base) {
  * list key 1 to maxn values (the count is stored; null values keep their element). */
 static int assign_values(struct namelist_ctx *c, size_t i, struct nl_src *s, int line, int raw_ok) {
   const struct namelist_key *k = &c->keys[i];
-  struct nl_item items[NAMELIST_MAXLIST];
   const size_t max = k->maxn ? k->maxn : 1;
   long count;
   KD_CHECK(max <= NAMELIST_MAXLIST, "&%s %s: list of %zu > NAMELIST_MAXLIST", k->group, k->key,
            max);
+  struct nl_item one, *items = max > 1 ? kd_calloc(max, sizeof *items) : &one;
   int rc = read_values(c, s, items, max, &count, k->group, k->key);
-  if (rc) return rc;
-  if (count == 0)
-    return namelist_err(c, line, k->group, k->key, "no value; expected %s after '='",
-                        namelist_type_words(k->type));
-  if (count > 1 && !k->maxn)
-    return namelist_err(c, line, k->group, k->key, "%ld values given; expected one value, %s",
-                        count, namelist_type_words(k->type));
-  if ((size_t)count > max)
-    return namelist_err(c, line, k->group, k->key, "%ld values given; expected at most %zu", count,
-                        max);
-  for (long e = 0; e < count; e++)
-    if ((rc = assign(c, i, (size_t)e, &items[e], line, raw_ok))) return rc;
-  if (k->maxn) *(int *)((char *)c->base + k->count_off) = (int)count;
-  return 0;
+  if (!rc && count == 0)
+    rc = namelist_err(c, line, k->group, k->key, "no value; expected %s after '='",
+                      namelist_type_words(k->type));
+  if (!rc && count > 1 && !k->maxn)
+    rc = namelist_err(c, line, k->group, k->key, "%ld values given; expected one value, %s", count,
+                      namelist_type_words(k->type));
+  if (!rc && (size_t)count > max)
+    rc = namelist_err(c, line, k->group, k->key, "%ld values given; expected at most %zu", count,
+                      max);
+  for (long e = 0; !rc && e < count; e++)
+    rc = assign(c, i, (size_t)e, &items[e], line, raw_ok);
+  if (!rc && k->maxn) *(int *)((char *)c->base + k->count_off) = (int)count;
+  if (items != &one) free(items);
+  return rc;
 }
 
 /* ---- groups, files, overrides --------------------------------------------------------------- */
@@ -710,65 +711,89 @@ static void print_value(FILE *f, const struct namelist_key *k, const void *base,
     fputs(*(const int *)field ? ".true." : ".false.", f);
 }
 
+/* Print the values of list key k: each one, or for a list of words runs of one word as
+ * r*'word', four to a line. */
+static void print_list(FILE *f, const struct namelist_key *k, const void *base, size_t count) {
+  size_t items = 0;
+  for (size_t e = 0, r; e < count; e += r) {
+    r = 1;
+    if (k->type == NL_WORD)
+      while (e + r < count && *(const int *)namelist_field(k, (void *)base, e + r) ==
+                                  *(const int *)namelist_field(k, (void *)base, e))
+        r++;
+    if (e) fputs(k->type == NL_WORD && items % 4 == 0 ? ",\n    " : ", ", f);
+    if (r > 1) fprintf(f, "%zu*", r);
+    print_value(f, k, base, e);
+    items++;
+  }
+}
+
 void namelist_print(FILE *f, const struct namelist_key *keys, size_t n, const void *base) {
   for (size_t i = 0; i < n; i++) {
     if (group_first(keys, i) == i) fprintf(f, "&%s\n", keys[i].group);
     fprintf(f, "  %s = ", keys[i].key);
     size_t count = namelist_count(&keys[i], base);
     if (count == 0) count = 1; /* an empty list prints its first (empty) element */
-    for (size_t e = 0; e < count; e++) {
-      if (e) fputs(", ", f);
-      print_value(f, &keys[i], base, e);
-    }
+    print_list(f, &keys[i], base, count);
     fputc('\n', f);
     if (i + 1 == n || strcmp(keys[i + 1].group, keys[i].group)) fputs("/\n", f);
   }
 }
 
-long namelist_check_values(const struct namelist_key *keys, size_t n, const void *base, char *why,
-                           size_t whylen) {
+/* Check one stored value of key k (as the reader would have): 0, or 1 with why. */
+static int check_value(const struct namelist_key *k, const char *f, char *why, size_t whylen) {
   char words[256];
-  for (size_t i = 0; i < n; i++) {
-    const struct namelist_key *k = &keys[i];
-    const char *f = (const char *)base + k->off;
-    if (k->type == NL_STR) {
-      if (!memchr(f, '\0', k->size)) {
-        snprintf(why, whylen, "an unterminated string: expected at most %zu characters",
-                 k->size - 1);
-        return (long)i;
+  if (k->type == NL_STR) {
+    if (!memchr(f, '\0', k->size)) {
+      snprintf(why, whylen, "an unterminated string: expected at most %zu characters", k->size - 1);
+      return 1;
+    }
+    if (k->choices && !(k->flags & NL_PATH)) {
+      int ok = 0;
+      for (const char *p = k->choices; *p && !ok;) {
+        size_t l = strcspn(p, "|");
+        ok = strlen(f) == l && !strncmp(p, f, l);
+        p += l + (p[l] == '|');
       }
-      if (k->choices && !(k->flags & NL_PATH)) {
-        int ok = 0;
-        for (const char *p = k->choices; *p && !ok;) {
-          size_t l = strcspn(p, "|");
-          ok = strlen(f) == l && !strncmp(p, f, l);
-          p += l + (p[l] == '|');
-        }
-        if (!ok) {
-          snprintf(why, whylen, "'%s': expected one of %s", f, k->choices);
-          return (long)i;
-        }
-      }
-    } else if (k->type == NL_WORD) {
-      char w[NAMELIST_STR_MAX];
-      if (!words_name(w, sizeof w, k->choices, *(const int *)f)[0]) {
-        snprintf(why, whylen, "word number %d: expected one of %s", *(const int *)f, k->choices);
-        return (long)i;
-      }
-    } else if (k->type == NL_INT || k->type == NL_REAL) {
-      double v = k->type == NL_REAL           ? *(const double *)f
-                 : k->size == sizeof(int64_t) ? (double)*(const int64_t *)f
-                                              : (double)*(const int *)f;
-      if (!in_range(k, v)) {
-        range_words(words, sizeof words, k);
-        snprintf(why, whylen, "%.17g: %s", v, words);
-        return (long)i;
-      }
-      if (k->type == NL_REAL && !float_ok(v)) {
-        snprintf(why, whylen, "%.17g is " FLOAT_WORDS, v);
-        return (long)i;
+      if (!ok) {
+        snprintf(why, whylen, "'%s': expected one of %s", f, k->choices);
+        return 1;
       }
     }
+  } else if (k->type == NL_WORD) {
+    char w[NAMELIST_STR_MAX];
+    if (!words_name(w, sizeof w, k->choices, *(const int *)f)[0]) {
+      snprintf(why, whylen, "word number %d: expected one of %s", *(const int *)f, k->choices);
+      return 1;
+    }
+  } else if (k->type == NL_INT || k->type == NL_REAL) {
+    double v = k->type == NL_REAL           ? *(const double *)f
+               : k->size == sizeof(int64_t) ? (double)*(const int64_t *)f
+                                            : (double)*(const int *)f;
+    if (!in_range(k, v)) {
+      range_words(words, sizeof words, k);
+      snprintf(why, whylen, "%.17g: %s", v, words);
+      return 1;
+    }
+    if (k->type == NL_REAL && !float_ok(v)) {
+      snprintf(why, whylen, "%.17g is " FLOAT_WORDS, v);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+long namelist_check_values(const struct namelist_key *keys, size_t n, const void *base, char *why,
+                           size_t whylen) {
+  for (size_t i = 0; i < n; i++) {
+    const struct namelist_key *k = &keys[i];
+    const size_t count = namelist_count(k, base);
+    if (k->maxn && count > k->maxn) {
+      snprintf(why, whylen, "%zu values: expected at most %zu", count, k->maxn);
+      return (long)i;
+    }
+    for (size_t e = 0; e < count; e++)
+      if (check_value(k, namelist_field(k, (void *)base, e), why, whylen)) return (long)i;
   }
   return -1;
 }

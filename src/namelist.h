@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define NAMELIST_STR_MAX 512 /* longest string field a table may describe (with its NUL) */
-#define NAMELIST_MAXKEYS 64  /* most keys in one table */
-#define NAMELIST_MAXLIST 16  /* most values of a list key */
+#define NAMELIST_STR_MAX 512  /* longest string field a table may describe (with its NUL) */
+#define NAMELIST_MAXKEYS 64   /* most keys in one table */
+#define NAMELIST_MAXLIST 1024 /* most values of a list key */
 
 /* NL_INT: int or int64_t by field size. NL_WORD: one word of `choices` (quoted as a string in
  * the file), stored as its index in that list in an int (enum) field: the enums of words.h. */

@@ -44,6 +44,7 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   d->kv_heads = nkv % tp == 0 ? nkv / tp : 1;
   d->kv_dim = d->kv_heads * hd;
   d->qk_norm = card_qk_norm(c);
+  d->gemma = card_gemma(c);
   grid_block(c->intermediate_size, tp, tp_rank, &s0, &n);
   d->ffn = (int)n;
   grid_vocab_block(c->vocab_size, vocab_common, tp, tp_rank, &s0, &n);
@@ -53,9 +54,10 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   m->has_embed = stage == 0;
   const size_t C = (size_t)d->C, QKV = (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
   const size_t emb = (size_t)m->vocab * C;
-  const size_t qkn = d->qk_norm ? 2 * (size_t)hd : 0; /* q_norm, k_norm */
+  const size_t norms = (d->qk_norm ? 2 * (size_t)hd : 0) /* q_norm, k_norm */
+                       + (d->gemma ? 2 * C : 0);         /* gemma3's two more norms */
   const size_t layer = 2 * C + QKV * C + (c->attention_bias ? QKV : 0) + C * (size_t)d->q_dim +
-                       qkn + 3 * (size_t)d->ffn * C;
+                       norms + 3 * (size_t)d->ffn * C;
   const int tied = c->tie_word_embeddings;
   m->numel = (m->has_embed || (tied && d->has_head) ? emb : 0) + (size_t)d->layers * layer +
              (d->has_head ? C + (tied ? 0 : emb) : 0);
@@ -63,7 +65,7 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   if ((size_t)d->q_dim * C > m->maxblock) /* q_proj, o_proj: head_dim apart from C / heads */
     m->maxblock = (size_t)d->q_dim * C;
   m->nvec =
-      (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0) + qkn) + (d->has_head ? C : 0);
+      (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0) + norms) + (d->has_head ? C : 0);
 }
 
 /* Weight bytes of a frozen model: FP32, or in bf16 runs packed BF16 plus the FP32 1-D
@@ -132,6 +134,7 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
         2 * N * ((size_t)cfg->student.hidden_size + (live ? (size_t)cfg->teacher.hidden_size : 0)) *
         4;
   if (s.d.has_head) {
+    const int capped = cfg->student.final_logit_softcapping > 0;
     size_t chunk;
     if (cfg->loss_chunk_tokens > 0) {
       chunk = (size_t)cfg->loss_chunk_tokens;
@@ -140,12 +143,13 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
       chunk = loss_chunk_from_budget(cfg->mem_budget_mb == 0 ? (size_t)1 << 30
                                      : budget > before       ? budget - before
                                                              : 0,
-                                     N, cfg->student.vocab_size, distill);
+                                     N, cfg->student.vocab_size, distill, capped);
     }
     if (chunk > N) chunk = N;
     struct loss_vocab voc;
     loss_vocab_slice(&voc, Vs, vc, tp, tp_rank);
-    bytes[KD_MEM_LOSS] = loss_buffer_bytes(chunk, N, &voc, distill, (float)cfg->loss_temperature);
+    bytes[KD_MEM_LOSS] =
+        loss_buffer_bytes(chunk, N, &voc, distill, (float)cfg->loss_temperature, capped);
   }
 }
 

@@ -158,11 +158,14 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   struct loss_teacher lt = {0}; /* read only when distilling live */
   if (spec.distill && !cached)
     lt = (struct loss_teacher){p->tacts.hn, t->pw.head, t->pw.head16, (int)ct};
+  const struct loss_caps caps = {(float)s->card.final_logit_softcapping,
+                                 t ? (float)t->card.final_logit_softcapping : 0.0f};
   if (cached)
     loss_chunked_cache(be, &spec, &ms, &ls, p->tc_rows, p->labels[k], N, &voc, p->chunk, grad_scale,
-                       s->tp_comm);
+                       s->tp_comm, &caps);
   else
-    loss_chunked(be, &spec, &ms, &ls, &lt, p->labels[k], N, &voc, p->chunk, grad_scale, s->tp_comm);
+    loss_chunked_capped(be, &spec, &ms, &ls, &lt, p->labels[k], N, &voc, p->chunk, grad_scale,
+                        s->tp_comm, &caps);
   if (train && s->tp > 1) /* each rank's vocabulary slice gave a partial dhn */
     comm_allreduce(be, sa->dhn, N * cs, MPI_FLOAT, MPI_SUM, 0, s->tp_comm);
   sums->kd += ms.kd;

@@ -354,8 +354,29 @@ static void test_rows(struct st *x) {
   x->cpu->swiglu_backward(x->cpu, dgu.c, d2.c, gu.c, N, I),
       x->gpu->swiglu_backward(x->gpu, dgu.g, d2.g, gu.g, N, I);
   report(x, "swiglu_backward", dual_err(x, &dgu, 0), TOL_BWD);
-  struct dual *all[] = {&tok, &wte, &out,  &in, &w,  &r,  &dout, &din,
-                        &dw,  &xb,  &bias, &gu, &o2, &d2, &dgu};
+  /* Gemma: the (1 + w) rmsnorm, geglu, the soft cap */
+  x->cpu->rmsnorm1p_forward(x->cpu, out.c, r.c, in.c, w.c, N, C, 1e-6f);
+  x->gpu->rmsnorm1p_forward(x->gpu, out.g, r.g, in.g, w.g, N, C, 1e-6f);
+  report(x, "rmsnorm1p_forward (out, rstd)", fmax(dual_err(x, &out, 0), dual_err(x, &r, 0)),
+         TOL_FWD);
+  x->cpu->rmsnorm1p_backward(x->cpu, din.c, dw.c, dout.c, in.c, w.c, r.c, N, C);
+  x->gpu->rmsnorm1p_backward(x->gpu, din.g, dw.g, dout.g, in.g, w.g, r.g, N, C);
+  report(x, "rmsnorm1p_backward (dinp, dw)", fmax(dual_err(x, &din, 0), dual_err(x, &dw, 0)),
+         TOL_BWD);
+  x->cpu->geglu_forward(x->cpu, o2.c, gu.c, N, I), x->gpu->geglu_forward(x->gpu, o2.g, gu.g, N, I);
+  report(x, "geglu_forward", dual_err(x, &o2, 0), TOL_FWD);
+  x->cpu->geglu_backward(x->cpu, dgu.c, d2.c, gu.c, N, I),
+      x->gpu->geglu_backward(x->gpu, dgu.g, d2.g, gu.g, N, I);
+  report(x, "geglu_backward", dual_err(x, &dgu, 0), TOL_BWD);
+  struct dual z = dual_rand(x, N * I, 60.0f), dz = dual_rand(x, N * I, 1.0f);
+  x->cpu->softcap_forward(x->cpu, z.c, N * I, 30.0f);
+  x->gpu->softcap_forward(x->gpu, z.g, N * I, 30.0f);
+  report(x, "softcap_forward", dual_err(x, &z, 0), TOL_FWD);
+  x->cpu->softcap_backward(x->cpu, dz.c, z.c, N * I, 30.0f);
+  x->gpu->softcap_backward(x->gpu, dz.g, z.g, N * I, 30.0f);
+  report(x, "softcap_backward", dual_err(x, &dz, 0), TOL_BWD);
+  struct dual *all[] = {&tok, &wte,  &out, &in, &w,  &r,   &dout, &din, &dw,
+                        &xb,  &bias, &gu,  &o2, &d2, &dgu, &z,    &dz};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++)
     dual_free(x, all[i]);
 }
@@ -557,9 +578,13 @@ static void test_loss(struct st *x) {
   dual_free(x, &pa), dual_free(x, &acc);
 }
 
-/* A small Qwen2-shaped card for the training comparison; qwen3: Qwen3-shaped (q/k norms,
- * no biases, head_dim apart from hidden / heads). */
-static struct kd_card selftest_card(int teacher, int qwen3) {
+/* A small Qwen2-shaped card for the training comparison; family 1: Qwen3-shaped (q/k
+ * norms, no biases, head_dim apart from hidden / heads); 2: Gemma 3-shaped (q/k norms,
+ * four (1 + w) norms per layer, GeGLU, scaled embedding, query_pre_attn_scalar, soft-capped
+ * final logits, layer 0 a window of 13 with the local RoPE base, the student's attention
+ * scores capped). */
+static struct kd_card selftest_card(int teacher, int family) {
+  const int qwen3 = family > 0;
   struct kd_card c;
   memset(&c, 0, sizeof c);
   snprintf(c.name, sizeof c.name, "selftest-%s", teacher ? "teacher" : "student");
@@ -579,16 +604,30 @@ static struct kd_card selftest_card(int teacher, int qwen3) {
     c.arch = KD_ARCH_QWEN3;
     c.head_dim = teacher ? 32 : 24;
   }
+  if (family == 2) {
+    c.arch = KD_ARCH_GEMMA3;
+    c.hidden_activation = KD_ACT_GELU_TANH;
+    c.query_pre_attn_scalar = teacher ? 40.0 : 20.0;
+    c.rope_local_base_freq = 10000.0;
+    c.rope_theta = 1e6;
+    c.tie_word_embeddings = 1;
+    c.final_logit_softcapping = teacher ? 8.0 : 5.0; /* Gemma 2's, on the loss's logits */
+    c.attn_logit_softcapping = teacher ? 0.0 : 4.0;
+    c.sliding_window = 13; /* layer 0 windowed (local RoPE base) on 48 positions */
+    c.n_layer_types = 2;
+    c.layer_types[0] = KD_LAYER_SLIDING;
+    c.layer_types[1] = KD_LAYER_FULL;
+  }
   return c;
 }
 
 /* Two distillation steps (forward, chunked loss, backward, AdamW) on backend `be`;
  * loss[s] is the objective of step s. Uses layers.c and loss.c as train.c does:
  * tokens and labels are host arrays (layers_forward and loss_chunked upload them). */
-static void train_two_steps(struct kd_backend *be, int bf16, int qwen3, double loss[2]) {
+static void train_two_steps(struct kd_backend *be, int bf16, int family, double loss[2]) {
   const int B = 2, T = 48;
   const size_t N = (size_t)B * T;
-  struct kd_card ct = selftest_card(1, qwen3), cs = selftest_card(0, qwen3);
+  struct kd_card ct = selftest_card(1, family), cs = selftest_card(0, family);
   struct kd_model t, s;
   struct kd_acts ta, sa;
   model_build(&t, be, &ct, bf16 ? MODEL_FROZEN16 : MODEL_FROZEN); /* as train.c holds it */
@@ -613,7 +652,10 @@ static void train_two_steps(struct kd_backend *be, int bf16, int qwen3, double l
     const struct loss_vocab voc = {0, cs.vocab_size, cs.vocab_size, 0};
     const struct loss_student ls = {sa.hn, s.pw.head, cs.hidden_size, sa.dhn, s.pg.head};
     const struct loss_teacher lt = {ta.hn, t.pw.head, t.pw.head16, ct.hidden_size};
-    loss_chunked(be, &spec, &sums, &ls, &lt, labels, N, &voc, 40, 1.0f / (float)N, MPI_COMM_SELF);
+    const struct loss_caps caps = {(float)cs.final_logit_softcapping,
+                                   (float)ct.final_logit_softcapping};
+    loss_chunked_capped(be, &spec, &sums, &ls, &lt, labels, N, &voc, 40, 1.0f / (float)N,
+                        MPI_COMM_SELF, &caps);
     layers_backward(be, &s, &sa);
     loss[step] = (spec.alpha * sums.kd + (1.0 - spec.alpha) * sums.ce) / (double)N;
     const float b1 = 0.9f, b2 = 0.95f;
@@ -629,14 +671,14 @@ static void train_two_steps(struct kd_backend *be, int bf16, int qwen3, double l
 }
 
 static void test_training(struct st *x) {
-  for (int qwen3 = 0; qwen3 < 2; qwen3++) {
+  static const char *const fam[3] = {"", "qwen3 ", "gemma3 "};
+  for (int family = 0; family < 3; family++) {
     double lc[2], lg[2];
-    train_two_steps(x->cpu, x->bf16, qwen3, lc);
-    train_two_steps(x->gpu, x->bf16, qwen3, lg);
+    train_two_steps(x->cpu, x->bf16, family, lc);
+    train_two_steps(x->gpu, x->bf16, family, lg);
     for (int s = 0; s < 2; s++) {
       char name[64];
-      snprintf(name, sizeof name, "%strain step %d loss (cpu %.5f)", qwen3 ? "qwen3 " : "", s + 1,
-               lc[s]);
+      snprintf(name, sizeof name, "%strain step %d loss (cpu %.5f)", fam[family], s + 1, lc[s]);
       report(x, name, fabs(lg[s] - lc[s]) / fabs(lc[s]), 1e-4, 1e-2);
     }
   }

@@ -317,6 +317,10 @@ static void make_chunk(struct cmake *s, int mi, int64_t mine0, size_t r0, size_t
     be->gemm(be, 0, 1, (int)n, Vk, Ct, 1.0f, s->acts.hn + r0 * s->Ct, Ct, t->pw.head, Ct, 0.0f,
              s->z, Vk);
   if (be->bf16) be->round_bf16(be, s->z, n * (size_t)Vk); /* as the live loss rounds zt */
+  if (t->card.final_logit_softcapping > 0) {              /* and caps it */
+    be->softcap_forward(be, s->z, n * (size_t)Vk, (float)t->card.final_logit_softcapping);
+    if (be->bf16) be->round_bf16(be, s->z, n * (size_t)Vk);
+  }
   be->download(be, s->zh, s->z, n * (size_t)Vk * sizeof(float));
   if (t->tp > 1) { /* rank blocks of (n, Vk_r) in id order on the first rank */
     for (int q = 0; q < t->tp; q++) {

@@ -350,7 +350,8 @@ static void pipe_setup(struct run *r, int dp) {
   const size_t N = (size_t)mb * T;
   r->chunk = cfg->loss_chunk_tokens > 0
                  ? (size_t)cfg->loss_chunk_tokens
-                 : loss_chunk_from_budget(loss_budget(r), N, cfg->student.vocab_size, r->distill);
+                 : loss_chunk_from_budget(loss_budget(r), N, cfg->student.vocab_size, r->distill,
+                                          cfg->student.final_logit_softcapping > 0);
   if (r->chunk > N) r->chunk = N;
   const int nmicro = cfg->par_global_batch / (dp * mb);
   const int nvalid = (cfg->data_valid_batches + dp - 1) / dp;

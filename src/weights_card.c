@@ -16,8 +16,9 @@
 #include "weights_impl.h"
 
 /* The model card as /config attributes. */
-/* KEY_WORD: an enum field stored as its word (words.h: arch, rope_type) */
-enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL, KEY_WORD };
+/* KEY_WORD: an enum field stored as its word (words.h: arch, rope_type); KEY_WORDS: a list of
+ * them (layer_types) stored as one string, the words separated by ',' */
+enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL, KEY_WORD, KEY_WORDS };
 /* ROPE_*: the RoPE scaling keys are written (and in the checksum) only for a card whose
  * rope_type is not 'default', so that files of unscaled models stay as they were; a file
  * without them has default RoPE (config.c's defaults) */
@@ -32,23 +33,30 @@ struct card_key {
   const char *words;        /* KEY_WORD: the '|' word list */
   const char *const *names; /* KEY_WORD: its names array */
   int nwords;               /* KEY_WORD: its length */
-  int zero_absent; /* a key newer than the format: written and checksummed only when nonzero,
-                      so that a file without it (0, the old behaviour) keeps its checksum */
+  int newer; /* a key newer than the format: written and checksummed only when it differs from
+                its card default (config.c), so that a file without it (the default, the old
+                behaviour) keeps its checksum */
+  int gemma; /* a Gemma 3 key: written and checksummed only for an arch 'gemma3' card */
 };
 #define CARD_KEY(f, kind, cmp, req)                                                                \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req, ROPE_NO,    \
-        NULL, NULL, 0, 0                                                                           \
+        NULL, NULL, 0, 0, 0                                                                        \
   }
 #define CARD_WORD(f, rope, list, names, n)                                                         \
   {                                                                                                \
 #f, KEY_WORD, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, !(rope), rope, \
-        list, names, n, 0                                                                          \
+        list, names, n, 0, 0                                                                       \
   }
 #define CARD_ROPE(f, kind)                                                                         \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_PARAM,     \
-        NULL, NULL, 0, 0                                                                           \
+        NULL, NULL, 0, 0, 0                                                                        \
+  }
+#define CARD_GEMMA(f, kind, list, names, n)                                                        \
+  {                                                                                                \
+#f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_NO, list,  \
+        names, n, 0, 1                                                                             \
   }
 static const struct card_key card_keys[] = {
     CARD_KEY(name, KEY_STR, 0, 0),
@@ -76,7 +84,22 @@ static const struct card_key card_keys[] = {
     CARD_ROPE(mscale_all_dim, KEY_REAL),
     CARD_ROPE(truncate, KEY_BOOL),
     {"head_dim", KEY_INT, offsetof(struct kd_card, head_dim), sizeof(int), 1, 0, ROPE_NO, NULL,
-     NULL, 0, 1},
+     NULL, 0, 1, 0},
+    /* the sliding window: compared as the window of each layer (card_layer_window) */
+    {"sliding_window", KEY_INT, offsetof(struct kd_card, sliding_window), sizeof(int), 0, 0,
+     ROPE_NO, NULL, NULL, 0, 1, 0},
+    {"use_sliding_window", KEY_BOOL, offsetof(struct kd_card, use_sliding_window), sizeof(int), 0,
+     0, ROPE_NO, NULL, NULL, 0, 1, 0},
+    {"max_window_layers", KEY_INT, offsetof(struct kd_card, max_window_layers), sizeof(int), 0, 0,
+     ROPE_NO, NULL, NULL, 0, 1, 0},
+    {"layer_types", KEY_WORDS, offsetof(struct kd_card, layer_types),
+     sizeof(((struct kd_card *)0)->layer_types[0]), 0, 0, ROPE_NO, KD_LAYER_TYPE_WORDS,
+     kd_layer_type_names, KD_LAYER_TYPE_N, 1, 0},
+    CARD_GEMMA(hidden_activation, KEY_WORD, KD_ACT_WORDS, kd_act_names, KD_ACT_N),
+    CARD_GEMMA(query_pre_attn_scalar, KEY_REAL, NULL, NULL, 0),
+    CARD_GEMMA(rope_local_base_freq, KEY_REAL, NULL, NULL, 0),
+    CARD_GEMMA(final_logit_softcapping, KEY_REAL, NULL, NULL, 0),
+    CARD_GEMMA(attn_logit_softcapping, KEY_REAL, NULL, NULL, 0),
 };
 #define NCARD_KEYS (sizeof card_keys / sizeof card_keys[0])
 
@@ -86,11 +109,51 @@ static const char *card_word(const struct card_key *ck, const void *field) {
   return w >= 0 && w < ck->nwords ? ck->names[w] : "";
 }
 
-/* Whether key ck of `card` is left out of the file and its checksum (see ROPE_*, and a
- * zero_absent key holding 0). */
-static int card_key_absent(const struct card_key *ck, const struct kd_card *card) {
-  if (ck->zero_absent) return *(const int *)((const char *)card + ck->off) == 0;
+/* Whether key ck of `card` is left out of the file and its checksum (see ROPE_*, a newer
+ * key at its default, `dflt` being the card defaults, a Gemma key of another family). */
+static int card_key_absent(const struct card_key *ck, const struct kd_card *card,
+                           const struct kd_card *dflt) {
+  if (ck->gemma) return !card_gemma(card);
+  if (ck->kind == KEY_WORDS) return card->n_layer_types == 0;
+  if (ck->newer)
+    return *(const int *)((const char *)card + ck->off) ==
+           *(const int *)((const char *)dflt + ck->off);
   return ck->rope != ROPE_NO && card->rope_type == KD_ROPE_DEFAULT;
+}
+
+/* The stored text of a KEY_WORDS key (layer_types): its words separated by ','. */
+#define WORDS_TEXT_MAX (KD_LAYERS_MAX * 24)
+static void card_words_text(char *out, size_t len, const struct card_key *ck,
+                            const struct kd_card *card) {
+  size_t n = 0;
+  out[0] = 0;
+  for (int e = 0; e < card->n_layer_types && n < len; e++) {
+    const char *field = (const char *)card + ck->off + (size_t)e * ck->size;
+    n += (size_t)snprintf(out + n, len - n, "%s%s", e ? "," : "", card_word(ck, field));
+  }
+}
+
+/* Parse the stored text of a KEY_WORDS key into `card`: 0, or KD_EXIT_INPUT with err. */
+static int card_words_parse(const char *text, const struct card_key *ck, struct kd_card *card,
+                            const char *path, char *err, size_t errlen) {
+  int n = 0;
+  for (const char *p = text; *p;) {
+    const size_t l = strcspn(p, ",");
+    char word[64];
+    snprintf(word, sizeof word, "%.*s", (int)(l < 63 ? l : 63), p);
+    const int w = l < 63 ? words_find(ck->words, word) : -1;
+    if (w < 0 || n >= KD_LAYERS_MAX) {
+      kd_seterr(err, errlen,
+                "%s: /config is not a valid model card: %s entry %d = '%s': expected at most %d "
+                "of %s",
+                path, ck->name, n, word, KD_LAYERS_MAX, ck->words);
+      return KD_EXIT_INPUT;
+    }
+    *(int *)((char *)card + ck->off + (size_t)n++ * ck->size) = w;
+    p += l + (p[l] == ',');
+  }
+  card->n_layer_types = n;
+  return 0;
 }
 
 /* Longest /config/namelist read (the run's namelist: a few KiB). */
@@ -159,14 +222,20 @@ int weights_card_check_root(hid_t file, const char *path, int *minor, char *err,
  * older readers still read newer files). */
 static uint64_t config_sum(const struct kd_card *card) {
   uint64_t h = 0;
+  struct kd_card dflt;
+  card_defaults(&dflt);
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     const char *field = (const char *)card + ck->off;
-    if (card_key_absent(ck, card)) continue;
+    if (card_key_absent(ck, card, &dflt)) continue;
     h = kd_fnv1a(ck->name, h);
     uint64_t bits = 0;
     if (ck->kind == KEY_STR) {
       h = kd_fnv1a(field, h);
+    } else if (ck->kind == KEY_WORDS) {
+      char text[WORDS_TEXT_MAX];
+      card_words_text(text, sizeof text, ck, card);
+      h = kd_fnv1a(text, h); /* the words, as stored */
     } else if (ck->kind == KEY_WORD) {
       h = kd_fnv1a(card_word(ck, field), h); /* the word, as stored */
     } else if (ck->kind == KEY_REAL) {
@@ -231,11 +300,17 @@ static int namelist_write(hid_t cfg, const char *namelist, int ok, int rank, MPI
 int weights_card_write(hid_t cfg, const struct kd_card *card, const char *namelist, int rank,
                        MPI_Comm comm) {
   int ok = 1;
+  struct kd_card dflt;
+  card_defaults(&dflt);
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     const char *field = (const char *)card + ck->off;
-    if (card_key_absent(ck, card)) continue;
-    if (ck->kind == KEY_STR || ck->kind == KEY_WORD) {
+    if (card_key_absent(ck, card, &dflt)) continue;
+    if (ck->kind == KEY_WORDS) {
+      char text[WORDS_TEXT_MAX];
+      card_words_text(text, sizeof text, ck, card);
+      ok &= h5attr_set_string(cfg, ck->name, text) == 0;
+    } else if (ck->kind == KEY_STR || ck->kind == KEY_WORD) {
       ok &= h5attr_set_string(cfg, ck->name, ck->kind == KEY_WORD ? card_word(ck, field) : field) ==
             0;
     } else if (ck->kind == KEY_INT) {
@@ -321,7 +396,8 @@ static int card_check_text(hid_t cfg, const char *path, char *err, size_t errlen
 }
 
 int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *err, size_t errlen) {
-  card_defaults(card); /* what a key the file lacks means (the RoPE keys) */
+  card_defaults(card);                   /* what a key the file lacks means (the RoPE keys) */
+  card->hidden_activation = KD_ACT_SILU; /* no table default (follows arch): a gemma3 file has it */
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     char *field = (char *)card + ck->off;
@@ -329,6 +405,10 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *e
     int rc;
     if (ck->kind == KEY_STR) {
       rc = h5attr_get_string(cfg, ck->name, field, ck->size, err, errlen);
+    } else if (ck->kind == KEY_WORDS) {
+      char text[WORDS_TEXT_MAX];
+      rc = h5attr_get_string(cfg, ck->name, text, sizeof text, err, errlen);
+      if (rc == 0) rc = card_words_parse(text, ck, card, path, err, errlen);
     } else if (ck->kind == KEY_WORD) {
       char word[64];
       rc = h5attr_get_string(cfg, ck->name, word, sizeof word, err, errlen);
@@ -381,7 +461,7 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
                          char *err, size_t errlen) {
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
-    if (!ck->compare || (ck->rope == ROPE_PARAM && card_key_absent(ck, model))) continue;
+    if (!ck->compare || (ck->rope == ROPE_PARAM && card_key_absent(ck, model, NULL))) continue;
     const char *fa = (const char *)file + ck->off, *fb = (const char *)model + ck->off;
     char va[80], vb[80];
     int differ;
@@ -400,8 +480,9 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
       snprintf(vb, sizeof vb, "%.17g", b);
     } else {
       /* head_dim: the width it stands for (0 and hidden / heads agree) */
-      int a = ck->zero_absent ? card_head_dim(file) : *(const int *)fa;
-      int b = ck->zero_absent ? card_head_dim(model) : *(const int *)fb;
+      const int hd = ck->off == offsetof(struct kd_card, head_dim);
+      int a = hd ? card_head_dim(file) : *(const int *)fa;
+      int b = hd ? card_head_dim(model) : *(const int *)fb;
       differ = a != b;
       if (ck->kind == KEY_BOOL) {
         snprintf(va, sizeof va, "%s", a ? ".true." : ".false.");
@@ -416,6 +497,19 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
                 "%s was written for a different model: %s = %s in its /config but %s in the "
                 "model card %s; use the card the file was written with",
                 path, ck->name, va, vb, model->path[0] ? model->path : model->name);
+      return KD_EXIT_INPUT;
+    }
+  }
+  /* the sliding window keys: what they mean, layer by layer (the layer counts agree) */
+  for (int l = 0; l < model->num_hidden_layers; l++) {
+    const int a = card_layer_window(file, l), b = card_layer_window(model, l);
+    if (a != b) {
+      kd_seterr(err, errlen,
+                "%s was written for a different model: the sliding window of layer %d is %d in "
+                "its /config but %d in the model card %s (sliding_window, use_sliding_window, "
+                "max_window_layers, layer_types; 0: full attention); use the card the file was "
+                "written with",
+                path, l, a, b, model->path[0] ? model->path : model->name);
       return KD_EXIT_INPUT;
     }
   }

@@ -16,7 +16,9 @@ const char *const kd_precision_names[KD_PREC_N] = {KD_PRECISION_LIST(KD_WORD_NAM
 const char *const kd_recompute_names[KD_RECOMPUTE_N] = {KD_RECOMPUTE_LIST(KD_WORD_NAME)};
 const char *const kd_log_level_names[KD_LOG_N] = {KD_LOG_LEVEL_LIST(KD_WORD_NAME)};
 const char *const kd_arch_names[KD_ARCH_N] = {KD_ARCH_LIST(KD_WORD_NAME)};
+const char *const kd_act_names[KD_ACT_N] = {KD_ACT_LIST(KD_WORD_NAME)};
 const char *const kd_rope_type_names[KD_ROPE_N] = {KD_ROPE_TYPE_LIST(KD_WORD_NAME)};
+const char *const kd_layer_type_names[KD_LAYER_TYPE_N] = {KD_LAYER_TYPE_LIST(KD_WORD_NAME)};
 
 int words_find(const char *words, const char *word) {
   const size_t n = strlen(word);

@@ -108,10 +108,20 @@ extern const char *const kd_log_level_names[KD_LOG_N];
 #define KD_ARCH_LIST(X)                                                                            \
   X(KD_ARCH_QWEN2, "qwen2")                                                                        \
   X(KD_ARCH_LLAMA, "llama")                                                                        \
-  X(KD_ARCH_QWEN3, "qwen3")
+  X(KD_ARCH_QWEN3, "qwen3")                                                                        \
+  X(KD_ARCH_GEMMA3, "gemma3")
 enum kd_arch { KD_ARCH_LIST(KD_WORD_ENUM) KD_ARCH_N };
 #define KD_ARCH_WORDS KD_WORDS_OF(KD_ARCH_LIST)
 extern const char *const kd_arch_names[KD_ARCH_N];
+
+/* &model hidden_activation of a model card: the gated MLP's activation (silu: SwiGLU,
+ * gelu_pytorch_tanh: GeGLU with the tanh approximation) */
+#define KD_ACT_LIST(X)                                                                             \
+  X(KD_ACT_SILU, "silu")                                                                           \
+  X(KD_ACT_GELU_TANH, "gelu_pytorch_tanh")
+enum kd_act { KD_ACT_LIST(KD_WORD_ENUM) KD_ACT_N };
+#define KD_ACT_WORDS KD_WORDS_OF(KD_ACT_LIST)
+extern const char *const kd_act_names[KD_ACT_N];
 
 /* &model rope_type of a model card (config.json's rope_parameters / rope_scaling): the
  * rotary embedding's frequency rule; dynamic and longrope are named to be refused */
@@ -125,6 +135,14 @@ extern const char *const kd_arch_names[KD_ARCH_N];
 enum kd_rope_type { KD_ROPE_TYPE_LIST(KD_WORD_ENUM) KD_ROPE_N };
 #define KD_ROPE_TYPE_WORDS KD_WORDS_OF(KD_ROPE_TYPE_LIST)
 extern const char *const kd_rope_type_names[KD_ROPE_N];
+
+/* &model layer_types of a model card (config.json's attention kind of each layer) */
+#define KD_LAYER_TYPE_LIST(X)                                                                      \
+  X(KD_LAYER_FULL, "full_attention")                                                               \
+  X(KD_LAYER_SLIDING, "sliding_attention")
+enum kd_layer_type { KD_LAYER_TYPE_LIST(KD_WORD_ENUM) KD_LAYER_TYPE_N };
+#define KD_LAYER_TYPE_WORDS KD_WORDS_OF(KD_LAYER_TYPE_LIST)
+extern const char *const kd_layer_type_names[KD_LAYER_TYPE_N];
 
 /* Index of `word` in the '|' list `words`, -1 when it is not there. */
 int words_find(const char *words, const char *word);

@@ -195,6 +195,23 @@ struct kd_backend {
   void (*swiglu_backward)(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
                           size_t N, int ffn);
 
+  /* --- Gemma (backend/cpu_gemma.c) --------------------------------------------------------- */
+  /* RMSNorm with the weight 1 + w (Gemma3RMSNorm): out = (x * rstd) * (1 + w) in FP32;
+   * the backward is rmsnorm_backward's with 1 + w for w (dw: the gradient w.r.t. w). */
+  void (*rmsnorm1p_forward)(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                            const float *w, size_t N, int C, float eps);
+  void (*rmsnorm1p_backward)(struct kd_backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, size_t N, int C);
+  /* gu: (N, 2*ffn) rows [gate | up]; out: (N, ffn) = gelu_tanh(gate) * up (GeGLU with
+   * PyTorch's gelu approximate='tanh'); backward accumulates into dgu */
+  void (*geglu_forward)(struct kd_backend *be, float *out, const float *gu, size_t N, int ffn);
+  void (*geglu_backward)(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
+                         size_t N, int ffn);
+  /* z (n) := cap * tanh(z / cap) in place (logit soft-capping); backward: dz (n) *= 1 -
+   * (z / cap)^2 where z holds the capped values */
+  void (*softcap_forward)(struct kd_backend *be, float *z, size_t n, float cap);
+  void (*softcap_backward)(struct kd_backend *be, float *dz, const float *z, size_t n, float cap);
+
   /* --- mixture of experts (moe.c plans the token order; every sum in a fixed order) ----- */
   /* The router as transformers computes it: probs (N, E) := softmax of logits (N, E);
    * idx, wts (N, k) := the k most probable experts of each row (descending, ties to the
@@ -273,6 +290,8 @@ struct kd_backend {
   X(bias_forward) X(bias_backward) X(rope_forward) X(rope_backward)                          \
   X(attention_forward) X(attention_backward) X(rope_rows) X(attention_decode)                \
   X(swiglu_forward) X(swiglu_backward)                                                       \
+  X(rmsnorm1p_forward) X(rmsnorm1p_backward) X(geglu_forward) X(geglu_backward)              \
+  X(softcap_forward) X(softcap_backward)                                                     \
   X(moe_route) X(moe_route_backward) X(gather_rows) X(moe_combine) X(moe_combine_backward)   \
   X(softmax_stats) X(loss_partials) X(loss_grad) X(loss_accumulate)                          \
   X(adamw)

@@ -748,5 +748,6 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   backend_cpu_decode_init(be);
   backend_cpu_moe_init(be);
   backend_cpu_loss_init(be);
+  backend_cpu_gemma_init(be);
   backend_check(be);
 }

@@ -24,5 +24,7 @@ void backend_cpu_attention_init(struct kd_backend *be);
 void backend_cpu_decode_init(struct kd_backend *be);
 void backend_cpu_moe_init(struct kd_backend *be);
 void backend_cpu_loss_init(struct kd_backend *be);
+/* ... and Gemma's ops (cpu_gemma.c). */
+void backend_cpu_gemma_init(struct kd_backend *be);
 
 #endif

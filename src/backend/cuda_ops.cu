@@ -1,9 +1,9 @@
 /* cuda_ops.cu: the CUDA backend's elementwise, row and reduction kernels:
  * add, scale, round_bf16, sumsq, all_finite, embedding, rmsnorm, bias, rope,
- * swiglu and AdamW. Semantics are those of cpu.c op for op (backward ops
- * accumulate, rope backward overwrites, forward ops round stored activations in
- * BF16 mode). Contiguous streams use float4 (16-byte) loads when every pointer is
- * aligned, with a scalar tail. */
+ * swiglu, Gemma's (1 + w) rmsnorm, geglu and soft cap, and AdamW. Semantics are those of cpu.c op
+ * for op (backward ops accumulate, rope backward overwrites, forward ops round stored activations
+ * in BF16 mode). Contiguous streams use float4 (16-byte) loads when every pointer is aligned, with
+ * a scalar tail. */
 #include <string.h>
 
 #include "cuda_common.cuh"
@@ -238,8 +238,8 @@ static void cuda_embedding_backward(struct kd_backend *be, float *dwte, const fl
 /* --- rmsnorm ------------------------------------------------------------------------------ */
 
 /* One block per row; float4 loads when C % 4 == 0 and the rows are aligned. */
-__global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int C,
-                              float eps, int vec, int rnd) {
+__global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, float w0,
+                              int C, float eps, int vec, int rnd) {
   size_t n = blockIdx.x;
   const float *x = inp + n * C;
   float *o = out + n * C;
@@ -257,43 +257,65 @@ __global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const f
   float r = 1.0f / sqrtf(ss / (float)C + eps);
   if (threadIdx.x == 0) rstd[n] = r;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float y = x[c] * r * w[c];
+    float y = x[c] * r * (w0 + w[c]); /* w0: 0, or 1 for Gemma's (1 + w) */
     o[c] = rnd ? dev_round_bf16(y) : y;
   }
 }
 
-static void cuda_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                                 const float *w, size_t N, int C, float eps) {
+static void rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                            const float *w, float w0, size_t N, int C, float eps) {
   if (!N) return;
   int vec = C % 4 == 0 && cuda_aligned16(inp);
   k_rmsnorm_fwd<<<(unsigned)N, cuda_row_threads(C), 0, cuda_of(be)->compute>>>(
-      out, rstd, inp, w, C, eps, vec, cuda_of(be)->bf16);
+      out, rstd, inp, w, w0, C, eps, vec, cuda_of(be)->bf16);
   CUDA_OP_DONE();
+}
+
+static void cuda_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                                 const float *w, size_t N, int C, float eps) {
+  rmsnorm_forward(be, out, rstd, inp, w, 0.0f, N, C, eps);
+}
+
+static void cuda_rmsnorm1p_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                                   const float *w, size_t N, int C, float eps) {
+  rmsnorm_forward(be, out, rstd, inp, w, 1.0f, N, C, eps);
 }
 
 /* dinp += r*w*dout - x * r^3/C * sum(dout*w*x), one block per row. */
 __global__ void k_rmsnorm_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w,
-                                 const float *rstd, int C) {
+                                 float w0, const float *rstd, int C) {
   size_t n = blockIdx.x;
   const float *x = inp + n * C, *g = dout + n * C;
   float *dx = dinp + n * C;
   float r = rstd[n], dot = 0.0f;
   for (int c = threadIdx.x; c < C; c += blockDim.x)
-    dot += g[c] * w[c] * x[c];
+    dot += g[c] * (w0 + w[c]) * x[c];
   dot = block_sum(dot);
   float k = dot * r * r * r / (float)C;
   for (int c = threadIdx.x; c < C; c += blockDim.x)
-    dx[c] += r * w[c] * g[c] - k * x[c];
+    dx[c] += r * (w0 + w[c]) * g[c] - k * x[c];
+}
+
+static void rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, float w0, const float *rstd,
+                             size_t N, int C) {
+  if (!N) return;
+  k_rmsnorm_bwd_dx<<<(unsigned)N, cuda_row_threads(C), 0, cuda_of(be)->compute>>>(dinp, dout, inp,
+                                                                                  w, w0, rstd, C);
+  colsum(be, dw, colsum_rms{dout, inp, rstd, C}, N, C);
+  CUDA_OP_DONE();
 }
 
 static void cuda_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
                                   const float *inp, const float *w, const float *rstd, size_t N,
                                   int C) {
-  if (!N) return;
-  k_rmsnorm_bwd_dx<<<(unsigned)N, cuda_row_threads(C), 0, cuda_of(be)->compute>>>(dinp, dout, inp,
-                                                                                  w, rstd, C);
-  colsum(be, dw, colsum_rms{dout, inp, rstd, C}, N, C);
-  CUDA_OP_DONE();
+  rmsnorm_backward(be, dinp, dw, dout, inp, w, 0.0f, rstd, N, C);
+}
+
+static void cuda_rmsnorm1p_backward(struct kd_backend *be, float *dinp, float *dw,
+                                    const float *dout, const float *inp, const float *w,
+                                    const float *rstd, size_t N, int C) {
+  rmsnorm_backward(be, dinp, dw, dout, inp, w, 1.0f, rstd, N, C);
 }
 
 /* --- bias ----------------------------------------------------------------------------------- */
@@ -428,6 +450,77 @@ static void cuda_swiglu_backward(struct kd_backend *be, float *dgu, const float 
   CUDA_OP_DONE();
 }
 
+/* --- geglu (gelu_pytorch_tanh) and the soft cap ------------------------------------------------
+ */
+
+#define GELU_BETA 0.7978845608028654f
+#define GELU_KAPPA 0.044715f
+
+__global__ void k_geglu_fwd(float *out, const float *gu, size_t N, int I, int rnd) {
+  GRID_LOOP(idx, N * (size_t)I) {
+    size_t n = idx / I;
+    int i = (int)(idx % I);
+    float x = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i];
+    float inner = GELU_BETA * (x + GELU_KAPPA * (x * x * x));
+    float y = 0.5f * x * (1.0f + tanhf(inner)) * u;
+    out[idx] = rnd ? dev_round_bf16(y) : y;
+  }
+}
+
+__global__ void k_geglu_bwd(float *dgu, const float *dout, const float *gu, size_t N, int I) {
+  GRID_LOOP(idx, N * (size_t)I) {
+    size_t n = idx / I;
+    int i = (int)(idx % I);
+    float x = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i], d = dout[idx], x2 = x * x;
+    float th = tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
+    float gelu = 0.5f * x * (1.0f + th);
+    float dgelu = 0.5f * (1.0f + th) +
+                  0.5f * x * (1.0f - th * th) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+    dgu[n * 2 * I + i] += d * u * dgelu;
+    dgu[n * 2 * I + I + i] += d * gelu;
+  }
+}
+
+static void cuda_geglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
+                               int I) {
+  if (!N || I <= 0) return;
+  k_geglu_fwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, cuda_of(be)->compute>>>(out, gu, N, I,
+                                                                                 cuda_of(be)->bf16);
+  CUDA_OP_DONE();
+}
+
+static void cuda_geglu_backward(struct kd_backend *be, float *dgu, const float *dout,
+                                const float *gu, size_t N, int I) {
+  if (!N || I <= 0) return;
+  k_geglu_bwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, cuda_of(be)->compute>>>(dgu, dout, gu, N,
+                                                                                 I);
+  CUDA_OP_DONE();
+}
+
+__global__ void k_softcap_fwd(float *z, size_t n, float cap) {
+  GRID_LOOP(i, n) z[i] = tanhf(z[i] / cap) * cap;
+}
+
+__global__ void k_softcap_bwd(float *dz, const float *z, size_t n, float cap) {
+  GRID_LOOP(i, n) {
+    float t = z[i] / cap;
+    dz[i] *= 1.0f - t * t;
+  }
+}
+
+static void cuda_softcap_forward(struct kd_backend *be, float *z, size_t n, float cap) {
+  if (!n) return;
+  k_softcap_fwd<<<cuda_blocks(n, TPB), TPB, 0, cuda_of(be)->compute>>>(z, n, cap);
+  CUDA_OP_DONE();
+}
+
+static void cuda_softcap_backward(struct kd_backend *be, float *dz, const float *z, size_t n,
+                                  float cap) {
+  if (!n) return;
+  k_softcap_bwd<<<cuda_blocks(n, TPB), TPB, 0, cuda_of(be)->compute>>>(dz, z, n, cap);
+  CUDA_OP_DONE();
+}
+
 /* --- AdamW ---------------------------------------------------------------------------------- */
 
 struct adamw_args {
@@ -492,5 +585,11 @@ void cuda_ops_init(struct kd_backend *be) {
   be->rope_rows = cuda_rope_rows;
   be->swiglu_forward = cuda_swiglu_forward;
   be->swiglu_backward = cuda_swiglu_backward;
+  be->rmsnorm1p_forward = cuda_rmsnorm1p_forward;
+  be->rmsnorm1p_backward = cuda_rmsnorm1p_backward;
+  be->geglu_forward = cuda_geglu_forward;
+  be->geglu_backward = cuda_geglu_backward;
+  be->softcap_forward = cuda_softcap_forward;
+  be->softcap_backward = cuda_softcap_backward;
   be->adamw = cuda_adamw;
 }

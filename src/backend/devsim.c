@@ -232,6 +232,31 @@ static void ds_swiglu_backward(struct kd_backend *be, float *dgu, const float *d
                                const float *gu, size_t N, int ffn) {
   CPU_OP(swiglu_backward, to_host(dgu), to_host(dout), to_host(gu), N, ffn);
 }
+static void ds_rmsnorm1p_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                                 const float *w, size_t N, int C, float eps) {
+  CPU_OP(rmsnorm1p_forward, to_host(out), to_host(rstd), to_host(inp), to_host(w), N, C, eps);
+}
+static void ds_rmsnorm1p_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
+                                  const float *inp, const float *w, const float *rstd, size_t N,
+                                  int C) {
+  CPU_OP(rmsnorm1p_backward, to_host(dinp), to_host(dw), to_host(dout), to_host(inp), to_host(w),
+         to_host(rstd), N, C);
+}
+static void ds_geglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
+                             int ffn) {
+  CPU_OP(geglu_forward, to_host(out), to_host(gu), N, ffn);
+}
+static void ds_geglu_backward(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
+                              size_t N, int ffn) {
+  CPU_OP(geglu_backward, to_host(dgu), to_host(dout), to_host(gu), N, ffn);
+}
+static void ds_softcap_forward(struct kd_backend *be, float *z, size_t n, float cap) {
+  CPU_OP(softcap_forward, to_host(z), n, cap);
+}
+static void ds_softcap_backward(struct kd_backend *be, float *dz, const float *z, size_t n,
+                                float cap) {
+  CPU_OP(softcap_backward, to_host(dz), to_host(z), n, cap);
+}
 
 /* --- loss chunk ops ------------------------------------------------------------------------------
  */

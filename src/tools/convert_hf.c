@@ -84,45 +84,103 @@ static int open_shards(const char *dir, struct st_file **out) {
   return n;
 }
 
-/* Refuse tensors of the files that the model kdtrain computes has no place for. */
-static void check_no_extra(const struct kd_model *m, const struct st_file *sf, int nsh) {
+/* Where a multimodal model's files put its text model's tensors: before the rest of a
+ * table name "model.X" and "lm_head.X" (transformers 5 writes model.language_model.X and
+ * lm_head.X, the Hub's Gemma 3 files language_model.model.X and language_model.lm_head.X). */
+struct lm_prefix {
+  const char *model, *head;
+};
+static const struct lm_prefix lm_prefixes[2] = {
+    {"model.language_model.", "lm_head."}, {"language_model.model.", "language_model.lm_head."}};
+
+/* The prefixes of the files of a multimodal model (NULL: a text model's files). */
+static const struct lm_prefix *lm_prefix_of(const struct hf_extra *x, const struct st_file *sf,
+                                            int nsh) {
+  if (!x->multimodal) return NULL;
+  const size_t l = strlen(lm_prefixes[1].model);
   for (int i = 0; i < nsh; i++) {
     const cJSON *e;
     cJSON_ArrayForEach(e, sf[i].header) {
-      const char *name = e->string;
+      if (!strncmp(e->string, lm_prefixes[1].model, l)) return &lm_prefixes[1];
+    }
+  }
+  return &lm_prefixes[0];
+}
+
+/* The name in the files of table name `name` (px: lm_prefix_of). */
+static void file_name(char *out, size_t len, const char *name, const struct lm_prefix *px) {
+  if (px && !strncmp(name, "model.", 6))
+    snprintf(out, len, "%s%s", px->model, name + 6);
+  else if (px && !strncmp(name, "lm_head.", 8))
+    snprintf(out, len, "%s%s", px->head, name + 8);
+  else
+    snprintf(out, len, "%s", name);
+}
+
+/* The table name of file name `name`, or 0 when it is not the text model's (px: a
+ * multimodal model's prefixes, NULL: every name is). */
+static int table_name(char *out, size_t len, const char *name, const struct lm_prefix *px) {
+  const size_t lm = px ? strlen(px->model) : 0, lh = px ? strlen(px->head) : 0;
+  if (!px)
+    snprintf(out, len, "%s", name);
+  else if (!strncmp(name, px->model, lm))
+    snprintf(out, len, "model.%s", name + lm);
+  else if (!strncmp(name, px->head, lh))
+    snprintf(out, len, "lm_head.%s", name + lh);
+  else
+    return 0;
+  return 1;
+}
+
+/* Refuse tensors of the files that the model kdtrain computes has no place for; a
+ * multimodal model's tensors outside its text model are counted in *skipped. */
+static void check_no_extra(const struct kd_model *m, const struct st_file *sf, int nsh,
+                           const struct lm_prefix *px, int *skipped) {
+  *skipped = 0;
+  for (int i = 0; i < nsh; i++) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, sf[i].header) {
+      if (!strcmp(e->string, "__metadata__")) continue;
+      char name[512];
+      if (!table_name(name, sizeof name, e->string, px)) {
+        ++*skipped;
+        continue;
+      }
       size_t l = strlen(name);
-      if (!strcmp(name, "__metadata__") || model_find(m, name)) continue;
+      if (model_find(m, name)) continue;
       if (l > 21 && !strcmp(name + l - 21, ".rotary_emb.inv_freq")) continue;       /* a buffer */
       if (m->card.tie_word_embeddings && !strcmp(name, "lm_head.weight")) continue; /* tied */
       kd_fail(KD_EXIT_INPUT,
               "%s: tensor %s has no place in the model config.json describes "
               "(kdtrain computes no such tensor)",
-              sf[i].path, name);
+              sf[i].path, e->string);
     }
   }
 }
 
 /* For every table entry, the shard holding it, with shape and byte range checked. */
-static int *locate(const struct kd_model *m, const struct st_file *sf, int nsh, const char *dir) {
+static int *locate(const struct kd_model *m, const struct st_file *sf, int nsh, const char *dir,
+                   const struct lm_prefix *px) {
   int *where = kd_calloc((size_t)m->nparams, sizeof *where);
-  char err[ERRLEN];
+  char err[ERRLEN], name[512];
   for (int p = 0; p < m->nparams; p++) {
     const struct kd_param *q = &m->params[p];
     int nd = 0;
     int64_t sh[4];
     where[p] = -1;
+    file_name(name, sizeof name, q->name, px);
     for (int i = 0; i < nsh && where[p] < 0; i++)
-      if (st_find(&sf[i], q->name, &nd, sh)) where[p] = i;
+      if (st_find(&sf[i], name, &nd, sh)) where[p] = i;
     if (where[p] < 0)
-      kd_fail(KD_EXIT_INPUT, "%s: no tensor %s in the safetensors files", dir, q->name);
+      kd_fail(KD_EXIT_INPUT, "%s: no tensor %s in the safetensors files", dir, name);
     const struct st_file *f = &sf[where[p]];
     if (nd != q->ndim || sh[0] != q->shape[0] || (nd == 2 && sh[1] != q->shape[1]))
       kd_fail(KD_EXIT_INPUT,
               "%s: tensor %s has %d dimension(s) (%lld, ...) but config.json "
               "implies (%lld, %lld)",
-              f->path, q->name, nd, (long long)sh[0], (long long)q->shape[0],
+              f->path, name, nd, (long long)sh[0], (long long)q->shape[0],
               (long long)(q->ndim == 2 ? q->shape[1] : 1));
-    if (st_check(f, q->name, q->numel, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
+    if (st_check(f, name, q->numel, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
   }
   return where;
 }
@@ -140,8 +198,14 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
   model_build(&m, &be, &card, MODEL_TABLE);
   struct st_file *sf;
   const int nsh = open_shards(dir, &sf);
-  check_no_extra(&m, sf, nsh);
-  int *where = locate(&m, sf, nsh, dir);
+  const struct lm_prefix *px = lm_prefix_of(&extra, sf, nsh);
+  int skipped = 0;
+  check_no_extra(&m, sf, nsh, px, &skipped);
+  int *where = locate(&m, sf, nsh, dir, px);
+  if (px)
+    printf("kdconvert: %s is multimodal (model_type '%s'): importing its text model only (the "
+           "tensors under %s), leaving out its %d other tensors (vision tower, projector)\n",
+           dir, extra.model_type, px->model, skipped);
 
   /* everything checked: write OUT.tmp, rename when complete */
   char tmp[1200];
@@ -153,7 +217,9 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
   float *x = kd_malloc(largest(&m) * sizeof(float));
   for (int p = 0; p < m.nparams && !st; p++) {
     const struct kd_param *q = &m.params[p];
-    if (st_read_f32(&sf[where[p]], q->name, x, q->numel, err, sizeof err)) st = KD_EXIT_IO;
+    char name[512];
+    file_name(name, sizeof name, q->name, px);
+    if (st_read_f32(&sf[where[p]], name, x, q->numel, err, sizeof err)) st = KD_EXIT_IO;
     if (!st) st = weights_write_tensor(&io, "params", p, x, err, sizeof err);
   }
   free(x);
@@ -303,6 +369,8 @@ int convert_to_hf(const char *in, const char *dir, int64_t max_shard) {
   struct kd_card card;
   char err[ERRLEN];
   if (weights_read_card(in, &card, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
+  char *cfg = hfconfig_write(&card, err, sizeof err); /* refused before anything is written */
+  if (!cfg) kd_fail(KD_EXIT_INPUT, "%s: %s", in, err);
   struct kd_model m;
   model_build(&m, &be, &card, MODEL_TABLE);
   struct weights_io io;
@@ -340,7 +408,6 @@ int convert_to_hf(const char *in, const char *dir, int64_t max_shard) {
   st = weights_close(&io, st, err, sizeof err);
   if (st) kd_fail(st, "%s", err);
   if (nshards > 1) write_index(dir, x, n, nshards);
-  char *cfg = hfconfig_write(&card);
   write_text(dir, "config.json", cfg);
   free(cfg);
   int ntok = 0;

@@ -1,4 +1,5 @@
-/* hfconfig.c: config.json of a Hugging Face Qwen2 / Qwen3 / Llama / Mistral model <-> model card.
+/* hfconfig.c: config.json of a Hugging Face Qwen2 / Qwen3 / Llama / Mistral / Gemma 3 model <->
+ * model card (Gemma 3 multimodal: its text_config).
  * Absent keys take the transformers default of the model_type; a key whose value kdtrain
  * does not compute is refused, never ignored. */
 #include "tools/hfconfig.h"
@@ -24,21 +25,34 @@ struct hf_arch {
   int window_flag; /* use_sliding_window turns the window on */
   int window_size; /* sliding_window alone sets a window */
   int head_dim;    /* head_dim when absent; 0: hidden_size / num_attention_heads */
+  /* vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads when
+   * absent (0: required), tie_word_embeddings when absent */
+  int sizes[5], tie;
+  int text_config; /* a multimodal model: the decoder's keys are in text_config */
 };
+/* Gemma3TextConfig's defaults (the 2B-shaped text model transformers describes) */
+#define GEMMA3_SIZES                                                                               \
+  { 262208, 2304, 9216, 26, 8 }
 static const struct hf_arch archs[] = {
-    {"qwen2", KD_ARCH_QWEN2, "Qwen2ForCausalLM", 32, 32768, 1, 0, 1, 0, 0},
-    {"llama", KD_ARCH_LLAMA, "LlamaForCausalLM", 0, 2048, 0, 1, 0, 0, 0},
-    {"mistral", KD_ARCH_LLAMA, "MistralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1, 0},
-    {"qwen3", KD_ARCH_QWEN3, "Qwen3ForCausalLM", 32, 32768, 0, 1, 1, 0, 128},
+    {"qwen2", KD_ARCH_QWEN2, "Qwen2ForCausalLM", 32, 32768, 1, 0, 1, 0, 0, {0}, 0, 0},
+    {"llama", KD_ARCH_LLAMA, "LlamaForCausalLM", 0, 2048, 0, 1, 0, 0, 0, {0}, 0, 0},
+    {"mistral", KD_ARCH_LLAMA, "MistralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1, 0, {0}, 0, 0},
+    {"qwen3", KD_ARCH_QWEN3, "Qwen3ForCausalLM", 32, 32768, 0, 1, 1, 0, 128, {0}, 0, 0},
+    {"gemma3_text", KD_ARCH_GEMMA3, "Gemma3ForCausalLM", 4, 131072, 0, 1, 0, 0, 256, GEMMA3_SIZES,
+     1, 0},
+    {"gemma3", KD_ARCH_GEMMA3, "Gemma3ForConditionalGeneration", 4, 131072, 0, 1, 0, 0, 256,
+     GEMMA3_SIZES, 1, 1},
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
-/* Reading state: the file, its JSON, and the error buffer. */
+/* Reading state: the file, its JSON (o: the decoder's keys, top: the whole file; the same
+ * object but for a multimodal model's text_config), and the error buffer. */
 struct rd {
   const char *path;
   const cJSON *o;
   char *err;
   size_t errlen;
+  const cJSON *top;
 };
 
 /* A key's value, NULL when absent or JSON null (transformers treats both as unset). */
@@ -177,7 +191,8 @@ static int read_rope(const struct rd *r, struct kd_card *c) {
     key = "rope_parameters.full_attention";
   }
   c->rope_type = KD_ROPE_DEFAULT;
-  int st = get_real(r, r->o, "rope_theta", 10000.0, &c->rope_theta);
+  const double theta0 = c->arch == KD_ARCH_GEMMA3 ? 1e6 : 10000.0; /* Gemma 3's global base */
+  int st = get_real(r, r->o, "rope_theta", theta0, &c->rope_theta);
   if (!st && rp) {
     snprintf(k, sizeof k, "%s.rope_theta", key);
     const cJSON *t = get(rp, "rope_theta");
@@ -208,30 +223,123 @@ static int read_rope(const struct rd *r, struct kd_card *c) {
   return st;
 }
 
-/* Sliding-window attention must be off for every layer. */
-static int read_window(const struct rd *r, const struct hf_arch *a, const struct kd_card *c) {
-  const cJSON *v = get(r->o, "use_sliding_window");
-  if (v && !cJSON_IsBool(v)) return refuse(r, "use_sliding_window", v, "expected true or false");
-  if (a->window_flag && cJSON_IsTrue(v))
-    return refuse(r, "use_sliding_window", v,
-                  "sliding-window attention is not computed by kdtrain");
+/* transformers' default window of the model_types that have one (sliding_window absent;
+ * JSON null: none) */
+#define HF_WINDOW_DEFAULT 4096
+
+/* layer_types of config.json into the card (absent: none), one known word per layer. */
+static int read_layer_types(const struct rd *r, struct kd_card *c) {
   const cJSON *lt = get(r->o, "layer_types"), *e;
-  if (lt && !cJSON_IsArray(lt)) return refuse(r, "layer_types", lt, "expected a list");
+  if (!lt) return 0;
+  if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->num_hidden_layers) {
+    char why[96];
+    snprintf(why, sizeof why, "expected a list of num_hidden_layers = %d layer types",
+             c->num_hidden_layers);
+    return refuse(r, "layer_types", lt, why);
+  }
+  if (c->num_hidden_layers > KD_LAYERS_MAX) {
+    char why[96];
+    snprintf(why, sizeof why, "a card's layer_types holds at most %d layers", KD_LAYERS_MAX);
+    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"), why);
+  }
   int i = 0;
   cJSON_ArrayForEach(e, lt) {
-    if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
+    const int w = cJSON_IsString(e) ? words_find(KD_LAYER_TYPE_WORDS, e->valuestring) : -1;
+    if (w < 0) {
       char k[64];
       snprintf(k, sizeof k, "layer_types[%d]", i);
-      return refuse(r, k, e, "kdtrain computes full attention in every layer");
+      return refuse(r, k, e, "kdtrain computes \"full_attention\" and \"sliding_attention\"");
     }
-    i++;
+    c->layer_types[i++] = (enum kd_layer_type)w;
   }
-  const cJSON *w = get(r->o, "sliding_window");
-  if (a->window_size && w && !(cJSON_IsNumber(w) && w->valuedouble >= c->max_position_embeddings))
-    return refuse(r, "sliding_window", w,
-                  "sliding-window attention is not computed by kdtrain (null, or a window of "
-                  "at least max_position_embeddings, is)");
+  c->n_layer_types = i;
   return 0;
+}
+
+/* The first layer whose type in the card's layer_types differs from what the other window
+ * keys give it without them, or -1. */
+static int layer_types_differ(const struct kd_card *c) {
+  struct kd_card d = *c;
+  d.n_layer_types = 0;
+  for (int l = 0; l < c->n_layer_types; l++)
+    if ((c->layer_types[l] == KD_LAYER_SLIDING) != (card_layer_window(&d, l) > 0)) return l;
+  return -1;
+}
+
+/* Sliding-window attention as transformers 5 reads it: qwen2 / qwen3 keep sliding_window
+ * only with use_sliding_window and mark the layers from max_window_layers on, unless
+ * layer_types marks them; mistral has sliding_window in every layer (its layer_types is
+ * ignored by transformers: refused unless it says the same); llama has no window (a
+ * sliding layer refused). sliding_window absent: transformers' default 4096; null: none. */
+static int read_window(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
+  const cJSON *use = get(r->o, "use_sliding_window");
+  if (use && !cJSON_IsBool(use))
+    return refuse(r, "use_sliding_window", use, "expected true or false");
+  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r->o, "sliding_window");
+  int w = 0;
+  if ((a->window_flag || a->window_size) && !sw) w = HF_WINDOW_DEFAULT;
+  if ((a->window_flag || a->window_size) && sw && !cJSON_IsNull(sw)) {
+    if (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble) || sw->valuedouble < 1 ||
+        sw->valuedouble > 2147483647.0)
+      return refuse(r, "sliding_window", sw, "expected a window of at least 1 token, or null");
+    w = (int)sw->valuedouble;
+  }
+  if (a->window_flag) { /* qwen2 / qwen3: the window only with the switch */
+    if (!cJSON_IsTrue(use)) w = 0;
+    c->use_sliding_window = w > 0;
+    const cJSON *m = get(r->o, "max_window_layers");
+    if (m && (!cJSON_IsNumber(m) || m->valuedouble != floor(m->valuedouble) || m->valuedouble < 0 ||
+              m->valuedouble > 2147483647.0))
+      return refuse(r, "max_window_layers", m, "expected a layer index (an integer >= 0)");
+    c->max_window_layers = m ? (int)m->valuedouble : 28;
+  }
+  c->sliding_window = w;
+  int st = read_layer_types(r, c);
+  if (st || !c->n_layer_types) return st;
+  char k[64];
+  for (int l = 0; l < c->n_layer_types; l++)
+    if (c->layer_types[l] == KD_LAYER_SLIDING && !card_layer_window(c, l)) {
+      snprintf(k, sizeof k, "layer_types[%d]", l);
+      return refuse(r, k, cJSON_GetArrayItem(get(r->o, "layer_types"), l),
+                    a->window_flag
+                        ? "a sliding layer without a window (use_sliding_window is not true or "
+                          "sliding_window is null): transformers cannot build its mask"
+                    : a->window_size ? "a sliding layer without a window (sliding_window is null)"
+                                     : "kdtrain computes full attention in every layer of a llama "
+                                       "model (transformers' Llama has no window)");
+    }
+  const int l = layer_types_differ(c);
+  if (!a->window_flag && l >= 0) {
+    snprintf(k, sizeof k, "layer_types[%d]", l);
+    return refuse(r, k, cJSON_GetArrayItem(get(r->o, "layer_types"), l),
+                  "transformers' Mistral gives every layer the window sliding_window and ignores "
+                  "layer_types; expected the same type in every layer");
+  }
+  if (l < 0) c->n_layer_types = 0; /* says what the other keys say: the card stays short */
+  return 0;
+}
+
+/* Gemma 3's windows as transformers 5 reads them: sliding_window (absent: 4096) on the
+ * layers layer_types marks 'sliding_attention', or without layer_types on every layer but
+ * each sliding_window_pattern-th (default 6: five local layers, then a global one). The
+ * card keeps every layer's type. */
+static int read_gemma_window(const struct rd *r, struct kd_card *c) {
+  const cJSON *sw = get(r->o, "sliding_window");
+  if (sw && (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble) ||
+             sw->valuedouble < 1 || sw->valuedouble > 2147483647.0))
+    return refuse(r, "sliding_window", sw, "expected a window of at least 1 token");
+  c->sliding_window = sw ? (int)sw->valuedouble : HF_WINDOW_DEFAULT;
+  int st = read_layer_types(r, c);
+  if (st || c->n_layer_types) return st;
+  if (c->num_hidden_layers > KD_LAYERS_MAX)
+    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"),
+                  "kdtrain's layer_types holds at most 512 layers");
+  int pattern = 6;
+  st = get_int(r, "sliding_window_pattern", 6, &pattern);
+  for (int l = 0; l < c->num_hidden_layers && !st; l++)
+    c->layer_types[l] = (l + 1) % pattern ? KD_LAYER_SLIDING : KD_LAYER_FULL;
+  c->n_layer_types = st ? 0 : c->num_hidden_layers;
+  return st;
 }
 
 /* head_dim (the model_type's default when absent, hidden_size / num_attention_heads when
@@ -251,10 +359,45 @@ static int read_head_dim(const struct rd *r, const struct hf_arch *a, struct kd_
   return st;
 }
 
+/* Gemma 3's own keys (Gemma3TextConfig's defaults when absent): the activation, the score
+ * scale, the final logits' soft cap (null: none; the attention scores' cap, which
+ * transformers' Gemma 3 reads but never applies, must be null), and the sliding-window
+ * layers' RoPE base, from transformers 5's rope_parameters.sliding_attention (the default
+ * rule only) or 4's rope_local_base_freq. */
+static int read_gemma(const struct rd *r, struct kd_card *c) {
+  const cJSON *v = get(r->o, "hidden_activation");
+  if (v && !(cJSON_IsString(v) && !strcmp(v->valuestring, "gelu_pytorch_tanh")))
+    return refuse(r, "hidden_activation", v, "kdtrain computes Gemma's gelu_pytorch_tanh only");
+  c->hidden_activation = KD_ACT_GELU_TANH;
+  if ((v = get(r->o, "use_bidirectional_attention")) && !cJSON_IsFalse(v))
+    return refuse(r, "use_bidirectional_attention", v, "kdtrain computes causal attention only");
+  int st = get_real(r, r->o, "query_pre_attn_scalar", 256.0, &c->query_pre_attn_scalar);
+  if (!st) st = get_real(r, r->o, "final_logit_softcapping", 0.0, &c->final_logit_softcapping);
+  if (!st && (v = get(r->o, "attn_logit_softcapping")))
+    return refuse(r, "attn_logit_softcapping", v,
+                  "transformers' Gemma 3 does not apply it (kdtrain would): expected null");
+  if (!st) st = get_real(r, r->o, "rope_local_base_freq", 10000.0, &c->rope_local_base_freq);
+  const cJSON *rp = get(r->o, "rope_parameters");
+  const cJSON *sl = rp && cJSON_IsObject(rp) ? get(rp, "sliding_attention") : NULL;
+  if (st || !sl) return st;
+  if (!cJSON_IsObject(sl))
+    return refuse(r, "rope_parameters.sliding_attention", sl, "expected an object");
+  const cJSON *ty = get(sl, "rope_type");
+  if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "default")))
+    return refuse(r, "rope_parameters.sliding_attention.rope_type", ty,
+                  "kdtrain computes the default rule on the sliding-window layers");
+  const cJSON *t = get(sl, "rope_theta");
+  if (t && (!cJSON_IsNumber(t) || !(t->valuedouble > 0)))
+    return refuse(r, "rope_parameters.sliding_attention.rope_theta", t,
+                  "expected a positive number");
+  if (t) c->rope_local_base_freq = t->valuedouble;
+  return 0;
+}
+
 /* The keys that must have the one value kdtrain computes. */
 static int read_fixed(const struct rd *r, const struct hf_arch *a, struct hf_extra *x) {
   const cJSON *v;
-  if ((v = get(r->o, "architectures"))) {
+  if ((v = get(r->top, "architectures"))) {
     const cJSON *first = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, 0) : NULL;
     if (!cJSON_IsString(first) || strcmp(first->valuestring, a->architecture)) {
       char why[128];
@@ -263,16 +406,16 @@ static int read_fixed(const struct rd *r, const struct hf_arch *a, struct hf_ext
       return refuse(r, "architectures", v, why);
     }
   }
-  if ((v = get(r->o, "quantization_config")))
+  if ((v = get(r->top, "quantization_config")))
     return refuse(r, "quantization_config", v, "kdconvert reads unquantized weights only");
-  v = get(r->o, "hidden_act");
+  v = a->arch == KD_ARCH_GEMMA3 ? NULL : get(r->o, "hidden_act"); /* Gemma 3 ignores it */
   if (v &&
       !(cJSON_IsString(v) && (!strcmp(v->valuestring, "silu") || !strcmp(v->valuestring, "swish"))))
     return refuse(r, "hidden_act", v, "kdtrain computes the SiLU (SwiGLU) MLP only");
   v = get(r->o, "mlp_bias");
   if (v && !cJSON_IsFalse(v)) return refuse(r, "mlp_bias", v, "kdtrain's MLP has no biases");
-  const char *dkey = get(r->o, "dtype") ? "dtype" : "torch_dtype";
-  v = get(r->o, dkey);
+  const char *dkey = get(r->top, "dtype") ? "dtype" : "torch_dtype";
+  v = get(r->top, dkey);
   if (v && !(cJSON_IsString(v) &&
              (!strcmp(v->valuestring, "float32") || !strcmp(v->valuestring, "bfloat16") ||
               !strcmp(v->valuestring, "float16"))))
@@ -309,46 +452,72 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
     cJSON_Delete(o);
     return KD_EXIT_INPUT;
   }
-  struct rd r = {path, o, err, errlen};
+  struct rd r = {path, o, err, errlen, o};
   const struct hf_arch *a = NULL;
   const cJSON *mt = get(o, "model_type");
   for (size_t i = 0; i < NARCHS && cJSON_IsString(mt); i++)
     if (!strcmp(mt->valuestring, archs[i].model_type)) a = &archs[i];
-  int st = a ? 0 : refuse(&r, "model_type", mt, "kdtrain computes qwen2, qwen3, llama and mistral");
+  int st = a ? 0
+             : refuse(&r, "model_type", mt,
+                      "kdtrain computes qwen2, qwen3, llama, mistral, gemma3_text and gemma3");
+  if (!st && a->text_config) { /* the language model of a multimodal model */
+    const cJSON *tc = get(o, "text_config"), *tmt = tc ? get(tc, "model_type") : NULL;
+    if (!cJSON_IsObject(tc))
+      st = refuse(&r, "text_config", tc, "expected the text model's configuration (an object)");
+    else if (tmt && !(cJSON_IsString(tmt) && !strcmp(tmt->valuestring, "gemma3_text")))
+      st = refuse(&r, "text_config.model_type", tmt, "expected \"gemma3_text\"");
+    else
+      r.o = tc;
+    x->multimodal = 1;
+  }
+  const int *sz = a ? a->sizes : NULL;
   if (!st) {
     c->arch = a->arch;
     snprintf(x->model_type, sizeof x->model_type, "%s", a->model_type);
-    st = get_int(&r, "vocab_size", -1, &c->vocab_size);
+    st = get_int(&r, "vocab_size", sz[0] ? sz[0] : -1, &c->vocab_size);
   }
-  if (!st) st = get_int(&r, "hidden_size", -1, &c->hidden_size);
-  if (!st) st = get_int(&r, "intermediate_size", -1, &c->intermediate_size);
-  if (!st) st = get_int(&r, "num_hidden_layers", -1, &c->num_hidden_layers);
-  if (!st) st = get_int(&r, "num_attention_heads", -1, &c->num_attention_heads);
+  if (!st) st = get_int(&r, "hidden_size", sz[1] ? sz[1] : -1, &c->hidden_size);
+  if (!st) st = get_int(&r, "intermediate_size", sz[2] ? sz[2] : -1, &c->intermediate_size);
+  if (!st) st = get_int(&r, "num_hidden_layers", sz[3] ? sz[3] : -1, &c->num_hidden_layers);
+  if (!st) st = get_int(&r, "num_attention_heads", sz[4] ? sz[4] : -1, &c->num_attention_heads);
   if (!st)
     st = get_int(&r, "num_key_value_heads", a->kv_heads ? a->kv_heads : c->num_attention_heads,
                  &c->num_key_value_heads);
   if (!st) st = read_head_dim(&r, a, c);
   if (!st && c->num_attention_heads % c->num_key_value_heads)
-    st = refuse(&r, "num_key_value_heads", get(o, "num_key_value_heads"),
+    st = refuse(&r, "num_key_value_heads", get(r.o, "num_key_value_heads"),
                 "num_attention_heads is not a multiple of it");
   if (!st) st = get_int(&r, "max_position_embeddings", a->max_pos, &c->max_position_embeddings);
-  if (!st) st = get_real(&r, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps);
-  if (!st) st = get_bool(&r, "tie_word_embeddings", 0, &c->tie_word_embeddings);
+  if (!st) st = get_real(&r, r.o, "rms_norm_eps", 1e-6, &c->rms_norm_eps);
+  if (!st) st = get_bool(&r, "tie_word_embeddings", a->tie, &c->tie_word_embeddings);
+  if (!st && a->text_config && get(o, "tie_word_embeddings")) { /* Gemma3Config's own */
+    const struct rd rt = {path, o, err, errlen, o};
+    st = get_bool(&rt, "tie_word_embeddings", a->tie, &c->tie_word_embeddings);
+  }
   if (!st) st = read_rope(&r, c);
+  if (!st && a->arch == KD_ARCH_GEMMA3) st = read_gemma(&r, c);
   if (!st) { /* qwen2: q/k/v biases always (the key is not read by transformers) */
     c->attention_bias = a->qkv_bias;
     if (a->bias_key) {
       int bias = 0;
       st = get_bool(&r, "attention_bias", 0, &bias);
       if (!st && bias)
-        st = refuse(&r, "attention_bias", get(o, "attention_bias"),
+        st = refuse(&r, "attention_bias", get(r.o, "attention_bias"),
                     "this attention bias includes o_proj, which kdtrain does not compute");
     }
   }
-  if (!st) st = read_window(&r, a, c);
+  if (!st) st = a->arch == KD_ARCH_GEMMA3 ? read_gemma_window(&r, c) : read_window(&r, a, c);
   if (!st) st = read_fixed(&r, a, x);
   cJSON_Delete(o);
   return st;
+}
+
+/* key = v written as a real (3.0, not 3): transformers' strict configs type-check floats. */
+static void add_real(cJSON *o, const char *key, double v) {
+  char t[64];
+  snprintf(t, sizeof t, "%.17g", v);
+  if (!strpbrk(t, ".eEn")) strcat(t, ".0"); /* n: inf, nan */
+  cJSON_AddRawToObject(o, key, t);
 }
 
 /* The RoPE dict of card `c`: its rope_type, rope_theta and the type's parameters. */
@@ -374,11 +543,30 @@ static void write_rope(cJSON *rp, const struct kd_card *c) {
   if (c->mscale_all_dim > 0) cJSON_AddNumberToObject(rp, "mscale_all_dim", c->mscale_all_dim);
 }
 
-char *hfconfig_write(const struct kd_card *c) {
+char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
   const struct hf_arch *a = &archs[0];
   while (a->arch != c->arch && a + 1 < archs + NARCHS)
     a++;
-  const int qwen = a->arch != KD_ARCH_LLAMA; /* the qwen2 / qwen3 config keys */
+  const int qwen = a->arch == KD_ARCH_QWEN2 || a->arch == KD_ARCH_QWEN3; /* their config keys */
+  int window = 0, mixed = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    const int w = card_layer_window(c, l);
+    mixed |= l > 0 && w != window;
+    window = w;
+  }
+  if (a->arch == KD_ARCH_LLAMA &&
+      (mixed || window)) { /* a window in a llama card: transformers' Mistral */
+    a = &archs[0];
+    while (strcmp(a->model_type, "mistral"))
+      a++;
+    if (mixed) {
+      kd_seterr(err, errlen,
+                "the card's sliding window differs between layers (layer_types); transformers' "
+                "Llama has no window and its Mistral one window in every layer: no config.json "
+                "of model_type llama or mistral computes this model");
+      return NULL;
+    }
+  }
   cJSON *o = cJSON_CreateObject();
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
   cJSON_AddItemToArray(arch, cJSON_CreateString(a->architecture));
@@ -390,22 +578,66 @@ char *hfconfig_write(const struct kd_card *c) {
   cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
   cJSON_AddNumberToObject(o, "num_key_value_heads", c->num_key_value_heads);
   cJSON_AddNumberToObject(o, "head_dim", card_head_dim(c));
-  cJSON_AddStringToObject(o, "hidden_act", "silu");
+  const int gemma = c->arch == KD_ARCH_GEMMA3;
+  if (gemma)
+    cJSON_AddStringToObject(o, "hidden_activation", kd_act_names[c->hidden_activation]);
+  else
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
   cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
   cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
   /* both spellings: transformers 4 reads rope_theta, 5 rope_parameters */
   cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
-  write_rope(cJSON_AddObjectToObject(o, "rope_parameters"), c);
+  cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
+  if (gemma) { /* transformers 5: one dict per layer type; 4: rope_local_base_freq */
+    write_rope(cJSON_AddObjectToObject(rp, "full_attention"), c);
+    cJSON *sl = cJSON_AddObjectToObject(rp, "sliding_attention");
+    cJSON_AddStringToObject(sl, "rope_type", "default");
+    cJSON_AddNumberToObject(sl, "rope_theta", c->rope_local_base_freq);
+    cJSON_AddNumberToObject(o, "rope_local_base_freq", c->rope_local_base_freq);
+  } else {
+    write_rope(rp, c);
+  }
   if (c->rope_type != KD_ROPE_DEFAULT) /* transformers 4's spelling of a scaled rule */
     write_rope(cJSON_AddObjectToObject(o, "rope_scaling"), c);
   cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
-  if (qwen) {
-    cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+  if (gemma) {
+    cJSON_AddNumberToObject(o, "query_pre_attn_scalar", c->query_pre_attn_scalar);
+    if (c->final_logit_softcapping > 0)
+      add_real(o, "final_logit_softcapping", c->final_logit_softcapping);
+    else
+      cJSON_AddNullToObject(o, "final_logit_softcapping");
+    if (c->attn_logit_softcapping > 0)
+      add_real(o, "attn_logit_softcapping", c->attn_logit_softcapping);
+    else
+      cJSON_AddNullToObject(o, "attn_logit_softcapping");
+    cJSON_AddBoolToObject(o, "use_bidirectional_attention", 0);
+    if (c->sliding_window > 0)
+      cJSON_AddNumberToObject(o, "sliding_window", c->sliding_window);
+    else
+      cJSON_AddNullToObject(o, "sliding_window");
+  } else if (qwen) { /* as transformers 5 writes them: the window null without the switch */
+    const int on = c->use_sliding_window && c->sliding_window > 0;
+    cJSON_AddBoolToObject(o, "use_sliding_window", on);
+    if (on)
+      cJSON_AddNumberToObject(o, "sliding_window", c->sliding_window);
+    else
+      cJSON_AddNullToObject(o, "sliding_window");
+    cJSON_AddNumberToObject(o, "max_window_layers", c->max_window_layers);
+  } else if (window) {
+    cJSON_AddNumberToObject(o, "sliding_window", window);
+  } else if (a->window_size) {
     cJSON_AddNullToObject(o, "sliding_window");
-    cJSON_AddNumberToObject(o, "max_window_layers", c->num_hidden_layers);
+  }
+  if (qwen || gemma) { /* every layer's type */
+    cJSON *lt = cJSON_AddArrayToObject(o, "layer_types");
+    for (int l = 0; l < c->num_hidden_layers; l++)
+      cJSON_AddItemToArray(
+          lt,
+          cJSON_CreateString(
+              kd_layer_type_names[card_layer_window(c, l) > 0 ? KD_LAYER_SLIDING : KD_LAYER_FULL]));
   }
   if (a->bias_key) cJSON_AddBoolToObject(o, "attention_bias", c->attention_bias);
-  if (!qwen) cJSON_AddBoolToObject(o, "mlp_bias", 0);
+  if (a->arch == KD_ARCH_LLAMA) cJSON_AddBoolToObject(o, "mlp_bias", 0);
   cJSON_AddStringToObject(o, "torch_dtype", "float32");
   cJSON_AddStringToObject(o, "dtype", "float32");
   char *text = cJSON_Print(o);

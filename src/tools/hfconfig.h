@@ -11,8 +11,10 @@
 
 /* What config.json says beyond the card. */
 struct hf_extra {
-  char model_type[32]; /* as written: qwen2, llama or mistral (card arch: qwen2 or llama) */
+  char model_type[32]; /* as written: qwen2, qwen3, llama, mistral, gemma3_text or gemma3 */
   char dtype[32];      /* torch_dtype / dtype, "" when absent */
+  int multimodal;      /* the decoder is the text model of a multimodal model (gemma3): its
+                          tensors carry a language-model prefix, the others are left out */
 };
 
 /* Read `dir`/config.json into `card` (name and path left empty). 0, or KD_EXIT_INPUT with
@@ -20,7 +22,9 @@ struct hf_extra {
 int hfconfig_read(struct kd_card *card, struct hf_extra *extra, const char *dir, char *err,
                   size_t errlen);
 
-/* The config.json text for `card` (float32 weights); the caller frees it. */
-char *hfconfig_write(const struct kd_card *card);
+/* The config.json text for `card` (float32 weights); the caller frees it. NULL, with why in
+ * `err`, for a card no supported model_type computes (a llama card whose window differs
+ * between layers; one window in every layer is written as model_type mistral). */
+char *hfconfig_write(const struct kd_card *card, char *err, size_t errlen);
 
 #endif

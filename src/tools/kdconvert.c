@@ -22,7 +22,7 @@ static const char usage[] =
     "usage: kdconvert from-hf HF_DIR OUT.h5 [CARD.nml]\n"
     "       kdconvert to-hf [--max-shard-size SIZE] WEIGHTS_OR_CHECKPOINT.h5 OUT_DIR\n"
     "\n"
-    "from-hf  reads config.json (Qwen2, Llama or Mistral without sliding window), the\n"
+    "from-hf  reads config.json (Qwen2, Qwen3, Llama or Mistral), the\n"
     "         safetensors weights (F32, BF16 or F16; one file or an index of shards) and the\n"
     "         tokenizer files, and writes a kdtrain weights file (float32) holding the\n"
     "         tokenizer under /tokenizer, plus its model card (default: OUT.nml).\n"

@@ -129,6 +129,8 @@ int main(int argc, char **argv) {
   const int C = card.hidden_size, V = card.vocab_size;
   float *logits = be.alloc(&be, KD_MEM_LOSS, N * (size_t)V * sizeof(float));
   be.gemm(&be, 0, 1, (int)N, V, C, 1.0f, a.hn, C, m.pw.head, C, 0.0f, logits, V);
+  if (m.card.final_logit_softcapping > 0) /* Gemma's cap c tanh(z / c) on the logits */
+    be.softcap_forward(&be, logits, N * (size_t)V, (float)m.card.final_logit_softcapping);
   write_npy(argv[3], logits, B, T, V);
   printf("kdlogits: %s: logits (%d, %d, %d) -> %s\n", argv[1], B, T, V, argv[3]);
 

@@ -244,6 +244,77 @@ START_TEST(test_rope_cards) {
 }
 END_TEST
 
+/* The sliding-window keys of a card: transformers 5's rules (Qwen2/Qwen3: use_sliding_window
+ * and max_window_layers, or layer_types; llama / Mistral: every layer), printed back (runs of a
+ * layer type as r*'word'), and the inconsistent ones refused naming the key. */
+START_TEST(test_window_cards) {
+  const char *shape = "&model vocab_size=8 hidden_size=8 intermediate_size=4\n"
+                      "num_attention_heads=2 num_key_value_heads=1\n";
+  char text[1200], path[600];
+  struct kd_card card, again;
+  snprintf(text, sizeof text,
+           "%sarch='qwen2' num_hidden_layers=20 use_sliding_window=.true. sliding_window=7\n"
+           "max_window_layers=13 /\n",
+           shape);
+  ck_assert_msg(config_load_card(&card, put("q2.nml", text), NULL, err, sizeof err) == 0, "%s",
+                err);
+  for (int l = 0; l < 20; l++)
+    ck_assert_int_eq(card_layer_window(&card, l), l >= 13 ? 7 : 0);
+  card.use_sliding_window = 0; /* the window is off without the switch (qwen) */
+  ck_assert_int_eq(card_layer_window(&card, 19), 0);
+  snprintf(text, sizeof text,
+           "%sarch='qwen3' num_hidden_layers=20 use_sliding_window=.true. sliding_window=3\n"
+           "layer_types = 2*'sliding_attention', 'full_attention', 16*'sliding_attention',\n"
+           "  'full_attention' /\n",
+           shape);
+  ck_assert_msg(config_load_card(&card, put("q3.nml", text), NULL, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert_int_eq(card.n_layer_types, 20);
+  for (int l = 0; l < 20; l++)
+    ck_assert_int_eq(card_layer_window(&card, l), l == 2 || l == 19 ? 0 : 3);
+  snprintf(path, sizeof path, "%s/q3-printed.nml", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  card_print(f, &card);
+  fclose(f);
+  ck_assert_msg(config_load_card(&again, path, NULL, err, sizeof err) == 0, "%s", err);
+  memset(again.path, 0, sizeof again.path), memset(card.path, 0, sizeof card.path);
+  memset(again.name, 0, sizeof again.name), memset(card.name, 0, sizeof card.name);
+  ck_assert_int_eq(memcmp(&again, &card, sizeof card), 0);
+  snprintf(text, sizeof text, "%sarch='llama' num_hidden_layers=3 sliding_window=5 /\n", shape);
+  ck_assert_msg(config_load_card(&card, put("mi.nml", text), NULL, err, sizeof err) == 0, "%s",
+                err);
+  for (int l = 0; l < 3; l++)
+    ck_assert_int_eq(card_layer_window(&card, l), 5);
+  snprintf(text, sizeof text, "%sarch='qwen2' num_hidden_layers=3 /\n", shape);
+  ck_assert_int_eq(config_load_card(&card, put("none.nml", text), NULL, err, sizeof err), 0);
+  ck_assert(card.max_window_layers == 28 && card.n_layer_types == 0);
+  for (int l = 0; l < 3; l++)
+    ck_assert_int_eq(card_layer_window(&card, l), 0);
+  const char *bad[][3] = {
+      {"arch='qwen2' use_sliding_window=.true. sliding_window=4 "
+       "layer_types='full_attention','sliding_attention'",
+       "layer_types", "2 values for num_hidden_layers = 3"},
+      {"arch='qwen2' layer_types=3*'chunked_attention'", "layer_types", "expected one of"},
+      {"arch='llama' sliding_window=0", "sliding_window", "expected at least 1"},
+      {"arch='llama' sliding_window=-2", "sliding_window", "out of range"},
+      {"arch='qwen2' use_sliding_window=.true.", "use_sliding_window", "without a window"},
+      {"arch='llama' use_sliding_window=.true. sliding_window=4", "use_sliding_window",
+       "qwen2 and qwen3"},
+      {"arch='qwen3' sliding_window=4 layer_types=3*'sliding_attention'", "layer_types",
+       "layer 0 is 'sliding_attention' but the card has no window"},
+      {"arch='qwen2' layer_types=1025*'full_attention'", "layer_types", "at most 512"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    snprintf(text, sizeof text, "%snum_hidden_layers=3 %s /\n", shape, bad[k][0]);
+    ck_assert_int_eq(config_load_card(&card, put("bad.nml", text), NULL, err, sizeof err),
+                     KD_EXIT_INPUT);
+    ck_assert_msg(strstr(err, bad[k][1]) && strstr(err, bad[k][2]), "%s: '%s' lacks '%s' or '%s'",
+                  bad[k][0], err, bad[k][1], bad[k][2]);
+  }
+}
+END_TEST
+
 START_TEST(test_round_trip) {
   const char *w[] = {"optim%lr=0.1", "loss%temperature=3.3333333333333335"};
   ck_assert_msg(load("&run steps = 12345678901, seed = 0 /\n"
@@ -383,6 +454,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_overrides);
   tcase_add_test(tc, test_cards);
   tcase_add_test(tc, test_rope_cards);
+  tcase_add_test(tc, test_window_cards);
   tcase_add_test(tc, test_round_trip);
   tcase_add_test(tc, test_bad);
   tcase_add_test(tc, test_lists);

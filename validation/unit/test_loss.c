@@ -305,14 +305,14 @@ START_TEST(test_large_logits) {
 END_TEST
 
 START_TEST(test_chunk_budget_and_parse) {
-  ck_assert_uint_eq(loss_chunk_from_budget(0, N, V, 1), 1);
-  ck_assert_uint_eq(loss_chunk_from_budget(100, N, 151936, 1), 1);
-  size_t big = loss_chunk_from_budget((size_t)1 << 30, N, 151936, 1);
+  ck_assert_uint_eq(loss_chunk_from_budget(0, N, V, 1, 0), 1);
+  ck_assert_uint_eq(loss_chunk_from_budget(100, N, 151936, 1, 0), 1);
+  size_t big = loss_chunk_from_budget((size_t)1 << 30, N, 151936, 1, 0);
   ck_assert(big > 800 && big < 900); /* 1 GiB / (2 * 4 * 151936 B + stats) */
-  ck_assert(loss_chunk_from_budget((size_t)1 << 30, N, 151936, 0) > 2 * big - 2);
+  ck_assert(loss_chunk_from_budget((size_t)1 << 30, N, 151936, 0, 0) > 2 * big - 2);
   /* the rule matches what loss_chunked really allocates */
   for (int distill = 0; distill < 2; distill++) {
-    size_t budget = 1200, chunk = loss_chunk_from_budget(budget, N, V, distill);
+    size_t budget = 1200, chunk = loss_chunk_from_budget(budget, N, V, distill, 0);
     struct loss_spec sp = {distill, LOSS_FKL, 2.5f, 0.3f, 0.5f, 1};
     struct loss_sums s;
     arena_reset_peaks(&be.arena);

@@ -104,14 +104,16 @@ static double objective(struct fixture *f, int backward) {
   struct loss_sums sums = {0, 0};
   const float gs = 1.0f / (float)f->N;
   if (backward) f->be.zero(&f->be, f->sa.dhn, f->N * (size_t)f->s.card.hidden_size);
-  loss_chunked(&f->be, &f->spec, &sums,
-               &(struct loss_student){f->sa.hn, f->s.pw.head, f->s.card.hidden_size,
-                                      backward ? f->sa.dhn : NULL, backward ? f->s.pg.head : NULL},
-               &(struct loss_teacher){f->spec.distill ? f->ta.hn : NULL,
-                                      f->spec.distill ? f->t.pw.head : NULL, NULL,
-                                      f->t.card.hidden_size},
-               f->lab, f->N, &(struct loss_vocab){0, f->s.card.vocab_size, f->s.card.vocab_size, 0},
-               4, gs, MPI_COMM_SELF);
+  const struct loss_caps caps = {(float)f->s.card.final_logit_softcapping,
+                                 (float)f->t.card.final_logit_softcapping};
+  loss_chunked_capped(
+      &f->be, &f->spec, &sums,
+      &(struct loss_student){f->sa.hn, f->s.pw.head, f->s.card.hidden_size,
+                             backward ? f->sa.dhn : NULL, backward ? f->s.pg.head : NULL},
+      &(struct loss_teacher){f->spec.distill ? f->ta.hn : NULL,
+                             f->spec.distill ? f->t.pw.head : NULL, NULL, f->t.card.hidden_size},
+      f->lab, f->N, &(struct loss_vocab){0, f->s.card.vocab_size, f->s.card.vocab_size, 0}, 4, gs,
+      MPI_COMM_SELF, &caps);
   if (backward) layers_backward(&f->be, &f->s, &f->sa);
   double a = f->spec.alpha;
   return f->spec.distill ? (a * sums.kd + (1 - a) * sums.ce) / (double)f->N
@@ -134,9 +136,10 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
       /* q/k norms near 1 as trained ones are: scaled by 8 twice, the scores would saturate
        * the softmax beyond what central differences resolve */
       const int qk = strstr(f.s.params[k].name, "self_attn.") != NULL;
+      const double one = card_gemma(&sc) ? 0.0 : 1.0; /* Gemma's norms scale by 1 + w */
       for (size_t i = 0; i < f.s.params[k].numel; i++)
         f.s.master[f.s.params[k].offset + i] =
-            (float)(qk ? 1.0 : f.s.master[f.s.params[k].offset + i]) +
+            (float)(qk ? one : f.s.master[f.s.params[k].offset + i]) +
             (float)(0.3 * kd_normal(&st));
     }
   f.spec.distill = distill;
@@ -253,6 +256,38 @@ START_TEST(test_grad_distill_qwen3) {
 }
 END_TEST
 
+/* A Gemma 3-shaped card: (1 + w) norms, four per layer, q/k norms, GeGLU, the scaled
+ * embedding, query_pre_attn_scalar, layer 0 a window of 3 (local RoPE base) and layer 1
+ * full attention (linear RoPE), soft caps on the final logits and the attention scores. */
+static struct kd_card gemma3_card(int V, int C, int I, int nh, int nkv, int hd) {
+  struct kd_card c = make_card(V, C, I, 2, nh, nkv, 1, 0);
+  c.arch = KD_ARCH_GEMMA3;
+  c.head_dim = hd;
+  c.hidden_activation = KD_ACT_GELU_TANH;
+  c.query_pre_attn_scalar = 1.5 * hd;
+  c.rope_theta = 1e6;
+  c.rope_type = KD_ROPE_LINEAR;
+  c.factor = 4.0;
+  c.rope_local_base_freq = 100.0;
+  c.sliding_window = 3;
+  c.n_layer_types = 2;
+  c.layer_types[0] = KD_LAYER_SLIDING;
+  c.layer_types[1] = KD_LAYER_FULL;
+  c.final_logit_softcapping = 3.0;
+  c.attn_logit_softcapping = 2.0;
+  return c;
+}
+
+START_TEST(test_grad_train_gemma3) {
+  check_gradients(gemma3_card(23, 12, 20, 3, 1, 6), make_card(23, 8, 8, 1, 2, 2, 0, 0), 0, 2, 7);
+}
+END_TEST
+
+START_TEST(test_grad_distill_gemma3) {
+  check_gradients(gemma3_card(19, 8, 16, 4, 2, 6), gemma3_card(19, 16, 24, 4, 1, 10), 1, 2, 6);
+}
+END_TEST
+
 /* The frozen teacher's one-working-set forward equals a training model's forward. */
 START_TEST(test_frozen_forward_matches) {
   struct kd_backend be;
@@ -292,6 +327,8 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_grad_distill);
   tcase_add_test(tc, test_grad_train_qwen3);
   tcase_add_test(tc, test_grad_distill_qwen3);
+  tcase_add_test(tc, test_grad_train_gemma3);
+  tcase_add_test(tc, test_grad_distill_gemma3);
   tcase_add_test(tc, test_frozen_forward_matches);
   suite_add_tcase(s, tc);
   int failed = check_run(s);
