@@ -567,6 +567,48 @@ START_TEST(test_rope_fields) {
 }
 END_TEST
 
+/* layer_types with a word kdtrain does not compute (written as a valid card would be) */
+static void layer_chunked(hid_t f) {
+  hid_t g = H5Gopen2(f, "config", H5P_DEFAULT);
+  R0(g >= 0);
+  if (g >= 0) set_attr(g, "layer_types", "chunked_attention"), H5Gclose(g);
+}
+
+/* The sliding-window keys: absent at their defaults (files as before them), written and read
+ * back otherwise, a file compared by the window of each layer whichever keys give it, and a
+ * stored word kdtrain does not know refused by name. */
+START_TEST(test_window_fields) {
+  char err[512];
+  const char *plain = save_toy("window_none.h5");
+  ck_assert(!config_has(plain, "sliding_window") && !config_has(plain, "use_sliding_window") &&
+            !config_has(plain, "max_window_layers") && !config_has(plain, "layer_types"));
+  struct kd_card c, w = toy_card();
+  w.use_sliding_window = 1, w.sliding_window = 3, w.max_window_layers = 0;
+  expect_fail(load_toy_card(plain, &w, err), KD_EXIT_INPUT, err,
+              "the sliding window of layer 0 is 0 in its /config but 3 in the model card");
+  const char *path = save_card("window.h5", &w);
+  ck_assert(config_has(path, "sliding_window") && config_has(path, "max_window_layers"));
+  ck_assert(!config_has(path, "layer_types"));
+  ck_assert_int_eq(weights_read_card(path, &c, err, sizeof err), 0);
+  ck_assert(c.sliding_window == 3 && c.use_sliding_window && c.max_window_layers == 0);
+  ck_assert_int_eq(load_toy_card(path, &w, err), 0);
+  c = w, c.max_window_layers = 28, c.n_layer_types = 1, c.layer_types[0] = KD_LAYER_SLIDING;
+  ck_assert_msg(load_toy_card(path, &c, err) == 0, "the same window from layer_types: %s", err);
+  const char *typed = save_card("window_types.h5", &c);
+  ck_assert_int_eq(weights_read_card(typed, &c, err, sizeof err), 0);
+  ck_assert(c.n_layer_types == 1 && c.layer_types[0] == KD_LAYER_SLIDING);
+  c = w, c.sliding_window = 5;
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
+              "the sliding window of layer 0 is 3 in its /config but 5 in the model card");
+  c = toy_card();
+  expect_fail(load_toy_card(path, &c, err), KD_EXIT_INPUT, err,
+              "the sliding window of layer 0 is 3 in its /config but 0 in the model card");
+  edit_file(typed, layer_chunked);
+  expect_fail(weights_read_card(typed, &c, err, sizeof err), KD_EXIT_INPUT, err,
+              "layer_types entry 0 = 'chunked_attention'");
+}
+END_TEST
+
 START_TEST(test_damaged) {
   char err[512];
   const char *path = save_toy("missing.h5");
@@ -871,14 +913,16 @@ static Suite *weights_suite(void) {
   tcase_add_test(tc, test_h5attr);
   tcase_add_test(tc, test_all_checksums);
   tcase_add_test(tc, test_rope_fields);
+  tcase_add_test(tc, test_window_fields);
   suite_add_tcase(s, tc);
   return s;
 }
 
-static const char *files[] = {"round.h5",   "layout.h5",    "mismatch.h5",     "missing.h5",
-                              "corrupt.h5", "truncated.h5", "text.h5",         "format.h5",
-                              "version.h5", "nobody.h5",    "replicas.h5",     "fields.h5",
-                              "attrs.h5",   "sums.h5",      "rope_default.h5", "rope_yarn.h5"};
+static const char *files[] = {"round.h5",       "layout.h5",    "mismatch.h5",     "missing.h5",
+                              "corrupt.h5",     "truncated.h5", "text.h5",         "format.h5",
+                              "version.h5",     "nobody.h5",    "replicas.h5",     "fields.h5",
+                              "attrs.h5",       "sums.h5",      "rope_default.h5", "rope_yarn.h5",
+                              "window_none.h5", "window.h5",    "window_types.h5"};
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
