@@ -121,6 +121,7 @@ static const struct namelist_key card_keys[] = {
     MI(max_window_layers, "28", NL_GE, 0, 0),
     NAMELIST_LIST(kd_card, model, layer_types, NL_WORD, layer_types, n_layer_types, NULL, 0, 0, 0,
                   KD_LAYER_TYPE_WORDS),
+    MI(pad_token_id, "-1", NL_GE, -1, 0),
     NAMELIST_KEY(kd_card, model, rope_type, NL_WORD, rope_type, "'default'", 0, 0, 0,
                  KD_ROPE_TYPE_WORDS),
     MR(factor, "1.0", NL_GT, 0),
@@ -355,6 +356,11 @@ void card_defaults(struct kd_card *card) {
 const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
   long i = namelist_check_values(card_keys, NKEYS(card_keys), card, why, whylen);
   if (i >= 0) return card_keys[i].key;
+  if (card->pad_token_id >= card->vocab_size) {
+    snprintf(why, whylen, "%d is not an id of the %d-id vocabulary; expected -1 (none) or an id",
+             card->pad_token_id, card->vocab_size);
+    return "pad_token_id";
+  }
   if (card->num_attention_heads % card->num_key_value_heads) {
     snprintf(why, whylen,
              "num_attention_heads = %d is not divisible by %d; expected a divisor of "
@@ -734,8 +740,9 @@ void card_print(FILE *f, const struct kd_card *card) {
   const size_t rope0 = NKEYS(card_keys) - CARD_ROPE_KEYS;
   KD_CHECK(card_keys[rope0].off == offsetof(struct kd_card, rope_type),
            "card_keys: the RoPE scaling keys must close the table");
-  /* a card without head_dim (0: hidden / heads), or without a sliding window key (at its
-   * default), prints as before the key; Gemma's keys only in a gemma3 card */
+  /* a card without head_dim (0: hidden / heads), or without a sliding window key or
+   * pad_token_id (at their defaults), prints as before the key; Gemma's keys only in a
+   * gemma3 card */
   struct kd_card dflt;
   card_defaults(&dflt);
   struct namelist_key keys[NKEYS(card_keys)];
@@ -743,9 +750,9 @@ void card_print(FILE *f, const struct kd_card *card) {
   for (size_t i = 0; i < NKEYS(card_keys); i++) {
     const struct namelist_key *k = &card_keys[i];
     const size_t off = k->off;
-    const int window_key = off >= offsetof(struct kd_card, sliding_window) &&
-                           off <= offsetof(struct kd_card, layer_types);
-    if (window_key &&
+    const int newer_key = off >= offsetof(struct kd_card, sliding_window) &&
+                          off <= offsetof(struct kd_card, pad_token_id);
+    if (newer_key &&
         (k->maxn ? card->n_layer_types == 0
                  : !memcmp((const char *)card + off, (const char *)&dflt + off, k->size)))
       continue;

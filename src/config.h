@@ -36,6 +36,10 @@ struct kd_card {
   int sliding_window, use_sliding_window, max_window_layers;
   enum kd_layer_type layer_types[KD_LAYERS_MAX];
   int n_layer_types;
+  /* The embedding row transformers never trains (config.json's pad_token_id, the
+   * padding_idx of its nn.Embedding: the lookups of that id add nothing to the row's
+   * gradient); -1: none */
+  int pad_token_id;
   /* RoPE scaling (config.json's rope_parameters / rope_scaling; rope.c): the rule and its
    * parameters; 0 for original_max_position_embeddings, attention_factor, mscale and
    * mscale_all_dim means not given (transformers 5's defaults apply) */

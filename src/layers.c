@@ -587,6 +587,21 @@ static void recompute_cheap(struct kd_backend *be, const struct kd_model *mdl,
   if (!a->d.pol.tiled_mlp) act_fwd(be, mdl, l->mlp, l->gu, N);
 }
 
+/* The embedding's gradient of this rank's vocabulary slice, without the lookups of the
+ * card's pad_token_id (transformers' padding_idx: that row learns only through a tied
+ * head): the slice is taken in the two ranges around it. */
+static void embedding_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a,
+                               size_t N, int C) {
+  const int lo = mdl->vocab_lo, n = mdl->vocab, pad = mdl->card.pad_token_id;
+  if (pad < lo || pad >= lo + n) {
+    be->embedding_backward(be, mdl->pg.wte, a->dres, a->tokens, N, C, lo, n);
+    return;
+  }
+  be->embedding_backward(be, mdl->pg.wte, a->dres, a->tokens, N, C, lo, pad - lo);
+  be->embedding_backward(be, mdl->pg.wte + (size_t)(pad + 1 - lo) * C, a->dres, a->tokens, N, C,
+                         pad + 1, lo + n - pad - 1);
+}
+
 void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
   const size_t N = (size_t)a->d.B * a->d.T;
@@ -622,6 +637,6 @@ void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts
   }
   if (mdl->has_embed) {
     if (card_gemma(c)) be->scale(be, a->dres, embed_scale(be, mdl), N * C);
-    be->embedding_backward(be, mdl->pg.wte, a->dres, a->tokens, N, C, mdl->vocab_lo, mdl->vocab);
+    embedding_backward(be, mdl, a, N, C);
   }
 }

@@ -92,6 +92,8 @@ static const struct card_key card_keys[] = {
      0, ROPE_NO, NULL, NULL, 0, 1, 0},
     {"max_window_layers", KEY_INT, offsetof(struct kd_card, max_window_layers), sizeof(int), 0, 0,
      ROPE_NO, NULL, NULL, 0, 1, 0},
+    {"pad_token_id", KEY_INT, offsetof(struct kd_card, pad_token_id), sizeof(int), 0, 0, ROPE_NO,
+     NULL, NULL, 0, 1, 0},
     {"layer_types", KEY_WORDS, offsetof(struct kd_card, layer_types),
      sizeof(((struct kd_card *)0)->layer_types[0]), 0, 0, ROPE_NO, KD_LAYER_TYPE_WORDS,
      kd_layer_type_names, KD_LAYER_TYPE_N, 1, 0},

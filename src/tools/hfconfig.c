@@ -81,6 +81,19 @@ static int get_int(const struct rd *r, const char *key, int dflt, int *out) {
   return 0;
 }
 
+/* pad_token_id: the embedding row transformers never trains (nn.Embedding's padding_idx);
+ * absent: the model_type's default (Gemma3TextConfig 0, the others none), null: none (-1). */
+static int read_pad(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->o, "pad_token_id");
+  if (!v) return c->pad_token_id = a->arch == KD_ARCH_GEMMA3 ? 0 : -1, 0;
+  if (cJSON_IsNull(v)) return c->pad_token_id = -1, 0;
+  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+      v->valuedouble >= c->vocab_size)
+    return refuse(r, "pad_token_id", v, "expected null or an id of the vocabulary");
+  c->pad_token_id = (int)v->valuedouble;
+  return 0;
+}
+
 /* A positive real key of object `o` (default when absent). */
 static int get_real(const struct rd *r, const cJSON *o, const char *key, double dflt, double *out) {
   const cJSON *v = get(o, key);
@@ -494,6 +507,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
     const struct rd rt = {path, o, err, errlen, o};
     st = get_bool(&rt, "tie_word_embeddings", a->tie, &c->tie_word_embeddings);
   }
+  if (!st) st = read_pad(&r, a, c);
   if (!st) st = read_rope(&r, c);
   if (!st && a->arch == KD_ARCH_GEMMA3) st = read_gemma(&r, c);
   if (!st) { /* qwen2: q/k/v biases always (the key is not read by transformers) */
@@ -600,6 +614,10 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
   if (c->rope_type != KD_ROPE_DEFAULT) /* transformers 4's spelling of a scaled rule */
     write_rope(cJSON_AddObjectToObject(o, "rope_scaling"), c);
   cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
+  if (c->pad_token_id >= 0)
+    cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
+  else
+    cJSON_AddNullToObject(o, "pad_token_id");
   if (gemma) {
     cJSON_AddNumberToObject(o, "query_pre_attn_scalar", c->query_pre_attn_scalar);
     if (c->final_logit_softcapping > 0)

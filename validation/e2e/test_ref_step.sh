@@ -24,9 +24,9 @@ qwen3_tied    jsd  0.7   1.5         0.3  T
 llama3        rkl  0.4   2.0         0.5  T
 yarn          fkl  1.0   1.0         0.5  T
 qwen2         jsd  0.5   3.0         0.5  F
-# mistral_sw  rkl  0.6   2.0         0.5  T   # ENABLE when arch lands
-# qwen2_sw    fkl  0.5   2.0         0.5  T   # ENABLE when arch lands
-# gemma3      jsd  0.5   2.0         0.4  T   # ENABLE when arch lands
+mistral_sw  rkl  0.6   2.0         0.5  T
+qwen2_sw    fkl  0.5   2.0         0.5  T
+gemma3      jsd  0.5   2.0         0.4  T
 EOF2
 
 echo "== the models (transformers) and the reference steps (PyTorch)"
