@@ -1,7 +1,8 @@
 #!/bin/sh
 # The --dry-run memory plans of the real distillation pairs, from the cards of mod/
 # (doc/models.md) alone: nothing is downloaded, one process plans every layout.
-#   Qwen3-8B -> Qwen3-0.6B and Llama-3.1-8B -> Llama-3.2-1B, BF16, on one rank and on
+#   Qwen3-8B -> Qwen3-0.6B, Llama-3.1-8B -> Llama-3.2-1B and Gemma-3-4B -> Gemma-3-1B, BF16,
+#   on one rank and on
 #   tp 2 x pp 2 (--ranks 4), micro-batch 1 x SEQ tokens, global batch 16, ZeRO-1,
 #   selective recompute.
 # Prints one markdown row per rank (doc/realsize.md, "Plans of the real pairs").
@@ -30,7 +31,7 @@ EOF2
 gib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1073741824 }'; }
 echo "| pair | layout | rank | weights | gradients | optimizer | activations | loss chunk | communication | total (GiB) |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-for pair in "qwen3-8b qwen3-0.6b" "llama3.1-8b llama3.2-1b"; do
+for pair in "qwen3-8b qwen3-0.6b" "llama3.1-8b llama3.2-1b" "gemma3-4b gemma3-1b"; do
   set -- $pair
   for layout in "1 1 1" "4 2 2"; do
     set -- "$1" "$2" $layout
