@@ -12,7 +12,8 @@
 # VAR=value and after exec, nice, timeout, env, xargs, nohup, sudo); quoted text,
 # here-documents (namelists, Python) and words with $ are not read. Not programs: shell
 # keywords and builtins, functions the scripts define, and what the build makes (the
-# *_PROGRAMS and *_SCRIPTS of Makefile.am, run by their path).
+# *_PROGRAMS and *_SCRIPTS of Makefile.am, run by their path). A program not installed here
+# has no package to look up: a note, and a failure under CI (where the list is installed).
 set -eu
 : "${KD_SRCDIR:?}"
 cd "$KD_SRCDIR"
@@ -246,7 +247,7 @@ ok=$(sed -e 's/#.*//' "$list" | tr -s ' \t' '\n\n' | sed '/^$/d' | awk -F'|' -v 
   }' | sort -u)
 inlist=$(sed -e 's/#.*//' "$list" | tr -s ' \t' '\n\n' | sed '/^$/d')
 for p in $inlist; do
-  echo "$db" | grep -q "^ii[^|]*|$p|" || say "$list: $p is not installed on this machine (./bootstrap --deps installs it)"
+  echo "$db" | grep -q "^ii[^|]*|$p|" || echo "note: $list: $p is not installed here (./bootstrap --deps installs it)"
 done
 
 # --- each program's package: dpkg -S of the path, its link target, their /usr twins ----
@@ -272,9 +273,14 @@ bad=0 seen=""
 where() { echo "$calls" | awk -v w="$1" '$1 != "-" && $3 == w && !seen[$1 ":" $2]++ { printf "%s%s:%s", sep, $1, $2; sep = ", " }'; }
 for pw in $prog; do
   w=${pw%%=*} p=${pw#*=}
-  if [ -z "$p" ]; then
-    say "$(where "$w"): calls '$w', which is not installed here (no Debian package of $list has it)"
-    bad=1; continue
+  if [ -z "$p" ]; then # no package to look up: an error where the list is installed (CI)
+    if [ -n "${CI:-}" ]; then
+      say "$(where "$w"): calls '$w', which is not installed (no package of $list has it)"
+      bad=1
+    else
+      echo "note: $(where "$w"): calls '$w', which is not installed here: not checked (CI fails)"
+    fi
+    continue
   fi
   r=$(readlink -f "$p" 2> /dev/null || echo "$p")
   pk=""
