@@ -4,9 +4,10 @@
     kdplot [-o OUT.png] [--title TEXT] RUN [RUN ...]
 
 RUN is a metrics.csv file or a run%out_dir holding one; NAME=RUN labels it NAME
-(default: the directory name). Four panels: training loss (and, dashed, the
-validation loss rows), learning rate, tokens/s, and the distillation and
-cross-entropy parts of the loss where a run has them. Needs matplotlib.
+(default: the directory name). Four panels: the cross entropy on the data, training
+(loss_ce) and, dashed, validation (val_loss), comparable across runs whether they
+distil or not; learning rate; tokens/s; and, for distilled runs, the objective they
+minimise (loss = alpha * kd + (1 - alpha) * ce) with its two parts. Needs matplotlib.
 Exit status: 0 done, 2 bad input (no such file, not a kdtrain metrics file).
 """
 import argparse
@@ -68,21 +69,24 @@ def main():
         fail("needs matplotlib (Debian: apt-get install python3-matplotlib; pip install matplotlib)", 3)
 
     fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
-    panels = [(ax[0][0], "loss", "loss (nats/token)"), (ax[0][1], "lr", "learning rate"),
-              (ax[1][0], "tok_per_s", "tokens/s"), (ax[1][1], "parts", "loss parts (nats/token)")]
+    panels = [(ax[0][0], "loss_ce", "cross entropy (nats/token): training, validation dashed"),
+              (ax[0][1], "lr", "learning rate"), (ax[1][0], "tok_per_s", "tokens/s"),
+              (ax[1][1], "parts", "distillation objective (loss) and its parts (nats/token)")]
     for i, (label, s) in enumerate(runs):
         color = f"C{i}"
         for a, col, _ in panels:
             if col == "parts":
-                for part, style in (("loss_kd", "-"), ("loss_ce", ":")):
-                    if s[part]:
-                        x, y = zip(*s[part])
-                        a.plot(x, y, style, color=color, label=f"{label} {part[5:]}")
+                if s["loss_kd"]:  # a distilled run: its objective, kd and ce
+                    for part, style, name in (("loss", "-", "objective"), ("loss_kd", "--", "kd"),
+                                              ("loss_ce", ":", "ce")):
+                        if s[part]:
+                            x, y = zip(*s[part])
+                            a.plot(x, y, style, color=color, label=f"{label} {name}")
                 continue
             if s[col]:
                 x, y = zip(*s[col])
-                a.plot(x, y, "-", color=color, label=f"{label} train" if col == "loss" else label)
-            if col == "loss" and s["val_loss"]:
+                a.plot(x, y, "-", color=color, label=f"{label} train" if col == "loss_ce" else label)
+            if col == "loss_ce" and s["val_loss"]:
                 x, y = zip(*s["val_loss"])
                 a.plot(x, y, "--o", color=color, markersize=3, label=f"{label} valid")
     for a, col, title in panels:
@@ -91,6 +95,13 @@ def main():
         a.grid(alpha=0.3)
         if a.lines:
             a.legend(fontsize=8)
+    # the cross-entropy panel from the lowest value to a little above the highest validation
+    # loss: the first steps' loss would squeeze the curves a reader compares into one line
+    vals = [v for _, s in runs for _, v in s["val_loss"]]
+    ces = [v for _, s in runs for _, v in s["loss_ce"]]
+    if vals and ces:
+        lo, hi = min(ces + vals), max(vals)
+        ax[0][0].set_ylim(lo - 0.1 * (hi - lo), hi + 0.6 * (hi - lo))
     ax[0][1].ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     if args.title:
         fig.suptitle(args.title)
