@@ -379,7 +379,7 @@ static int read_head_dim(const struct rd *r, const struct hf_arch *a, struct kd_
  * rule only) or 4's rope_local_base_freq. */
 static int read_gemma(const struct rd *r, struct kd_card *c) {
   const cJSON *v = get(r->o, "hidden_activation");
-  if (v && !(cJSON_IsString(v) && !strcmp(v->valuestring, "gelu_pytorch_tanh")))
+  if (v && !(cJSON_IsString(v) && words_find(KD_ACT_WORDS, v->valuestring) == KD_ACT_GELU_TANH))
     return refuse(r, "hidden_activation", v, "kdtrain computes Gemma's gelu_pytorch_tanh only");
   c->hidden_activation = KD_ACT_GELU_TANH;
   if ((v = get(r->o, "use_bidirectional_attention")) && !cJSON_IsFalse(v))
@@ -396,7 +396,8 @@ static int read_gemma(const struct rd *r, struct kd_card *c) {
   if (!cJSON_IsObject(sl))
     return refuse(r, "rope_parameters.sliding_attention", sl, "expected an object");
   const cJSON *ty = get(sl, "rope_type");
-  if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "default")))
+  if (ty &&
+      !(cJSON_IsString(ty) && words_find(KD_ROPE_TYPE_WORDS, ty->valuestring) == KD_ROPE_DEFAULT))
     return refuse(r, "rope_parameters.sliding_attention.rope_type", ty,
                   "kdtrain computes the default rule on the sliding-window layers");
   const cJSON *t = get(sl, "rope_theta");
@@ -422,8 +423,8 @@ static int read_fixed(const struct rd *r, const struct hf_arch *a, struct hf_ext
   if ((v = get(r->top, "quantization_config")))
     return refuse(r, "quantization_config", v, "kdconvert reads unquantized weights only");
   v = a->arch == KD_ARCH_GEMMA3 ? NULL : get(r->o, "hidden_act"); /* Gemma 3 ignores it */
-  if (v &&
-      !(cJSON_IsString(v) && (!strcmp(v->valuestring, "silu") || !strcmp(v->valuestring, "swish"))))
+  if (v && !(cJSON_IsString(v) && (words_find(KD_ACT_WORDS, v->valuestring) == KD_ACT_SILU ||
+                                   !strcmp(v->valuestring, "swish"))))
     return refuse(r, "hidden_act", v, "kdtrain computes the SiLU (SwiGLU) MLP only");
   v = get(r->o, "mlp_bias");
   if (v && !cJSON_IsFalse(v)) return refuse(r, "mlp_bias", v, "kdtrain's MLP has no biases");

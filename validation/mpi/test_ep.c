@@ -30,7 +30,9 @@ static int all_ok(int ok) {
 }
 
 /* expert e's stand-in transform of one value */
-static float expert_f(int e, float v) { return v * (float)(e + 1) + (float)e; }
+static float expert_f(int e, float v) {
+  return v * (float)(e + 1) + (float)e;
+}
 
 START_TEST(layout_rules) {
   char err[256];
@@ -77,7 +79,8 @@ static void exchange(struct kd_backend *be, const struct kd_grid *g, int ep) {
   for (int o = 0; o < es; o++)
     nr += rcnt[o];
   /* the rows and their expert ids travel together; the ids as host ints */
-  int *sd = kd_calloc((size_t)es * 2, sizeof *sd), *rd = sd + es, *rid = kd_malloc((size_t)nr * 4 + 4);
+  int *sd = kd_calloc((size_t)es * 2, sizeof *sd), *rd = sd + es,
+      *rid = kd_malloc((size_t)nr * 4 + 4);
   for (int o = 1; o < es; o++)
     sd[o] = sd[o - 1] + scnt[o - 1], rd[o] = rd[o - 1] + rcnt[o - 1];
   MPI_Alltoallv(sid, scnt, sd, MPI_INT, rid, rcnt, rd, MPI_INT, epc);
