@@ -586,7 +586,7 @@ static void test_loss(struct st *x) {
 static struct kd_card selftest_card(int teacher, int family) {
   const int qwen3 = family > 0;
   struct kd_card c;
-  memset(&c, 0, sizeof c);
+  card_defaults(&c);
   snprintf(c.name, sizeof c.name, "selftest-%s", teacher ? "teacher" : "student");
   c.arch = KD_ARCH_QWEN2;
   c.vocab_size = 320;

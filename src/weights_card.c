@@ -463,7 +463,9 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
                          char *err, size_t errlen) {
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
-    if (!ck->compare || (ck->rope == ROPE_PARAM && card_key_absent(ck, model, NULL))) continue;
+    if (!ck->compare || (ck->rope == ROPE_PARAM && card_key_absent(ck, model, NULL)) ||
+        (ck->gemma && !card_gemma(model))) /* arch, compared first, differs otherwise */
+      continue;
     const char *fa = (const char *)file + ck->off, *fb = (const char *)model + ck->off;
     char va[80], vb[80];
     int differ;

@@ -19,7 +19,7 @@ static struct kd_backend be;
 
 static struct kd_card card(int layers) {
   struct kd_card c;
-  memset(&c, 0, sizeof c);
+  card_defaults(&c);
   snprintf(c.name, sizeof c.name, "tiny");
   c.arch = KD_ARCH_QWEN2;
   c.vocab_size = 32, c.hidden_size = 8, c.intermediate_size = 12, c.num_hidden_layers = layers;
