@@ -588,9 +588,10 @@ static void cpu_swiglu_forward(struct kd_backend *be, float *out, const float *g
 }
 
 /* dg += d u silu'(g), du += d silu(g) over a row of I. */
-KD_SIMD_CLONES static void swiglu_back_row(float *restrict dg, float *restrict du,
-                                           const float *restrict d, const float *restrict g,
-                                           const float *restrict u, int I) {
+KD_SIMD_CLONES KD_NO_CONTRACT static void swiglu_back_row(float *restrict dg, float *restrict du,
+                                                          const float *restrict d,
+                                                          const float *restrict g,
+                                                          const float *restrict u, int I) {
 #pragma omp simd
   for (int i = 0; i < I; i++) {
     float sg = 1.0f / (1.0f + cpu_expf(-g[i])), silu = g[i] * sg;
@@ -614,10 +615,11 @@ static void cpu_swiglu_backward(struct kd_backend *be, float *dgu, const float *
  */
 
 /* The AdamW update of n consecutive elements (see cpu_adamw). */
-KD_SIMD_CLONES static void adamw_row(float *restrict p, float *restrict pm, float *restrict pv,
-                                     const float *restrict g, size_t n, float lr, float beta1,
-                                     float beta2, float eps, float wd, float bc1, float bc2,
-                                     float grad_scale) {
+KD_SIMD_CLONES KD_NO_CONTRACT static void adamw_row(float *restrict p, float *restrict pm,
+                                                    float *restrict pv, const float *restrict g,
+                                                    size_t n, float lr, float beta1, float beta2,
+                                                    float eps, float wd, float bc1, float bc2,
+                                                    float grad_scale) {
 #pragma omp simd
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] * grad_scale;

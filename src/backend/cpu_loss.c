@@ -6,9 +6,11 @@
  * a step over a 32k vocabulary takes ~8 exponentials per logit, which with
  * libm's scalar expf cost as much as a third of the step); sums over the
  * vocabulary run in float over blocks of BLOCK columns and in double across
- * blocks. jsd keeps libm (log1pf). The row loops are built for x86-64-v4, v3 and the
- * baseline (KD_SIMD_CLONES): the baseline build ran them four lanes wide without FMA,
- * 38% of a bf16 step over a 16k vocabulary on a Zen 4. */
+ * blocks. jsd keeps libm (log1pf). The exponentials are taken by loops built for
+ * x86-64-v4, v3 and the baseline (KD_SIMD_CLONES, KD_NO_CONTRACT: the same roundings
+ * as the baseline build's) and summed in the baseline's order, so every result is the
+ * baseline build's to the bit: that build ran them four lanes wide without FMA, 38% of
+ * a bf16 step over a 16k vocabulary on a Zen 4 (AMD EPYC family 25). */
 #include <math.h>
 #include <stddef.h>
 
@@ -32,21 +34,44 @@ static inline float stats_lse(const float *ms, size_t r) {
   return ms[2 * r] + logf(ms[2 * r + 1]);
 }
 
-/* (max, sum exp(z*inv_t - max)) of one row of V logits: the row max, then the
- * exponentials against it (the row, 128 KiB at V = 32k, stays in L2). */
-KD_SIMD_CLONES static void stats_row(float *ms, const float *restrict zr, int V, float inv_t) {
+/* The row max of z * inv_t over n columns (exact in any order: built for x86-64-v4/v3). */
+KD_SIMD_CLONES static float max_row(const float *restrict zr, int n, float inv_t) {
   float m = -INFINITY;
 #pragma omp simd reduction(max : m)
-  for (int j = 0; j < V; j++)
+  for (int j = 0; j < n; j++)
     m = zr[j] * inv_t > m ? zr[j] * inv_t : m;
+  return m;
+}
+
+/* t[j] := exp(z[j] * inv_t - m) over n <= BLOCK columns, element by element. */
+KD_SIMD_CLONES KD_NO_CONTRACT static void exp_block(float *restrict t, const float *restrict z,
+                                                    int n, float inv_t, float m) {
+#pragma omp simd
+  for (int j = 0; j < n; j++)
+    t[j] = cpu_expf(z[j] * inv_t - m);
+}
+
+/* The float sum of a block (the baseline build's four-lane order, as the loops that took
+ * their exponentials in place summed them before: the sums, and so TP's agreement with
+ * one rank, are unchanged; the exponentials are the step's cost and run 16 wide). */
+static float sum_block(const float *restrict t, int n) {
+  float bs = 0.0f;
+#pragma omp simd reduction(+ : bs)
+  for (int j = 0; j < n; j++)
+    bs += t[j];
+  return bs;
+}
+
+/* (max, sum exp(z*inv_t - max)) of one row of V logits: the row max, then the
+ * exponentials against it (the row, 128 KiB at V = 32k, stays in L2). */
+static void stats_row(float *ms, const float *restrict zr, int V, float inv_t) {
+  const float m = max_row(zr, V, inv_t);
+  float t[BLOCK];
   double s = 0.0;
   for (int j0 = 0; j0 < V; j0 += BLOCK) {
-    const int j1 = j0 + BLOCK < V ? j0 + BLOCK : V;
-    float bs = 0.0f;
-#pragma omp simd reduction(+ : bs)
-    for (int j = j0; j < j1; j++)
-      bs += cpu_expf(zr[j] * inv_t - m);
-    s += bs;
+    const int n = V - j0 < BLOCK ? V - j0 : BLOCK;
+    exp_block(t, zr + j0, n, inv_t, m);
+    s += sum_block(t, n);
   }
   ms[0] = m;
   ms[1] = (float)s;
@@ -61,20 +86,27 @@ static void cpu_softmax_stats(struct kd_backend *be, float *ms, const float *z, 
     stats_row(ms + 2 * r, z + r * (size_t)ld, V, inv_t);
 }
 
+/* t[j] := exp(x_j) (x_j - y_j), x = a inv_t - la, y = b inv_t - lb, over n <= BLOCK. */
+KD_SIMD_CLONES KD_NO_CONTRACT static void kl_block(float *restrict t, const float *restrict a,
+                                                   const float *restrict b, int n, float inv_t,
+                                                   float la, float lb) {
+#pragma omp simd
+  for (int j = 0; j < n; j++) {
+    float x = a[j] * inv_t - la, y = b[j] * inv_t - lb;
+    t[j] = cpu_expf(x) * (x - y);
+  }
+}
+
 /* sum_j exp(x_j) (x_j - y_j) with x = a inv_t - la, y = b inv_t - lb: the KL row term
  * of fkl (a teacher, b student) and rkl (a student, b teacher). */
-KD_SIMD_CLONES static double kl_row(const float *restrict a, const float *restrict b, int V,
-                                    float inv_t, float la, float lb) {
+static double kl_row(const float *restrict a, const float *restrict b, int V, float inv_t, float la,
+                     float lb) {
+  float t[BLOCK];
   double kd = 0.0;
   for (int j0 = 0; j0 < V; j0 += BLOCK) {
-    const int j1 = j0 + BLOCK < V ? j0 + BLOCK : V;
-    float bs = 0.0f;
-#pragma omp simd reduction(+ : bs)
-    for (int j = j0; j < j1; j++) {
-      float x = a[j] * inv_t - la, y = b[j] * inv_t - lb;
-      bs += cpu_expf(x) * (x - y);
-    }
-    kd += bs;
+    const int n = V - j0 < BLOCK ? V - j0 : BLOCK;
+    kl_block(t, a + j0, b + j0, n, inv_t, la, lb);
+    kd += sum_block(t, n);
   }
   return kd;
 }
@@ -121,9 +153,9 @@ static void cpu_loss_partials(struct kd_backend *be, double *part, const float *
 
 /* One row of the loss gradient, in place over the student's logits a (n columns), b the
  * teacher's: fkl's wk (p_s - p_t) + wce softmax(a), rkl's, and the CE-only columns. */
-KD_SIMD_CLONES static void grad_row_fkl(float *restrict a, const float *restrict b, int n,
-                                        float inv_t, float lse_s, float lse_t, float lse1, float wk,
-                                        float wce) {
+KD_SIMD_CLONES KD_NO_CONTRACT static void grad_row_fkl(float *restrict a, const float *restrict b,
+                                                       int n, float inv_t, float lse_s, float lse_t,
+                                                       float lse1, float wk, float wce) {
 #pragma omp simd
   for (int j = 0; j < n; j++) {
     float ps = cpu_expf(a[j] * inv_t - lse_s), pt = cpu_expf(b[j] * inv_t - lse_t);
@@ -131,9 +163,9 @@ KD_SIMD_CLONES static void grad_row_fkl(float *restrict a, const float *restrict
   }
 }
 
-KD_SIMD_CLONES static void grad_row_rkl(float *restrict a, const float *restrict b, int n,
-                                        float inv_t, float lse_s, float lse_t, float lse1, float wk,
-                                        float wce, float kl) {
+KD_SIMD_CLONES KD_NO_CONTRACT static void grad_row_rkl(float *restrict a, const float *restrict b,
+                                                       int n, float inv_t, float lse_s, float lse_t,
+                                                       float lse1, float wk, float wce, float kl) {
 #pragma omp simd
   for (int j = 0; j < n; j++) {
     float lps = a[j] * inv_t - lse_s, lpt = b[j] * inv_t - lse_t;
@@ -141,7 +173,8 @@ KD_SIMD_CLONES static void grad_row_rkl(float *restrict a, const float *restrict
   }
 }
 
-KD_SIMD_CLONES static void grad_row_ce(float *restrict a, int n, float lse1, float wce) {
+KD_SIMD_CLONES KD_NO_CONTRACT static void grad_row_ce(float *restrict a, int n, float lse1,
+                                                      float wce) {
 #pragma omp simd
   for (int j = 0; j < n; j++)
     a[j] = wce * cpu_expf(a[j] - lse1);
