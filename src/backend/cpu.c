@@ -600,6 +600,19 @@ static void cpu_swiglu_forward(struct kd_backend *be, float *out, const float *g
   }
 }
 
+/* dg += d u silu'(g), du += d silu(g) over a row of I. */
+KD_SIMD_CLONES KD_NO_CONTRACT static void swiglu_back_row(float *restrict dg, float *restrict du,
+                                                          const float *restrict d,
+                                                          const float *restrict g,
+                                                          const float *restrict u, int I) {
+#pragma omp simd
+  for (int i = 0; i < I; i++) {
+    float sg = 1.0f / (1.0f + cpu_expf(-g[i])), silu = g[i] * sg;
+    dg[i] += d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
+    du[i] += d[i] * silu;
+  }
+}
+
 static void cpu_swiglu_backward(struct kd_backend *be, float *dgu, const float *dout,
                                 const float *gu, size_t N, int I) {
   (void)be;
@@ -607,25 +620,20 @@ static void cpu_swiglu_backward(struct kd_backend *be, float *dgu, const float *
   for (size_t n = 0; n < N; n++) {
     const float *restrict g = gu + n * 2 * I, *restrict u = g + I, *restrict d = dout + n * I;
     float *restrict dg = dgu + n * 2 * I, *restrict du = dg + I;
-#pragma omp simd
-    for (int i = 0; i < I; i++) {
-      float sg = 1.0f / (1.0f + cpu_expf(-g[i])), silu = g[i] * sg;
-      dg[i] += d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
-      du[i] += d[i] * silu;
-    }
+    swiglu_back_row(dg, du, d, g, u, I);
   }
 }
 
 /* --- optimizer ---------------------------------------------------------------------------------
  */
 
-static void cpu_adamw(struct kd_backend *be, float *param, float *m, float *v, const float *grad,
-                      size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
-                      float bc2, float grad_scale) {
-  (void)be;
-  float *restrict p = param, *restrict pm = m, *restrict pv = v;
-  const float *restrict g = grad;
-#pragma omp parallel for simd schedule(static)
+/* The AdamW update of n consecutive elements (see cpu_adamw). */
+KD_SIMD_CLONES KD_NO_CONTRACT static void adamw_row(float *restrict p, float *restrict pm,
+                                                    float *restrict pv, const float *restrict g,
+                                                    size_t n, float lr, float beta1, float beta2,
+                                                    float eps, float wd, float bc1, float bc2,
+                                                    float grad_scale) {
+#pragma omp simd
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] * grad_scale;
     float mi = beta1 * pm[i] + (1.0f - beta1) * gi;
@@ -634,6 +642,17 @@ static void cpu_adamw(struct kd_backend *be, float *param, float *m, float *v, c
     pv[i] = vi;
     p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
   }
+}
+
+static void cpu_adamw(struct kd_backend *be, float *param, float *m, float *v, const float *grad,
+                      size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                      float bc2, float grad_scale) {
+  (void)be;
+  const size_t piece = 4096; /* a page of floats per iteration */
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i += piece)
+    adamw_row(param + i, m + i, v + i, grad + i, n - i < piece ? n - i : piece, lr, beta1, beta2,
+              eps, wd, bc1, bc2, grad_scale);
 }
 
 /* --- the backend itself ---------------------------------------------------------------- */

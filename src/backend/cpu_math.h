@@ -4,6 +4,17 @@
 
 #include <stdint.h>
 
+/* For a KD_SIMD_CLONES loop: no fused multiply-adds, so that its x86-64-v4/v3 clones
+ * round as the baseline build does (which has no FMA) and an element's result does not
+ * depend on whether it falls in the vector body or the scalar remainder of a loop (that
+ * made a parameter's AdamW update depend on where its shard starts: tensor-parallel
+ * runs drifted from the one-rank run). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define KD_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define KD_NO_CONTRACT
+#endif
+
 /* exp(x) in float that GCC vectorises inside `omp simd` loops at -O2 (libm's
  * expf is a call per element). Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2,
  * and a degree-6 polynomial for e^r (Cephes coefficients): within 2 ulp of expf

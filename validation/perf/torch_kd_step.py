@@ -2,7 +2,8 @@
 """The kdtrain distillation step in PyTorch, for side-by-side timing.
 
 --impl hf (the default, the baseline kd_step reports): the model is Hugging Face
-transformers' own Qwen2ForCausalLM / LlamaForCausalLM built from the same card with
+transformers' own Qwen2ForCausalLM / Qwen3ForCausalLM / LlamaForCausalLM built from
+the same card with
 attn_implementation="sdpa" (what a user distilling with transformers runs), loading
 kdtrain's weights by their state-dict names; teacher under torch.no_grad, one
 log_softmax-based KL, AdamW with foreach=True. --compile wraps both models in
@@ -11,7 +12,8 @@ torch.compile (an extra row where it works on the CPU).
 --impl plain: a hand-written decoder of the same architecture, kept as a reference:
 same architecture as kdtrain's decoder (src/layers.c, Qwen2 style): token
 embedding, per layer RMSNorm -> fused-free q/k/v projections with bias ->
-rotary embedding (Hugging Face rotate_half) -> causal grouped-query attention
+(Qwen3: per-head RMSNorm of queries and keys, q_norm / k_norm, and a head_dim
+apart from hidden / heads) -> rotary embedding (Hugging Face rotate_half) -> causal grouped-query attention
 (F.scaled_dot_product_attention) -> o_proj -> residual -> RMSNorm -> SwiGLU MLP
 -> residual; final RMSNorm and an untied (or tied) LM head. Sizes come from the
 same model cards (mod/*.nml). Same objective as kdtrain mode='distill'
@@ -54,6 +56,11 @@ class RMSNorm(nn.Module):
         return (self.weight * y).to(x.dtype)
 
 
+def head_dim(cd):
+    """A card's head_dim: its own key (Qwen3), else hidden / heads (0 means the same)."""
+    return cd.get("head_dim", 0) or cd["hidden_size"] // cd["num_attention_heads"]
+
+
 def rotate_half(x):
     h = x.shape[-1] // 2
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
@@ -63,8 +70,11 @@ class Attention(nn.Module):
     def __init__(self, cd):
         super().__init__()
         c, self.nh, self.nkv = cd["hidden_size"], cd["num_attention_heads"], cd["num_key_value_heads"]
-        self.hd = c // self.nh
+        self.hd = head_dim(cd)
         bias = cd.get("attention_bias", cd.get("arch", "qwen2") == "qwen2")
+        if cd.get("arch") == "qwen3":
+            eps = cd.get("rms_norm_eps", 1e-6)
+            self.q_norm, self.k_norm = RMSNorm(self.hd, eps), RMSNorm(self.hd, eps)
         self.q_proj = nn.Linear(c, self.nh * self.hd, bias=bias)
         self.k_proj = nn.Linear(c, self.nkv * self.hd, bias=bias)
         self.v_proj = nn.Linear(c, self.nkv * self.hd, bias=bias)
@@ -75,6 +85,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         if self.nkv != self.nh:
@@ -124,7 +136,7 @@ class Decoder(nn.Module):
         self.tied = cd.get("tie_word_embeddings", False)
         if not self.tied:
             self.lm_head = nn.Linear(cd["hidden_size"], cd["vocab_size"], bias=False)
-        hd = cd["hidden_size"] // cd["num_attention_heads"]
+        hd = head_dim(cd)
         self.theta, self.hd = float(cd.get("rope_theta", 10000.0)), hd
         self.init_weights()
 
@@ -132,7 +144,7 @@ class Decoder(nn.Module):
         """kdtrain's random init: N(0, 0.02) matrices, residual projections / sqrt(2 L)."""
         L = self.cd["num_hidden_layers"]
         for name, p in self.named_parameters():
-            if name.endswith("layernorm.weight") or name == "model.norm.weight":
+            if name.endswith("norm.weight"):
                 nn.init.ones_(p)
             elif name.endswith(".bias"):
                 nn.init.zeros_(p)
@@ -168,7 +180,7 @@ class Decoder(nn.Module):
 
 
 def hf_model(cd):
-    """transformers' causal LM for a kdtrain card (qwen2 or llama), SDPA attention, fp32."""
+    """transformers' causal LM for a kdtrain card (qwen2, qwen3 or llama), SDPA attention, fp32."""
     import transformers
     arch = cd.get("arch", "qwen2")
     common = dict(vocab_size=cd["vocab_size"], hidden_size=cd["hidden_size"],
@@ -185,6 +197,11 @@ def hf_model(cd):
         cfg = transformers.Qwen2Config(**common, use_sliding_window=False)
         _set_theta(cfg, common["rope_theta"])
         model = transformers.Qwen2ForCausalLM(cfg)
+    elif arch == "qwen3":
+        cfg = transformers.Qwen3Config(**common, head_dim=head_dim(cd), use_sliding_window=False,
+                                       attention_bias=cd.get("attention_bias", False))
+        _set_theta(cfg, common["rope_theta"])
+        model = transformers.Qwen3ForCausalLM(cfg)
     else:
         cfg = transformers.LlamaConfig(**common, attention_bias=cd.get("attention_bias", False),
                                        mlp_bias=False)
