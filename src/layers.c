@@ -427,6 +427,20 @@ static void qk_norm_backward(struct kd_backend *be, const struct kd_model *mdl,
   }
 }
 
+/* The keys and values of layer i's rows in qkv (rows of width q_dim + 2 kv_dim, T per
+ * sample) into the cache: prefill at positions 0 .. T-1, decode (T = 1) at hpos[b]. */
+static void kv_store(struct kd_backend *be, const struct kd_model *mdl, const struct kd_kv *kv,
+                     int i, const float *qkv, int T) {
+  const size_t KV = (size_t)mdl->kv_dim, QKV = (size_t)mdl->q_dim + 2 * KV;
+  KD_CHECK(T <= kv->S, "kv cache of %d positions for %d", kv->S, T);
+  for (int b = 0; b < kv->B; b++) {
+    const size_t at = (size_t)b * kv->S + (size_t)(kv->decode ? kv->hpos[b] : 0);
+    const float *src = qkv + (size_t)b * T * QKV + mdl->q_dim;
+    be->copy2d(be, kv->k[i] + at * KV, KV, src, QKV, (size_t)T, KV);
+    be->copy2d(be, kv->v[i] + at * KV, KV, src + KV, QKV, (size_t)T, KV);
+  }
+}
+
 /* One decoder layer forward (layer i of this stage): reads l->x_in, writes `out` (N, C),
  * which may alias l->x_in (read for the last time before out is first written). out ==
  * NULL (the last layer of a recomputed segment): the output is not needed, only what
@@ -448,9 +462,19 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int
   if (w->bqkv) be->bias_forward(be, l->qkv, w->bqkv, N, QKV, QKV);
   maybe_round(be, l->qkv, N * QKV);
   if (l->qkn) qk_norm_forward(be, mdl, w, l, N);
-  be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, rope);
-  be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, rope);
-  be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd, at);
+  if (a->kv && a->kv->decode) { /* one row per sample against its cache */
+    const struct kd_kv *kv = a->kv;
+    be->rope_rows(be, l->qkv, N, kv->pos, nh, hd, QKV, rope);
+    be->rope_rows(be, l->qkv + Q, N, kv->pos, nkv, hd, QKV, rope);
+    kv_store(be, mdl, kv, i, l->qkv, 1);
+    be->attention_decode(be, l->att, l->qkv, QKV, kv->k[i], kv->v[i], B, kv->S, kv->len, nh, nkv,
+                         hd, at);
+  } else {
+    be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, rope);
+    be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, rope);
+    be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd, at);
+    if (a->kv) kv_store(be, mdl, a->kv, i, l->qkv, T);
+  }
   /* x_mid = x_in + o_proj(att), or gemma3's x_in + norm(o_proj(att)) */
   float *ao = l->ao ? l->ao : l->x_mid;
   linear_fwd(be, ao, l->att, w->wo, w->wo16, N, Q, C);

@@ -43,10 +43,22 @@ struct acts_dims {
   struct kd_mem_policy pol;
 };
 
+/* A KV cache for generation (generate.c): per layer of the stage, the keys and values
+ * (after RoPE) of B samples x S positions, and where a forward pass puts its rows. */
+struct kd_kv {
+  int B, S;
+  float **k, **v; /* nlayers blocks of (B, S, kv_dim) */
+  int decode;     /* 0: prefill (row b*T + t at position t of sample b, stored at t);
+                     1: one row per sample, at position hpos[b] */
+  int *hpos;      /* (B) host: decode positions */
+  int *pos, *len; /* (B) blocks: hpos and hpos + 1 (what attention_decode sees) */
+};
+
 struct kd_acts {
   struct acts_dims d;
-  int owns_ws;             /* 1: the shared working set below belongs to this set */
-  int tile;                /* MLP tile rows (N when not tiled) */
+  struct kd_kv *kv; /* NULL, or the KV cache layers_forward fills and reads (frozen models) */
+  int owns_ws;      /* 1: the shared working set below belongs to this set */
+  int tile;         /* MLP tile rows (N when not tiled) */
   struct layer_acts *keep; /* d.layers entries kept per micro-batch (NULL fields: not kept;
                               keep[i].x_in in KD_MEM_HOST when offloaded); NULL when frozen */
   int nwork;               /* working layer sets: recompute segment length, else 1 */
