@@ -23,20 +23,6 @@ static void head_rows(struct kd_backend *be, const struct kd_model *mdl, float *
     be->softcap_forward(be, z, (size_t)n * V, (float)mdl->card.final_logit_softcapping);
 }
 
-size_t gen_bytes(const struct kd_model *mdl, int B, int Tp, int max_new) {
-  struct acts_dims d;
-  size_t b[KD_MEM_NCAT] = {0}, total = 0;
-  acts_dims_of(&d, mdl, B, Tp);
-  acts_plan(&d, 1, b);
-  acts_dims_of(&d, mdl, B, 1);
-  acts_plan(&d, 1, b);
-  for (int k = 0; k < KD_MEM_NCAT; k++)
-    total += k == KD_MEM_SCRATCH ? 0 : b[k];
-  const size_t S = (size_t)Tp + (size_t)max_new;
-  return total + 2 * (size_t)mdl->nlayers * B * S * mdl->kv_dim * sizeof(float) +
-         (size_t)B * mdl->vocab * sizeof(float) + 2 * (size_t)B * sizeof(int);
-}
-
 static int is_eos(const struct kd_gen_opts *o, int64_t id) {
   for (int e = 0; e < o->neos; e++)
     if (o->eos[e] == id) return 1;

@@ -21,10 +21,6 @@ struct kd_gen_opts {
   int eos[KD_GEN_MAX_EOS], neos; /* a sample ends after producing one of these ids */
 };
 
-/* Bytes the generation of B prompts of up to Tp tokens, max_new new ones, allocates on
- * this rank (KV cache, prefill and decode activations, logits): the memory plan's term. */
-size_t gen_bytes(const struct kd_model *mdl, int B, int Tp, int max_new);
-
 /* Continue B prompts (prompts: B rows of Tp ids, row b's first plen[b] >= 1 the prompt,
  * the rest any valid id) with the frozen model mdl, which must hold every layer (one
  * pipeline stage). out (B, max_new) and nout (B): the ids generated per sample (an end id
