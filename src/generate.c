@@ -71,9 +71,9 @@ size_t gen_run(struct kd_backend *be, const struct kd_model *mdl, const int *pro
     int live = 0;
     for (int b = 0; b < B; b++) {
       if (done[b]) continue;
-      const int64_t id = sample_token(hz + (size_t)b * V, V, mdl->vocab_lo, &o->s,
-                                      sample_key(o->seed, o->step, sample0 + b, plen[b] + t),
-                                      mdl->tp_comm);
+      const int64_t id =
+          sample_token(hz + (size_t)b * V, V, mdl->vocab_lo, &o->s,
+                       sample_key(o->seed, o->step, sample0 + b, plen[b] + t), mdl->tp_comm);
       out[(size_t)b * o->max_new + t] = (int)id;
       nout[b] = t + 1;
       tok[b] = (int)id;

@@ -15,9 +15,9 @@
 
 struct kd_gen_opts {
   struct kd_sampling s;
-  int max_new;                 /* tokens to generate per sample at most */
-  uint64_t seed;               /* the draws' key: (seed, step, sample, position) */
-  int64_t step;                /* the training step (0 for kdgen) */
+  int max_new;                   /* tokens to generate per sample at most */
+  uint64_t seed;                 /* the draws' key: (seed, step, sample, position) */
+  int64_t step;                  /* the training step (0 for kdgen) */
   int eos[KD_GEN_MAX_EOS], neos; /* a sample ends after producing one of these ids */
 };
 
