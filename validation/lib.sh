@@ -80,3 +80,90 @@ kd_same_metrics() {
       if (d > 1e-5 * (a < 0 ? -a : a)) { print what ": step " $1 " column " c ": " a " vs " b; bad = 1 } } }
     END { if (n != rows) { print what ": " n " step rows"; bad = 1 } exit bad }'
 }
+
+# --- the family tests (mpi/test_qwen3.sh, test_gemma3.sh, test_window.sh) ----------------
+# kd_family_nml TEACHER STUDENT: base.nml of a family test (3 fp32 steps of card STUDENT
+# distilled from card TEACHER's teacher/final.h5, global batch 4, seq_len 16; the
+# reference run's out_dir is ref); kd's console goes to log.txt.
+kd_family_nml() {
+  cat > base.nml <<EOF2
+&run mode = 'distill', steps = 3, seed = 3, out_dir = 'ref' /
+&teacher card = '$1', init = 'teacher/final.h5' /
+&student card = '$2', init = 'random' /
+&parallel micro_batch = 1, global_batch = 4 /
+&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&loss kind = 'fkl', alpha = 0.5, temperature = 2.0 /
+&optim lr = 1e-2, warmup = 1 /
+&precision compute = 'fp32' /
+EOF2
+  kd_log=log.txt
+}
+
+# kd_cols RUN: step, loss and grad_norm of the step rows of RUN/metrics.csv
+kd_cols() { awk -F, 'NR > 1 && $2 != "" { print $1, $2, $6 }' "$1/metrics.csv"; }
+
+# kd_bitwise A B: runs A and B have the same losses and gradient norms, bit for bit as printed
+kd_bitwise() {
+  kd_cols "$1" > a.txt
+  kd_cols "$2" > b.txt
+  [ -s a.txt ] && cmp -s a.txt b.txt || { paste a.txt b.txt; fail "$2 differs from $1"; }
+  echo "ok $2 = $1"
+}
+
+# kd_plan_exact NP NAME [overrides]: run base.nml on NP ranks into NAME, then --dry-run's
+# per-rank plan equals the measured peaks to the byte
+kd_plan_exact() {
+  np=$1 name=$2; shift 2
+  kd "$np" run%out_dir="'$name'" "$@"
+  awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $3, $4, $5, $6, $7, $8 }' \
+    log.txt > measured.txt
+  if [ "$np" -eq 1 ]; then launch=""; else launch="$MPIEXEC -n $np"; fi
+  $launch "$KDTRAIN" --dry-run --ranks "$np" base.nml "$@" > plan.txt 2>&1 || { cat plan.txt; fail "dry run $np $*"; }
+  awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5, $6, $7 }' \
+    plan.txt > predicted.txt
+  [ "$(wc -l < measured.txt)" -eq "$np" ] || { cat log.txt; fail "$name: no per-rank memory table"; }
+  cmp -s measured.txt predicted.txt || { paste measured.txt predicted.txt; fail "$name: plan != peaks"; }
+  echo "ok plan = peaks: $name on $np rank(s) $*"
+}
+
+# kd_family_layouts: tp 2, pp 2 and tp 2 x pp 2 with ZeRO-1 give the losses and gradient
+# norms of the one-rank run ref within 1e-5 at each of 3 steps
+kd_family_layouts() {
+  for layout in "2 1 0" "1 2 0" "2 2 1"; do
+    set -- $layout
+    out="l_$1$2_z$3"
+    kd $(($1 * $2)) parallel%tp=$1 parallel%pp=$2 parallel%zero=$3 run%out_dir="'$out'"
+    kd_same_metrics ref "$out" "tp=$1 pp=$2 zero=$3" 3 || fail "layout tp=$1 pp=$2 zero=$3"
+    echo "ok tp=$1 pp=$2 zero=$3"
+  done
+}
+
+# kd_family_memory: recompute full/selective and offload give bitwise the losses of
+# recompute 'none' in fp32 and bf16, and --dry-run equals the measured peaks to the byte on
+# 1, 2 and 4 ranks
+kd_family_memory() {
+  kd_plan_exact 1 none
+  kd_plan_exact 1 full memory%recompute="'full'" memory%recompute_every=2
+  kd_plan_exact 1 sel memory%recompute="'selective'"
+  kd_plan_exact 1 off memory%offload=.true. memory%recompute="'full'"
+  for v in full sel off; do kd_bitwise none $v; done
+  kd_plan_exact 1 bnone precision%compute="'bf16'"
+  kd_plan_exact 1 bsel precision%compute="'bf16'" memory%recompute="'selective'" memory%offload=.true.
+  kd_bitwise bnone bsel
+  kd_plan_exact 2 tpbf16 parallel%tp=2 precision%compute="'bf16'" memory%recompute="'full'"
+  kd_plan_exact 2 ppsel parallel%pp=2 memory%recompute="'selective'"
+  kd_plan_exact 4 tpppzero parallel%tp=2 parallel%pp=2 parallel%zero=1 precision%compute="'bf16'"
+}
+
+# kd_family_devsim: tp 2 on the simulated device gives the CPU's metrics and final weights
+# bit for bit, in fp32 and bf16
+kd_family_devsim() {
+  for p in fp32 bf16; do
+    kd 2 parallel%tp=2 run%device="'cpu'" precision%compute="'$p'" run%out_dir="'cpu_$p'"
+    kd 2 parallel%tp=2 run%device="'devsim'" precision%compute="'$p'" run%out_dir="'sim_$p'"
+    grep -q "backend devsim" log.txt || { cat log.txt; fail "the devsim run did not report its backend"; }
+    kd_bitwise "cpu_$p" "sim_$p"
+    h5diff "cpu_$p/final.h5" "sim_$p/final.h5" /params /params > /dev/null \
+      || fail "$p: final weights differ between cpu and devsim"
+  done
+}

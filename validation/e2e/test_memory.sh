@@ -37,12 +37,10 @@ run() {
   $launch "$KDTRAIN" --dry-run base.nml "$@" > "$name.plan" 2>&1 \
     || { cat "$name.plan"; fail "dry run $name"; }
 }
-# cols NAME: the loss and grad_norm columns of the step rows
-cols() { awk -F, 'NR > 1 && $2 != "" { print $1, $2, $6 }' "$1/metrics.csv"; }
 # same A B TOL: losses and gradient norms equal (TOL 0: bitwise, else relative)
 same() {
-  cols "$1" > a.txt
-  cols "$2" > b.txt
+  kd_cols "$1" > a.txt
+  kd_cols "$2" > b.txt
   [ -s a.txt ] || fail "$1: no step rows"
   paste a.txt b.txt | awk -v tol="$3" -v what="$2 vs $1" '
     function bad(x, y) { d = x - y; if (d < 0) d = -d; m = x < 0 ? -x : x;

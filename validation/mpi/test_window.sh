@@ -20,20 +20,7 @@ set -eu
 export OMP_NUM_THREADS=1 # tiny models; up to 4 ranks share the cores
 . "${KD_SRCDIR:?}/validation/lib.sh"
 
-cat > base.nml <<EOF2
-&run mode = 'distill', steps = 3, seed = 3, out_dir = 'ref' /
-&teacher card = 'test-sw-teacher', init = 'teacher/final.h5' /
-&student card = 'test-sw-student', init = 'random' /
-&parallel micro_batch = 1, global_batch = 4 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
-&loss kind = 'fkl', alpha = 0.5, temperature = 2.0 /
-&optim lr = 1e-2, warmup = 1 /
-&precision compute = 'fp32' /
-EOF2
-kd_log=log.txt
-
-# cols NAME: step, loss and grad_norm of the step rows
-cols() { awk -F, 'NR > 1 && $2 != "" { print $1, $2, $6 }' "$1/metrics.csv"; }
+kd_family_nml test-sw-teacher test-sw-student
 
 echo "== a windowed Qwen2 teacher (2 steps)"
 kd 1 run%mode=train student%card=test-sw-teacher run%steps=2 run%out_dir="'teacher'"
@@ -43,53 +30,16 @@ kd 1
 grep -v '^  \(use_sliding_window\|sliding_window\|layer_types\)' \
   "$KD_SRCDIR/mod/test-sw-student.nml" > full.nml
 kd 1 student%card="'full.nml'" run%out_dir="'full'"
-cols ref > a.txt
-cols full > b.txt
+kd_cols ref > a.txt
+kd_cols full > b.txt
 [ -s a.txt ] && ! cmp -s a.txt b.txt || { paste a.txt b.txt; fail "the student's windows change nothing"; }
 echo "ok the student without its windows gives other losses"
 
 echo "== layouts: the one-rank losses and gradient norms"
-for layout in "2 1 0" "1 2 0" "2 2 1"; do
-  set -- $layout
-  out="l_$1$2_z$3"
-  kd $(($1 * $2)) parallel%tp=$1 parallel%pp=$2 parallel%zero=$3 run%out_dir="'$out'"
-  kd_same_metrics ref "$out" "tp=$1 pp=$2 zero=$3" 3 || fail "layout tp=$1 pp=$2 zero=$3"
-  echo "ok tp=$1 pp=$2 zero=$3"
-done
-
-bitwise() { # bitwise A B: the same losses and gradient norms, bit for bit as printed
-  cols "$1" > a.txt
-  cols "$2" > b.txt
-  [ -s a.txt ] && cmp -s a.txt b.txt || { paste a.txt b.txt; fail "$2 differs from $1"; }
-  echo "ok $2 = $1"
-}
-# exact NP NAME [overrides]: run, then the plan equals the measured peaks to the byte
-exact() {
-  np=$1 name=$2; shift 2
-  kd "$np" run%out_dir="'$name'" "$@"
-  awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $3, $4, $5, $6, $7, $8 }' \
-    log.txt > measured.txt
-  if [ "$np" -eq 1 ]; then launch=""; else launch="$MPIEXEC -n $np"; fi
-  $launch "$KDTRAIN" --dry-run --ranks "$np" base.nml "$@" > plan.txt 2>&1 || { cat plan.txt; fail "dry run $np $*"; }
-  awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5, $6, $7 }' \
-    plan.txt > predicted.txt
-  [ "$(wc -l < measured.txt)" -eq "$np" ] || { cat log.txt; fail "$name: no per-rank memory table"; }
-  cmp -s measured.txt predicted.txt || { paste measured.txt predicted.txt; fail "$name: plan != peaks"; }
-  echo "ok plan = peaks: $name on $np rank(s) $*"
-}
+kd_family_layouts
 
 echo "== memory policies: the same losses, the plan to the byte"
-exact 1 none
-exact 1 full memory%recompute="'full'" memory%recompute_every=2
-exact 1 sel memory%recompute="'selective'"
-exact 1 off memory%offload=.true. memory%recompute="'full'"
-for v in full sel off; do bitwise none $v; done
-exact 1 bnone precision%compute="'bf16'"
-exact 1 bsel precision%compute="'bf16'" memory%recompute="'selective'" memory%offload=.true.
-bitwise bnone bsel
-exact 2 tpbf16 parallel%tp=2 precision%compute="'bf16'" memory%recompute="'full'"
-exact 2 ppsel parallel%pp=2 memory%recompute="'selective'"
-exact 4 tpppzero parallel%tp=2 parallel%pp=2 parallel%zero=1 precision%compute="'bf16'"
+kd_family_memory
 
 echo "== the weights file keeps the windows"
 valid="data%valid='$KD_SRCDIR/input/corpus/kjv-valid.txt'"
@@ -98,7 +48,7 @@ sed "s/^  max_window_layers = 1$/  layer_types = 'full_attention', 2*'sliding_at
   "$KD_SRCDIR/mod/test-sw-teacher.nml" > same.nml
 grep -q "^  layer_types" same.nml || fail "same.nml: no layer_types"
 kd 1 teacher%card="'same.nml'" run%steps=1 run%out_dir="'same'"
-[ "$(cols same)" = "$(cols ref | head -n 1)" ] || { cols same; cols ref; fail "same windows, other losses"; }
+[ "$(kd_cols same)" = "$(kd_cols ref | head -n 1)" ] || { kd_cols same; kd_cols ref; fail "same windows, other losses"; }
 sed 's/^  sliding_window = 4$/  sliding_window = 6/' "$KD_SRCDIR/mod/test-sw-student.nml" > other.nml
 rc=0
 $MPIEXEC -n 1 "$KDTRAIN" base.nml run%mode=eval student%card="'other.nml'" \
