@@ -108,11 +108,11 @@ static float kth_largest(const float *x, int n, int k, MPI_Comm comm) {
   return kth;
 }
 
-/* Unnormalised mass sum exp(x - mx) of the x in [lo, hi] (double), over comm. */
-static double mass(const float *x, int n, float lo, float hi, float mx, MPI_Comm comm) {
+/* Unnormalised mass sum e_i of the x_i in [lo, hi] (e: exp(x - max), double), over comm. */
+static double mass(const float *x, const double *e, int n, float lo, float hi, MPI_Comm comm) {
   double s = 0.0;
   for (int i = 0; i < n; i++)
-    if (x[i] >= lo && x[i] <= hi) s += exp((double)x[i] - (double)mx);
+    if (x[i] >= lo && x[i] <= hi) s += e[i];
   MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_SUM, comm);
   return s;
 }
@@ -133,15 +133,19 @@ static float threshold_of(const float *x, int n, const struct kd_sampling *s, MP
   MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_FLOAT, MPI_MAX, comm);
   if (s->top_k > 0) lo = kth_largest(x, n, s->top_k, comm);
   if (!(s->top_p > 0.0f && s->top_p < 1.0f) || !isfinite(mx)) return lo;
-  const double cut = (1.0 - (double)s->top_p) * mass(x, n, lo, mx, mx, comm);
+  double *e = kd_malloc(((size_t)n + 1) * sizeof *e); /* each exponential once, not per probe */
+  for (int i = 0; i < n; i++)
+    e[i] = exp((double)x[i] - (double)mx);
+  const double cut = (1.0 - (double)s->top_p) * mass(x, e, n, lo, mx, comm);
   uint32_t a = key_of(lo), b = key_of(mx); /* mass(lo .. b) > cut; find the least such b */
   while (a < b) {
     const uint32_t mid = a + (b - a) / 2;
-    if (mass(x, n, lo, float_of(mid), mx, comm) > cut)
+    if (mass(x, e, n, lo, float_of(mid), comm) > cut)
       b = mid;
     else
       a = mid + 1;
   }
+  free(e);
   return float_of(b);
 }
 
