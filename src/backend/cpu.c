@@ -65,7 +65,8 @@ KD_SIMD_CLONES static void round_row(float *restrict x, size_t n) {
     x[i] = kd_round_bf16(x[i]);
 }
 
-void cpu_store_round(int on, float *restrict x, size_t n) {
+/* Round n floats to BF16 when the backend emulates BF16 storage (on = be->bf16). */
+static inline void store_round(int on, float *restrict x, size_t n) {
   if (on) round_row(x, n);
 }
 
@@ -348,7 +349,7 @@ static void cpu_embedding_forward(struct kd_backend *be, float *out, const int *
     int v = tokens[n] - vocab_lo;
     if (v >= 0 && v < vocab_n) {
       memcpy(o, wte + (size_t)v * C, (size_t)C * sizeof(float));
-      cpu_store_round(be->bf16, o, (size_t)C);
+      store_round(be->bf16, o, (size_t)C);
     } else {
       memset(o, 0, (size_t)C * sizeof(float));
     }
@@ -396,8 +397,8 @@ static void cpu_embedding_backward(struct kd_backend *be, float *dwte, const flo
 
 /* --- rmsnorm ----------------------------------------------------------------------------- */
 
-void cpu_rmsnorm_rows(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                      const float *w, size_t N, int C, float eps, int one_plus) {
+static void cpu_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                                const float *w, size_t N, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
     const float *restrict x = inp + n * C;
@@ -410,21 +411,16 @@ void cpu_rmsnorm_rows(struct kd_backend *be, float *out, float *rstd, const floa
     rstd[n] = r;
 #pragma omp simd
     for (int c = 0; c < C; c++)
-      o[c] = x[c] * r * (one_plus ? 1.0f + w[c] : w[c]);
-    cpu_store_round(be->bf16, o, (size_t)C);
+      o[c] = x[c] * r * w[c];
+    store_round(be->bf16, o, (size_t)C);
   }
-}
-
-static void cpu_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                                const float *w, size_t N, int C, float eps) {
-  cpu_rmsnorm_rows(be, out, rstd, inp, w, N, C, eps, 0);
 }
 
 /* dinp = r*w*dout - x * r^3/C * sum(dout*w*x); dw += sum_rows dout*x*r.
  * dw is reduced from per-thread partial sums (scratch) to stay single-pass. */
-void cpu_rmsnorm_rows_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                               const float *inp, const float *w, const float *rstd, size_t N, int C,
-                               int one_plus) {
+static void cpu_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
+                                 const float *inp, const float *w, const float *rstd, size_t N,
+                                 int C) {
   int nt = omp_get_max_threads();
   float *part = cpu_scratch_alloc(be, (size_t)nt * C * sizeof(float));
 #pragma omp parallel
@@ -437,11 +433,11 @@ void cpu_rmsnorm_rows_backward(struct kd_backend *be, float *dinp, float *dw, co
       float r = rstd[n], dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
       for (int c = 0; c < C; c++)
-        dot += g[c] * (one_plus ? 1.0f + w[c] : w[c]) * x[c];
+        dot += g[c] * w[c] * x[c];
       float k = dot * r * r * r / (float)C;
 #pragma omp simd
       for (int c = 0; c < C; c++) {
-        dx[c] += r * (one_plus ? 1.0f + w[c] : w[c]) * g[c] - k * x[c];
+        dx[c] += r * w[c] * g[c] - k * x[c];
         pw[c] += g[c] * x[c] * r;
       }
     }
@@ -454,12 +450,6 @@ void cpu_rmsnorm_rows_backward(struct kd_backend *be, float *dinp, float *dw, co
     }
   }
   cpu_scratch_free(be, part);
-}
-
-static void cpu_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                                 const float *inp, const float *w, const float *rstd, size_t N,
-                                 int C) {
-  cpu_rmsnorm_rows_backward(be, dinp, dw, dout, inp, w, rstd, N, C, 0);
 }
 
 /* --- bias ------------------------------------------------------------------------------------ */
@@ -563,7 +553,7 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, const i
         x1[i] = a * c - b * s;
         x2[i] = b * c + a * s;
       }
-      if (round) cpu_store_round(be->bf16, x1, (size_t)hd);
+      if (round) store_round(be->bf16, x1, (size_t)hd);
     }
   }
 }
@@ -606,7 +596,7 @@ static void cpu_swiglu_forward(struct kd_backend *be, float *out, const float *g
     const float *restrict g = gu + n * 2 * I, *restrict u = g + I;
     float *restrict o = out + n * I;
     swiglu_row(o, g, u, I);
-    cpu_store_round(be->bf16, o, (size_t)I);
+    store_round(be->bf16, o, (size_t)I);
   }
 }
 

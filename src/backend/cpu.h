@@ -1,4 +1,4 @@
-/* cpu.h: what the CPU backend's files (cpu.c, cpu_attention.c, cpu_loss.c, ...) and the
+/* cpu.h: what the CPU backend's files (cpu.c, cpu_attention.c, cpu_loss.c) and the
  * simulated device wrapped around it (devsim.c) share. Not for use outside
  * src/backend/: everything else reaches the CPU backend through its op table. */
 #ifndef KD_CPU_H
@@ -13,18 +13,6 @@
  * kernels dereference it, so it is host memory also under devsim. */
 void *cpu_scratch_alloc(struct kd_backend *be, size_t bytes);
 void cpu_scratch_free(struct kd_backend *be, void *p);
-
-/* Round n floats to BF16 when the backend emulates BF16 storage (on = be->bf16). */
-void cpu_store_round(int on, float *x, size_t n);
-
-/* RMSNorm of N rows of C (rstd kept), out = x * rstd * w, or with one_plus Gemma's
- * x * rstd * (1 + w); its backward (dinp, dw accumulate). The rmsnorm ops of cpu.c and
- * the rmsnorm1p ops of cpu_gemma.c. */
-void cpu_rmsnorm_rows(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                      const float *w, size_t N, int C, float eps, int one_plus);
-void cpu_rmsnorm_rows_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                               const float *inp, const float *w, const float *rstd, size_t N, int C,
-                               int one_plus);
 
 /* Count every block of the CPU backend `be` (alloc'ed and scratch) in `arena` instead
  * of be->arena: devsim.c's wrapped CPU backend counts in the devsim backend's arena. */

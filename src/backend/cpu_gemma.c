@@ -29,17 +29,67 @@ static inline float tanh_simd(float x) {
   return big + m * (small - big);
 }
 
+static void round_rows(int on, float *x, size_t n) {
+  if (!on) return;
+  for (size_t i = 0; i < n; i++)
+    x[i] = kd_round_bf16(x[i]);
+}
+
 /* out = (x * rstd) * (1 + w): Gemma3RMSNorm's order, the product in FP32. */
 static void cpu_rmsnorm1p_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
                                   const float *w, size_t N, int C, float eps) {
-  cpu_rmsnorm_rows(be, out, rstd, inp, w, N, C, eps, 1);
+#pragma omp parallel for schedule(static)
+  for (size_t n = 0; n < N; n++) {
+    const float *restrict x = inp + n * C;
+    float *restrict o = out + n * C;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; c++)
+      ss += x[c] * x[c];
+    const float r = 1.0f / sqrtf(ss / (float)C + eps);
+    rstd[n] = r;
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+      o[c] = x[c] * r * (1.0f + w[c]);
+    round_rows(be->bf16, o, (size_t)C);
+  }
 }
 
-/* rmsnorm_backward with the weight 1 + w (dw: the gradient w.r.t. w). */
+/* rmsnorm_backward with the weight 1 + w: dinp += r (1 + w) dout - x r^3 / C sum(dout
+ * (1 + w) x); dw += sum over rows of dout x r (per-thread partial sums in scratch). */
 static void cpu_rmsnorm1p_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
                                    const float *inp, const float *w, const float *rstd, size_t N,
                                    int C) {
-  cpu_rmsnorm_rows_backward(be, dinp, dw, dout, inp, w, rstd, N, C, 1);
+  const int nt = omp_get_max_threads();
+  float *part = cpu_scratch_alloc(be, (size_t)nt * C * sizeof(float));
+#pragma omp parallel
+  {
+    float *restrict pw = part + (size_t)omp_get_thread_num() * C;
+#pragma omp for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+      const float *restrict x = inp + n * C, *restrict g = dout + n * C;
+      float *restrict dx = dinp + n * C;
+      const float r = rstd[n];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int c = 0; c < C; c++)
+        dot += g[c] * (1.0f + w[c]) * x[c];
+      const float k = dot * r * r * r / (float)C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) {
+        dx[c] += r * (1.0f + w[c]) * g[c] - k * x[c];
+        pw[c] += g[c] * x[c] * r;
+      }
+    }
+#pragma omp for schedule(static)
+    for (int c = 0; c < C; c++) {
+      float s = 0.0f;
+      for (int t = 0; t < nt; t++)
+        s += part[(size_t)t * C + c];
+      dw[c] += s;
+    }
+  }
+  cpu_scratch_free(be, part);
 }
 
 /* o = gelu_tanh(g) * u over a row of I (PyTorch's order: 0.5 x (1 + tanh(beta (x + kappa
@@ -82,7 +132,7 @@ static void cpu_geglu_forward(struct kd_backend *be, float *out, const float *gu
   for (size_t n = 0; n < N; n++) {
     float *o = out + n * I;
     geglu_row(o, gu + n * 2 * I, gu + n * 2 * I + I, I);
-    cpu_store_round(be->bf16, o, (size_t)I);
+    round_rows(be->bf16, o, (size_t)I);
   }
 }
 
