@@ -54,7 +54,8 @@ void moe_ep_plan(struct moe_ep *x, struct kd_backend *be, MPI_Comm comm, const i
   if (ep == 1) return; /* dispatch and return are copies */
   /* received rows come source by source, each source's rows expert by expert; the
    * experts' blocks take them expert by expert, each expert's rows source by source */
-  int *perm = kd_malloc((x->nrecv + 1) * sizeof *perm), *iperm = kd_malloc((x->nrecv + 1) * sizeof *iperm);
+  int *perm = kd_malloc((x->nrecv + 1) * sizeof *perm),
+      *iperm = kd_malloc((x->nrecv + 1) * sizeof *iperm);
   int *at = kd_malloc((size_t)nl * sizeof *at);
   memcpy(at, x->offset, (size_t)nl * sizeof *at);
   int r = 0; /* received row */

@@ -2,8 +2,9 @@
  * group (grid.h: the ep ranks of a dp group; ep rank o holds experts [o E/ep, (o+1) E/ep)).
  *
  * A rank's routed rows come sorted by expert (moe.h: moe_plan count/offset over all E
- * experts), so the rows for ep rank o are one contiguous range. moe_ep_dispatch sends each
- * range to its owner (row counts first, then MPI_Alltoallv) and reorders what arrives so
+ * experts), so the rows for ep rank o are one contiguous range. moe_ep_plan exchanges the
+ * row counts (MPI_Alltoall); moe_ep_dispatch sends each range to its owner
+ * (MPI_Alltoallv) and reorders what arrives so
  * that the rows of each local expert are contiguous (source rank by source rank, each in
  * its sender's (token, slot) order): one GEMM per local expert. moe_ep_return takes the
  * local experts' output rows back to the ranks of their tokens, in the order the rows were
@@ -15,7 +16,9 @@
  * comm_alltoallv_rows, which hands them to MPI directly on the CPU backend or with a
  * CUDA-aware MPI and otherwise stages them through comm.c's pinned host buffer (download,
  * MPI, upload), like every other collective. The reordering is the backend's gather_rows
- * with index blocks uploaded once per plan. */
+ * with index blocks uploaded once per plan. At ep 1 (comm MPI_COMM_NULL or one rank) both
+ * calls are plain copies and allocate nothing: a layer may skip them and use its sorted
+ * rows in place. */
 #ifndef KD_MOE_EP_H
 #define KD_MOE_EP_H
 
@@ -26,8 +29,8 @@
 #include "backend/backend.h"
 
 struct moe_ep {
-  MPI_Comm comm;       /* the ep group (MPI_COMM_NULL: ep 1, nothing exchanged) */
-  int ep, rank;        /* its size and this rank's place */
+  MPI_Comm comm;        /* the ep group (MPI_COMM_NULL: ep 1, nothing exchanged) */
+  int ep, rank;         /* its size and this rank's place */
   int E, first, nlocal; /* experts; this rank's: first .. first + nlocal - 1 (E / ep) */
   int C;                /* floats per row */
   int *scnt, *rcnt;     /* (ep) rows sent to / received from each ep rank */
@@ -62,8 +65,9 @@ void moe_ep_return(struct moe_ep *x, struct kd_backend *be, float *out, const fl
 size_t moe_ep_buffer_bytes(size_t nsend, size_t nrecv, int C, int ep);
 
 /* Bytes of one layer's exchange buffers on a rank for N tokens with k experts each of E over
- * ep ranks, C floats per row (moe_ep_buffer_bytes of the rows it would receive): worst = 0: balanced routing (N k rows received); 1: the bound (every token
- * of the group picks min(k, E / ep) of this rank's experts: ep N min(k, E / ep) rows). */
+ * ep ranks, C floats per row (moe_ep_buffer_bytes of the rows it would receive): worst = 0:
+ * balanced routing (N k rows received); 1: the bound (every token of the group picks min(k, E / ep)
+ * of this rank's experts: ep N min(k, E / ep) rows). */
 size_t moe_ep_plan_bytes(size_t N, int k, int E, int ep, int C, int worst);
 
 #endif

@@ -2,7 +2,8 @@
  * reduction, gradient norm and ZeRO-1 of zero.c with expert tensors under expert
  * parallelism. A parameter table of dense tensors and the tensors of 4 experts (rows
  * split, columns split, replicated; kd_param.expert set), each rank holding only the
- * experts of its ep rank, for every ep dividing the ranks, with and without ZeRO-1:
+ * experts of its ep rank, for every ep dividing the ranks (and on tp 2, every ep dividing
+ * the dp ranks of a tp rank), with and without ZeRO-1:
  *  - a dense tensor's gradient is the sum over all dp ranks, an expert's the sum over the
  *    ranks holding that expert (edp) only, exactly (integer-valued floats);
  *  - the gradient norm counts every tensor once (sqrt of the exact sum of squares);
@@ -73,7 +74,7 @@ static void build(struct kd_model *s, struct kd_backend *be, const struct kd_gri
     p->shape[1] = t[k].cols ? t[k].cols : 1;
     p->expert = t[k].expert;
     p->local = p->expert < 0 || p->expert / (NE / g->ep) == g->ep_rank;
-    p->primary = p->local;
+    p->primary = p->local && g->tp_rank == 0; /* replicated over tp: counted by tp rank 0 */
     p->split_dim = t[k].split_dim;
     p->split_off = 0;
     p->split_len = !p->local ? 0 : p->split_dim == 1 ? p->shape[1] : p->shape[0];
@@ -121,10 +122,10 @@ static double norm_expected(const struct kd_grid *g, const struct kd_model *s) {
   return sqrt(sq);
 }
 
-static void run_case(struct kd_backend *be, int ep, int zero) {
+static void run_case(struct kd_backend *be, int tp, int ep, int zero) {
   struct kd_grid g;
   char err[256];
-  ck_assert_int_eq(grid_init(&g, 1, 1, 0, err, sizeof err), 0);
+  ck_assert_int_eq(grid_init(&g, tp, 1, 0, err, sizeof err), 0);
   ck_assert_int_eq(grid_ep_init(&g, ep, NE, err, sizeof err), 0);
   struct kd_model s;
   build(&s, be, &g);
@@ -140,8 +141,8 @@ static void run_case(struct kd_backend *be, int ep, int zero) {
       h[s.params[k].offset + i] = grad_of(k, i, g.dp_rank);
   be->upload(be, s.grad, h, s.numel * sizeof *h);
   const double norm = update_reduce_grads(&u, be), want = norm_expected(&g, &s);
-  ck_assert_msg(all_ok(fabs(norm - want) <= 1e-12 * want), "%s ep %d zero %d: norm %.17g, %.17g",
-                be->name, ep, zero, norm, want);
+  ck_assert_msg(all_ok(fabs(norm - want) <= 1e-12 * want),
+                "%s tp %d ep %d zero %d: norm %.17g, %.17g", be->name, tp, ep, zero, norm, want);
   /* the reduced gradients: of the whole tensors, or of this rank's shards */
   const struct kd_model *st = update_state(&u);
   float *got = kd_malloc((st->numel + 1) * sizeof *got);
@@ -166,8 +167,10 @@ static void run_case(struct kd_backend *be, int ep, int zero) {
       tiled &= held == whole;
     }
   }
-  ck_assert_msg(all_ok(exact), "%s ep %d zero %d: a reduced gradient differs", be->name, ep, zero);
-  ck_assert_msg(all_ok(tiled), "%s ep %d zero %d: shards do not tile a tensor", be->name, ep, zero);
+  ck_assert_msg(all_ok(exact), "%s tp %d ep %d zero %d: a reduced gradient differs", be->name, tp,
+                ep, zero);
+  ck_assert_msg(all_ok(tiled), "%s tp %d ep %d zero %d: shards do not tile a tensor", be->name, tp,
+                ep, zero);
   if (zero) { /* the masters' all-gather rebuilds the weights */
     be->zero(be, s.w, s.numel);
     update_refresh_weights(&u, be);
@@ -176,7 +179,7 @@ static void run_case(struct kd_backend *be, int ep, int zero) {
     for (int k = 0; k < s.nparams; k++)
       for (size_t i = 0; i < s.params[k].numel; i++)
         same &= h[s.params[k].offset + i] == weight_of(k, i);
-    ck_assert_msg(all_ok(same), "%s ep %d: gathered weights differ", be->name, ep);
+    ck_assert_msg(all_ok(same), "%s tp %d ep %d: gathered weights differ", be->name, tp, ep);
   }
   free(got);
   free(h);
@@ -195,10 +198,11 @@ START_TEST(expert_grads) {
       backend_devsim_init(&be, 0);
     else
       backend_cpu_init(&be, 0);
-    for (int ep = 1; ep <= nranks; ep++)
-      if (nranks % ep == 0 && NE % ep == 0)
-        for (int zero = 0; zero < 2; zero++)
-          run_case(&be, ep, zero);
+    for (int tp = 1; tp <= 2 && tp <= nranks; tp++) /* ep groups inside each tp rank's dp */
+      for (int ep = 1; ep <= nranks / tp; ep++)
+        if (nranks % (tp * ep) == 0 && NE % ep == 0)
+          for (int zero = 0; zero < 2; zero++)
+            run_case(&be, tp, ep, zero);
     be.release(&be);
   }
 }
