@@ -712,7 +712,7 @@ static int card_experts(const struct kd_card *c) {
 
 int config_check_ep(const struct kd_config *cfg, int dp, char *err, size_t errlen) {
   const int ep = cfg->par_ep;
-  if (ep == 1) return 0;
+  if (ep <= 1) return 0; /* 0 is refused by the key's bounds */
   char where[KD_PATH_MAX + 96];
   config_where(cfg, "parallel", "ep", where, sizeof where);
   if (dp > 0 && dp % ep != 0) {
