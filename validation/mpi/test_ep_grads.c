@@ -8,7 +8,9 @@
  *    ranks holding that expert (edp) only, exactly (integer-valued floats);
  *  - the gradient norm counts every tensor once (sqrt of the exact sum of squares);
  *  - ZeRO-1 shards each tensor over its own replicas: the shards tile every tensor held,
- *    hold its reduced gradient, and all-gathering the masters rebuilds the weights. */
+ *    hold its reduced gradient, and all-gathering the masters rebuilds the weights;
+ *  - weights files written at one ep (whole tensors, and ZeRO-1 shards over the experts'
+ *    replicas) load at every ep, whole or into that ep's shards. */
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
@@ -22,6 +24,7 @@
 #include "grid.h"
 #include "model.h"
 #include "util.h"
+#include "weights.h"
 #include "zero.h"
 
 void backend_devsim_init(struct kd_backend *be, int bf16);
@@ -208,6 +211,96 @@ START_TEST(expert_grads) {
 }
 END_TEST
 
+/* A card for the weights files of the test table (stored as metadata, compared on load). */
+static void toy_card(struct kd_card *c) {
+  card_defaults(c);
+  snprintf(c->name, sizeof c->name, "toy");
+  snprintf(c->path, sizeof c->path, "mod/toy.nml");
+  c->arch = KD_ARCH_QWEN2;
+  c->vocab_size = 10, c->hidden_size = 4, c->intermediate_size = 6, c->num_hidden_layers = 1;
+  c->num_attention_heads = 2, c->num_key_value_heads = 1, c->max_position_embeddings = 32;
+  c->rope_theta = 1e6, c->rms_norm_eps = 1e-6, c->attention_bias = 1;
+}
+
+/* Whether the local tensors of s (buffer buf) hold weight_of's values. */
+static int holds_weights(struct kd_backend *be, const struct kd_model *s, const float *buf) {
+  float *h = kd_malloc((s->numel + 1) * sizeof *h);
+  be->download(be, h, buf, s->numel * sizeof *h);
+  int same = 1;
+  for (int k = 0; k < s->nparams; k++)
+    for (size_t i = 0; i < s->params[k].numel; i++)
+      same &= h[s->params[k].offset + i] == weight_of(k, i);
+  free(h);
+  return same;
+}
+
+/* Weights files written at one ep load at every other: each expert written once by its
+ * holders (whole tensors, and ZeRO-1 masters sharded over the expert's replicas), read
+ * back whole or into the shards of another ep. Files in the current directory. */
+START_TEST(files_any_ep) {
+  struct kd_backend be;
+  backend_cpu_init(&be, 0);
+  char err[1024];
+  const int save_ep = nranks % 2 == 0 ? 2 : 1;
+  const char *whole = "ep_whole.h5", *shards = "ep_shards.h5";
+  {
+    struct kd_grid g;
+    ck_assert_int_eq(grid_init(&g, 1, 1, 0, err, sizeof err), 0);
+    ck_assert_int_eq(grid_ep_init(&g, save_ep, NE, err, sizeof err), 0);
+    struct kd_model s;
+    build(&s, &be, &g);
+    toy_card(&s.card);
+    float *h = kd_malloc((s.numel + 1) * sizeof *h);
+    for (int k = 0; k < s.nparams; k++)
+      for (size_t i = 0; i < s.params[k].numel; i++)
+        h[s.params[k].offset + i] = weight_of(k, i);
+    be.upload(&be, s.w, h, s.numel * sizeof *h);
+    free(h);
+    int st = weights_save(whole, &s, s.w, NULL, 1, MPI_COMM_WORLD, err, sizeof err);
+    ck_assert_msg(st == 0, "save at ep %d: %s", save_ep, err);
+    struct kd_update u;
+    update_build(&u, &be, &s, &g, 1);
+    st = weights_save(shards, update_state(&u), u.shard.master, NULL, 1, MPI_COMM_WORLD, err,
+                      sizeof err);
+    ck_assert_msg(st == 0, "save of the ZeRO-1 shards at ep %d: %s", save_ep, err);
+    update_free(&u, &be);
+    be.free(&be, s.w), be.free(&be, s.grad), free(s.params);
+    comm_release(&be);
+    grid_free(&g);
+  }
+  for (int ep = 1; ep <= nranks; ep++) {
+    if (nranks % ep || NE % ep) continue;
+    struct kd_grid g;
+    ck_assert_int_eq(grid_init(&g, 1, 1, 0, err, sizeof err), 0);
+    ck_assert_int_eq(grid_ep_init(&g, ep, NE, err, sizeof err), 0);
+    for (int f = 0; f < 2; f++) {
+      struct kd_model s;
+      build(&s, &be, &g);
+      toy_card(&s.card);
+      const int st = weights_load(f ? shards : whole, &s, s.w, MPI_COMM_WORLD, err, sizeof err);
+      ck_assert_msg(st == 0, "load at ep %d: %s", ep, err);
+      ck_assert_msg(all_ok(holds_weights(&be, &s, s.w)), "ep %d from %s: weights differ", ep,
+                    f ? shards : whole);
+      /* into the ZeRO-1 shards of this ep, then gathered */
+      struct kd_update u;
+      update_build(&u, &be, &s, &g, 1);
+      be.zero(&be, s.w, s.numel);
+      ck_assert_int_eq(weights_load(f ? shards : whole, update_state(&u), u.shard.master,
+                                    MPI_COMM_WORLD, err, sizeof err),
+                       0);
+      update_refresh_weights(&u, &be);
+      ck_assert_msg(all_ok(holds_weights(&be, &s, s.w)), "ep %d shards from %s: weights differ", ep,
+                    f ? shards : whole);
+      update_free(&u, &be);
+      be.free(&be, s.w), be.free(&be, s.grad), free(s.params);
+    }
+    comm_release(&be);
+    grid_free(&g);
+  }
+  be.release(&be);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -216,6 +309,7 @@ int main(int argc, char **argv) {
   TCase *tc = tcase_create("ep_grads");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, expert_grads);
+  tcase_add_test(tc, files_any_ep);
   suite_add_tcase(s, tc);
   int failed = check_run(s);
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
