@@ -40,6 +40,7 @@ static const struct namelist_key cfg_keys[] = {
     CI(parallel, tp, par_tp, "1", NL_GE, 1, 0),
     CI(parallel, pp, par_pp, "1", NL_GE, 1, 0),
     CI(parallel, dp, par_dp, "0", NL_GE, 0, 0),
+    CI(parallel, ep, par_ep, "1", NL_GE, 1, 0),
     CI(parallel, micro_batch, par_micro_batch, "1", NL_GE, 1, 0),
     CI(parallel, global_batch, par_global_batch, "8", NL_GE, 1, 0),
     CI(parallel, zero, par_zero, "0", NL_GE | NL_LE, 0, 1),
@@ -643,6 +644,7 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
   if (!rc && config_teacher_model(cfg) && cfg->teacher_card[0])
     rc = resolve_card(&c, &cfg->teacher, key_index(&c, "teacher", "card"));
   if (!rc) rc = resolve_card(&c, &cfg->student, key_index(&c, "student", "card"));
+  if (!rc) rc = config_check_ep(cfg, cfg->par_dp, err, errlen);
   return rc;
 }
 
@@ -698,6 +700,51 @@ int config_check_batch(const struct kd_config *cfg, int dp, char *err,
              "multiple of %lld",
              where, cfg->par_global_batch, cfg->par_micro_batch, dp,
              cfg->par_dp > 0 ? "as given in &parallel" : "= ranks / (tp * pp)", (long long)per);
+  return KD_EXIT_INPUT;
+}
+
+/* The experts of each sparse layer of a card (0: a dense card). No card read here has
+ * any yet: the mixture-of-experts cards (num_experts) come with the MoE layer. */
+static int card_experts(const struct kd_card *c) {
+  (void)c;
+  return 0;
+}
+
+int config_check_ep(const struct kd_config *cfg, int dp, char *err, size_t errlen) {
+  const int ep = cfg->par_ep;
+  if (ep <= 1) return 0; /* 0 is refused by the key's bounds */
+  char where[KD_PATH_MAX + 96];
+  config_where(cfg, "parallel", "ep", where, sizeof where);
+  if (dp > 0 && dp % ep != 0) {
+    snprintf(err, errlen,
+             "%s: %d does not divide the data-parallel size dp = %d (dp %s); expected a "
+             "divisor of dp (expert-parallel ranks are taken from the data-parallel ones)",
+             where, ep, dp, cfg->par_dp > 0 ? "as given in &parallel" : "= ranks / (tp * pp)");
+    return KD_EXIT_INPUT;
+  }
+  /* a teacher given by its weights file alone has its card read later (hidden_size 0 until
+   * then): the layout check decides */
+  const int teacher = config_teacher_model(cfg), pending = teacher && !cfg->teacher.hidden_size;
+  const struct kd_card *card[2] = {&cfg->student, teacher && !pending ? &cfg->teacher : NULL};
+  const char *who[2] = {"student", "teacher"};
+  int moe = pending;
+  for (int i = 0; i < 2; i++) {
+    const int E = card[i] ? card_experts(card[i]) : 0;
+    moe += E > 0;
+    if (E > 0 && E % ep != 0) {
+      snprintf(err, errlen,
+               "%s: %d does not divide the %d experts of the %s card '%s'; expected a divisor "
+               "of num_experts",
+               where, ep, E, who[i], card[i]->name);
+      return KD_EXIT_INPUT;
+    }
+  }
+  if (moe) return 0;
+  snprintf(err, errlen,
+           "%s: ep = %d needs a mixture-of-experts card (the student card '%s'%s%s%s has no "
+           "experts); expected 1",
+           where, ep, cfg->student.name, card[1] ? " and the teacher card '" : "",
+           card[1] ? cfg->teacher.name : "", card[1] ? "'" : "");
   return KD_EXIT_INPUT;
 }
 

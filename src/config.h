@@ -98,6 +98,7 @@ struct kd_config {
   /* &parallel */
   int par_tp, par_pp, par_dp; /* dp = 0: world / (tp * pp) */
   int par_micro_batch, par_global_batch, par_zero;
+  int par_ep; /* experts split over ep ranks taken from dp (1: none; grid.h) */
   /* &data */
   char data_train[KD_DATA_MAX][KD_PATH_MAX]; /* data_ntrain paths (a blend when > 1) */
   int data_ntrain;
@@ -193,6 +194,12 @@ enum kd_resume config_resume(const struct kd_config *cfg);
  * "WHERE: ..." in err (config_where: the line of global_batch). One rule for the input
  * check (dp given), the layout check (dp from the ranks) and the cache maker. */
 int config_check_batch(const struct kd_config *cfg, int dp, char *err, size_t errlen);
+
+/* The expert-parallel rule: ep = 1, or ep > 1 with a mixture-of-experts card (student, or
+ * the teacher when it runs), ep dividing dp (dp 0: not known yet) and every such card's
+ * experts. 0, or KD_EXIT_INPUT with "WHERE: &parallel ep: ..." in err. Needs the cards
+ * read; the input check (dp given) and the layout check (dp from the ranks) both use it. */
+int config_check_ep(const struct kd_config *cfg, int dp, char *err, size_t errlen);
 
 /* The cache rule: only 'fkl' is computed from a 'sample' cache (teacher%cache_select, stated
  * or taken from the cache file). 0, or KD_EXIT_INPUT with "WHERE: ..." in err. */

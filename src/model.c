@@ -41,6 +41,7 @@ static void table_add(struct kd_model *mdl, int cap, enum param_role role, int l
   p->role = role;
   p->layer = layer;
   p->decay = (role == ROLE_LINEAR || role == ROLE_EMBED || role == ROLE_HEAD);
+  p->expert = -1;
   mdl->numel += p->numel;
 }
 

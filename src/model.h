@@ -39,8 +39,9 @@ struct kd_param {
   size_t numel;      /* elements held by this rank */
   size_t offset;     /* element offset into the model's buffers */
   enum param_role role;
-  int layer; /* global decoder layer index, -1 for embedding/final norm/head */
-  int decay; /* 1: weight decay applies (matrices), 0: norms, biases */
+  int layer;  /* global decoder layer index, -1 for embedding/final norm/head */
+  int decay;  /* 1: weight decay applies (matrices), 0: norms, biases */
+  int expert; /* expert index of an expert tensor, -1 otherwise */
 };
 
 /* Pointers into a parameter-sized buffer (weights, gradients, ...) for one layer.

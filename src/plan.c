@@ -182,6 +182,7 @@ int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size
     return KD_EXIT_INPUT;
   }
   if (config_check_batch(cfg, *dp, err, errlen)) return KD_EXIT_INPUT;
+  if (config_check_ep(cfg, *dp, err, errlen)) return KD_EXIT_INPUT;
   if (card_cut(cfg, &cfg->student, "student", err, errlen)) return KD_EXIT_INPUT;
   if (config_teacher_live(cfg) && card_cut(cfg, &cfg->teacher, "teacher", err, errlen))
     return KD_EXIT_INPUT;

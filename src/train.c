@@ -403,6 +403,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   }
   kd_agree_or_fail(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err),
                    err);
+  kd_agree_or_fail(grid_ep_init(&r->grid, cfg->par_ep, 0, err, sizeof err), err);
   r->cached = config_teacher_cached(cfg);
   backend_start(r, cfg);
   r->distill = cfg->run_mode == KD_MODE_DISTILL;
@@ -738,6 +739,8 @@ static int cache_make(const struct kd_config *cfg) {
   r.cfg = cfg;
   kd_agree_or_fail(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
   if (config_check_batch(cfg, r.grid.dp, err, sizeof err)) kd_fail_all(KD_EXIT_INPUT, "%s", err);
+  if (config_check_ep(cfg, r.grid.dp, err, sizeof err)) kd_fail_all(KD_EXIT_INPUT, "%s", err);
+  kd_agree_or_fail(grid_ep_init(&r.grid, cfg->par_ep, 0, err, sizeof err), err);
   backend_start(&r, cfg);
   const int status = tcache_make_run(cfg, &r.be, &r.grid);
   comm_release(&r.be);
