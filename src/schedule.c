@@ -140,6 +140,10 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   }
   if (t) layers_forward(be, t, &p->tacts, p->inputs[k]);
   layers_forward(be, s, sa, p->inputs[k]);
+  if (train && sa->d.nsparse) { /* the load-balancing loss: counted where every layer ran */
+    sa->aux_weight = p->aux_weight;
+    if (s->has_embed && s->has_head) p->aux += acts_moe_aux(sa);
+  }
   if (!s->has_head) { /* pack for the next stage */
     if (t) be->copy(be, p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
     be->copy(be, p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
@@ -184,6 +188,7 @@ void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn f
   const int rem = M - warm;
   struct comm_xfer x = {.n = 0};
   sums->kd = sums->ce = 0;
+  p->aux = 0;
 
   for (int i = 0; i < warm; i++) { /* warm-up: forward only */
     post_recv_fwd(p, &x);
