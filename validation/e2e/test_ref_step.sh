@@ -94,6 +94,6 @@ EOF2
     kd 2 parallel%tp=$1 parallel%pp=$2 run%out_dir="'$fam/r$1$2'"
     kd_same_metrics "$fam/r1" "$fam/r$1$2" "$fam tp=$1 pp=$2" 1 || fail "$fam: tp=$1 pp=$2"
     [ "$second" = dp ] && { aux_same "$fam/r1" "$fam/r$1$2" "$fam tp=$1 pp=$2" || fail "$fam: loss_aux"; }
-    echo "ok $fam tp=$1 pp=$2 (ranks $((2 / ($1 * $2))) of dp): the one-rank loss and gradient norm"
+    echo "ok $fam tp=$1 pp=$2 dp=$((2 / ($1 * $2))): the one-rank loss and gradient norm"
   done
 done 3< rows.txt

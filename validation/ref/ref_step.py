@@ -34,7 +34,8 @@ The reference step, written from the definitions, not from kdtrain's code:
   * grad_norm: the L2 norm over every student parameter of d loss (before clipping;
     a tied embedding once);
   * a mixture-of-experts student (qwen3_moe, mixtral): the student runs one forward per
-    window (kdtrain's micro-batch of 1) with output_router_logits, and loss_aux is the mean
+    window (kdtrain's micro-batch of 1) on its SEQ_LEN inputs (the window without its last
+    token, which is only a label) with output_router_logits, and loss_aux is the mean
     over the windows of the aux_loss transformers returns (load_balancing_loss_func over
     that forward's router logits); loss adds router_aux_loss_coef (the student's config)
     times loss_aux; ref.txt then holds loss_aux as a fifth number.
@@ -239,9 +240,10 @@ def reference(d, row, change=None, bump=None):
     with torch.no_grad():
         zt = teacher(ids).logits[:, :-1]
     moe = student.config.model_type in MOE_TYPES
-    if moe:  # one forward per window (micro-batch), each with its load-balancing loss
-        outs = [student(ids[w:w + 1], output_router_logits=True) for w in range(WINDOWS)]
-        zs = torch.cat([o.logits for o in outs])[:, :-1]
+    if moe:  # one forward per window (micro-batch) of its SEQ_LEN inputs (the last token is
+        # only a label), each with its load-balancing loss
+        outs = [student(ids[w:w + 1, :-1], output_router_logits=True) for w in range(WINDOWS)]
+        zs = torch.cat([o.logits for o in outs])
         aux = torch.stack([o.aux_loss for o in outs]).mean()
     else:
         zs = student(ids).logits[:, :-1]
