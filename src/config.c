@@ -713,8 +713,7 @@ double config_router_aux(const struct kd_config *cfg, const struct kd_card *stud
 }
 
 /* What a mixture-of-experts model does not compute: the memory policies that keep or
- * recompute parts of a layer (its routed activations are kept whole), and an MoE student's
- * load-balancing loss over several pipeline stages. */
+ * recompute parts of a layer (its routed activations are kept whole). */
 static int check_moe(struct namelist_ctx *c, const struct kd_config *cfg) {
   const struct kd_card *cards[2] = {&cfg->student, &cfg->teacher};
   for (int m = 0; m < 2; m++) {
@@ -728,12 +727,6 @@ static int check_moe(struct namelist_ctx *c, const struct kd_config *cfg) {
                               "the default (recompute 'none', offload and tiled_mlp .false.)",
                               m ? "teacher" : "student", cards[m]->name);
   }
-  if (cfg->par_pp > 1 && config_router_aux(cfg, &cfg->student) > 0)
-    return namelist_key_err(c, key_index(c, "parallel", "pp"), -1,
-                            "%d stages with the load-balancing loss of the mixture-of-experts "
-                            "student '%s' (it sums over every layer); expected pp = 1, or "
-                            "loss%%router_aux = 0",
-                            cfg->par_pp, cfg->student.name);
   return 0;
 }
 

@@ -233,6 +233,15 @@ static int in_work(const struct acts_dims *d, int j, int f) {
   return !kept(d, probe_layer(d, f), f) || d->pol.recompute == 1;
 }
 
+size_t acts_aux_floats(const struct kd_card *c) {
+  return card_sparse_layers(c) ? 2 * (2 * (size_t)c->num_experts + 1) : 0;
+}
+
+/* acts_aux_floats of a trained model's layout (0 when frozen). */
+static size_t aux_floats(const struct acts_dims *d) {
+  return d->frozen || !d->card ? 0 : acts_aux_floats(d->card);
+}
+
 struct sink {
   struct kd_backend *be; /* NULL: count only */
   struct kd_acts *a;
@@ -272,13 +281,16 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
     a->rstd_f = take(s, KD_MEM_ACTS, N, sizeof(float));
   }
   a->tokens = take(s, KD_MEM_ACTS, N, sizeof(int));
-  if (d->nsparse && s->be) { /* host: the routing plans, staging, load-balancing sums */
+  if (d->nsparse && s->be) { /* host: the routing plans and their staging */
     a->nplans = d->frozen ? 1 : d->layers;
     a->plans = kd_calloc((size_t)a->nplans, sizeof *a->plans);
     a->hidx = kd_malloc(N * (size_t)d->topk * sizeof *a->hidx);
     a->hprobs = kd_malloc(N * (size_t)d->E * sizeof *a->hprobs);
-    a->aux_cnt = kd_calloc((size_t)d->E, sizeof *a->aux_cnt);
-    a->aux_ps = kd_calloc((size_t)d->E, sizeof *a->aux_ps);
+  }
+  if (aux_floats(d) && s->be) { /* host: the load-balancing sums (also of a dense stage) */
+    a->aux_E = d->card->num_experts;
+    a->aux_cnt = kd_calloc((size_t)a->aux_E, sizeof *a->aux_cnt);
+    a->aux_ps = kd_calloc((size_t)a->aux_E, sizeof *a->aux_ps);
   }
   if (!owns_ws) return;
   a->nwork = segment(d);
@@ -293,7 +305,7 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
     a->work[j].mlp = a->work[0].mlp;
   }
   if (d->frozen) return;
-  a->dres = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  a->dres = take(s, KD_MEM_ACTS, N * C + aux_floats(d), sizeof(float)); /* + message tail */
   a->dh = take(s, KD_MEM_ACTS, N * C, sizeof(float));
   a->dqkv = take(s, KD_MEM_ACTS, N * field_width(d, F_QKV), sizeof(float));
   a->datt = take(s, KD_MEM_ACTS, N * field_width(d, F_ATT), sizeof(float));
@@ -581,9 +593,10 @@ void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd
   const struct kd_card *c = &mdl->card;
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = c->hidden_size, L = mdl->nlayers;
-  if (a->aux_cnt) { /* this micro-batch's load-balancing sums start here */
-    memset(a->aux_cnt, 0, (size_t)a->d.E * sizeof *a->aux_cnt);
-    memset(a->aux_ps, 0, (size_t)a->d.E * sizeof *a->aux_ps);
+  if (a->aux_cnt && mdl->has_embed) { /* this micro-batch's load-balancing sums start here
+                                          (later stages: acts_aux_get from the message) */
+    memset(a->aux_cnt, 0, (size_t)a->aux_E * sizeof *a->aux_cnt);
+    memset(a->aux_ps, 0, (size_t)a->aux_E * sizeof *a->aux_ps);
     a->aux_rows = 0;
   }
   if (mdl->has_embed) {

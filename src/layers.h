@@ -96,6 +96,7 @@ struct kd_acts {
   int nplans;
   int *hidx;
   float *hprobs;
+  int aux_E; /* experts of the model's sparse layers (0: none, or a frozen model) */
   double *aux_cnt, *aux_ps, aux_rows;
   float aux_weight;
   float *aux_w;                              /* (E) the loss's weights per expert (shared) */
@@ -112,8 +113,19 @@ void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T)
 void acts_dims_experts(struct acts_dims *d, const struct kd_card *card, int layer0, int effn);
 
 /* This micro-batch's load-balancing loss (transformers' load_balancing_loss_func over the
- * sparse layers of the stage that a's forward ran: the whole model when pp = 1). */
+ * sparse layers whose sums a holds: every layer's on the last stage). */
 double acts_moe_aux(const struct kd_acts *a);
+
+/* Floats after the hidden states in a pipeline message of a trained model of card c: its
+ * load-balancing sums (per expert routed rows and probability sums, and the token rows, as
+ * doubles); 0 for a card without sparse layers. The gradient workspace dres has them too. */
+size_t acts_aux_floats(const struct kd_card *c);
+
+/* a's load-balancing sums into dst (acts_aux_floats floats of backend memory), or from src
+ * (the sums of the stages before, which a stage's own layers then add to; on the way back,
+ * the totals of every layer). */
+void acts_aux_put(struct kd_backend *be, const struct kd_acts *a, float *dst);
+void acts_aux_get(struct kd_backend *be, struct kd_acts *a, const float *src);
 
 /* Rows of one MLP tile: the sequence is cut into ceil(T / C) tiles. */
 int acts_tile_rows(int T, int C);

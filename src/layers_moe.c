@@ -12,6 +12,7 @@
  * backward, which is then the same on every rank; the router's contribution to dL/dh2 is
  * added on TP rank 0 only (the caller all-reduces dL/dh2). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "layers_impl.h"
 #include "moe.h"
@@ -28,8 +29,7 @@ static float *expert_w(const struct kd_model *mdl, float *wx, int e, int down) {
   const size_t gu = 2 * (size_t)mdl->effn * (size_t)mdl->card.hidden_size;
   return wx + (size_t)(e - mdl->exp0) * model_expert_stride(mdl) + (down ? gu : 0);
 }
-static const uint16_t *expert_w16(const struct kd_model *mdl, const uint16_t *wx, int e,
-                                  int down) {
+static const uint16_t *expert_w16(const struct kd_model *mdl, const uint16_t *wx, int e, int down) {
   if (!wx) return NULL;
   const size_t gu = 2 * (size_t)mdl->effn * (size_t)mdl->card.hidden_size;
   return wx + (size_t)(e - mdl->exp0) * model_expert_stride(mdl) + (down ? gu : 0);
@@ -106,12 +106,12 @@ void moe_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
   }
   be->zero(be, a->degu, n * 2 * I);
   be->swiglu_backward(be, a->degu, a->demlp, l->egu, n, I);
-  be->gather_rows(be, l->exs, l->h2, rows, n, C); /* the gathered inputs again */
+  be->gather_rows(be, l->exs, l->h2, rows, n, C);           /* the gathered inputs again */
   for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) { /* dL/d(gathered rows) into dey */
     const size_t o = (size_t)p->offset[e], m = (size_t)p->count[e];
     if (m)
-      linear_bwd(be, a->dey + o * C, 0.0f, expert_w(mdl, g->wx, e, 0),
-                 a->degu + o * 2 * I, l->exs + o * C, expert_w(mdl, w->wx, e, 0), m, C, 2 * I);
+      linear_bwd(be, a->dey + o * C, 0.0f, expert_w(mdl, g->wx, e, 0), a->degu + o * 2 * I,
+                 l->exs + o * C, expert_w(mdl, w->wx, e, 0), m, C, 2 * I);
   }
   be->moe_combine(be, a->dh, a->dey, pos, NULL, N, k, C, 0); /* the gather's backward */
   /* the router: through the weights, and through the probabilities (load-balancing loss) */
@@ -141,7 +141,27 @@ void moe_aux_prepare(struct kd_backend *be, const struct kd_model *mdl, struct k
 double acts_moe_aux(const struct kd_acts *a) {
   if (!a->aux_cnt || a->aux_rows <= 0) return 0.0;
   double s = 0.0;
-  for (int e = 0; e < a->d.E; e++)
+  for (int e = 0; e < a->aux_E; e++)
     s += a->aux_cnt[e] / a->aux_rows * (a->aux_ps[e] / a->aux_rows);
-  return s * a->d.E;
+  return s * a->aux_E;
+}
+
+void acts_aux_put(struct kd_backend *be, const struct kd_acts *a, float *dst) {
+  const size_t E = (size_t)a->aux_E;
+  double *h = kd_malloc((2 * E + 1) * sizeof *h);
+  memcpy(h, a->aux_cnt, E * sizeof *h);
+  memcpy(h + E, a->aux_ps, E * sizeof *h);
+  h[2 * E] = a->aux_rows;
+  be->upload(be, dst, h, (2 * E + 1) * sizeof *h);
+  free(h);
+}
+
+void acts_aux_get(struct kd_backend *be, struct kd_acts *a, const float *src) {
+  const size_t E = (size_t)a->aux_E;
+  double *h = kd_malloc((2 * E + 1) * sizeof *h);
+  be->download(be, h, src, (2 * E + 1) * sizeof *h);
+  memcpy(a->aux_cnt, h, E * sizeof *h);
+  memcpy(a->aux_ps, h + E, E * sizeof *h);
+  a->aux_rows = h[2 * E];
+  free(h);
 }

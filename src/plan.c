@@ -136,9 +136,12 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   for (int k = 0; k < slots; k++)
     acts_plan(&s.d, k == 0, bytes);
   const size_t N = (size_t)B * T;
-  if (pp > 1) /* forward messages carry [teacher | student] hidden states, both ways */
+  if (pp > 1) /* forward messages carry [teacher | student] hidden states (and an MoE
+                 student's load-balancing sums), both ways */
     bytes[KD_MEM_COMM] +=
-        2 * N * ((size_t)cfg->student.hidden_size + (live ? (size_t)cfg->teacher.hidden_size : 0)) *
+        2 *
+        (N * ((size_t)cfg->student.hidden_size + (live ? (size_t)cfg->teacher.hidden_size : 0)) +
+         (train ? acts_aux_floats(&cfg->student) : 0)) *
         4;
   if (s.d.has_head) {
     const int capped = cfg->student.final_logit_softcapping > 0;

@@ -570,7 +570,7 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
   o.loss_ce = o.empty ? NAN : sums.ce / counted;
   o.loss = r->distill ? cfg->loss_alpha * o.loss_kd + (1 - cfg->loss_alpha) * o.loss_ce : o.loss_ce;
   o.loss_aux = NAN;
-  if (card_sparse_layers(&r->student.card) && r->grid.pp == 1) {
+  if (card_sparse_layers(&r->student.card)) { /* summed on the last stages */
     double aux = r->grid.tp_rank == 0 ? r->pipe.aux : 0;
     MPI_Allreduce(MPI_IN_PLACE, &aux, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     o.loss_aux = o.empty ? NAN : aux / nmb;

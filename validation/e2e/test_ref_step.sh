@@ -7,9 +7,8 @@
 # before clipping within 1e-4 relative; tp 2 and pp 2 give the one-rank loss and gradient
 # norm within 1e-5. Every loss kind (fkl, rkl, jsd), alpha, temperature and t2_scale off
 # once. Mixtures of experts: a Qwen3-MoE and a Mixtral student (their load-balancing loss
-# loss_aux within 1e-4 of transformers' too; tp 2 and dp 2, the loss_aux column within
-# 1e-5: an MoE student's loss sums over every layer, one pipeline stage) and a Qwen3-MoE
-# teacher (tp 2, pp 2). Needs Python with torch, transformers, safetensors, h5py and numpy (KD_PYTHON:
+# loss_aux within 1e-4 of transformers' too; tp 2, pp 2 and dp 2 give its one-rank value
+# within 1e-5: its sums travel with the pipeline's messages) and a Qwen3-MoE teacher. Needs Python with torch, transformers, safetensors, h5py and numpy (KD_PYTHON:
 # make check's test environment): skipped (exit 77) where they are missing, failed under CI.
 # KD_REF_PERTURB (ref_step.py) changes the PyTorch side only: the test must then fail.
 set -eu
@@ -20,7 +19,7 @@ conv="${KD_BUILDDIR:-$KD_SRCDIR}/src/tools/kdconvert"
 T=32 # tokens per window (the models' max_position_embeddings is 64)
 
 # family: a key of ref_step.py's FAMILIES; the &loss of its step (t2_scale T or F); the
-# second layout beside tp 2 (pp 2, or dp 2 for an MoE student)
+# layouts beside one rank: tp 2 and pp 2, and dp 2 too for an MoE student (dp)
 sed -e 's/#.*//' -e '/^ *$/d' > rows.txt <<'EOF2'
 # family      kind alpha temperature beta t2_scale layout
 qwen3         fkl  0.5   2.0         0.5  T        pp
@@ -68,7 +67,7 @@ aux_same() {
 
 # fd 3: mpiexec forwards its standard input to rank 0
 while read -r fam kind alpha tau beta t2 second <&3; do
-  echo "== $fam: kdconvert from-hf, one step on 1 rank ($kind), tp 2, $second 2"
+  echo "== $fam: kdconvert from-hf, one step on 1 rank ($kind), tp 2, pp 2$([ "$second" = dp ] && echo ", dp 2")"
   for role in teacher student; do
     "$conv" from-hf "$fam/hf_$role" "$fam/$role.h5" > "$fam/convert_$role.txt" 2>&1 \
       || { cat "$fam/convert_$role.txt"; fail "$fam: kdconvert from-hf $role"; }
@@ -87,9 +86,9 @@ while read -r fam kind alpha tau beta t2 second <&3; do
 EOF2
   kd 1
   ref_same "$fam" || fail "$fam: kdtrain's step is not PyTorch's"
-  pp2="1 2"
-  [ "$second" = dp ] && pp2="1 1" # two ranks of tp 1, pp 1: dp 2
-  for layout in "2 1" "$pp2"; do
+  dp2=
+  [ "$second" = dp ] && dp2="1 1" # two ranks of tp 1, pp 1: dp 2
+  for layout in "2 1" "1 2" ${dp2:+"$dp2"}; do
     set -- $layout
     kd 2 parallel%tp=$1 parallel%pp=$2 run%out_dir="'$fam/r$1$2'"
     kd_same_metrics "$fam/r1" "$fam/r$1$2" "$fam tp=$1 pp=$2" 1 || fail "$fam: tp=$1 pp=$2"
