@@ -56,7 +56,7 @@ PUBLISHED = {
     "qwen2.5-7b": ("7.61", "6.53"), "qwen3-0.6b": ("0.6", "0.44"),
     "qwen3-1.7b": ("1.7", "1.4"), "qwen3-8b": ("8.2", "6.95"), "qwen3-32b": ("32.8", "31.2"),
     "llama3.2-1b": ("1.23", None), "llama3.1-8b": ("8.03", None),
-    "llama3.1-70b": ("70.6", None),
+    "llama3.1-70b": ("70.6", None), "qwen3-30b-a3b": ("30.5", "29.9"),
 }
 CLASSES = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
            "llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
