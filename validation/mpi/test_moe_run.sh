@@ -4,6 +4,7 @@
 # student (mod/test-moe-student: a dense layer between two sparse ones, uneven over pp 2):
 #  - tp 2, pp 2 and tp 2 x pp 2 with ZeRO-1 give the one-rank loss, gradient norm (and
 #    loss_aux) within 1e-5 at each of 3 steps;
+#  - a checkpoint written at tp 2 x pp 2 resumes on one rank with the same step 3;
 #  - --dry-run equals the measured peaks to the byte (the routed activations counted) on
 #    1, 2 and 4 ranks, fp32 and bf16 (the teacher held in BF16);
 #  - the simulated device gives the CPU's metrics and final weights bit for bit;
@@ -34,6 +35,16 @@ for layout in "2 1 0" "1 2 0" "2 2 1"; do
     || fail "loss_aux of tp=$1 pp=$2"
   echo "ok tp=$1 pp=$2 zero=$3"
 done
+
+echo "== a checkpoint of tp 2 x pp 2 resumes on one rank: the same step 3"
+kd 4 parallel%tp=2 parallel%pp=2 checkpoint%every=2 run%out_dir="'ck'"
+kd 1 checkpoint%resume="'ck/checkpoints/step_00000002.h5'" run%out_dir="'rs'"
+grep -q "resumed from .*step_00000002.h5 at step 2" log.txt || { cat log.txt; fail "no resume"; }
+awk -F, 'FNR == 1 || $2 == "" { next } NR == FNR { for (c = 2; c <= 13; c++) v[$1, c] = $c; next }
+  $1 == 3 { n++; for (c = 2; c <= 13; c += (c == 2 ? 4 : 7)) { a = v[3, c]; b = $c; d = a - b
+      if (d < 0) d = -d; if (a == "" || d > 1e-5 * (a < 0 ? -a : a)) { print c ": " a " vs " b; bad = 1 } } }
+  END { exit bad || n != 1 }' ck/metrics.csv rs/metrics.csv || { cat ck/metrics.csv rs/metrics.csv; fail "the resumed step 3 differs"; }
+echo "ok resumed on one rank: step 3's loss, gradient norm and loss_aux"
 
 echo "== the plan to the byte"
 kd_plan_exact 1 none
