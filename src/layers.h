@@ -99,7 +99,12 @@ struct kd_acts {
   int aux_E; /* experts of the model's sparse layers (0: none, or a frozen model) */
   double *aux_cnt, *aux_ps, aux_rows;
   float aux_weight;
-  float *aux_w;                              /* (E) the loss's weights per expert (shared) */
+  float *aux_w; /* (E) the loss's weights per expert (shared) */
+  /* the routers' load imbalance since the caller last cleared them: per sparse layer and
+   * forward, the largest expert's routed rows over the mean (N k / E); their sum, count,
+   * most */
+  double imb_sum, imb_max;
+  long imb_n;
   float *dey, *dewts, *demlp, *degu, *delog; /* (n, C), (N, k), (n, Ie), (n, 2 Ie), (N, E) */
   void **blocks;                             /* every block this set allocated, for acts_free */
   int nblocks;

@@ -55,6 +55,13 @@ void moe_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
   moe_plan_make(p, a->hidx, N, E, k);
   be->upload(be, rows, p->rows, n * sizeof(int));
   be->upload(be, pos, p->pos, n * sizeof(int));
+  int most = 0; /* the load imbalance: the busiest expert over the mean */
+  for (int e = 0; e < E; e++)
+    most = p->count[e] > most ? p->count[e] : most;
+  const double imb = (double)most * E / (double)n;
+  a->imb_sum += imb;
+  a->imb_max = imb > a->imb_max ? imb : a->imb_max;
+  a->imb_n++;
   if (!mdl->frozen) { /* the load-balancing sums: routed rows and probabilities per expert */
     be->download(be, a->hprobs, l->eprobs, N * (size_t)E * sizeof(float));
     for (int e = 0; e < E; e++)

@@ -531,9 +531,10 @@ static const char *format_rate(char *buf, size_t n, double x) {
 /* What one step measured. */
 struct step_out {
   double lr, loss, loss_kd, loss_ce, gnorm, dt;
-  double loss_aux; /* an MoE student's load-balancing loss (NAN: none, or not on one stage) */
-  int empty;       /* no counted label in the global batch: no update */
-  int finite;      /* loss and gradient norm finite */
+  double loss_aux;                /* an MoE student's load-balancing loss (NAN: none) */
+  double imb_mean[2], imb_max[2]; /* routers' load imbalance, student / teacher (0: none) */
+  int empty;                      /* no counted label in the global batch: no update */
+  int finite;                     /* loss and gradient norm finite */
 };
 
 /* One optimizer step over the global batch starting at sample `consumed`: the pipeline of
@@ -576,6 +577,13 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
     o.loss_aux = o.empty ? NAN : aux / nmb;
     o.loss += aux_w * o.loss_aux;
   }
+  for (int j = 0; j < 2; j++) { /* the routers' load imbalance over every rank */
+    double sn[2] = {r->pipe.imb_sum[j], (double)r->pipe.imb_n[j]}, mx = r->pipe.imb_max[j];
+    MPI_Allreduce(MPI_IN_PLACE, sn, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    o.imb_mean[j] = sn[1] > 0 ? sn[0] / sn[1] : 0;
+    o.imb_max[j] = mx;
+  }
   o.gnorm = o.empty ? 0.0 : update_reduce_grads(&r->update, be) / scale;
   o.finite = isfinite(o.gnorm) && isfinite(o.loss);
   if (!o.empty && scaler_update(scaler, o.finite)) {
@@ -605,12 +613,17 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
     snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", o->loss_kd, o->loss_ce);
   if (!o->empty && !isnan(o->loss_aux))
     snprintf(parts + strlen(parts), sizeof parts - strlen(parts), " (aux %.4f)", o->loss_aux);
+  char imb[96] = ""; /* the routers' busiest expert over the mean, mean and most over layers */
+  for (int j = 0; j < 2; j++)
+    if (o->imb_max[j] > 0)
+      snprintf(imb + strlen(imb), sizeof imb - strlen(imb), " | %s experts load %.2f (max %.2f)",
+               j ? "teacher" : "student", o->imb_mean[j], o->imb_max[j]);
   if (!o->empty) snprintf(lossw, sizeof lossw, "%.4f", o->loss);
   kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
-          "%s tok/s | mfu %.1f%% | peak %s | eta %s\n",
+          "%s tok/s | mfu %.1f%% | peak %s | eta %s%s\n",
           (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
           o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
-          100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
+          100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta, imb);
   double v[12] = {o->loss,
                   r->distill ? o->loss_kd : NAN,
                   o->loss_ce,
