@@ -35,26 +35,26 @@ static const uint16_t *expert_w16(const struct kd_model *mdl, const uint16_t *wx
   return wx + (size_t)(e - mdl->exp0) * model_expert_stride(mdl) + (down ? gu : 0);
 }
 
-void moe_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
-                 const struct layer_ptrs *w, const struct layer_acts *l, float *out,
-                 struct kd_acts *a) {
+/* Route and plan layer i: router logits (in the weights' precision, as F.linear gives
+ * them), softmax, top-k and renormalisation in FP32 (moe_route), then on the host the rows
+ * of each expert (moe_plan_make), whose rows and positions go back to the device; the
+ * load imbalance and, for a trained model, the load-balancing sums. Returns the plan. */
+static const struct moe_plan *route_plan(struct kd_backend *be, const struct kd_model *mdl, int i,
+                                         const struct layer_ptrs *w, const struct layer_acts *l,
+                                         struct kd_acts *a) {
   const size_t N = (size_t)a->d.B * a->d.T;
-  const int C = mdl->card.hidden_size, E = a->d.E, k = a->d.topk, I = mdl->effn;
+  const int C = mdl->card.hidden_size, E = a->d.E, k = a->d.topk;
   const size_t n = N * (size_t)k;
-  int *idx = (int *)(void *)l->eidx, *rows = (int *)(void *)l->erows;
-  int *pos = (int *)(void *)l->epos;
-  /* route: logits (in the weights' precision, as F.linear gives them), then softmax, top-k
-   * and renormalisation in FP32 */
+  int *idx = (int *)(void *)l->eidx;
   linear_fwd(be, l->elog, l->h2, w->wr, w->wr16, N, C, E);
   maybe_round(be, l->elog, N * E);
   be->moe_route(be, idx, l->ewts, l->eprobs, l->elog, N, E, k, mdl->card.norm_topk_prob);
-  /* plan on the host, its rows and positions back to the device */
   struct moe_plan *p = plan_of(a, i);
   be->download(be, a->hidx, idx, n * sizeof(int));
   moe_plan_free(p);
   moe_plan_make(p, a->hidx, N, E, k);
-  be->upload(be, rows, p->rows, n * sizeof(int));
-  be->upload(be, pos, p->pos, n * sizeof(int));
+  be->upload(be, l->erows, p->rows, n * sizeof(int));
+  be->upload(be, l->epos, p->pos, n * sizeof(int));
   int most = 0; /* the load imbalance: the busiest expert over the mean */
   for (int e = 0; e < E; e++)
     most = p->count[e] > most ? p->count[e] : most;
@@ -71,32 +71,69 @@ void moe_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
         a->aux_ps[e] += a->hprobs[t * (size_t)E + (size_t)e];
     a->aux_rows += (double)N;
   }
-  /* the experts: one GEMM per expert over its block of gathered rows */
-  be->gather_rows(be, l->exs, l->h2, rows, n, C);
+  return p;
+}
+
+void moe_experts_forward(struct kd_backend *be, const struct kd_model *mdl,
+                         const struct layer_ptrs *w, const int *offset, const int *count, size_t n,
+                         const float *xs, float *gu, float *h, float *y) {
+  const int C = mdl->card.hidden_size, I = mdl->effn;
   for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) {
-    const size_t o = (size_t)p->offset[e], m = (size_t)p->count[e];
+    const size_t o = (size_t)offset[e], m = (size_t)count[e];
     if (m)
-      linear_fwd(be, l->egu + o * 2 * I, l->exs + o * C, expert_w(mdl, w->wx, e, 0),
+      linear_fwd(be, gu + o * 2 * I, xs + o * C, expert_w(mdl, w->wx, e, 0),
                  expert_w16(mdl, w->wx16, e, 0), m, C, 2 * I);
   }
-  maybe_round(be, l->egu, n * 2 * I);
-  be->swiglu_forward(be, l->emlp, l->egu, n, I);
+  maybe_round(be, gu, n * 2 * I);
+  be->swiglu_forward(be, h, gu, n, I);
   for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) {
-    const size_t o = (size_t)p->offset[e], m = (size_t)p->count[e];
+    const size_t o = (size_t)offset[e], m = (size_t)count[e];
     if (m)
-      linear_fwd(be, l->ey + o * C, l->emlp + o * I, expert_w(mdl, w->wx, e, 1),
+      linear_fwd(be, y + o * C, h + o * I, expert_w(mdl, w->wx, e, 1),
                  expert_w16(mdl, w->wx16, e, 1), m, I, C);
   }
-  maybe_round(be, l->ey, n * C);
+  maybe_round(be, y, n * C);
+}
+
+void moe_experts_backward(struct kd_backend *be, const struct kd_model *mdl,
+                          const struct layer_ptrs *w, const struct layer_ptrs *g, const int *offset,
+                          const int *count, size_t n, const float *xs, const float *gu,
+                          const float *h, float *dy, float *dh, float *dgu) {
+  const int C = mdl->card.hidden_size, I = mdl->effn;
+  for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) { /* down */
+    const size_t o = (size_t)offset[e], m = (size_t)count[e];
+    if (m)
+      linear_bwd(be, dh + o * I, 0.0f, expert_w(mdl, g->wx, e, 1), dy + o * C, h + o * I,
+                 expert_w(mdl, w->wx, e, 1), m, I, C);
+  }
+  be->zero(be, dgu, n * 2 * I);
+  be->swiglu_backward(be, dgu, dh, gu, n, I);
+  for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) { /* gate|up: dL/dxs into dy */
+    const size_t o = (size_t)offset[e], m = (size_t)count[e];
+    if (m)
+      linear_bwd(be, dy + o * C, 0.0f, expert_w(mdl, g->wx, e, 0), dgu + o * 2 * I, xs + o * C,
+                 expert_w(mdl, w->wx, e, 0), m, C, 2 * I);
+  }
+}
+
+void moe_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
+                 const struct layer_ptrs *w, const struct layer_acts *l, float *out,
+                 struct kd_acts *a) {
+  const size_t N = (size_t)a->d.B * a->d.T;
+  const int C = mdl->card.hidden_size, k = a->d.topk;
+  const size_t n = N * (size_t)k;
+  const struct moe_plan *p = route_plan(be, mdl, i, w, l, a);
+  be->gather_rows(be, l->exs, l->h2, (const int *)(const void *)l->erows, n, C);
+  moe_experts_forward(be, mdl, w, p->offset, p->count, n, l->exs, l->egu, l->emlp, l->ey);
   /* combine: each token's k outputs, weighted, in slot order */
-  if (out) be->moe_combine(be, out, l->ey, pos, l->ewts, N, k, C, 0);
+  if (out) be->moe_combine(be, out, l->ey, (const int *)(const void *)l->epos, l->ewts, N, k, C, 0);
 }
 
 void moe_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
                   const struct layer_ptrs *w, const struct layer_ptrs *g,
                   const struct layer_acts *l, struct kd_acts *a, const float *dout) {
   const size_t N = (size_t)a->d.B * a->d.T;
-  const int C = mdl->card.hidden_size, E = a->d.E, k = a->d.topk, I = mdl->effn;
+  const int C = mdl->card.hidden_size, E = a->d.E, k = a->d.topk;
   const size_t n = N * (size_t)k;
   const int *idx = (const int *)(const void *)l->eidx, *rows = (const int *)(const void *)l->erows;
   const int *pos = (const int *)(const void *)l->epos;
@@ -104,22 +141,10 @@ void moe_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
   /* combine: the routed rows' gradients and the weights' (complete over TP once summed) */
   be->moe_combine_backward(be, a->dey, a->dewts, dout, l->ey, pos, l->ewts, N, k, C);
   tp_allreduce(be, mdl, a->dewts, n);
-  /* the experts, each over its block: down, SwiGLU, gate|up */
-  for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) {
-    const size_t o = (size_t)p->offset[e], m = (size_t)p->count[e];
-    if (m)
-      linear_bwd(be, a->demlp + o * I, 0.0f, expert_w(mdl, g->wx, e, 1), a->dey + o * C,
-                 l->emlp + o * I, expert_w(mdl, w->wx, e, 1), m, I, C);
-  }
-  be->zero(be, a->degu, n * 2 * I);
-  be->swiglu_backward(be, a->degu, a->demlp, l->egu, n, I);
-  be->gather_rows(be, l->exs, l->h2, rows, n, C);           /* the gathered inputs again */
-  for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) { /* dL/d(gathered rows) into dey */
-    const size_t o = (size_t)p->offset[e], m = (size_t)p->count[e];
-    if (m)
-      linear_bwd(be, a->dey + o * C, 0.0f, expert_w(mdl, g->wx, e, 0), a->degu + o * 2 * I,
-                 l->exs + o * C, expert_w(mdl, w->wx, e, 0), m, C, 2 * I);
-  }
+  /* the experts, each over its block (the gathered inputs gathered again) */
+  be->gather_rows(be, l->exs, l->h2, rows, n, C);
+  moe_experts_backward(be, mdl, w, g, p->offset, p->count, n, l->exs, l->egu, l->emlp, a->dey,
+                       a->demlp, a->degu);
   be->moe_combine(be, a->dh, a->dey, pos, NULL, N, k, C, 0); /* the gather's backward */
   /* the router: through the weights, and through the probabilities (load-balancing loss) */
   be->zero(be, a->delog, N * (size_t)E);
