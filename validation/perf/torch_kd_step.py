@@ -180,7 +180,8 @@ class Decoder(nn.Module):
 
 
 def hf_model(cd):
-    """transformers' causal LM for a kdtrain card (qwen2, qwen3 or llama), SDPA attention, fp32."""
+    """transformers' causal LM for a kdtrain card (qwen2, qwen3, qwen3_moe or llama), SDPA
+    attention, fp32. A qwen3_moe model returns its load-balancing loss (output_router_logits)."""
     import transformers
     arch = cd.get("arch", "qwen2")
     common = dict(vocab_size=cd["vocab_size"], hidden_size=cd["hidden_size"],
@@ -197,6 +198,18 @@ def hf_model(cd):
         cfg = transformers.Qwen2Config(**common, use_sliding_window=False)
         _set_theta(cfg, common["rope_theta"])
         model = transformers.Qwen2ForCausalLM(cfg)
+    elif arch == "qwen3_moe":
+        cfg = transformers.Qwen3MoeConfig(
+            **common, head_dim=head_dim(cd), attention_bias=cd.get("attention_bias", False),
+            num_experts=cd["num_experts"], num_experts_per_tok=cd["num_experts_per_tok"],
+            moe_intermediate_size=cd["moe_intermediate_size"],
+            norm_topk_prob=cd.get("norm_topk_prob", False),
+            router_aux_loss_coef=cd.get("router_aux_loss_coef", 0.001),
+            decoder_sparse_step=cd.get("decoder_sparse_step", 1),
+            mlp_only_layers=list(cd.get("mlp_only_layers", []) or []),
+            output_router_logits=True, use_sliding_window=False)
+        _set_theta(cfg, common["rope_theta"])
+        model = transformers.Qwen3MoeForCausalLM(cfg)
     elif arch == "qwen3":
         cfg = transformers.Qwen3Config(**common, head_dim=head_dim(cd), use_sliding_window=False,
                                        attention_bias=cd.get("attention_bias", False))
@@ -227,15 +240,25 @@ class HFDecoder(nn.Module):
         self.m = hf_model(cd)
 
     def forward(self, tokens):
-        return self.m(input_ids=tokens, use_cache=False).logits
+        out = self.m(input_ids=tokens, use_cache=False)
+        self.aux = getattr(out, "aux_loss", None)  # MoE: the load-balancing loss
+        return out.logits
 
     def load_h5(self, path):
         import h5py
 
         sd = self.m.state_dict()
         with h5py.File(path, "r") as f:
-            new = {k: torch.from_numpy(np.asarray(f["params"][k], dtype=np.float32))
-                   for k in sd if k in f["params"]}
+            p = f["params"]
+            new = {k: torch.from_numpy(np.asarray(p[k], dtype=np.float32)) for k in sd if k in p}
+            for k in sd:  # transformers 5 holds an MoE layer's experts fused, weights files per expert
+                if k.endswith("mlp.experts.gate_up_proj") or k.endswith("mlp.experts.down_proj"):
+                    pre, E = k.rsplit(".", 1)[0], sd[k].shape[0]
+                    parts = ("gate_proj", "up_proj") if k.endswith("gate_up_proj") else ("down_proj",)
+                    if all(f"{pre}.0.{q}.weight" in p for q in parts):
+                        new[k] = torch.from_numpy(np.stack([np.concatenate(
+                            [np.asarray(p[f"{pre}.{e}.{q}.weight"], dtype=np.float32) for q in parts])
+                            for e in range(E)]))
         missing = [k for k in sd if k not in new and not k.endswith("rotary_emb.inv_freq")]
         if self_tied(self.m) and "lm_head.weight" in missing:
             missing.remove("lm_head.weight")
@@ -355,6 +378,9 @@ def main():
                 zt = teacher(x)
             zs = student(x)
             loss = kd_loss(zs, zt, y, a.temperature, a.alpha)
+            aux = getattr(student, "aux", None)
+            if aux is not None:  # an MoE student: + router_aux_loss_coef x load balancing
+                loss = loss + student.m.config.router_aux_loss_coef * aux
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), a.clip)
         opt.step()
