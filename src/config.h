@@ -111,6 +111,17 @@ struct kd_config {
   double loss_temperature, loss_alpha, loss_beta;
   int loss_t2_scale;
   int64_t loss_chunk_tokens; /* 0: from the memory budget */
+  double loss_onpolicy;      /* GKD's lambda: fraction of each global batch the student
+                                continues itself (0: off; onpolicy.h) */
+  /* &generate: the student's continuations (on-policy distillation, doc/user-guide.md, "On-policy
+   * distillation") */
+  int gen_max_new_tokens;
+  double gen_temperature; /* 0: greedy */
+  int gen_top_k;          /* 0: no top-k filter */
+  double gen_top_p;       /* 1: no top-p filter */
+  int gen_save;           /* every generated batch into run%out_dir/rollouts.h5 */
+  int gen_eos[8];         /* end-of-sequence ids (-1: none) */
+  int gen_neos;
   /* &optim */
   double optim_lr, optim_min_lr;
   int64_t optim_warmup;

@@ -25,6 +25,7 @@
 #include "loss.h"
 #include "metrics.h"
 #include "model.h"
+#include "onpolicy.h"
 #include "optim.h"
 #include "plan.h"
 #include "schedule.h"
@@ -64,6 +65,7 @@ struct run {
   struct kd_data tc_data;     /* the training data again: its own blend cursor, which only
                                  moves forward as the cache rows are looked up */
   int64_t tc_g0;              /* first global sample of this rank's share of the step */
+  struct onpolicy onp;        /* loss%onpolicy > 0: the student's continuations (onpolicy.h) */
 };
 
 /* Open teacher%cache and check it against this run (every rank; the same verdict). */
@@ -413,11 +415,13 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   teacher_setup(r, vc);
   if (!r->eval) tokenizer_setup(r, resumed);
   data_setup(r, vc);
+  if (!r->eval) onpolicy_setup(&r->onp, cfg, &r->grid, &r->train, vc);
   pipe_setup(r, dp);
   rate_setup(r);
 }
 
 static void run_teardown(struct run *r) {
+  onpolicy_free(&r->onp);
   pipe_free(&r->pipe);
   if (r->distill && !r->cached) model_free(&r->teacher, &r->be);
   if (r->cached) {
@@ -508,11 +512,11 @@ static void log_validation(struct run *r, int64_t step) {
             (long long)step);
   else
     kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
-  double v[11];
-  for (int i = 0; i < 11; i++)
+  double v[14];
+  for (int i = 0; i < 14; i++)
     v[i] = NAN;
   v[10] = vl;
-  metrics_put(r, step, v, 11);
+  metrics_put(r, step, v, 14);
 }
 
 /* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
@@ -553,14 +557,21 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
   r->tc_g0 = f.g0; /* the cached teacher rows follow the same samples */
   /* losses are means over the counted labels of the whole global batch: every rank
    * counts them from the data alone (no communication), so all agree */
-  const double counted = (double)data_count_labels(&r->train, consumed, gb);
+  double counted = (double)data_count_labels(&r->train, consumed, gb);
+  pipe_fetch_fn fetch = fetch_batch;
+  void *fetch_arg = &f;
+  if (r->onp.on) { /* a share of the batch continued by the student; its labels counted */
+    counted += onpolicy_generate(&r->onp, be, &r->student, &r->train, step, consumed, f.g0);
+    fetch = onpolicy_fetch;
+    fetch_arg = &r->onp;
+  }
   o.empty = counted == 0;
   if (o.empty)
     kd_info("kdtrain: warning: step %lld: no counted label in the global batch (every "
             "label masked); update skipped\n",
             (long long)step);
   else
-    pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
+    pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch, fetch_arg, &sums);
   reduce_sums(r, &sums);
   o.loss_kd = o.empty ? NAN : sums.kd / counted;
   o.loss_ce = o.empty ? NAN : sums.ce / counted;
@@ -598,7 +609,7 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
           (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
           o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
           100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
-  double v[11] = {o->loss,
+  double v[14] = {o->loss,
                   r->distill ? o->loss_kd : NAN,
                   o->loss_ce,
                   o->lr,
@@ -609,7 +620,8 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
                   mfu,
                   (double)peak,
                   NAN};
-  metrics_put(r, step, v, 11);
+  onpolicy_metrics(&r->onp, v + 11);
+  metrics_put(r, step, v, 14);
 }
 
 /* Minor page faults per step on rank 0: the first step's, then the others' mean and most. */
