@@ -52,8 +52,9 @@ int data_rollouts_open(struct data_source *s, char *err, size_t errlen) {
   char fmt[64] = "", why[512];
   if (f < 0 || h5attr_get_string(f, "format", fmt, sizeof fmt, why, sizeof why) ||
       strcmp(fmt, ROLLOUTS_FORMAT) != 0) {
-    kd_seterr(err, errlen, "%s: not a rollouts file; expected the out_dir/rollouts.h5 of a run "
-                           "with generate%%save (attribute format = '%s')",
+    kd_seterr(err, errlen,
+              "%s: not a rollouts file; expected the out_dir/rollouts.h5 of a run "
+              "with generate%%save (attribute format = '%s')",
               s->path, ROLLOUTS_FORMAT);
     if (f >= 0) H5Fclose(f);
     return KD_EXIT_INPUT;
@@ -70,8 +71,9 @@ int data_rollouts_open(struct data_source *s, char *err, size_t errlen) {
     if (!tok || !m) {
       rc = KD_EXIT_INPUT;
     } else if (nm != n || Tm != T1 || T1 < 2) {
-      kd_seterr(err, errlen, "%s: /tokens holds %zu x %zu, /loss_mask %zu x %zu; expected the "
-                             "same shape of rows of seq_len + 1 >= 2 tokens",
+      kd_seterr(err, errlen,
+                "%s: /tokens holds %zu x %zu, /loss_mask %zu x %zu; expected the "
+                "same shape of rows of seq_len + 1 >= 2 tokens",
                 s->path, n, T1, nm, Tm);
       rc = KD_EXIT_INPUT;
     } else {

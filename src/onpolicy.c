@@ -193,8 +193,13 @@ static void save_rows(struct onpolicy *op, const int *gen, int64_t step) {
   if (op->grid->dp_rank == 0) at = 0;
   MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM, op->grid->dp_comm);
   /* the tp ranks of a group hold the same rows: the first writes them */
-  const struct rollout_rows rows = {op->grid->tp_rank == 0 ? n : 0, op->rtok, op->rmask,
-                                    op->rstep, op->rsample, op->rplen, op->rlen};
+  const struct rollout_rows rows = {op->grid->tp_rank == 0 ? n : 0,
+                                    op->rtok,
+                                    op->rmask,
+                                    op->rstep,
+                                    op->rsample,
+                                    op->rplen,
+                                    op->rlen};
   const int st = rollouts_append(&op->ro, total, at, &rows, err, sizeof err);
   if (st) kd_exit_agreed(st, "step %lld: %s", (long long)step, err);
 }

@@ -1,4 +1,5 @@
-/* onpolicy.h: on-policy distillation (loss%onpolicy = lambda, GKD's fraction; doc/user-guide.md, "On-policy distillation").
+/* onpolicy.h: on-policy distillation (loss%onpolicy = lambda, GKD's fraction; doc/user-guide.md,
+ * "On-policy distillation").
  * Before each step's pipeline pass, a deterministic lambda share of the global batch (chosen
  * from (seed, step, sample) alone, so every layout picks the same samples) is rewritten: the
  * sample's prompt (its tokens before the first counted token) is continued by the student
@@ -25,13 +26,13 @@ struct onpolicy {
   const struct kd_grid *grid;
   struct kd_gen_opts opts;
   int T, mb, gb, share;
-  int vocab;               /* ids the teacher has (a continuation stops before any other) */
-  int *inputs, *labels;    /* (share, T): this rank's share of the step, rewritten */
-  int *pick;               /* (gb): 1 where the global batch's sample is generated */
-  int *prompts, *plen;     /* (mb, T), (mb): one run of generated samples */
-  int *out, *nout;         /* (mb, T), (mb): their continuations */
+  int vocab;                /* ids the teacher has (a continuation stops before any other) */
+  int *inputs, *labels;     /* (share, T): this rank's share of the step, rewritten */
+  int *pick;                /* (gb): 1 where the global batch's sample is generated */
+  int *prompts, *plen;      /* (mb, T), (mb): one run of generated samples */
+  int *out, *nout;          /* (mb, T), (mb): their continuations */
   int *rtok, *rlen, *rplen; /* (share, T + 1), (share), (share): rows for rollouts.h5 */
-  unsigned char *rmask;    /* (share, T + 1) */
+  unsigned char *rmask;     /* (share, T + 1) */
   int64_t *rstep, *rsample; /* (share) */
   int save, ro_open;
   struct rollouts ro;

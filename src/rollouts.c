@@ -19,7 +19,7 @@
 static const struct {
   const char *name;
   int wide;
-} dsets[NDSETS] = {{"tokens", 1}, {"loss_mask", 1}, {"step", 0},
+} dsets[NDSETS] = {{"tokens", 1}, {"loss_mask", 1},  {"step", 0},
                    {"sample", 0}, {"prompt_len", 0}, {"gen_len", 0}};
 
 static hid_t *dset_of(struct rollouts *ro, int i) {

@@ -1,4 +1,5 @@
-/* rollouts.h: the student's generated sequences on disk (generate%save, doc/user-guide.md, "On-policy distillation"):
+/* rollouts.h: the student's generated sequences on disk (generate%save; doc/user-guide.md,
+ * "On-policy distillation"):
  * run%out_dir/rollouts.h5, appended collectively by every rank after each on-policy step
  * (parallel HDF5). One row per generated sample, in global-sample order within a step:
  *   /tokens     int32 (n, seq_len + 1)  the window the step trained on: prompt, continuation,
@@ -29,10 +30,10 @@ struct rollouts {
 /* The rows of one rank for rollouts_append: n rows of T1 tokens and mask bytes each. */
 struct rollout_rows {
   int n;
-  const int *tokens;          /* (n, T1) */
-  const unsigned char *mask;  /* (n, T1) */
+  const int *tokens;            /* (n, T1) */
+  const unsigned char *mask;    /* (n, T1) */
   const int64_t *step, *sample; /* (n) */
-  const int *plen, *glen;     /* (n) */
+  const int *plen, *glen;       /* (n) */
 };
 
 /* Create `path` for windows of seq_len + 1 tokens, or, when resumed_step > 0 and the file
