@@ -10,7 +10,7 @@
 #  - replay: data%format = 'rollouts' on that rollouts.h5 (loss%onpolicy = 0) gives the same
 #    loss and gradient norm;
 #  - greedy (generate%temperature = 0): the continuations are transformers' generate();
-#  - the same rows and losses on tp 2 and on dp 2 as on 1 rank (lambda 1 and 0.5), and after
+#  - the same rows and losses on tp 2 and on dp 2 (ZeRO-1 too) as on 1 rank (lambda 1 and 0.5), and after
 #    a checkpoint and resume (the resumed run cuts rollouts.h5 after its step and appends);
 #  - loss%onpolicy = 0 writes no rollouts.h5 and leaves the gen_* columns empty;
 #  - refusals (exit 2, the key named): a teacher cache, data without a loss mask, pp 2,
@@ -65,6 +65,8 @@ kd_same_metrics a_rkl tp2 "tp 2" 1 || fail "tp 2: other loss or gradient norm"
 kd 2 run%out_dir="'dp2'"
 ref same a_rkl dp2 || fail "dp 2 generated other rows"
 kd_same_metrics a_rkl dp2 "dp 2" 1 || fail "dp 2: other loss or gradient norm"
+kd 2 parallel%zero=1 run%out_dir="'z2'"
+ref same a_rkl z2 || fail "dp 2 with ZeRO-1 generated other rows"
 kd 1 loss%onpolicy=0.5 run%out_dir="'h1'"
 kd 2 loss%onpolicy=0.5 run%out_dir="'h2'"
 ref same h1 h2 || fail "lambda 0.5: dp 2 generated other rows"
