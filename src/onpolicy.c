@@ -44,6 +44,11 @@ void onpolicy_setup(struct onpolicy *op, const struct kd_config *cfg, const stru
   op->opts.seed = (uint64_t)cfg->run_seed;
   for (int e = 0; e < cfg->gen_neos; e++)
     if (cfg->gen_eos[e] >= 0) op->opts.eos[op->opts.neos++] = cfg->gen_eos[e];
+  kd_info("kdtrain: on-policy: %ld of each %d samples continued by the student (loss%%onpolicy "
+          "= %g), up to %d new tokens, temperature %g, top_k %d, top_p %g, %d end id(s)%s\n",
+          lround(cfg->loss_onpolicy * op->gb), op->gb, cfg->loss_onpolicy, cfg->gen_max_new_tokens,
+          cfg->gen_temperature, cfg->gen_top_k, cfg->gen_top_p, op->opts.neos,
+          op->save ? "; rollouts to run%out_dir/rollouts.h5" : "");
   const size_t T = (size_t)op->T, S = (size_t)op->share, mb = (size_t)op->mb;
   op->inputs = kd_malloc(S * T * sizeof(int));
   op->labels = kd_malloc(S * T * sizeof(int));
