@@ -57,14 +57,8 @@ static const struct namelist_key cfg_keys[] = {
     CR(loss, alpha, loss_alpha, "1.0", NL_GE | NL_LE, 0, 1),
     CR(loss, beta, loss_beta, "0.5", NL_GT | NL_LT, 0, 1),
     CB(loss, t2_scale, loss_t2_scale, ".true."),
-    CI(loss, chunk_tokens, loss_chunk_tokens, "0", NL_GE, 0, 0),
     CR(loss, onpolicy, loss_onpolicy, "0.0", NL_GE | NL_LE, 0, 1),
-    CI(generate, max_new_tokens, gen_max_new_tokens, "64", NL_GE, 1, 0),
-    CR(generate, temperature, gen_temperature, "1.0", NL_GE, 0, 0),
-    CI(generate, top_k, gen_top_k, "0", NL_GE, 0, 0),
-    CR(generate, top_p, gen_top_p, "1.0", NL_GT | NL_LE, 0, 1),
-    CB(generate, save, gen_save, ".false."),
-    NAMELIST_LIST(kd_config, generate, eos, NL_INT, gen_eos, gen_neos, "-1", NL_GE, -1, 0, NULL),
+    CI(loss, chunk_tokens, loss_chunk_tokens, "0", NL_GE, 0, 0),
     CR(optim, lr, optim_lr, "3e-4", NL_GE, 0, 0),
     CR(optim, min_lr, optim_min_lr, "3e-5", NL_GE, 0, 0),
     CI(optim, warmup, optim_warmup, "10", NL_GE, 0, 0),
@@ -91,6 +85,12 @@ static const struct namelist_key cfg_keys[] = {
     CS(log, metrics, log_metrics, "''", NULL, NL_PATH),
     CW(log, level, log_level, "'info'", KD_LOG_LEVEL_WORDS),
     CR(log, peak_tflops, log_peak_tflops, "0.0", NL_GE, 0, 0),
+    CI(generate, max_new_tokens, gen_max_new_tokens, "64", NL_GE, 1, 0),
+    CR(generate, temperature, gen_temperature, "1.0", NL_GE, 0, 0),
+    CI(generate, top_k, gen_top_k, "0", NL_GE, 0, 0),
+    CR(generate, top_p, gen_top_p, "1.0", NL_GT | NL_LE, 0, 1),
+    CB(generate, save, gen_save, ".false."),
+    NAMELIST_LIST(kd_config, generate, eos, NL_INT, gen_eos, gen_neos, "-1", NL_GE, -1, 0, NULL),
 };
 
 #define MI(k, d, fl, lo, hi) NAMELIST_KEY(kd_card, model, k, NL_INT, k, d, fl, lo, hi, NULL)
