@@ -447,10 +447,15 @@ struct fetch_ctx {
   struct kd_data *data;
   int64_t g0, b0;
   int mb, dp, sequential;
+  struct onpolicy *onp; /* non-NULL: the step's share as on-policy training rewrote it */
 };
 
 static void fetch_batch(void *arg, int m, int *inputs, int *labels) {
   struct fetch_ctx *f = arg;
+  if (f->onp) {
+    onpolicy_fetch(f->onp, m, inputs, labels);
+    return;
+  }
   if (f->sequential)
     data_batch_sequential(f->data, (f->b0 + (int64_t)m * f->dp) * f->mb, f->mb, inputs, labels);
   else
@@ -475,7 +480,7 @@ static double validate(struct run *r) {
   const int mb = cfg->par_micro_batch, nb = cfg->data_valid_batches, dp = r->grid.dp;
   /* DP rank d evaluates batches d, d + dp, ...; ranks past the end take none */
   const int mine = nb / dp + (r->grid.dp_rank < nb % dp ? 1 : 0);
-  struct fetch_ctx f = {&r->valid, 0, r->grid.dp_rank, mb, dp, 1};
+  struct fetch_ctx f = {&r->valid, 0, r->grid.dp_rank, mb, dp, 1, NULL};
   pipe_eval(&r->pipe, mine, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
   const int64_t counted = data_count_labels_sequential(&r->valid, 0, (int64_t)nb * mb);
@@ -553,17 +558,14 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
   const float scale = (float)scaler->scale;
   be->zero(be, r->student.grad, r->student.numel);
   struct loss_sums sums = {0, 0};
-  struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0};
+  struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0, NULL};
   r->tc_g0 = f.g0; /* the cached teacher rows follow the same samples */
   /* losses are means over the counted labels of the whole global batch: every rank
    * counts them from the data alone (no communication), so all agree */
   double counted = (double)data_count_labels(&r->train, consumed, gb);
-  pipe_fetch_fn fetch = fetch_batch;
-  void *fetch_arg = &f;
   if (r->onp.on) { /* a share of the batch continued by the student; its labels counted */
     counted += onpolicy_generate(&r->onp, be, &r->student, &r->train, step, consumed, f.g0);
-    fetch = onpolicy_fetch;
-    fetch_arg = &r->onp;
+    f.onp = &r->onp;
   }
   o.empty = counted == 0;
   if (o.empty)
@@ -571,7 +573,7 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
             "label masked); update skipped\n",
             (long long)step);
   else
-    pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch, fetch_arg, &sums);
+    pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
   o.loss_kd = o.empty ? NAN : sums.kd / counted;
   o.loss_ce = o.empty ? NAN : sums.ce / counted;
