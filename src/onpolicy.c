@@ -197,8 +197,8 @@ static void save_rows(struct onpolicy *op, const int *gen, int64_t step) {
   MPI_Exscan(&mine, &at, 1, MPI_INT64_T, MPI_SUM, op->grid->dp_comm);
   if (op->grid->dp_rank == 0) at = 0;
   MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM, op->grid->dp_comm);
-  /* the tp ranks of a group hold the same rows: the first writes them */
-  const struct rollout_rows rows = {op->grid->tp_rank == 0 ? n : 0,
+  /* the tp ranks (and pipeline stages) of a group hold the same rows: the first writes them */
+  const struct rollout_rows rows = {op->grid->tp_rank == 0 && op->grid->pp_rank == 0 ? n : 0,
                                     op->rtok,
                                     op->rmask,
                                     op->rstep,
