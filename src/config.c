@@ -58,6 +58,7 @@ static const struct namelist_key cfg_keys[] = {
     CR(loss, alpha, loss_alpha, "1.0", NL_GE | NL_LE, 0, 1),
     CR(loss, beta, loss_beta, "0.5", NL_GT | NL_LT, 0, 1),
     CB(loss, t2_scale, loss_t2_scale, ".true."),
+    CR(loss, onpolicy, loss_onpolicy, "0.0", NL_GE | NL_LE, 0, 1),
     CI(loss, chunk_tokens, loss_chunk_tokens, "0", NL_GE, 0, 0),
     CR(loss, router_aux, loss_router_aux, "-1.0", NL_GE, -1, 0),
     CR(optim, lr, optim_lr, "3e-4", NL_GE, 0, 0),
@@ -86,6 +87,12 @@ static const struct namelist_key cfg_keys[] = {
     CS(log, metrics, log_metrics, "''", NULL, NL_PATH),
     CW(log, level, log_level, "'info'", KD_LOG_LEVEL_WORDS),
     CR(log, peak_tflops, log_peak_tflops, "0.0", NL_GE, 0, 0),
+    CI(generate, max_new_tokens, gen_max_new_tokens, "64", NL_GE, 1, 0),
+    CR(generate, temperature, gen_temperature, "1.0", NL_GE, 0, 0),
+    CI(generate, top_k, gen_top_k, "0", NL_GE, 0, 0),
+    CR(generate, top_p, gen_top_p, "1.0", NL_GT | NL_LE, 0, 1),
+    CB(generate, save, gen_save, ".false."),
+    NAMELIST_LIST(kd_config, generate, eos, NL_INT, gen_eos, gen_neos, "-1", NL_GE, -1, 0, NULL),
 };
 
 #define MI(k, d, fl, lo, hi) NAMELIST_KEY(kd_card, model, k, NL_INT, k, d, fl, lo, hi, NULL)
@@ -621,6 +628,31 @@ static int check_files(struct namelist_ctx *c, const struct kd_config *cfg) {
   return rc;
 }
 
+/* On-policy distillation (loss%onpolicy > 0, doc/user-guide.md, "On-policy distillation"): a live
+ * teacher scores the student's continuations, in mode 'distill', on one pipeline stage. */
+static int check_onpolicy(struct namelist_ctx *c, const struct kd_config *cfg) {
+  if (cfg->loss_onpolicy <= 0) return 0;
+  const size_t op = key_index(c, "loss", "onpolicy");
+  if (cfg->run_mode != KD_MODE_DISTILL)
+    return namelist_key_err(c, op, (long)key_index(c, "run", "mode"),
+                            "%g with mode '%s': the student's continuations are scored by a "
+                            "teacher; expected 0, or mode 'distill'",
+                            cfg->loss_onpolicy, kd_run_mode_names[cfg->run_mode]);
+  if (cfg->teacher_source == KD_TEACHER_CACHE)
+    return namelist_key_err(c, key_index(c, "teacher", "source"), (long)op,
+                            "'cache' with loss%%onpolicy = %g: the teacher cache holds the "
+                            "teacher's distribution over the data's own text and cannot score "
+                            "text the student writes; expected 'live' (or loss%%onpolicy = 0)",
+                            cfg->loss_onpolicy);
+  if (cfg->par_pp > 1)
+    return namelist_key_err(c, key_index(c, "parallel", "pp"), (long)op,
+                            "%d with loss%%onpolicy = %g: generation through a pipeline of "
+                            "stages is not yet computed by on-policy training; expected pp = 1 "
+                            "(tp and dp work)",
+                            cfg->par_pp, cfg->loss_onpolicy);
+  return 0;
+}
+
 static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
   size_t mode = key_index(c, "run", "mode"), tcard = key_index(c, "teacher", "card");
   size_t scard = key_index(c, "student", "card"), train = key_index(c, "data", "train");
@@ -636,6 +668,7 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
     return namelist_key_err(c, tcache, (long)(cache ? mode : key_index(c, "teacher", "source")),
                             "missing; expected the path of the teacher cache file");
   if (distill && cached && config_check_cache_loss(cfg, c->err, c->errlen)) return KD_EXIT_INPUT;
+  if (check_onpolicy(c, cfg)) return KD_EXIT_INPUT;
   if (distill && cached) distill = 0; /* no teacher model */
   if (distill && !cfg->teacher_card[0] && !cfg->teacher_init[0])
     return namelist_key_err(c, tcard, (long)mode,

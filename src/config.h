@@ -141,6 +141,8 @@ struct kd_config {
   enum loss_kind loss_kind; /* 'fkl' | 'rkl' | 'jsd' */
   double loss_temperature, loss_alpha, loss_beta;
   int loss_t2_scale;
+  double loss_onpolicy;      /* GKD's lambda: fraction of each global batch the student continues
+                                itself (0: off; onpolicy.h) */
   int64_t loss_chunk_tokens; /* 0: from the memory budget */
   double loss_router_aux;    /* weight of an MoE student's load-balancing loss; -1: the
                                 student card's router_aux_loss_coef (config_router_aux) */
@@ -167,6 +169,15 @@ struct kd_config {
   char log_metrics[KD_PATH_MAX]; /* '' in the input: resolved to run%out_dir/metrics.csv */
   enum kd_log_level log_level;
   double log_peak_tflops; /* one rank's peak for the MFU column; 0: from the hardware */
+  /* &generate: the student's continuations (on-policy distillation, doc/user-guide.md, "On-policy
+   * distillation") */
+  int gen_max_new_tokens;
+  double gen_temperature; /* 0: greedy */
+  int gen_top_k;          /* 0: no top-k filter */
+  double gen_top_p;       /* 1: no top-p filter */
+  int gen_save;           /* every generated batch into run%out_dir/rollouts.h5 */
+  int gen_eos[8];         /* end-of-sequence ids (-1: none) */
+  int gen_neos;
 
   /* Every path above is absolute after config_load (relative ones are taken from the
    * current directory). Resolved model cards: teacher only in mode 'distill' with a

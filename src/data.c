@@ -58,7 +58,15 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
       data_close(d);
       return KD_EXIT_INPUT;
     }
-    s->nsamples = (s->src.ntok - 1) / (size_t)seq_len;
+    if (s->src.row && s->src.row != (size_t)seq_len + 1) {
+      kd_seterr(err, errlen,
+                "%s: holds rows of %zu tokens (windows of seq_len %zu); expected "
+                "data%%seq_len = %zu",
+                s->src.path, s->src.row, s->src.row - 1, s->src.row - 1);
+      data_close(d);
+      return KD_EXIT_INPUT;
+    }
+    s->nsamples = s->src.row ? s->src.ntok / s->src.row : (s->src.ntok - 1) / (size_t)seq_len;
     if (s->nsamples > UINT32_MAX) {
       kd_seterr(err, errlen, "%s: %zu samples exceed the supported 2^32 - 1", s->src.path,
                 s->nsamples);
@@ -145,10 +153,16 @@ size_t data_sample_index(struct kd_data *d, int64_t g) {
   return s;
 }
 
+/* The first token of window w: windows of a stream share their boundary token, rows
+ * (data_source.row) do not. */
+static size_t data_window_start(const struct data_source *src, size_t w, size_t T) {
+  return w * (src->row ? src->row : T);
+}
+
 /* Window w of file `set` into inputs/labels (seq_len each); masked labels become -1. */
 static void data_copy_window(struct kd_data *d, int set, size_t w, int *inputs, int *labels) {
   const struct data_source *src = &d->set[set].src;
-  const size_t T = (size_t)d->seq_len, base = w * T;
+  const size_t T = (size_t)d->seq_len, base = data_window_start(src, w, T);
   data_source_tokens(src, base, T, inputs);
   data_source_tokens(src, base + 1, T, labels);
   if (!src->mask) return;
@@ -162,7 +176,7 @@ static int64_t data_window_counted(struct kd_data *d, int set, size_t w) {
   const struct data_source *src = &d->set[set].src;
   const size_t T = (size_t)d->seq_len;
   if (!src->mask) return (int64_t)T;
-  data_source_mask(src, w * T + 1, T, d->mbuf);
+  data_source_mask(src, data_window_start(src, w, T) + 1, T, d->mbuf);
   int64_t c = 0;
   for (size_t t = 0; t < T; t++)
     c += d->mbuf[t];

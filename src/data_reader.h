@@ -40,6 +40,9 @@ struct data_source {
   const unsigned char *tok;    /* ntok elements */
   size_t tok_offset;           /* byte offset of element 0 in tok_path (for messages) */
   const unsigned char *mask;   /* ntok bytes, nonzero = counted; NULL: every token counts */
+  size_t row;                  /* 0: windows of seq_len + 1 tokens at multiples of seq_len (a
+                                  stream); else the file is rows of `row` tokens, one window
+                                  each, sharing no token ('rollouts': row = seq_len + 1) */
   void *map[DATA_SOURCE_MAPS]; /* mmaps to release */
   size_t map_bytes[DATA_SOURCE_MAPS];
   void *heap[DATA_SOURCE_MAPS]; /* buffers to free */
@@ -54,6 +57,7 @@ int data_raw_open(struct data_source *s, char *err, size_t errlen);
 int data_megatron_open(struct data_source *s, char *err, size_t errlen);
 int data_llmc_open(struct data_source *s, char *err, size_t errlen);
 int data_h5_open(struct data_source *s, char *err, size_t errlen);
+int data_rollouts_open(struct data_source *s, char *err, size_t errlen);
 
 /* --- services for the readers (data_reader.c) ---------------------------------------- */
 

@@ -23,6 +23,7 @@ static const struct data_format {
     [KD_DATA_H5] = {data_h5_open, 0},              /* /tokens read as int64 */
     [KD_DATA_MEGATRON] = {data_megatron_open, 0},  /* the index's dtype code */
     [KD_DATA_LLMC] = {data_llmc_open, 0},          /* the header's model */
+    [KD_DATA_ROLLOUTS] = {data_rollouts_open, 0},  /* rows of rollouts.h5, as int64 */
 };
 _Static_assert(sizeof data_formats / sizeof data_formats[0] == KD_DATA_NFORMATS,
                "one data_formats entry per enum kd_data_format");

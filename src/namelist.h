@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 #define NAMELIST_STR_MAX 512  /* longest string field a table may describe (with its NUL) */
-#define NAMELIST_MAXKEYS 64   /* most keys in one table */
+#define NAMELIST_MAXKEYS 96   /* most keys in one table */
 #define NAMELIST_MAXLIST 1024 /* most values of a list key */
 
 /* NL_INT: int or int64_t by field size. NL_WORD: one word of `choices` (quoted as a string in

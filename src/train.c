@@ -25,6 +25,7 @@
 #include "loss.h"
 #include "metrics.h"
 #include "model.h"
+#include "onpolicy.h"
 #include "optim.h"
 #include "plan.h"
 #include "schedule.h"
@@ -64,6 +65,7 @@ struct run {
   struct kd_data tc_data;     /* the training data again: its own blend cursor, which only
                                  moves forward as the cache rows are looked up */
   int64_t tc_g0;              /* first global sample of this rank's share of the step */
+  struct onpolicy onp;        /* loss%onpolicy > 0: the student's continuations (onpolicy.h) */
 };
 
 /* Open teacher%cache and check it against this run (every rank; the same verdict). */
@@ -417,11 +419,13 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   teacher_setup(r, vc);
   if (!r->eval) tokenizer_setup(r, resumed);
   data_setup(r, vc);
+  if (!r->eval) onpolicy_setup(&r->onp, cfg, &r->grid, &r->train, vc);
   pipe_setup(r, dp);
   rate_setup(r);
 }
 
 static void run_teardown(struct run *r) {
+  onpolicy_free(&r->onp);
   pipe_free(&r->pipe);
   if (r->distill && !r->cached) model_free(&r->teacher, &r->be);
   if (r->cached) {
@@ -447,10 +451,15 @@ struct fetch_ctx {
   struct kd_data *data;
   int64_t g0, b0;
   int mb, dp, sequential;
+  struct onpolicy *onp; /* non-NULL: the step's share as on-policy training rewrote it */
 };
 
 static void fetch_batch(void *arg, int m, int *inputs, int *labels) {
   struct fetch_ctx *f = arg;
+  if (f->onp) {
+    onpolicy_fetch(f->onp, m, inputs, labels);
+    return;
+  }
   if (f->sequential)
     data_batch_sequential(f->data, (f->b0 + (int64_t)m * f->dp) * f->mb, f->mb, inputs, labels);
   else
@@ -475,7 +484,7 @@ static double validate(struct run *r) {
   const int mb = cfg->par_micro_batch, nb = cfg->data_valid_batches, dp = r->grid.dp;
   /* DP rank d evaluates batches d, d + dp, ...; ranks past the end take none */
   const int mine = nb / dp + (r->grid.dp_rank < nb % dp ? 1 : 0);
-  struct fetch_ctx f = {&r->valid, 0, r->grid.dp_rank, mb, dp, 1};
+  struct fetch_ctx f = {&r->valid, 0, r->grid.dp_rank, mb, dp, 1, NULL};
   pipe_eval(&r->pipe, mine, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
   const int64_t counted = data_count_labels_sequential(&r->valid, 0, (int64_t)nb * mb);
@@ -512,11 +521,11 @@ static void log_validation(struct run *r, int64_t step) {
             (long long)step);
   else
     kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
-  double v[12];
-  for (int i = 0; i < 12; i++)
+  double v[15];
+  for (int i = 0; i < 15; i++)
     v[i] = NAN;
   v[10] = vl;
-  metrics_put(r, step, v, 12);
+  metrics_put(r, step, v, 15);
 }
 
 /* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
@@ -555,11 +564,15 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
   const float scale = (float)scaler->scale;
   be->zero(be, r->student.grad, r->student.numel);
   struct loss_sums sums = {0, 0};
-  struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0};
+  struct fetch_ctx f = {&r->train, consumed + (int64_t)r->grid.dp_rank * share, 0, mb, 1, 0, NULL};
   r->tc_g0 = f.g0; /* the cached teacher rows follow the same samples */
   /* losses are means over the counted labels of the whole global batch: every rank
    * counts them from the data alone (no communication), so all agree */
-  const double counted = (double)data_count_labels(&r->train, consumed, gb);
+  double counted = (double)data_count_labels(&r->train, consumed, gb);
+  if (r->onp.on) { /* a share of the batch continued by the student; its labels counted */
+    counted += onpolicy_generate(&r->onp, be, &r->student, &r->train, step, consumed, f.g0);
+    f.onp = &r->onp;
+  }
   o.empty = counted == 0;
   if (o.empty)
     kd_info("kdtrain: warning: step %lld: no counted label in the global batch (every "
@@ -628,7 +641,7 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
           (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
           o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
           100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta, imb);
-  double v[12] = {o->loss,
+  double v[15] = {o->loss,
                   r->distill ? o->loss_kd : NAN,
                   o->loss_ce,
                   o->lr,
@@ -640,7 +653,8 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
                   (double)peak,
                   NAN,
                   o->loss_aux};
-  metrics_put(r, step, v, 12);
+  onpolicy_metrics(&r->onp, v + 12);
+  metrics_put(r, step, v, 15);
 }
 
 /* Minor page faults per step on rank 0: the first step's, then the others' mean and most. */

@@ -54,7 +54,8 @@ extern const char *const kd_cache_select_names[TCACHE_NSELECT];
   X(KD_DATA_U32, "u32")                                                                            \
   X(KD_DATA_H5, "h5")                                                                              \
   X(KD_DATA_MEGATRON, "megatron")                                                                  \
-  X(KD_DATA_LLMC, "llmc")
+  X(KD_DATA_LLMC, "llmc")                                                                          \
+  X(KD_DATA_ROLLOUTS, "rollouts")
 enum kd_data_format { KD_DATA_FORMAT_LIST(KD_WORD_ENUM) KD_DATA_NFORMATS };
 #define KD_DATA_FORMAT_WORDS KD_WORDS_OF(KD_DATA_FORMAT_LIST)
 extern const char *const kd_data_format_names[KD_DATA_NFORMATS];

@@ -1,0 +1,71 @@
+/* onpolicy.h: on-policy distillation (loss%onpolicy = lambda, GKD's fraction; doc/user-guide.md,
+ * "On-policy distillation").
+ * Before each step's pipeline pass, a deterministic lambda share of the global batch (chosen
+ * from (seed, step, sample) alone, so every layout picks the same samples) is rewritten: the
+ * sample's prompt (its tokens before the first counted token) is continued by the student
+ * (generate.c, draws keyed by (seed, step, sample, position)), the window becomes prompt +
+ * continuation (cut to seq_len + 1 tokens, padded with id 0) and only the generated tokens
+ * count in the loss. The pipeline then runs as for any batch: the teacher scores the new
+ * windows, the student trains on them, the loss is a mean over the counted tokens of the
+ * global batch. Needs a masked dataset, a live teacher and pp = 1 (config.c, onpolicy_setup). */
+#ifndef KD_ONPOLICY_H
+#define KD_ONPOLICY_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "data.h"
+#include "generate.h"
+#include "grid.h"
+#include "model.h"
+#include "rollouts.h"
+
+struct onpolicy {
+  int on; /* loss%onpolicy > 0 */
+  const struct kd_config *cfg;
+  const struct kd_grid *grid;
+  struct kd_gen_opts opts;
+  int T, mb, gb, share;
+  int vocab;                /* ids the teacher has (a continuation stops before any other) */
+  int *inputs, *labels;     /* (share, T): this rank's share of the step, rewritten */
+  int *pick;                /* (gb): 1 where the global batch's sample is generated */
+  int *prompts, *plen;      /* (mb, T), (mb): one run of generated samples */
+  int *out, *nout;          /* (mb, T), (mb): their continuations */
+  int *rtok, *rlen, *rplen; /* (share, T + 1), (share), (share): rows for rollouts.h5 */
+  unsigned char *rmask;     /* (share, T + 1) */
+  int64_t *rstep, *rsample; /* (share) */
+  int save, ro_open;
+  struct rollouts ro;
+  /* the last step, over the world: tokens produced, seconds (slowest rank), samples
+   * generated, continuation tokens kept, continuations ended by an end id */
+  double made, secs, nseq, kept, ended;
+};
+
+/* Set up on-policy training when loss%onpolicy > 0 (else op->on = 0 and nothing else):
+ * refuses (exit 2, naming loss%onpolicy) training data without a loss mask. `vocab`: the
+ * ids the teacher has. Collective over MPI_COMM_WORLD. With generate%save, rollouts.h5 is
+ * opened at the run's first step (created, or cut after the resumed step). */
+void onpolicy_setup(struct onpolicy *op, const struct kd_config *cfg, const struct kd_grid *grid,
+                    const struct kd_data *train, int vocab);
+void onpolicy_free(struct onpolicy *op);
+
+/* Whether global sample `sample` of the step's global batch starting at `first` is generated:
+ * the round(lambda * gb) samples of smallest counter-based draw under (seed, step, sample).
+ * Every rank gives the same answer. */
+void onpolicy_pick(const struct onpolicy *op, int64_t step, int64_t first, int *pick);
+
+/* The step's on-policy part: fetch this rank's share of the global batch (global samples
+ * `g0` .., from `train`), continue its picked samples with the student (its working weights,
+ * as a frozen model), write the rows to rollouts.h5 when saving. Returns the change of the
+ * global batch's counted labels (the same on every rank). Collective over MPI_COMM_WORLD. */
+double onpolicy_generate(struct onpolicy *op, struct kd_backend *be, const struct kd_model *student,
+                         struct kd_data *train, int64_t step, int64_t consumed, int64_t g0);
+
+/* pipe_fetch_fn over the rewritten share (arg: the struct onpolicy). */
+void onpolicy_fetch(void *arg, int m, int *inputs, int *labels);
+
+/* The metrics columns gen_tok_per_s, gen_len, gen_eos_frac of the last step (NAN when
+ * nothing was generated). */
+void onpolicy_metrics(const struct onpolicy *op, double v[3]);
+
+#endif

@@ -1,0 +1,105 @@
+#!/bin/sh
+# On-policy distillation (loss%onpolicy, &generate; src/onpolicy.c, src/rollouts.c) with a
+# random Qwen2 teacher and student written by transformers (ref/onpolicy_ref.py), a masked
+# token file of two windows (prompts of 5 and 11 tokens) and a global batch of both:
+#  - lambda = 1: the step's loss and gradient norm equal TRL's GKDTrainer.generalized_jsd_loss
+#    (completion mask) on the sequences kdtrain generated (read back from rollouts.h5), for
+#    TRL's beta = 0 (loss%kind 'fkl'), 0.5 ('jsd', beta 0.5) and 1 ('rkl'), within 1e-4; the
+#    three runs generated the same rows; each row is prompt + continuation + padding with the
+#    mask on the continuation; gen_len and gen_eos_frac agree with the file;
+#  - replay: data%format = 'rollouts' on that rollouts.h5 (loss%onpolicy = 0) gives the same
+#    loss and gradient norm;
+#  - greedy (generate%temperature = 0): the continuations are transformers' generate();
+#  - the same rows and losses on tp 2 and on dp 2 (ZeRO-1 too) as on 1 rank (lambda 1 and 0.5), and after
+#    a checkpoint and resume (the resumed run cuts rollouts.h5 after its step and appends);
+#  - loss%onpolicy = 0 writes no rollouts.h5 and leaves the gen_* columns empty;
+#  - refusals (exit 2, the key named): a teacher cache, data without a loss mask, pp 2,
+#    mode 'train', a rollouts file read with another seq_len.
+set -eu
+. "${KD_SRCDIR:?}/validation/lib.sh"
+kd_python_or_skip torch transformers safetensors h5py numpy trl
+export OMP_NUM_THREADS=1
+conv="${KD_BUILDDIR:-$KD_SRCDIR}/src/tools/kdconvert"
+ref() { "$KD_PYTHON" "$KD_SRCDIR/validation/ref/onpolicy_ref.py" "$@"; }
+T=32
+
+ref make "$PWD" $T || fail "reference models"
+for role in teacher student; do
+  "$conv" from-hf "hf_$role" "$role.h5" > "convert_$role.txt" 2>&1 \
+    || { cat "convert_$role.txt"; fail "kdconvert from-hf $role"; }
+done
+cat > base.nml <<EOF
+&run mode = 'distill', steps = 1, seed = 7, out_dir = 'r1' /
+&teacher card = 'teacher.nml', init = 'teacher.h5' /
+&student card = 'student.nml', init = 'student.h5' /
+&parallel micro_batch = 1, global_batch = 2 /
+&data train = 'tokens.h5', format = 'h5', seq_len = $T /
+&loss kind = 'rkl', onpolicy = 1.0 /
+&generate max_new_tokens = 24, temperature = 1.0, top_p = 0.95, save = .true.,
+          eos = 3, 17, 29, 41, 53, 65, 77, 89 /
+&optim lr = 1e-2, warmup = 1 /
+&precision compute = 'fp32' /
+EOF
+kd_log=log.txt
+
+echo "== lambda 1: kdtrain's step against TRL's generalized JSD on the generated rows"
+for kind in fkl jsd rkl; do
+  kd 1 loss%kind="'$kind'" loss%beta=0.5 run%out_dir="'a_$kind'"
+done
+ref check "$PWD" a_fkl 0 a_jsd 0.5 a_rkl 1 || fail "not TRL's loss"
+ref same a_fkl a_rkl > /dev/null || fail "the loss kind changed the generated rows"
+ref same a_fkl a_jsd > /dev/null || fail "the loss kind changed the generated rows"
+
+echo "== replay: data%format = 'rollouts' gives the on-policy step's loss and gradient norm"
+kd 1 data%train="'a_rkl/rollouts.h5'" data%format="'rollouts'" loss%onpolicy=0 run%out_dir="'replay'"
+kd_same_metrics a_rkl replay "replay of a_rkl's rows" 1 || fail "replay of rollouts.h5"
+
+echo "== greedy continuations against transformers' generate"
+kd 1 generate%temperature=0 run%out_dir="'greedy'"
+ref greedy "$PWD" greedy || fail "greedy continuations"
+
+echo "== layouts and resume: the same generated rows and losses"
+kd 2 parallel%tp=2 run%out_dir="'tp2'"
+ref same a_rkl tp2 || fail "tp 2 generated other rows"
+kd_same_metrics a_rkl tp2 "tp 2" 1 || fail "tp 2: other loss or gradient norm"
+kd 2 run%out_dir="'dp2'"
+ref same a_rkl dp2 || fail "dp 2 generated other rows"
+kd_same_metrics a_rkl dp2 "dp 2" 1 || fail "dp 2: other loss or gradient norm"
+kd 2 parallel%zero=1 run%out_dir="'z2'"
+ref same a_rkl z2 || fail "dp 2 with ZeRO-1 generated other rows"
+kd 1 loss%onpolicy=0.5 run%out_dir="'h1'"
+kd 2 loss%onpolicy=0.5 run%out_dir="'h2'"
+ref same h1 h2 || fail "lambda 0.5: dp 2 generated other rows"
+kd_same_metrics h1 h2 "lambda 0.5 dp 2" 1 || fail "lambda 0.5: dp 2 differs"
+[ "$("$KD_PYTHON" -c "import h5py; print(h5py.File('h1/rollouts.h5')['step'].shape[0])")" = 1 ] \
+  || fail "lambda 0.5 of a batch of 2 did not generate 1 row"
+# resume at step 1 with the 2-step run's rollouts.h5: its step-2 rows are dropped, then
+# written again by the resumed step 2
+kd 1 run%steps=2 checkpoint%every=1 run%out_dir="'full'"
+mkdir res && cp full/rollouts.h5 res/
+kd 1 run%steps=2 run%out_dir="'res'" checkpoint%resume="'full/checkpoints/step_00000001.h5'"
+ref same full res || fail "the resumed run generated other rows"
+step2() { awk -F, '$1 == 2 && $2 != "" { print $2, $6, $14 }' "$1/metrics.csv"; }
+[ -n "$(step2 full)" ] && [ "$(step2 full)" = "$(step2 res)" ] \
+  || fail "resumed step 2: $(step2 res), not $(step2 full)"
+
+echo "== loss%onpolicy = 0: no generation"
+kd 1 loss%onpolicy=0 run%out_dir="'off'"
+[ ! -e off/rollouts.h5 ] || fail "onpolicy 0 wrote rollouts.h5"
+awk -F, 'NR > 1 && $2 != "" && $13 $14 $15 != "" { exit 1 }' off/metrics.csv || fail "gen_* columns filled"
+
+echo "== refusals"
+refused() { # WHAT PATTERN OVERRIDES...: exit 2 and PATTERN in the message
+  what=$1 pat=$2; shift 2
+  rc=0; $MPIEXEC -n 1 "$KDTRAIN" base.nml run%out_dir="'bad'" "$@" > bad.txt 2>&1 || rc=$?
+  [ "$rc" -eq 2 ] && grep -q "$pat" bad.txt || { cat bad.txt; fail "$what: exit $rc"; }
+  [ ! -e bad ] || fail "$what: out_dir created"
+  echo "ok $what: $(grep -m1 "$pat" bad.txt)"
+}
+refused "teacher cache" "&teacher source: 'cache' with loss%onpolicy" \
+  teacher%source="'cache'" teacher%cache="'none.h5'"
+refused "unmasked data" "&loss onpolicy: 1 with training data without a loss mask" data%train="'plain.h5'"
+refused "pp 2" "&parallel pp: 2 with loss%onpolicy = 1: .*not yet computed" parallel%pp=2
+refused "mode train" "&loss onpolicy: 1 with mode 'train'" run%mode="'train'"
+refused "rollouts seq_len" "rows of 33 tokens.*expected data%seq_len = 32" \
+  data%train="'a_rkl/rollouts.h5'" data%format="'rollouts'" data%seq_len=16
