@@ -594,7 +594,9 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
     o.loss_aux = o.empty ? NAN : aux / nmb;
     o.loss += aux_w * o.loss_aux;
   }
-  for (int j = 0; j < 2; j++) { /* the routers' load imbalance over every rank */
+  const int moe = card_sparse_layers(&r->student.card) ||
+                  (r->pipe.teacher && card_sparse_layers(&r->pipe.teacher->card));
+  for (int j = 0; j < 2 && moe && !o.empty; j++) { /* the routers' load over every rank */
     double sn[2] = {r->pipe.imb_sum[j], (double)r->pipe.imb_n[j]}, mx = r->pipe.imb_max[j];
     MPI_Allreduce(MPI_IN_PLACE, sn, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

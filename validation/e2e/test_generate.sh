@@ -1,8 +1,9 @@
 #!/bin/sh
 # Generation with a KV cache (src/generate.c, src/tools/kdgen) against transformers' own
-# generate(): random models of five families written by transformers (Qwen2 with biases,
+# generate(): random models of seven families written by transformers (Qwen2 with biases,
 # Qwen3 with q/k norms, Llama with llama3 RoPE, Mistral with a window of 6 shorter than
-# prompt + continuation, Gemma 3 with windows, local RoPE and pad id 0; ref/gen_ref.py),
+# prompt + continuation, Gemma 3 with windows, local RoPE and pad id 0, the mixtures of
+# experts Qwen3-MoE (a dense layer among sparse ones) and Mixtral; ref/gen_ref.py),
 # three prompts of 5, 11 and 1 ids in one batch:
 #  - greedy kdgen gives transformers' greedy ids token for token, on 1 rank and on 2
 #    tensor-parallel ranks (the vocabulary split: the row never gathered);
@@ -16,7 +17,7 @@ kd_python_or_skip torch transformers safetensors
 export OMP_NUM_THREADS=1
 conv="$KD_BUILDDIR/src/tools/kdconvert" gen="$KD_BUILDDIR/src/tools/kdgen"
 NEW=12
-fams="qwen2 qwen3 llama3 mistral_sw gemma3"
+fams="qwen2 qwen3 llama3 mistral_sw gemma3 qwen3_moe mixtral"
 "$KD_PYTHON" "$KD_SRCDIR/validation/ref/gen_ref.py" "$PWD" $NEW $fams || fail "reference"
 sample="--temperature 0.9 --top-k 20 --top-p 0.9 --seed 3"
 for f in $fams; do

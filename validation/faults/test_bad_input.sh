@@ -250,13 +250,32 @@ arch = 'gpt2'
 vocab_size = 256, hidden_size = 32, intermediate_size = 64, num_hidden_layers = 1
 num_attention_heads = 4, num_key_value_heads = 2
 NML
-check use_arch.nml "arch.nml:2:" "&model arch" "'qwen2', 'llama', 'qwen3' or 'gemma3'"
+check use_arch.nml "arch.nml:2:" "&model arch" "'qwen2', 'llama', 'qwen3', 'gemma3', 'qwen3_moe' or 'mixtral'"
 card act.nml <<'NML'
 hidden_activation = 'gelu_pytorch_tanh'
 vocab_size = 256, hidden_size = 32, intermediate_size = 64, num_hidden_layers = 1
 num_attention_heads = 4, num_key_value_heads = 2
 NML
 check use_act.nml "act.nml:2:" "&model hidden_activation" "not computed for arch 'qwen2'"
+card moekey.nml <<'NML'
+vocab_size = 256, hidden_size = 32, intermediate_size = 64, num_hidden_layers = 1
+num_attention_heads = 4, num_key_value_heads = 2
+num_experts = 8
+NML
+check use_moekey.nml "moekey.nml:4:" "&model num_experts" "mixture-of-experts key on a 'qwen2' card"
+card moek.nml <<'NML'
+arch = 'qwen3_moe', vocab_size = 256, hidden_size = 32, intermediate_size = 64
+num_hidden_layers = 1, num_attention_heads = 4, num_key_value_heads = 2
+num_experts = 4, moe_intermediate_size = 16
+num_experts_per_tok = 5
+NML
+check use_moek.nml "moek.nml:5:" "&model num_experts_per_tok" "expected at most num_experts"
+card mixnorm.nml <<'NML'
+arch = 'mixtral', vocab_size = 256, hidden_size = 32, intermediate_size = 64
+num_hidden_layers = 1, num_attention_heads = 4, num_key_value_heads = 2, num_experts = 4
+norm_topk_prob = .false.
+NML
+check use_mixnorm.nml "mixnorm.nml:4:" "&model norm_topk_prob" "Mixtral always renormalises"
 card ckey.nml <<'NML'
 vocab_size = 256, hidden_size = 32, intermediate_size = 64, num_layers = 1
 num_attention_heads = 4, num_key_value_heads = 2
