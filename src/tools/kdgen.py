@@ -119,7 +119,8 @@ def read_prompts(args):
 
 
 def load_tokenizer(weights):
-    """The Hugging Face tokenizer stored under /tokenizer of the weights file."""
+    """The Hugging Face tokenizer stored under /tokenizer of the weights file, and the
+    model's max_position_embeddings (/config; None when not stated)."""
     try:
         import h5py
         from transformers import AutoTokenizer
@@ -129,6 +130,7 @@ def load_tokenizer(weights):
     try:
         try:
             with h5py.File(weights, "r") as f:
+                npos = f["config"].attrs.get("max_position_embeddings") if "config" in f else None
                 if "tokenizer" not in f:
                     fail(EXIT_INPUT, f"{weights}: no /tokenizer group; expected the tokenizer "
                          "files kdconvert from-hf stores (convert the model with its "
@@ -142,7 +144,7 @@ def load_tokenizer(weights):
         import warnings
         warnings.filterwarnings("ignore")
         try:
-            return AutoTokenizer.from_pretrained(tmp)
+            return AutoTokenizer.from_pretrained(tmp), None if npos is None else int(npos)
         except Exception as e:  # noqa: BLE001 (any tokenizer file the library refuses)
             fail(EXIT_INPUT, f"{weights}: cannot load the tokenizer of /tokenizer ({e})")
     finally:
@@ -200,13 +202,17 @@ def parse(argv):
 def start(args, argv):
     """Tokenise, then become the engine (whose rank 0 comes back as finish())."""
     prompts = read_prompts(args)
-    tok = load_tokenizer(args.weights)
+    tok, npos = load_tokenizer(args.weights)
     where = args.prompts or "--prompt"
     ids = []
     for i, p in enumerate(prompts):
         x = encode(tok, p, prompt_text(tok, p, where))
         if not x:
             fail(EXIT_INPUT, f"{where}: prompt {i + 1} has no tokens")
+        if npos is not None and len(x) + args.max_new_tokens > npos:
+            fail(EXIT_INPUT, f"{where}: prompt {i + 1} of {len(x)} tokens and --max-new-tokens "
+                 f"{args.max_new_tokens} exceed max_position_embeddings = {npos} of "
+                 f"{args.weights}")
         ids.append(x)
     if not ids:
         fail(EXIT_INPUT, f"{where} holds no prompt")
@@ -246,7 +252,7 @@ def finish(args):
             raise ValueError(f"{len(made)} lines of ids for {len(prompts)} prompts")
     except (OSError, ValueError) as e:
         fail(EXIT_IO, f"cannot read the engine's ids {args.finish} ({e})")
-    tok = load_tokenizer(args.weights)
+    tok = load_tokenizer(args.weights)[0]
     where = args.prompts or "--prompt"
     rows = []
     for p, ids in zip(prompts, made):

@@ -7,8 +7,8 @@
 # transformers' generate() ids and the tokenizer's decoded text, as do the prompt parts
 # of a kdprep chat dataset of that chat, written as JSONL
 # (prompt, text, ids) or as text; the same under mpiexec on 2 pipeline stages and on 2
-# data-parallel replicas; bad prompt files and a weights file without a tokenizer exit 2
-# naming the file.
+# data-parallel replicas; bad prompt files, a weights file without a tokenizer and a
+# continuation beyond max_position_embeddings exit 2 naming the file.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
 kd_python_or_skip torch transformers tokenizers h5py
@@ -78,4 +78,6 @@ mkdir -p notok && cp hf/config.json hf/*.safetensors notok/
 "$conv" from-hf notok notok.h5 > conv.txt 2>&1 || { cat conv.txt; fail "kdconvert from-hf notok"; }
 expect2 "notok.h5: no /tokenizer" notok.h5 --prompt hello
 expect2 "prompt" m.h5
+expect2 "prompts.txt: prompt 1 of .* exceed max_position_embeddings = 128" m.h5 --prompts prompts.txt \
+  --max-new-tokens 125
 echo "all kdgen checks passed"
