@@ -173,7 +173,7 @@ def encode(tok, p, text):
 
 
 def parse(argv):
-    ap = argparse.ArgumentParser(prog="kdgen", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="kdgen", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("weights", help="kdtrain weights file or checkpoint (with /tokenizer)")
     ap.add_argument("--prompt", action="append", help="a prompt (may be given again)")
