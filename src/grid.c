@@ -44,10 +44,25 @@ int grid_init(struct kd_grid *g, int tp, int pp, int dp, char *err, size_t errle
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &g->node_comm);
   MPI_Comm_rank(g->node_comm, &g->node_rank);
   MPI_Comm_size(g->node_comm, &g->node_size);
+  g->ep = 1, g->ep_rank = 0, g->edp = dp, g->edp_rank = g->dp_rank;
+  g->ep_comm = MPI_COMM_NULL, g->edp_comm = g->dp_comm;
+  return 0;
+}
+
+int grid_ep_init(struct kd_grid *g, int ep, int experts, char *err, size_t errlen) {
+  const int rc = grid_ep_layout(g->dp, ep, experts, err, errlen);
+  if (rc || ep == g->ep) return rc;
+  KD_CHECK(g->ep == 1, "grid_ep_init: ep is %d already", g->ep);
+  grid_ep_comms(g, ep, &g->ep_comm, &g->edp_comm);
+  g->ep = ep, g->ep_rank = g->dp_rank % ep, g->edp = g->dp / ep, g->edp_rank = g->dp_rank / ep;
   return 0;
 }
 
 void grid_free(struct kd_grid *g) {
+  if (g->ep > 1) {
+    MPI_Comm_free(&g->ep_comm);
+    MPI_Comm_free(&g->edp_comm);
+  }
   MPI_Comm_free(&g->tp_comm);
   MPI_Comm_free(&g->dp_comm);
   MPI_Comm_free(&g->pp_comm);

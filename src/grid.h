@@ -20,6 +20,12 @@ struct kd_grid {
   MPI_Comm pp_comm;   /* ranks of my (tp, dp) that form one pipeline */
   MPI_Comm node_comm; /* ranks on my node (sharing memory) */
   int node_rank, node_size;
+  /* expert parallelism (grid_ep_init; grid_init leaves ep 1): my dp group's ep ranks
+   * exchange tokens, and the edp = dp / ep ranks holding my experts sum their gradients */
+  int ep, ep_rank;   /* ep_rank = dp_rank % ep */
+  int edp, edp_rank; /* edp_rank = dp_rank / ep */
+  MPI_Comm ep_comm;  /* my ep group (MPI_COMM_NULL when ep == 1) */
+  MPI_Comm edp_comm; /* the ranks holding my experts (dp_comm itself when ep == 1) */
 };
 
 /* The data-parallel size of tp x pp (x dp; 0: world / (tp * pp)) on `world` ranks into
@@ -60,6 +66,10 @@ MPI_Comm grid_embedding_comm(const struct kd_grid *g, int tied);
 int grid_ep_layout(int dp, int ep, int experts, char *err, size_t errlen);
 /* The two groups of grid_ep_layout. Collective over g->dp_comm; the caller frees them. */
 void grid_ep_comms(const struct kd_grid *g, int ep, MPI_Comm *ep_comm, MPI_Comm *edp_comm);
+/* Give the grid ep expert-parallel ranks (g->ep .. g->edp_comm; grid_free frees them).
+ * Collective over g->dp_comm when ep > 1. KD_EXIT_INPUT with a message in err when ep does
+ * not divide dp (experts: 0, or the experts ep must divide too). */
+int grid_ep_init(struct kd_grid *g, int ep, int experts, char *err, size_t errlen);
 
 /* An I/O sharing group: the ranks of `comm` that pass the same `color` (MPI_UNDEFINED:
  * none, MPI_COMM_NULL returned), ordered by `key`. Collective over comm. */

@@ -579,7 +579,8 @@ static void test_loss(struct st *x) {
 }
 
 /* A small Qwen2-shaped card for the training comparison; family 1: Qwen3-shaped (q/k
- * norms, no biases, head_dim apart from hidden / heads); 2: Gemma 3-shaped (q/k norms,
+ * norms, no biases, head_dim apart from hidden / heads); 3: mixtures of experts (below);
+ * 2: Gemma 3-shaped (q/k norms,
  * four (1 + w) norms per layer, GeGLU, scaled embedding, query_pre_attn_scalar, soft-capped
  * final logits, layer 0 a window of 13 with the local RoPE base, the student's attention
  * scores capped). */
@@ -618,6 +619,18 @@ static struct kd_card selftest_card(int teacher, int family) {
     c.layer_types[0] = KD_LAYER_SLIDING;
     c.layer_types[1] = KD_LAYER_FULL;
   }
+  if (family == 3) { /* mixtures of experts: a Mixtral teacher, a Qwen3-MoE student with a
+                        dense layer 0 (mlp_only_layers) before a sparse one */
+    c.arch = teacher ? KD_ARCH_MIXTRAL : KD_ARCH_QWEN3_MOE;
+    c.head_dim = teacher ? 0 : 24;
+    c.attention_bias = 0;
+    c.num_experts = 8;
+    c.num_experts_per_tok = 2;
+    c.norm_topk_prob = 1;
+    c.moe_intermediate_size = teacher ? 0 : 40;
+    c.n_mlp_only_layers = teacher ? 0 : 1;
+    c.mlp_only_layers[0] = 0;
+  }
   return c;
 }
 
@@ -637,6 +650,7 @@ static void train_two_steps(struct kd_backend *be, int bf16, int family, double 
   model_sync_working(&s, be);
   acts_build(&ta, be, &t, B, T);
   acts_build(&sa, be, &s, B, T);
+  sa.aux_weight = 0.01f / (float)N; /* an MoE student's load-balancing loss in the gradient */
   int *tokens = kd_malloc((N + 1) * sizeof(int));
   const int *labels = tokens + 1; /* next-token labels */
   uint64_t rng = 99;
@@ -671,8 +685,8 @@ static void train_two_steps(struct kd_backend *be, int bf16, int family, double 
 }
 
 static void test_training(struct st *x) {
-  static const char *const fam[3] = {"", "qwen3 ", "gemma3 "};
-  for (int family = 0; family < 3; family++) {
+  static const char *const fam[4] = {"", "qwen3 ", "gemma3 ", "moe "};
+  for (int family = 0; family < 4; family++) {
     double lc[2], lg[2];
     train_two_steps(x->cpu, x->bf16, family, lc);
     train_two_steps(x->gpu, x->bf16, family, lg);

@@ -403,6 +403,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   }
   kd_agree_or_fail(grid_init(&r->grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err),
                    err);
+  kd_agree_or_fail(grid_ep_init(&r->grid, cfg->par_ep, 0, err, sizeof err), err);
   r->cached = config_teacher_cached(cfg);
   backend_start(r, cfg);
   r->distill = cfg->run_mode == KD_MODE_DISTILL;
@@ -508,11 +509,11 @@ static void log_validation(struct run *r, int64_t step) {
             (long long)step);
   else
     kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
-  double v[11];
-  for (int i = 0; i < 11; i++)
+  double v[12];
+  for (int i = 0; i < 12; i++)
     v[i] = NAN;
   v[10] = vl;
-  metrics_put(r, step, v, 11);
+  metrics_put(r, step, v, 12);
 }
 
 /* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
@@ -531,8 +532,10 @@ static const char *format_rate(char *buf, size_t n, double x) {
 /* What one step measured. */
 struct step_out {
   double lr, loss, loss_kd, loss_ce, gnorm, dt;
-  int empty;  /* no counted label in the global batch: no update */
-  int finite; /* loss and gradient norm finite */
+  double loss_aux;                /* an MoE student's load-balancing loss (NAN: none) */
+  double imb_mean[2], imb_max[2]; /* routers' load imbalance, student / teacher (0: none) */
+  int empty;                      /* no counted label in the global batch: no update */
+  int finite;                     /* loss and gradient norm finite */
 };
 
 /* One optimizer step over the global batch starting at sample `consumed`: the pipeline of
@@ -559,12 +562,29 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
     kd_info("kdtrain: warning: step %lld: no counted label in the global batch (every "
             "label masked); update skipped\n",
             (long long)step);
-  else
-    pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
+  /* an MoE student's load-balancing loss: a mean over the global batch's micro-batches of
+   * transformers' loss of each (its forward pass), weighted by loss%router_aux */
+  const double aux_w = config_router_aux(cfg, &r->student.card), nmb = (double)gb / mb;
+  r->pipe.aux_weight = (float)(aux_w * scale / nmb);
+  if (!o.empty) pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
   o.loss_kd = o.empty ? NAN : sums.kd / counted;
   o.loss_ce = o.empty ? NAN : sums.ce / counted;
   o.loss = r->distill ? cfg->loss_alpha * o.loss_kd + (1 - cfg->loss_alpha) * o.loss_ce : o.loss_ce;
+  o.loss_aux = NAN;
+  if (card_sparse_layers(&r->student.card)) { /* summed on the last stages */
+    double aux = r->grid.tp_rank == 0 ? r->pipe.aux : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &aux, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    o.loss_aux = o.empty ? NAN : aux / nmb;
+    o.loss += aux_w * o.loss_aux;
+  }
+  for (int j = 0; j < 2; j++) { /* the routers' load imbalance over every rank */
+    double sn[2] = {r->pipe.imb_sum[j], (double)r->pipe.imb_n[j]}, mx = r->pipe.imb_max[j];
+    MPI_Allreduce(MPI_IN_PLACE, sn, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    o.imb_mean[j] = sn[1] > 0 ? sn[0] / sn[1] : 0;
+    o.imb_max[j] = mx;
+  }
   o.gnorm = o.empty ? 0.0 : update_reduce_grads(&r->update, be) / scale;
   o.finite = isfinite(o.gnorm) && isfinite(o.loss);
   if (!o.empty && scaler_update(scaler, o.finite)) {
@@ -589,16 +609,23 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
   kd_format_eta(eta, sizeof eta,
                 (kd_now() - t_start) / (double)(step - first + 1) *
                     (double)(cfg->run_steps - step));
-  char parts[64] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
+  char parts[96] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
   if (r->distill && !o->empty)
     snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", o->loss_kd, o->loss_ce);
+  if (!o->empty && !isnan(o->loss_aux))
+    snprintf(parts + strlen(parts), sizeof parts - strlen(parts), " (aux %.4f)", o->loss_aux);
+  char imb[96] = ""; /* the routers' busiest expert over the mean, mean and most over layers */
+  for (int j = 0; j < 2; j++)
+    if (o->imb_max[j] > 0)
+      snprintf(imb + strlen(imb), sizeof imb - strlen(imb), " | %s experts load %.2f (max %.2f)",
+               j ? "teacher" : "student", o->imb_mean[j], o->imb_max[j]);
   if (!o->empty) snprintf(lossw, sizeof lossw, "%.4f", o->loss);
   kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
-          "%s tok/s | mfu %.1f%% | peak %s | eta %s\n",
+          "%s tok/s | mfu %.1f%% | peak %s | eta %s%s\n",
           (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
           o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
-          100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
-  double v[11] = {o->loss,
+          100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta, imb);
+  double v[12] = {o->loss,
                   r->distill ? o->loss_kd : NAN,
                   o->loss_ce,
                   o->lr,
@@ -608,8 +635,9 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
                   tok_s,
                   mfu,
                   (double)peak,
-                  NAN};
-  metrics_put(r, step, v, 11);
+                  NAN,
+                  o->loss_aux};
+  metrics_put(r, step, v, 12);
 }
 
 /* Minor page faults per step on rank 0: the first step's, then the others' mean and most. */
@@ -738,6 +766,8 @@ static int cache_make(const struct kd_config *cfg) {
   r.cfg = cfg;
   kd_agree_or_fail(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
   if (config_check_batch(cfg, r.grid.dp, err, sizeof err)) kd_fail_all(KD_EXIT_INPUT, "%s", err);
+  if (config_check_ep(cfg, r.grid.dp, err, sizeof err)) kd_fail_all(KD_EXIT_INPUT, "%s", err);
+  kd_agree_or_fail(grid_ep_init(&r.grid, cfg->par_ep, 0, err, sizeof err), err);
   backend_start(&r, cfg);
   const int status = tcache_make_run(cfg, &r.be, &r.grid);
   comm_release(&r.be);

@@ -20,11 +20,22 @@ static int shard_dim(const struct kd_param *p) {
   return p->split_dim < 0 ? 0 : p->split_dim;
 }
 
-/* Build the shard table: every tensor's local block cut over DP along shard_dim. */
+/* The replicas of tensor p: the ranks holding the same experts (edp) for an expert's
+ * tensor, the whole data-parallel group for the others. Their communicator, its size
+ * (*n) and this rank's place (*r). With ep 1 both are the data-parallel group. */
+static MPI_Comm replicas(const struct kd_grid *g, const struct kd_param *p, int *n, int *r) {
+  const int ex = p->expert >= 0;
+  *n = ex ? g->edp : g->dp;
+  *r = ex ? g->edp_rank : g->dp_rank;
+  return ex ? g->edp_comm : g->dp_comm;
+}
+
+/* Build the shard table: every tensor's local block cut over its replicas along
+ * shard_dim (the data-parallel group; an expert's tensors: the ranks holding that
+ * expert). */
 static void shard_build(struct kd_update *u, struct kd_backend *be) {
   const struct kd_model *s = u->model;
   struct kd_model *z = &u->shard;
-  const int dp = u->grid->dp, d = u->grid->dp_rank;
   memset(z, 0, sizeof *z);
   z->card = s->card;
   z->be = be;
@@ -37,6 +48,8 @@ static void shard_build(struct kd_update *u, struct kd_backend *be) {
     *q = *p;
     const int dim = shard_dim(p);
     const int64_t ext = local_extent(p, dim), base = p->split_dim < 0 ? 0 : p->split_off;
+    int dp, d;
+    replicas(u->grid, p, &dp, &d);
     long long st, len;
     grid_block(ext, dp, d, &st, &len);
     q->split_dim = dim;
@@ -80,9 +93,13 @@ static void block_copy(struct kd_backend *be, float *full, float *part, const st
     be->copy2d(be, full + at, cols, part, w, rows, w);
 }
 
-/* Element counts and displacements of every DP rank's shard of tensor k. */
-static void shard_counts(const struct kd_update *u, const struct kd_param *p, int *cnt, int *disp) {
-  const int dp = u->grid->dp, dim = shard_dim(p);
+/* Element counts and displacements of every replica's shard of tensor p (the dp group, or
+ * the edp group of an expert's tensor); its communicator. */
+static MPI_Comm shard_counts(const struct kd_update *u, const struct kd_param *p, int *cnt,
+                             int *disp) {
+  int dp, mine;
+  const MPI_Comm comm = replicas(u->grid, p, &dp, &mine);
+  const int dim = shard_dim(p);
   const int64_t ext = local_extent(p, dim), other = local_extent(p, 1 - dim);
   int at = 0;
   for (int d = 0; d < dp; d++) {
@@ -92,28 +109,31 @@ static void shard_counts(const struct kd_update *u, const struct kd_param *p, in
     disp[d] = at;
     at += cnt[d];
   }
+  return comm;
 }
 
 /* All-gather the updated masters of every shard into the working weights. */
 static void shard_gather(struct kd_update *u, struct kd_backend *be) {
   struct kd_model *s = u->model;
-  const int dp = u->grid->dp;
+  const int dp = u->grid->dp; /* the edp groups are smaller */
   int *cnt = kd_malloc((size_t)dp * sizeof(int)), *disp = kd_malloc((size_t)dp * sizeof(int));
   for (int k = 0; k < s->nparams; k++) {
     const struct kd_param *p = &s->params[k], *q = &u->shard.params[k];
     if (!p->local) continue;
-    shard_counts(u, p, cnt, disp);
+    int n, r;
+    const MPI_Comm comm = shard_counts(u, p, cnt, disp);
+    replicas(u->grid, p, &n, &r);
     float *mine = u->shard.master + q->offset;
     if (shard_dim(p) == 0) {
-      comm_allgatherv(be, mine, s->w + p->offset, cnt, disp, u->grid->dp_comm);
+      comm_allgatherv(be, mine, s->w + p->offset, cnt, disp, comm);
       continue;
     }
     /* row-parallel projection: shards are column blocks; gather them, then place them */
-    comm_allgatherv(be, mine, u->gather, cnt, disp, u->grid->dp_comm);
+    comm_allgatherv(be, mine, u->gather, cnt, disp, comm);
     struct kd_param qd = *q;
-    for (int d = 0; d < dp; d++) {
+    for (int d = 0; d < n; d++) {
       long long st, len;
-      grid_block(local_extent(p, 1), dp, d, &st, &len);
+      grid_block(local_extent(p, 1), n, d, &st, &len);
       qd.split_off = p->split_off + st;
       qd.split_len = len;
       block_copy(be, s->w + p->offset, u->gather + disp[d], p, &qd, 0);
@@ -178,17 +198,40 @@ static void reduce_partials(struct kd_backend *be, struct kd_model *s) {
   }
 }
 
+/* Sum the gradients over their replicas without ZeRO: every run of adjacent tensors of
+ * one kind (an expert's under ep > 1, or not) is one all-reduce, over the ranks holding
+ * the same experts or over the data-parallel group. The runs are the same on every
+ * member of each group (tp and stage fix the dense tensors, the experts the others), so
+ * every all-reduce is called by all of its group in the same order; with ep 1 the whole
+ * buffer is one all-reduce over dp. */
+static void reduce_replicas(struct kd_backend *be, struct kd_model *s, const struct kd_grid *g) {
+  for (int k = 0; k < s->nparams;) {
+    const int ex = g->ep > 1 && s->params[k].expert >= 0;
+    size_t n = 0;
+    int e = k;
+    for (; e < s->nparams && (g->ep > 1 && s->params[e].expert >= 0) == ex; e++)
+      n += s->params[e].numel;
+    int size, r;
+    const MPI_Comm comm = replicas(g, &s->params[k], &size, &r);
+    if (n > 0 && size > 1)
+      comm_allreduce(be, s->grad + s->params[k].offset, n, MPI_FLOAT, MPI_SUM, 0, comm);
+    k = e;
+  }
+}
+
 double update_reduce_grads(struct kd_update *u, struct kd_backend *be) {
   struct kd_model *s = u->model;
   const struct kd_grid *g = u->grid;
   reduce_partials(be, s);
   double sq = 0;
   if (!u->zero) {
-    if (g->dp > 1) comm_allreduce(be, s->grad, s->numel, MPI_FLOAT, MPI_SUM, 0, g->dp_comm);
-    if (g->dp_rank == 0) /* the DP replicas are equal: count one of them */
-      for (int k = 0; k < s->nparams; k++)
-        if (s->params[k].primary)
-          sq += be->sumsq(be, s->grad + s->params[k].offset, s->params[k].numel);
+    reduce_replicas(be, s, g);
+    for (int k = 0; k < s->nparams; k++) { /* the replicas are equal: count the first */
+      const struct kd_param *p = &s->params[k];
+      int n, r;
+      replicas(g, p, &n, &r);
+      if (p->primary && r == 0) sq += be->sumsq(be, s->grad + p->offset, p->numel);
+    }
   } else {
     int *cnt = kd_malloc((size_t)g->dp * sizeof(int)),
         *disp = kd_malloc((size_t)g->dp * sizeof(int));
@@ -196,11 +239,11 @@ double update_reduce_grads(struct kd_update *u, struct kd_backend *be) {
       const struct kd_param *p = &s->params[k], *q = &u->shard.params[k];
       if (!p->local) continue;
       float *full = s->grad + p->offset, *part = u->shard.grad + q->offset;
-      shard_counts(u, p, cnt, disp);
+      const MPI_Comm comm = shard_counts(u, p, cnt, disp);
       if (shard_dim(p) == 0) {
-        comm_reduce_scatter(be, full, part, cnt, g->dp_comm);
+        comm_reduce_scatter(be, full, part, cnt, comm);
       } else { /* column blocks are not contiguous: reduce all, keep mine */
-        comm_allreduce(be, full, p->numel, MPI_FLOAT, MPI_SUM, 0, g->dp_comm);
+        comm_allreduce(be, full, p->numel, MPI_FLOAT, MPI_SUM, 0, comm);
         if (q->local) block_copy(be, full, part, p, q, 1);
       }
       if (q->primary) sq += be->sumsq(be, part, q->numel);

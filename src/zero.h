@@ -1,12 +1,14 @@
 /* zero.h: the distributed optimizer update. Partial gradients are summed (kv heads
  * replicated over TP, embeddings tied across the first and last pipeline stage,
- * data-parallel replicas), the global gradient norm counts every element once, and
- * AdamW updates the FP32 master weights. With ZeRO-1 (parallel%zero = 1) the masters
- * and moments of every tensor are split over the data-parallel ranks along the
- * tensor's split dimension (its rows, or the columns of a row-parallel projection):
- * gradients are reduce-scattered, each rank updates its shard, and the working
- * weights are all-gathered. A shard is a hyperslab of the global tensor, so it is
- * checkpointed without conversion. */
+ * data-parallel replicas: under expert parallelism an expert's tensors only over the
+ * ranks holding that expert, grid.h's edp_comm), the global gradient norm counts every
+ * element once, and AdamW updates the FP32 master weights. With ZeRO-1 (parallel%zero
+ * = 1) the masters and moments of every tensor are split over its replicas (the
+ * data-parallel ranks, or an expert's edp ranks) along the tensor's split dimension
+ * (its rows, or the columns of a row-parallel projection): gradients are
+ * reduce-scattered, each rank updates its shard, and the working weights are
+ * all-gathered. A shard is a hyperslab of the global tensor, so it is checkpointed
+ * without conversion. */
 #ifndef KD_ZERO_H
 #define KD_ZERO_H
 

@@ -3,7 +3,8 @@
 #  - parses: kdtrain --dry-run of a run with the card as its student exits 0 and prints
 #    the card's parameter count;
 #  - that count is the count of transformers' own model class (Qwen2ForCausalLM,
-#    LlamaForCausalLM, Qwen3ForCausalLM) built, on the meta device, from the card's values;
+#    LlamaForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, Qwen3MoeForCausalLM,
+#    MixtralForCausalLM) built, on the meta device, from the card's values;
 #  - for the cards of published models, the count and the count without the embedding
 #    rows (and without the output head when it is untied) agree to the last digit with
 #    the figures the model makers publish (doc/models.md cites each): Qwen3-0.6B "0.6B"
@@ -55,12 +56,14 @@ PUBLISHED = {
     "qwen2.5-7b": ("7.61", "6.53"), "qwen3-0.6b": ("0.6", "0.44"),
     "qwen3-1.7b": ("1.7", "1.4"), "qwen3-8b": ("8.2", "6.95"), "qwen3-32b": ("32.8", "31.2"),
     "llama3.2-1b": ("1.23", None), "llama3.1-8b": ("8.03", None),
-    "llama3.1-70b": ("70.6", None),
+    "llama3.1-70b": ("70.6", None), "qwen3-30b-a3b": ("30.5", "29.9"),
 }
 CLASSES = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
            "llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
            "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
-           "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM)}
+           "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM),
+           "qwen3_moe": (tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM),
+           "mixtral": (tf.MixtralConfig, tf.MixtralForCausalLM)}
 
 
 def card(path):
@@ -84,6 +87,16 @@ def hf_count(c):
     kw.update(head_dim=hd, tie_word_embeddings=bool(c.get("tie_word_embeddings", False)))
     if c.get("arch") == "llama":
         kw["attention_bias"] = bool(c.get("attention_bias", False))
+    if c.get("arch") == "mixtral":  # the expert count as MixtralConfig spells it
+        kw.update(num_local_experts=int(c.get("num_experts", 0)),
+                  num_experts_per_tok=int(c.get("num_experts_per_tok", 2)))
+    if c.get("arch") == "qwen3_moe":  # mlp_only_layers: one value in the cards of mod/
+        only = c.get("mlp_only_layers")
+        kw.update(num_experts=int(c.get("num_experts", 0)),
+                  num_experts_per_tok=int(c.get("num_experts_per_tok", 2)),
+                  moe_intermediate_size=int(c.get("moe_intermediate_size", 0)),
+                  decoder_sparse_step=int(c.get("decoder_sparse_step", 1)),
+                  mlp_only_layers=[int(only)] if only is not None else [])
     with torch.device("meta"):
         model = model_class(cfg_class(**kw))
     return sum(p.numel() for p in model.parameters())

@@ -156,6 +156,10 @@ b dp.nml <<'NML'
 &parallel dp = 3, global_batch = 8 /
 NML
 check dp.nml "dp.nml:4:" "&parallel global_batch" "micro_batch * dp"
+b ep.nml <<'NML'
+&parallel dp = 2, ep = 3 /
+NML
+check ep.nml "ep.nml:4:" "&parallel ep" "does not divide the data-parallel size dp = 2"
 b minlr.nml <<'NML'
 &optim lr = 1e-4,
        min_lr = 1e-3 /

@@ -357,6 +357,20 @@ START_TEST(test_bad) {
   BAD("&run device = cpu /\n", "not quoted");
   BAD("&parallel micro_batch = 3 /\n", "&parallel global_batch", "micro_batch = 3");
   BAD("&parallel dp = 3 /\n", "micro_batch * dp");
+  BAD("&parallel ep = 0 /\n", "&parallel ep", "ep >= 1");
+  BAD("&parallel dp = 2, ep = 3 /\n", "in.nml:1:", "&parallel ep",
+      "3 does not divide the data-parallel size dp = 2", "expected a divisor of dp");
+  BAD("&parallel\n ep = 2 /\n", "in.nml:2:", "&parallel ep",
+      "ep = 2 needs a mixture-of-experts card", "'test-student'", "'test-teacher'");
+  /* dp from the ranks (the layout check): ep must divide it too */
+  ck_assert_int_eq(load("&run seed = 1 /\n", 0, NULL), 0);
+  cfg.par_ep = 3;
+  ck_assert_int_eq(config_check_ep(&cfg, 4, err, sizeof err), KD_EXIT_INPUT);
+  ck_assert_msg(strstr(err, "&parallel ep: 3 does not divide the data-parallel size dp = 4 (dp = "
+                            "ranks / (tp * pp))"),
+                "%s", err);
+  cfg.par_ep = 1;
+  ck_assert_int_eq(config_check_ep(&cfg, 3, err, sizeof err), 0);
   BAD("&optim min_lr = 1e-3 /\n", "&optim min_lr", "min_lr <= lr");
   BAD("&data seq_len = 257 /\n", "max_position_embeddings = 256");
   BAD("&data valid = 'missing.bin' /\n", "&data valid", "not found");
