@@ -6,10 +6,15 @@
  *    values of attention_forward's input) equals attention_forward's last row within
  *    1e-5 relative, whatever the cache holds past a sample's length or before its
  *    window (NaN there: never read);
- *  - with bf16 = 1 the decode output is BF16-rounded and within 8e-3 of FP32. */
+ *  - with bf16 = 1 the decode output is BF16-rounded and within 8e-3 of FP32;
+ *  - the products of a decode step (a few activation rows x a weight matrix, transb = 1:
+ *    the CPU backend's gemm_rows for M <= 8) equal a double-precision reference within
+ *    1e-6 of the sum of the terms' sizes, with beta 0 (C's NaN never read) and beta 1 (C kept), on
+ * 1 and 2 threads, and a row's result is the same bits whatever M it comes with. */
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +126,47 @@ START_TEST(decode_bf16) {
 }
 END_TEST
 
+START_TEST(decode_gemm_rows) {
+  struct kd_backend be;
+  backend_cpu_init(&be, 0);
+  enum {
+    K = 77,
+    N = 700,
+    MMAX = 9
+  }; /* K: a vector body and a remainder; M >= 5: split over
+      threads; M = 9: sgemm */
+  float *a = frand((size_t)MMAX * K), *w = frand((size_t)N * K), *c0 = frand((size_t)MMAX * N);
+  float *c = kd_malloc((size_t)MMAX * N * sizeof *c), *one = kd_malloc((size_t)N * sizeof *one);
+  for (int threads = 1; threads <= 2; threads++) {
+    omp_set_num_threads(threads);
+    for (int M = 1; M <= MMAX; M++)
+      for (int beta = 0; beta <= 1; beta++) {
+        for (size_t i = 0; i < (size_t)M * N; i++)
+          c[i] = beta ? c0[i] : NAN;
+        be.gemm(&be, 0, 1, M, N, K, 0.5f, a, K, w, K, (float)beta, c, N);
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++) {
+            double r = 0, mag = 0; /* mag: the sum of the terms' sizes */
+            for (int k = 0; k < K; k++)
+              r += (double)a[i * K + k] * w[j * K + k], mag += fabs(a[i * K + k] * w[j * K + k]);
+            r = 0.5 * r + (beta ? c0[i * N + j] : 0.0);
+            const double e = fabs(c[i * N + j] - r) / (0.5 * mag + fabs(c0[i * N + j]));
+            ck_assert_msg(e < 1e-6, "M %d beta %d (%d, %d): %g vs %g", M, beta, i, j,
+                          (double)c[i * N + j], r);
+          }
+        if (beta || M > 8) continue;
+        for (int i = 0; i < M; i++) { /* row i alone: the same bits */
+          be.gemm(&be, 0, 1, 1, N, K, 0.5f, a + (size_t)i * K, K, w, K, 0.0f, one, N);
+          ck_assert_msg(!memcmp(one, c + (size_t)i * N, (size_t)N * sizeof *one),
+                        "M %d: row %d differs from its product alone", M, i);
+        }
+      }
+  }
+  free(a), free(w), free(c0), free(c), free(one);
+  be.release(&be);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   Suite *s = suite_create("decode");
@@ -128,6 +174,7 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, decode_equals_forward);
   tcase_add_test(tc, decode_bf16);
+  tcase_add_test(tc, decode_gemm_rows);
   suite_add_tcase(s, tc);
   int failed = check_run(s);
   MPI_Finalize();

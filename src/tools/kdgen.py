@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""kdgen: sample text from a kdtrain weights file (or checkpoint) with the tokenizer the
+file carries (its /tokenizer group, as kdconvert from-hf stores it).
+
+    kdgen WEIGHTS.h5 [--prompt TEXT]... [--prompts FILE] [--max-new-tokens N]
+          [--temperature T] [--top-k K] [--top-p P] [--seed S] [--jsonl OUT]
+          [--tp N] [--pp N] [--dp N]
+
+Prompts come from the command line, or from FILE: one prompt per line, or JSONL (the first
+non-blank line starts with '{') whose objects hold a "prompt" string or a "messages" chat
+(kdprep --chat input: the turns before the first assistant turn, rendered by the
+tokenizer's chat template with the generation prompt), or FILE is the PREFIX of a kdprep
+dataset with a loss mask (--chat or --prompt-key output: PREFIX_mask.idx exists): each
+document's tokens before its first counted token. Writes each prompt followed by its
+continuation (blank lines between), or with --jsonl one object per prompt with "prompt",
+"text" and the generated token ids "ids". Generation stops at the tokenizer's end-of-
+sequence id or after --max-new-tokens.
+
+How it runs: this front end tokenises the prompts into a temporary ids file, then becomes
+(exec) the C engine kdgen-ids beside it, which generates (src/generate.c) and, on rank 0,
+becomes this front end again (--finish) to write the text. Under `mpiexec -n N kdgen ...`
+every rank does the same, so the engine runs on the N ranks of the launch: tp x pp x dp = N
+(default: all tensor parallel; --pp N pipeline stages, --dp N replicas, each generating
+its share of the prompts). The engine prints the tokens/s on stderr.
+
+Exit status: 0 done, 2 bad input (the file or option named: an unreadable or malformed
+prompt file, a weights file without /tokenizer, an empty prompt), 3 I/O failure.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+
+EXIT_INPUT, EXIT_IO = 2, 3
+
+
+def fail(status, msg):
+    print("kdgen: " + msg, file=sys.stderr)
+    sys.exit(status)
+
+
+def read_dataset(prefix):
+    """The prompt part of every document of a kdprep dataset with a loss mask (PREFIX.bin/.idx
+    and PREFIX_mask.bin/.idx, Megatron's indexed format): its tokens before the first counted
+    one."""
+    import numpy as np
+    codes = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16}
+
+    def read(p):
+        try:
+            with open(p + ".idx", "rb") as f:
+                raw = f.read()
+            if raw[:9] != b"MMIDIDX\x00\x00" or len(raw) < 34 or raw[17] not in codes:
+                fail(EXIT_INPUT, f"{p}.idx: not a Megatron index (kdprep output)")
+            n = struct.unpack("<Q", raw[18:26])[0]
+            lens = np.frombuffer(raw, np.int32, n, 34)
+            ptrs = np.frombuffer(raw, np.int64, n, 34 + 4 * n)
+            data = np.fromfile(p + ".bin", dtype=codes[raw[17]])
+        except (OSError, ValueError) as e:
+            fail(EXIT_INPUT, f"{p}: cannot read the dataset ({e})")
+        size = np.dtype(codes[raw[17]]).itemsize
+        return [data[q // size:q // size + m] for q, m in zip(ptrs, lens)]
+
+    docs, masks = read(prefix), read(prefix + "_mask")
+    if len(docs) != len(masks):
+        fail(EXIT_INPUT, f"{prefix}: {len(docs)} documents but {len(masks)} masks")
+    out = []
+    for i, (d, m) in enumerate(zip(docs, masks)):
+        counted = np.flatnonzero(m)
+        if len(m) != len(d) or not len(counted):
+            fail(EXIT_INPUT, f"{prefix}: document {i + 1} has no counted token (or its mask "
+                 "is not its length); expected a kdprep --chat or --prompt-key dataset")
+        out.append((None, None, [int(t) for t in d[:counted[0]]]))
+    return out
+
+
+def read_prompts(args):
+    """[(text, messages, ids)] (one of them set): the prompts of --prompt and --prompts."""
+    out = [(p, None, None) for p in args.prompt or []]
+    if not args.prompts:
+        return out
+    if os.path.exists(args.prompts + "_mask.idx") and not os.path.isfile(args.prompts):
+        return out + read_dataset(args.prompts)
+    try:
+        with open(args.prompts, encoding="utf-8") as f:
+            lines = [ln[:-1] if ln.endswith("\r") else ln for ln in f.read().split("\n")]
+    except (OSError, UnicodeDecodeError) as e:
+        fail(EXIT_INPUT, f"{args.prompts}: cannot read the prompt file ({e})")
+    first = next((ln for ln in lines if ln.strip()), "")
+    if not first.lstrip().startswith("{"):
+        return out + [(ln, None, None) for ln in lines if ln.strip()]
+    for n, ln in enumerate(lines, 1):
+        if not ln.strip():
+            continue
+        try:
+            obj = json.loads(ln)
+        except ValueError as e:
+            fail(EXIT_INPUT, f"{args.prompts}:{n}: not JSON ({e}); expected one object per line")
+        if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+            out.append((obj["prompt"], None, None))
+        elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):
+            msgs = []
+            for m in obj["messages"]:
+                if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+                    fail(EXIT_INPUT, f"{args.prompts}:{n}: a message without a string content")
+                if m.get("role") == "assistant":
+                    break
+                msgs.append(m)
+            if not msgs:
+                fail(EXIT_INPUT, f"{args.prompts}:{n}: no turn before the first assistant turn")
+            out.append((None, msgs, None))
+        else:
+            fail(EXIT_INPUT, f"{args.prompts}:{n}: expected an object with a string \"prompt\" "
+                 "or a \"messages\" list")
+    return out
+
+
+def load_tokenizer(weights):
+    """The Hugging Face tokenizer stored under /tokenizer of the weights file, and the
+    model's max_position_embeddings (/config; None when not stated)."""
+    try:
+        import h5py
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        fail(EXIT_INPUT, f"kdgen needs h5py and transformers ({e})")
+    tmp = tempfile.mkdtemp(prefix="kdgen_tok_")
+    try:
+        try:
+            with h5py.File(weights, "r") as f:
+                npos = f["config"].attrs.get("max_position_embeddings") if "config" in f else None
+                if "tokenizer" not in f:
+                    fail(EXIT_INPUT, f"{weights}: no /tokenizer group; expected the tokenizer "
+                         "files kdconvert from-hf stores (convert the model with its "
+                         "tokenizer files in the Hugging Face directory)")
+                for name, ds in f["tokenizer"].items():
+                    with open(os.path.join(tmp, name), "wb") as out:
+                        out.write(bytes(ds[()].tobytes()))
+        except OSError as e:
+            fail(EXIT_INPUT, f"{weights}: cannot read as HDF5 ({e}); expected a kdtrain "
+                 "weights file")
+        import warnings
+        warnings.filterwarnings("ignore")
+        try:
+            return AutoTokenizer.from_pretrained(tmp), None if npos is None else int(npos)
+        except Exception as e:  # noqa: BLE001 (any tokenizer file the library refuses)
+            fail(EXIT_INPUT, f"{weights}: cannot load the tokenizer of /tokenizer ({e})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prompt_text(tok, p, where):
+    """The text of prompt p: itself, its chat turns rendered with the generation prompt, or
+    its ids decoded."""
+    text, msgs, ids = p
+    if ids is not None:
+        return tok.decode(ids)
+    if msgs is None:
+        return text
+    if not getattr(tok, "chat_template", None):
+        fail(EXIT_INPUT, f"{where}: chat prompts, but the tokenizer has no chat template")
+    return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+
+def encode(tok, p, text):
+    """Token ids of a prompt: the tokenizer's own call (its special tokens, e.g. a BOS), for
+    a rendered chat the template's text as it stands, a dataset's prompt as it is."""
+    if p[2] is not None:
+        return p[2]
+    return tok(text, add_special_tokens=p[1] is None)["input_ids"]
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="kdgen", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("weights", help="kdtrain weights file or checkpoint (with /tokenizer)")
+    ap.add_argument("--prompt", action="append", help="a prompt (may be given again)")
+    ap.add_argument("--prompts", help="prompt file: one per line, or JSONL with \"prompt\" "
+                    "or \"messages\", or a kdprep masked dataset PREFIX")
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    ap.add_argument("--top-k", type=int, default=0, help="0 (default): no top-k filter")
+    ap.add_argument("--top-p", type=float, default=1.0, help="1 (default): no top-p filter")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--jsonl", help="write JSONL (prompt, text, ids) here instead of text")
+    ap.add_argument("--tp", type=int, help="tensor-parallel ranks (default: the ranks left)")
+    ap.add_argument("--pp", type=int, help="pipeline stages (default 1)")
+    ap.add_argument("--dp", type=int, help="data-parallel replicas (default 1)")
+    ap.add_argument("--finish", help=argparse.SUPPRESS)  # the engine's ids: write the text
+    args = ap.parse_args(argv)
+    if not args.prompt and not args.prompts:
+        ap.error("give --prompt TEXT or --prompts FILE")
+    if args.max_new_tokens < 1:
+        ap.error(f"--max-new-tokens {args.max_new_tokens}: expected at least 1")
+    if not 0 < args.top_p <= 1 or args.temperature < 0 or args.top_k < 0:
+        ap.error("expected --temperature >= 0, --top-k >= 0 and 0 < --top-p <= 1")
+    return args
+
+
+def start(args, argv):
+    """Tokenise, then become the engine (whose rank 0 comes back as finish())."""
+    prompts = read_prompts(args)
+    tok, npos = load_tokenizer(args.weights)
+    where = args.prompts or "--prompt"
+    ids = []
+    for i, p in enumerate(prompts):
+        x = encode(tok, p, prompt_text(tok, p, where))
+        if not x:
+            fail(EXIT_INPUT, f"{where}: prompt {i + 1} has no tokens")
+        if npos is not None and len(x) + args.max_new_tokens > npos:
+            fail(EXIT_INPUT, f"{where}: prompt {i + 1} of {len(x)} tokens and --max-new-tokens "
+                 f"{args.max_new_tokens} exceed max_position_embeddings = {npos} of "
+                 f"{args.weights}")
+        ids.append(x)
+    if not ids:
+        fail(EXIT_INPUT, f"{where} holds no prompt")
+    if args.jsonl and not os.access(os.path.dirname(os.path.abspath(args.jsonl)), os.W_OK):
+        fail(EXIT_IO, f"cannot write {args.jsonl}: its directory is not writable")
+    fd, path = tempfile.mkstemp(prefix="kdgen_", suffix=".ids")
+    with os.fdopen(fd, "w") as f:
+        f.writelines(" ".join(map(str, x)) + "\n" for x in ids)
+    here = os.path.dirname(os.path.realpath(__file__))
+    engine = os.environ.get("KDGEN_ENGINE") or os.path.join(here, "kdgen-ids")
+    cmd = [engine, args.weights, "--ids", path, "--remove-ids", "--out", path + ".out",
+           "--max-new-tokens", str(args.max_new_tokens), "--temperature", repr(args.temperature),
+           "--top-k", str(args.top_k), "--top-p", repr(args.top_p), "--seed", str(args.seed)]
+    if tok.eos_token_id is not None:
+        cmd += ["--eos", str(tok.eos_token_id)]
+    for k in ("tp", "pp", "dp"):
+        if getattr(args, k):
+            cmd += ["--" + k, str(getattr(args, k))]
+    cmd += ["--then", sys.executable, os.path.realpath(__file__)] + argv + ["--finish", path + ".out"]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(engine, cmd)
+    except OSError as e:
+        os.unlink(path)
+        fail(EXIT_IO, f"cannot run the engine {engine} ({e})")
+
+
+def finish(args):
+    """The engine's ids (one line per prompt) -> text, or JSONL with prompt, text and ids."""
+    prompts = read_prompts(args)
+    try:
+        with open(args.finish) as f:
+            made = [[int(v) for v in ln.split()] for ln in f.read().split("\n")[:len(prompts)]]
+        os.unlink(args.finish)
+        if len(made) != len(prompts) or not all(made):
+            raise ValueError(f"{len(made)} lines of ids for {len(prompts)} prompts")
+    except (OSError, ValueError) as e:
+        fail(EXIT_IO, f"cannot read the engine's ids {args.finish} ({e})")
+    tok = load_tokenizer(args.weights)[0]
+    where = args.prompts or "--prompt"
+    rows = []
+    for p, ids in zip(prompts, made):
+        text = prompt_text(tok, p, where)
+        rows.append((text, tok.decode(ids, skip_special_tokens=True), ids))
+    try:
+        if args.jsonl:
+            with open(args.jsonl, "w", encoding="utf-8") as f:
+                for text, gen, ids in rows:
+                    f.write(json.dumps({"prompt": text, "text": gen, "ids": ids},
+                                       ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write("\n\n".join(text + gen for text, gen, _ in rows) + "\n")
+            sys.stdout.flush()
+    except OSError as e:
+        fail(EXIT_IO, f"writing {args.jsonl or 'the text'} failed ({e})")
+
+
+def main():
+    argv = sys.argv[1:]
+    args = parse(argv)
+    if args.finish:
+        finish(args)
+    else:
+        start(args, argv)
+
+
+if __name__ == "__main__":
+    main()
