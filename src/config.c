@@ -629,7 +629,7 @@ static int check_files(struct namelist_ctx *c, const struct kd_config *cfg) {
 }
 
 /* On-policy distillation (loss%onpolicy > 0, doc/user-guide.md, "On-policy distillation"): a live
- * teacher scores the student's continuations, in mode 'distill', on one pipeline stage. */
+ * teacher scores the student's continuations, in mode 'distill'. */
 static int check_onpolicy(struct namelist_ctx *c, const struct kd_config *cfg) {
   if (cfg->loss_onpolicy <= 0) return 0;
   const size_t op = key_index(c, "loss", "onpolicy");
@@ -644,12 +644,6 @@ static int check_onpolicy(struct namelist_ctx *c, const struct kd_config *cfg) {
                             "teacher's distribution over the data's own text and cannot score "
                             "text the student writes; expected 'live' (or loss%%onpolicy = 0)",
                             cfg->loss_onpolicy);
-  if (cfg->par_pp > 1)
-    return namelist_key_err(c, key_index(c, "parallel", "pp"), (long)op,
-                            "%d with loss%%onpolicy = %g: generation through a pipeline of "
-                            "stages is not yet computed by on-policy training; expected pp = 1 "
-                            "(tp and dp work)",
-                            cfg->par_pp, cfg->loss_onpolicy);
   return 0;
 }
 

@@ -148,6 +148,7 @@ static double continue_run(struct onpolicy *op, struct kd_backend *be, const str
       op->prompts[(size_t)b * Tp + t] = t < op->plen[b] ? op->inputs[(size_t)(s0 + b) * T + t] : 0;
   struct kd_gen_opts o = op->opts;
   o.step = step;
+  o.grid = op->grid;
   o.max_new = room; /* the draws do not depend on it: each sample is cut to its own room */
   const double made =
       (double)gen_run(be, view, op->prompts, op->plen, n, Tp, &o, g0 + s0, op->out, op->nout);

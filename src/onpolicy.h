@@ -7,7 +7,7 @@
  * continuation (cut to seq_len + 1 tokens, padded with id 0) and only the generated tokens
  * count in the loss. The pipeline then runs as for any batch: the teacher scores the new
  * windows, the student trains on them, the loss is a mean over the counted tokens of the
- * global batch. Needs a masked dataset, a live teacher and pp = 1 (config.c, onpolicy_setup). */
+ * global batch. Needs a masked dataset and a live teacher (config.c, onpolicy_setup). */
 #ifndef KD_ONPOLICY_H
 #define KD_ONPOLICY_H
 

@@ -10,10 +10,10 @@
 #  - replay: data%format = 'rollouts' on that rollouts.h5 (loss%onpolicy = 0) gives the same
 #    loss and gradient norm;
 #  - greedy (generate%temperature = 0): the continuations are transformers' generate();
-#  - the same rows and losses on tp 2 and on dp 2 (ZeRO-1 too) as on 1 rank (lambda 1 and 0.5), and after
+#  - the same rows and losses on tp 2, pp 2 and dp 2 (ZeRO-1 too) as on 1 rank (lambda 1 and 0.5), and after
 #    a checkpoint and resume (the resumed run cuts rollouts.h5 after its step and appends);
 #  - loss%onpolicy = 0 writes no rollouts.h5 and leaves the gen_* columns empty;
-#  - refusals (exit 2, the key named): a teacher cache, data without a loss mask, pp 2,
+#  - refusals (exit 2, the key named): a teacher cache, data without a loss mask,
 #    mode 'train', a rollouts file read with another seq_len.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
@@ -65,6 +65,9 @@ kd_same_metrics a_rkl tp2 "tp 2" 1 || fail "tp 2: other loss or gradient norm"
 kd 2 run%out_dir="'dp2'"
 ref same a_rkl dp2 || fail "dp 2 generated other rows"
 kd_same_metrics a_rkl dp2 "dp 2" 1 || fail "dp 2: other loss or gradient norm"
+kd 2 parallel%pp=2 run%out_dir="'pp2'"
+ref same a_rkl pp2 || fail "pp 2 generated other rows"
+kd_same_metrics a_rkl pp2 "pp 2" 1 || fail "pp 2: other loss or gradient norm"
 kd 2 parallel%zero=1 run%out_dir="'z2'"
 ref same a_rkl z2 || fail "dp 2 with ZeRO-1 generated other rows"
 kd 1 loss%onpolicy=0.5 run%out_dir="'h1'"
@@ -79,14 +82,17 @@ kd 1 run%steps=2 checkpoint%every=1 run%out_dir="'full'"
 mkdir res && cp full/rollouts.h5 res/
 kd 1 run%steps=2 run%out_dir="'res'" checkpoint%resume="'full/checkpoints/step_00000001.h5'"
 ref same full res || fail "the resumed run generated other rows"
-step2() { awk -F, '$1 == 2 && $2 != "" { print $2, $6, $14 }' "$1/metrics.csv"; }
+# col FILE NAME: the column number of NAME in a metrics.csv (columns are appended over time)
+col() { head -1 "$1" | tr , '\n' | grep -nx "$2" | cut -d: -f1; }
+step2() { awk -F, -v g="$(col "$1/metrics.csv" gen_len)" '$1 == 2 && $2 != "" { print $2, $6, $g }' "$1/metrics.csv"; }
 [ -n "$(step2 full)" ] && [ "$(step2 full)" = "$(step2 res)" ] \
   || fail "resumed step 2: $(step2 res), not $(step2 full)"
 
 echo "== loss%onpolicy = 0: no generation"
 kd 1 loss%onpolicy=0 run%out_dir="'off'"
 [ ! -e off/rollouts.h5 ] || fail "onpolicy 0 wrote rollouts.h5"
-awk -F, 'NR > 1 && $2 != "" && $13 $14 $15 != "" { exit 1 }' off/metrics.csv || fail "gen_* columns filled"
+g=$(col off/metrics.csv gen_tok_per_s)
+awk -F, -v g="$g" 'NR > 1 && $2 != "" && $g $(g + 1) $(g + 2) != "" { exit 1 }' off/metrics.csv || fail "gen_* columns filled"
 
 echo "== refusals"
 refused() { # WHAT PATTERN OVERRIDES...: exit 2 and PATTERN in the message
@@ -99,7 +105,6 @@ refused() { # WHAT PATTERN OVERRIDES...: exit 2 and PATTERN in the message
 refused "teacher cache" "&teacher source: 'cache' with loss%onpolicy" \
   teacher%source="'cache'" teacher%cache="'none.h5'"
 refused "unmasked data" "&loss onpolicy: 1 with training data without a loss mask" data%train="'plain.h5'"
-refused "pp 2" "&parallel pp: 2 with loss%onpolicy = 1: .*not yet computed" parallel%pp=2
 refused "mode train" "&loss onpolicy: 1 with mode 'train'" run%mode="'train'"
 refused "rollouts seq_len" "rows of 33 tokens.*expected data%seq_len = 32" \
   data%train="'a_rkl/rollouts.h5'" data%format="'rollouts'" data%seq_len=16
