@@ -59,6 +59,7 @@ static const struct namelist_key cfg_keys[] = {
     CR(loss, beta, loss_beta, "0.5", NL_GT | NL_LT, 0, 1),
     CB(loss, t2_scale, loss_t2_scale, ".true."),
     CI(loss, chunk_tokens, loss_chunk_tokens, "0", NL_GE, 0, 0),
+    CR(loss, router_aux, loss_router_aux, "-1.0", NL_GE, -1, 0),
     CR(optim, lr, optim_lr, "3e-4", NL_GE, 0, 0),
     CR(optim, min_lr, optim_min_lr, "3e-5", NL_GE, 0, 0),
     CI(optim, warmup, optim_warmup, "10", NL_GE, 0, 0),
@@ -123,6 +124,16 @@ static const struct namelist_key card_keys[] = {
     NAMELIST_LIST(kd_card, model, layer_types, NL_WORD, layer_types, n_layer_types, NULL, 0, 0, 0,
                   KD_LAYER_TYPE_WORDS),
     MI(pad_token_id, "-1", NL_GE, -1, 0),
+    /* mixture of experts (qwen3_moe, mixtral): transformers' Qwen3MoeConfig defaults but
+     * num_experts (0: none) and norm_topk_prob (no table default: it follows arch) */
+    MI(num_experts, "0", NL_GE, 0, 0),
+    MI(num_experts_per_tok, "2", NL_GE, 1, 0),
+    MI(moe_intermediate_size, "0", NL_GE, 0, 0),
+    NAMELIST_KEY(kd_card, model, norm_topk_prob, NL_BOOL, norm_topk_prob, NULL, 0, 0, 0, NULL),
+    MR(router_aux_loss_coef, "0.001", NL_GE, 0),
+    MI(decoder_sparse_step, "1", NL_GE, 1, 0),
+    NAMELIST_LIST(kd_card, model, mlp_only_layers, NL_INT, mlp_only_layers, n_mlp_only_layers, NULL,
+                  NL_GE, 0, 0, NULL),
     NAMELIST_KEY(kd_card, model, rope_type, NL_WORD, rope_type, "'default'", 0, 0, 0,
                  KD_ROPE_TYPE_WORDS),
     MR(factor, "1.0", NL_GT, 0),
@@ -249,6 +260,12 @@ static int card_find(char *path, size_t plen, const char *name, const char *rela
   return 1;
 }
 
+/* Whether the card field at offset off is one of the mixture-of-experts keys. */
+static int card_key_moe(size_t off) {
+  return off >= offsetof(struct kd_card, num_experts) &&
+         off <= offsetof(struct kd_card, n_mlp_only_layers);
+}
+
 /* Parse and check the card file `path` (its messages name the card file and line). */
 static int card_read(struct kd_card *card, const char *path, const char *name, char *err,
                      size_t errlen) {
@@ -274,6 +291,15 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
   if (!c.line[ab]) card->attention_bias = card->arch == KD_ARCH_QWEN2;
   size_t ha = (size_t)namelist_find_key(&c, "model", "hidden_activation");
   if (!c.line[ha]) card->hidden_activation = card_gemma(card) ? KD_ACT_GELU_TANH : KD_ACT_SILU;
+  size_t nt = (size_t)namelist_find_key(&c, "model", "norm_topk_prob");
+  if (!c.line[nt]) card->norm_topk_prob = card->arch == KD_ARCH_MIXTRAL;
+  if (!card_moe(card)) /* another family: the MoE keys must not be given */
+    for (size_t i = 0; i < c.n; i++)
+      if (c.line[i] && card_key_moe(card_keys[i].off))
+        return namelist_key_err(&c, i, -1,
+                                "a mixture-of-experts key on a '%s' card; expected it on "
+                                "qwen3_moe and mixtral cards only",
+                                kd_arch_names[card->arch]);
   size_t sw = (size_t)namelist_find_key(&c, "model", "sliding_window");
   if (c.line[sw] && card->sliding_window < 1)
     return namelist_key_err(&c, sw, -1,
@@ -306,13 +332,15 @@ static const char *card_check_rope(const struct kd_card *card, char *why, size_t
 /* Whether the card's family switches its window with use_sliding_window (and places it
  * with max_window_layers): qwen2, qwen3. */
 static int card_window_switched(const struct kd_card *c) {
-  return c->arch == KD_ARCH_QWEN2 || c->arch == KD_ARCH_QWEN3;
+  return c->arch == KD_ARCH_QWEN2 || c->arch == KD_ARCH_QWEN3 || c->arch == KD_ARCH_QWEN3_MOE;
 }
 
 int card_layer_window(const struct kd_card *c, int layer) {
   const int qwen = card_window_switched(c);
   const int w = qwen && !c->use_sliding_window ? 0 : c->sliding_window;
   if (w <= 0 || layer < 0 || layer >= c->num_hidden_layers) return 0;
+  if (c->arch == KD_ARCH_QWEN3_MOE)
+    return w; /* Qwen3MoeConfig: every layer (no max_window_layers) */
   if (c->arch == KD_ARCH_GEMMA3 && c->n_layer_types == 0) /* Gemma3TextConfig's default */
     return (layer + 1) % 6 ? w : 0;                       /* sliding_window_pattern 6 */
   if (c->n_layer_types > 0)
@@ -346,6 +374,69 @@ static const char *card_check_window(const struct kd_card *card, char *why, size
                "sliding_window >= 1%s",
                l, qwen ? " and use_sliding_window = .true." : "");
       return "layer_types";
+    }
+  return NULL;
+}
+
+int card_layer_sparse(const struct kd_card *c, int layer) {
+  if (!card_moe(c) || c->num_experts <= 0 || layer < 0 || layer >= c->num_hidden_layers) return 0;
+  for (int i = 0; i < c->n_mlp_only_layers; i++)
+    if (c->mlp_only_layers[i] == layer) return 0;
+  return (layer + 1) % (c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1) == 0;
+}
+
+int card_sparse_layers(const struct kd_card *c) {
+  int n = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++)
+    n += card_layer_sparse(c, l);
+  return n;
+}
+
+/* The mixture-of-experts keys of a card together: the key at fault, or NULL. */
+static const char *card_check_moe(const struct kd_card *c, char *why, size_t whylen) {
+  if (!card_moe(c)) return NULL;
+  const int mixtral = c->arch == KD_ARCH_MIXTRAL;
+  if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts) {
+    snprintf(why, whylen, "%d experts per token of %d; expected at most num_experts",
+             c->num_experts_per_tok, c->num_experts);
+    return "num_experts_per_tok";
+  }
+  if (mixtral && c->moe_intermediate_size) {
+    snprintf(why, whylen,
+             "%d on a mixtral card; expected it left out (Mixtral's experts take "
+             "intermediate_size)",
+             c->moe_intermediate_size);
+    return "moe_intermediate_size";
+  }
+  if (!mixtral && card_sparse_layers(c) > 0 && c->moe_intermediate_size < 1) {
+    snprintf(why, whylen,
+             "missing or 0; a qwen3_moe card with experts must give an expert's "
+             "intermediate size (at least 1)");
+    return "moe_intermediate_size";
+  }
+  if (mixtral && !c->norm_topk_prob) {
+    snprintf(why, whylen,
+             ".false. on a mixtral card; expected .true. (Mixtral always "
+             "renormalises its top-k probabilities)");
+    return "norm_topk_prob";
+  }
+  if (mixtral && (c->decoder_sparse_step != 1 || c->n_mlp_only_layers)) {
+    snprintf(why, whylen,
+             "given on a mixtral card; expected every layer sparse (keys of "
+             "qwen3_moe cards)");
+    return c->n_mlp_only_layers ? "mlp_only_layers" : "decoder_sparse_step";
+  }
+  if (mixtral && c->attention_bias) {
+    snprintf(why, whylen,
+             ".true. on a mixtral card; expected .false. (Mistral attention has "
+             "no biases)");
+    return "attention_bias";
+  }
+  for (int i = 0; i < c->n_mlp_only_layers; i++)
+    if (c->mlp_only_layers[i] >= c->num_hidden_layers) {
+      snprintf(why, whylen, "layer %d of %d; expected layer indices from 0", c->mlp_only_layers[i],
+               c->num_hidden_layers);
+      return "mlp_only_layers";
     }
   return NULL;
 }
@@ -391,6 +482,7 @@ const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
     return "hidden_activation";
   }
   const char *key = card_check_window(card, why, whylen);
+  if (!key) key = card_check_moe(card, why, whylen);
   return key ? key : card_check_rope(card, why, whylen);
 }
 
@@ -616,6 +708,29 @@ static int where_line[NAMELIST_MAXKEYS];
 static char where_word[NAMELIST_MAXKEYS][64];
 static int where_set[NAMELIST_MAXKEYS]; /* set by the file or the command line, not a default */
 
+double config_router_aux(const struct kd_config *cfg, const struct kd_card *student) {
+  if (card_sparse_layers(student) == 0) return 0.0;
+  return cfg->loss_router_aux >= 0 ? cfg->loss_router_aux : student->router_aux_loss_coef;
+}
+
+/* What a mixture-of-experts model does not compute: the memory policies that keep or
+ * recompute parts of a layer (its routed activations are kept whole). */
+static int check_moe(struct namelist_ctx *c, const struct kd_config *cfg) {
+  const struct kd_card *cards[2] = {&cfg->student, &cfg->teacher};
+  for (int m = 0; m < 2; m++) {
+    if (!cards[m]->name[0] || card_sparse_layers(cards[m]) == 0) continue;
+    const char *key = cfg->mem_tiled_mlp ? "tiled_mlp" : NULL;
+    if (m == 0 && !key && cfg->mem_recompute != KD_RECOMPUTE_NONE) key = "recompute";
+    if (m == 0 && !key && cfg->mem_offload) key = "offload";
+    if (key)
+      return namelist_key_err(c, key_index(c, "memory", key), -1,
+                              "not computed for the mixture-of-experts %s card '%s'; expected "
+                              "the default (recompute 'none', offload and tiled_mlp .false.)",
+                              m ? "teacher" : "student", cards[m]->name);
+  }
+  return 0;
+}
+
 int config_load(struct kd_config *cfg, const char *path, int noverrides, char **overrides,
                 char *err, size_t errlen) {
   struct namelist_ctx c = {.keys = cfg_keys,
@@ -644,6 +759,7 @@ int config_load(struct kd_config *cfg, const char *path, int noverrides, char **
   if (!rc && config_teacher_model(cfg) && cfg->teacher_card[0])
     rc = resolve_card(&c, &cfg->teacher, key_index(&c, "teacher", "card"));
   if (!rc) rc = resolve_card(&c, &cfg->student, key_index(&c, "student", "card"));
+  if (!rc) rc = check_moe(&c, cfg);
   if (!rc) rc = config_check_ep(cfg, cfg->par_dp, err, errlen);
   return rc;
 }
@@ -703,11 +819,9 @@ int config_check_batch(const struct kd_config *cfg, int dp, char *err,
   return KD_EXIT_INPUT;
 }
 
-/* The experts of each sparse layer of a card (0: a dense card). No card read here has
- * any yet: the mixture-of-experts cards (num_experts) come with the MoE layer. */
+/* The experts of each sparse layer of a card (0: a dense card). */
 static int card_experts(const struct kd_card *c) {
-  (void)c;
-  return 0;
+  return c->num_experts;
 }
 
 int config_check_ep(const struct kd_config *cfg, int dp, char *err, size_t errlen) {
@@ -805,7 +919,9 @@ void card_print(FILE *f, const struct kd_card *card) {
       continue;
     if (!(i >= rope0 && card->rope_type == KD_ROPE_DEFAULT) &&
         !(off == offsetof(struct kd_card, head_dim) && card->head_dim == 0) &&
-        !(card_key_gemma(off) && !card_gemma(card)))
+        !(card_key_gemma(off) && !card_gemma(card)) && !(card_key_moe(off) && !card_moe(card)) &&
+        !(k->maxn && off == offsetof(struct kd_card, mlp_only_layers) &&
+          card->n_mlp_only_layers == 0))
       keys[n++] = *k;
   }
   namelist_print(f, keys, n, card);

@@ -17,7 +17,7 @@
 struct kd_card {
   char name[KD_PATH_MAX]; /* as given in the input (card = '...') */
   char path[KD_PATH_MAX]; /* the file it was read from */
-  enum kd_arch arch;      /* 'qwen2' | 'llama' | 'qwen3' | 'gemma3' */
+  enum kd_arch arch;      /* 'qwen2' | 'llama' | 'qwen3' | 'gemma3' | 'qwen3_moe' | 'mixtral' */
   int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
   int num_attention_heads, num_key_value_heads, max_position_embeddings;
   int head_dim; /* width of one attention head; 0: hidden_size / num_attention_heads */
@@ -48,6 +48,17 @@ struct kd_card {
   double attention_factor, mscale, mscale_all_dim;
   int original_max_position_embeddings;
   int truncate; /* logical (yarn) */
+  /* Mixture of experts (arch 'qwen3_moe' and 'mixtral'; the other families neither read,
+   * print nor store them): experts per sparse layer (0: none; config.json's num_experts or
+   * num_local_experts), experts per token, an expert's intermediate size (qwen3_moe; mixtral's
+   * experts take intermediate_size), whether the top-k probabilities are renormalised (no
+   * table default: mixtral .true., qwen3_moe .false.), the load-balancing loss weight, and
+   * which layers are sparse (card_layer_sparse) */
+  int num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob;
+  double router_aux_loss_coef;
+  int decoder_sparse_step;
+  int mlp_only_layers[KD_LAYERS_MAX];
+  int n_mlp_only_layers;
 };
 
 /* The attention head width of a card: head_dim, or hidden_size / num_attention_heads. */
@@ -58,8 +69,27 @@ static inline int card_head_dim(const struct kd_card *c) {
 /* Whether the card's family normalises each query and key head (RMSNorm, weights q_norm
  * and k_norm of head_dim) before the rotary embedding: qwen3, gemma3. */
 static inline int card_qk_norm(const struct kd_card *c) {
-  return c->arch == KD_ARCH_QWEN3 || c->arch == KD_ARCH_GEMMA3;
+  return c->arch == KD_ARCH_QWEN3 || c->arch == KD_ARCH_GEMMA3 || c->arch == KD_ARCH_QWEN3_MOE;
 }
+
+/* Whether the card's family is a mixture of experts (its MoE keys are read): qwen3_moe,
+ * mixtral. */
+static inline int card_moe(const struct kd_card *c) {
+  return c->arch == KD_ARCH_QWEN3_MOE || c->arch == KD_ARCH_MIXTRAL;
+}
+
+/* The intermediate size of one expert: moe_intermediate_size, mixtral's intermediate_size. */
+static inline int card_expert_ffn(const struct kd_card *c) {
+  return c->arch == KD_ARCH_MIXTRAL ? c->intermediate_size : c->moe_intermediate_size;
+}
+
+/* Whether global layer `layer` of a card is a sparse (mixture-of-experts) layer, as
+ * transformers' Qwen3MoeDecoderLayer decides: not in mlp_only_layers, num_experts > 0 and
+ * (layer + 1) % decoder_sparse_step == 0 (mixtral: every layer). */
+int card_layer_sparse(const struct kd_card *c, int layer);
+
+/* Sparse layers of a card. */
+int card_sparse_layers(const struct kd_card *c);
 
 /* Whether the card is Gemma 3's decoder: (1 + w) RMSNorm weights, the attention and MLP
  * outputs normed before their residual adds, the embedding scaled by sqrt(hidden_size),
@@ -112,6 +142,8 @@ struct kd_config {
   double loss_temperature, loss_alpha, loss_beta;
   int loss_t2_scale;
   int64_t loss_chunk_tokens; /* 0: from the memory budget */
+  double loss_router_aux;    /* weight of an MoE student's load-balancing loss; -1: the
+                                student card's router_aux_loss_coef (config_router_aux) */
   /* &optim */
   double optim_lr, optim_min_lr;
   int64_t optim_warmup;
@@ -141,6 +173,10 @@ struct kd_config {
    * teacher card (teacher.name is '' when only &teacher init is given). */
   struct kd_card teacher, student;
 };
+
+/* The weight of the student's load-balancing loss: loss%router_aux, or (-1) the card's
+ * router_aux_loss_coef; 0 for a student without sparse layers. */
+double config_router_aux(const struct kd_config *cfg, const struct kd_card *student);
 
 /* Fill `cfg` with every default. */
 void config_defaults(struct kd_config *cfg);

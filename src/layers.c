@@ -24,34 +24,9 @@
 #include <string.h>
 
 #include "comm.h"
+#include "layers_impl.h"
+#include "moe.h"
 #include "util.h"
-
-/* y (N, out) = x (N, in) W^T, with W in FP32 or, when W16 is set (MODEL_FROZEN16), in
- * packed BF16. */
-static void linear_fwd(struct kd_backend *be, float *y, const float *x, const float *W,
-                       const uint16_t *W16, size_t N, int in, int out) {
-  if (W16)
-    be->gemm_w16(be, 0, (int)N, out, in, 1.0f, x, in, W16, in, 0.0f, y, out);
-  else
-    be->gemm(be, 0, 1, (int)N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
-}
-
-/* dx (N, in) = dy W + beta dx ; dW (out, in) += dy^T x */
-static void linear_bwd(struct kd_backend *be, float *dx, float beta, float *dW, const float *dy,
-                       const float *x, const float *W, size_t N, int in, int out) {
-  be->gemm(be, 0, 0, (int)N, in, out, 1.0f, dy, out, W, in, beta, dx, in);
-  be->gemm(be, 1, 0, out, in, (int)N, 1.0f, dy, out, x, in, 1.0f, dW, in);
-}
-
-static void maybe_round(struct kd_backend *be, float *x, size_t n) {
-  if (be->bf16) be->round_bf16(be, x, n);
-}
-
-/* Sum a partial result over the tensor-parallel group. */
-static void tp_allreduce(struct kd_backend *be, const struct kd_model *m, float *x, size_t n) {
-  if (m->tp == 1) return;
-  comm_allreduce(be, x, n, MPI_FLOAT, MPI_SUM, 0, m->tp_comm);
-}
 
 /* The family's RMSNorm of N rows of C: weight w, or Gemma's 1 + w. */
 static void norm_fwd(struct kd_backend *be, const struct kd_model *mdl, float *out, float *rstd,
@@ -123,6 +98,16 @@ enum {
   F_RSTDA,
   F_MO,
   F_RSTDF,
+  F_EPROBS, /* sparse layers' fields: F_EPROBS .. F_ELOG */
+  F_EIDX,
+  F_EWTS,
+  F_EROWS,
+  F_EPOS,
+  F_EGU,
+  F_EMLP,
+  F_EY,
+  F_EXS,
+  F_ELOG,
   NFIELD
 };
 
@@ -135,15 +120,41 @@ static const size_t field_off[NFIELD] = {
     offsetof(struct layer_acts, rstd2), offsetof(struct layer_acts, gu),
     offsetof(struct layer_acts, mlp),   offsetof(struct layer_acts, ao),
     offsetof(struct layer_acts, rstda), offsetof(struct layer_acts, mo),
-    offsetof(struct layer_acts, rstdf)};
+    offsetof(struct layer_acts, rstdf), offsetof(struct layer_acts, eprobs),
+    offsetof(struct layer_acts, eidx),  offsetof(struct layer_acts, ewts),
+    offsetof(struct layer_acts, erows), offsetof(struct layer_acts, epos),
+    offsetof(struct layer_acts, egu),   offsetof(struct layer_acts, emlp),
+    offsetof(struct layer_acts, ey),    offsetof(struct layer_acts, exs),
+    offsetof(struct layer_acts, elog)};
 
 static float **field(struct layer_acts *l, int f) {
   return (float **)(void *)((char *)l + field_off[f]);
 }
 
-/* Floats per row of field f (0: the model has no such field). */
+static int is_moe_field(int f) {
+  return f >= F_EPROBS && f <= F_ELOG;
+}
+
+/* Floats per row (token) of field f (0: the stage has no such field). */
 static size_t field_width(const struct acts_dims *d, int f) {
+  const size_t k = (size_t)d->topk;
+  if (is_moe_field(f) && d->nsparse == 0) return 0;
   switch (f) {
+  case F_EPROBS:
+  case F_ELOG:
+    return (size_t)d->E;
+  case F_EIDX:
+  case F_EWTS:
+  case F_EROWS:
+  case F_EPOS:
+    return k;
+  case F_EGU:
+    return k * 2 * (size_t)d->effn;
+  case F_EMLP:
+    return k * (size_t)d->effn;
+  case F_EY:
+  case F_EXS:
+    return k * (size_t)d->C;
   case F_QKN:
     return d->qk_norm ? (size_t)d->q_dim + (size_t)d->kv_dim : 0;
   case F_QKR:
@@ -164,9 +175,9 @@ static size_t field_width(const struct acts_dims *d, int f) {
   case F_LSE:
     return (size_t)d->heads;
   case F_GU:
-    return 2 * (size_t)d->ffn;
+    return d->ndense ? 2 * (size_t)d->ffn : 0;
   case F_MLP:
-    return (size_t)d->ffn;
+    return d->ndense ? (size_t)d->ffn : 0;
   default:
     return (size_t)d->C;
   }
@@ -188,21 +199,47 @@ int acts_tile_rows(int T, int C) {
   return (T + tiles - 1) / tiles;
 }
 
+/* Whether layer i of the stage is sparse. */
+static int layer_sparse(const struct acts_dims *d, int i) {
+  return d->nsparse > 0 && card_layer_sparse(d->card, d->layer0 + i);
+}
+
 /* Whether layer i keeps field f per micro-batch. */
 static int kept(const struct acts_dims *d, int i, int f) {
   if (field_width(d, f) == 0) return 0;
+  if (f == F_EXS || f == F_ELOG) return 0; /* working set only */
+  if ((is_moe_field(f) || is_mlp_field(f)) && is_moe_field(f) != layer_sparse(d, i)) return 0;
   if (d->frozen || (is_mlp_field(f) && d->pol.tiled_mlp)) return 0;
   if (d->pol.recompute == 1) return f == F_X_IN && i % segment(d) == 0;
   if (d->pol.recompute == 2) return f != F_H1 && f != F_H2 && f != F_MLP;
   return 1;
 }
 
+/* The first layer of the stage that has field f (a dense MLP's, a sparse layer's, else 0). */
+static int probe_layer(const struct acts_dims *d, int f) {
+  if (!is_moe_field(f) && !is_mlp_field(f)) return 0;
+  for (int i = 0; i < d->layers; i++)
+    if (layer_sparse(d, i) == is_moe_field(f)) return i;
+  return 0;
+}
+
 /* Whether working set j holds its own field f (tiled MLP buffers: only set 0). */
 static int in_work(const struct acts_dims *d, int j, int f) {
   if (field_width(d, f) == 0) return 0;
+  if (f == F_EXS || f == F_ELOG) return j == 0;
+  if (is_moe_field(f)) return j == 0 && !kept(d, probe_layer(d, f), f); /* recompute 'none' */
   if (is_mlp_field(f) && d->pol.tiled_mlp) return j == 0;
   if (f == F_X_IN) return d->frozen || d->pol.offload || (d->pol.recompute == 1 && j > 0);
-  return !kept(d, 0, f) || d->pol.recompute == 1;
+  return !kept(d, probe_layer(d, f), f) || d->pol.recompute == 1;
+}
+
+size_t acts_aux_floats(const struct kd_card *c) {
+  return card_sparse_layers(c) ? 2 * (2 * (size_t)c->num_experts + 1) : 0;
+}
+
+/* acts_aux_floats of a trained model's layout (0 when frozen). */
+static size_t aux_floats(const struct acts_dims *d) {
+  return d->frozen || !d->card ? 0 : acts_aux_floats(d->card);
 }
 
 struct sink {
@@ -228,7 +265,7 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
   a->tile = d->pol.tiled_mlp ? acts_tile_rows(d->T, d->C) : (int)N;
   if ((size_t)a->tile > N) a->tile = (int)N;
   const size_t rows_mlp = (size_t)a->tile;
-  a->blocks = kd_calloc((L + (size_t)segment(d)) * NFIELD + 16, sizeof *a->blocks);
+  a->blocks = kd_calloc((L + (size_t)segment(d)) * NFIELD + 32, sizeof *a->blocks);
   if (!d->frozen) {
     a->keep = kd_calloc(L, sizeof *a->keep);
     for (int i = 0; i < d->layers; i++)
@@ -244,6 +281,17 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
     a->rstd_f = take(s, KD_MEM_ACTS, N, sizeof(float));
   }
   a->tokens = take(s, KD_MEM_ACTS, N, sizeof(int));
+  if (d->nsparse && s->be) { /* host: the routing plans and their staging */
+    a->nplans = d->frozen ? 1 : d->layers;
+    a->plans = kd_calloc((size_t)a->nplans, sizeof *a->plans);
+    a->hidx = kd_malloc(N * (size_t)d->topk * sizeof *a->hidx);
+    a->hprobs = kd_malloc(N * (size_t)d->E * sizeof *a->hprobs);
+  }
+  if (aux_floats(d) && s->be) { /* host: the load-balancing sums (also of a dense stage) */
+    a->aux_E = d->card->num_experts;
+    a->aux_cnt = kd_calloc((size_t)a->aux_E, sizeof *a->aux_cnt);
+    a->aux_ps = kd_calloc((size_t)a->aux_E, sizeof *a->aux_ps);
+  }
   if (!owns_ws) return;
   a->nwork = segment(d);
   a->work = kd_calloc((size_t)a->nwork, sizeof *a->work);
@@ -257,7 +305,7 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
     a->work[j].mlp = a->work[0].mlp;
   }
   if (d->frozen) return;
-  a->dres = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  a->dres = take(s, KD_MEM_ACTS, N * C + aux_floats(d), sizeof(float)); /* + message tail */
   a->dh = take(s, KD_MEM_ACTS, N * C, sizeof(float));
   a->dqkv = take(s, KD_MEM_ACTS, N * field_width(d, F_QKV), sizeof(float));
   a->datt = take(s, KD_MEM_ACTS, N * field_width(d, F_ATT), sizeof(float));
@@ -266,6 +314,15 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
   if (d->has_head) a->dhn = take(s, KD_MEM_ACTS, N * C, sizeof(float));
   if (d->qk_norm) a->dqk = take(s, KD_MEM_ACTS, N * (size_t)d->q_dim, sizeof(float));
   if (d->gemma) a->dsw = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  if (d->nsparse) {
+    const size_t n = N * (size_t)d->topk;
+    a->aux_w = take(s, KD_MEM_ACTS, (size_t)d->E, sizeof(float));
+    a->dey = take(s, KD_MEM_ACTS, n * C, sizeof(float));
+    a->dewts = take(s, KD_MEM_ACTS, n, sizeof(float));
+    a->demlp = take(s, KD_MEM_ACTS, n * (size_t)d->effn, sizeof(float));
+    a->degu = take(s, KD_MEM_ACTS, n * 2 * (size_t)d->effn, sizeof(float));
+    a->delog = take(s, KD_MEM_ACTS, N * (size_t)d->E, sizeof(float));
+  }
 }
 
 void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T) {
@@ -285,6 +342,22 @@ void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T)
   d->has_head = mdl->has_head;
   d->pol = mdl->mem;
   if (d->frozen) d->pol.recompute = d->pol.offload = 0;
+  acts_dims_experts(d, &mdl->card, mdl->layer0, mdl->effn);
+}
+
+void acts_dims_experts(struct acts_dims *d, const struct kd_card *card, int layer0, int effn) {
+  d->card = card;
+  d->layer0 = layer0;
+  d->nsparse = 0;
+  for (int i = 0; i < d->layers; i++)
+    d->nsparse += card_layer_sparse(card, layer0 + i);
+  d->ndense = d->layers - d->nsparse;
+  d->E = d->nsparse ? card->num_experts : 0;
+  d->topk = d->nsparse ? card->num_experts_per_tok : 0;
+  d->effn = d->nsparse ? effn : 0;
+  KD_CHECK(!d->nsparse || !d->pol.tiled_mlp, "tiled_mlp with sparse layers (config.c refuses it)");
+  KD_CHECK(!d->nsparse || d->frozen || (!d->pol.recompute && !d->pol.offload),
+           "recompute or offload with sparse layers (config.c refuses them)");
 }
 
 void acts_plan(const struct acts_dims *d, int owns_ws, size_t bytes[KD_MEM_NCAT]) {
@@ -317,6 +390,12 @@ void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd
   a->dhn = share->dhn;
   a->dqk = share->dqk;
   a->dsw = share->dsw;
+  a->aux_w = share->aux_w;
+  a->dey = share->dey;
+  a->dewts = share->dewts;
+  a->demlp = share->demlp;
+  a->degu = share->degu;
+  a->delog = share->delog;
 }
 
 void acts_build(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl, int B,
@@ -330,6 +409,13 @@ void acts_free(struct kd_acts *a, struct kd_backend *be) {
   free(a->blocks);
   free(a->keep);
   if (a->owns_ws) free(a->work);
+  for (int i = 0; i < a->nplans; i++)
+    moe_plan_free(&a->plans[i]);
+  free(a->plans);
+  free(a->hidx);
+  free(a->hprobs);
+  free(a->aux_cnt);
+  free(a->aux_ps);
   memset(a, 0, sizeof *a);
 }
 
@@ -447,7 +533,7 @@ static void kv_store(struct kd_backend *be, const struct kd_model *mdl, const st
  * backward reads. */
 static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
                           const struct layer_ptrs *w, const struct layer_acts *l, float *out,
-                          const struct kd_acts *a) {
+                          struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
   const struct kd_attn *at = &mdl->attn[i];
   const int B = a->d.B, T = a->d.T;
@@ -487,7 +573,10 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int
   maybe_round(be, l->x_mid, N * C);
   norm_fwd(be, mdl, l->h2, l->rstd2, l->x_mid, w->ln2, N, C);
   if (a->d.pol.offload) be->copy_wait(be); /* out may be x_in's buffer, still being offloaded */
-  mlp_forward(be, mdl, w, l, out, a);
+  if (w->wr || w->wr16)
+    moe_forward(be, mdl, i, w, l, out, a);
+  else
+    mlp_forward(be, mdl, w, l, out, a);
   if (l->mo) { /* gemma3: out = x_mid + norm(mo); without out only the norm's rstd */
     tp_allreduce(be, mdl, l->mo, N * C);
     maybe_round(be, l->mo, N * C);
@@ -504,6 +593,12 @@ void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd
   const struct kd_card *c = &mdl->card;
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = c->hidden_size, L = mdl->nlayers;
+  if (a->aux_cnt && mdl->has_embed) { /* this micro-batch's load-balancing sums start here
+                                          (later stages: acts_aux_get from the message) */
+    memset(a->aux_cnt, 0, (size_t)a->aux_E * sizeof *a->aux_cnt);
+    memset(a->aux_ps, 0, (size_t)a->aux_E * sizeof *a->aux_ps);
+    a->aux_rows = 0;
+  }
   if (mdl->has_embed) {
     float *x0 = acts_stage_input(a);
     be->upload(be, a->tokens, tokens, N * sizeof(int));
@@ -578,7 +673,10 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, in
     be->zero(be, a->dsw, N * C);
     norm_bwd(be, mdl, a->dsw, g->lnf, a->dres, l->mo, w->lnf, l->rstdf, N, C);
   }
-  mlp_backward(be, mdl, w, g, l, a, l->mo ? a->dsw : a->dres);
+  if (w->wr)
+    moe_backward(be, mdl, i, w, g, l, a, a->dres);
+  else
+    mlp_backward(be, mdl, w, g, l, a, l->mo ? a->dsw : a->dres);
   tp_allreduce(be, mdl, a->dh, N * C);
   norm_bwd(be, mdl, a->dres, g->ln2, a->dh, l->x_mid, w->ln2, l->rstd2, N, C);
 
@@ -637,6 +735,7 @@ void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts
              a->rstd_f, N, C);
   }
   const struct layer_ptrs *W = mdl->pw.layer, *G = mdl->pg.layer;
+  if (a->d.nsparse) moe_aux_prepare(be, mdl, a);
   if (a->d.pol.recompute == 1) { /* segments, last first: forward again, then backward */
     const int e = a->nwork;
     for (int s0 = (L - 1) / e * e; s0 >= 0; s0 -= e) {

@@ -31,6 +31,18 @@ struct layer_acts {
   float *rstda; /* (N) */
   float *mo;    /* (N, C) */
   float *rstdf; /* (N) */
+  /* a sparse (mixture-of-experts) layer, NULL in the others (gu, mlp NULL in it); n = N k
+   * routed rows, each expert's rows one block (moe.h); ints stored in float-sized slots */
+  float *eprobs; /* (N, E) router probabilities */
+  float *eidx;   /* (N, k) ints: the experts each token goes to */
+  float *ewts;   /* (N, k) their weights */
+  float *erows;  /* (n) ints: the token of each routed row */
+  float *epos;   /* (N, k) ints: the routed row of each (token, slot) */
+  float *egu;    /* (n, 2 Ie) gate | up of each routed row */
+  float *emlp;   /* (n, Ie) silu(gate) * up */
+  float *ey;     /* (n, C) the experts' outputs */
+  float *exs;    /* (n, C) the gathered inputs (working set only: gathered again in backward) */
+  float *elog;   /* (N, E) router logits (working set only) */
 };
 
 /* The sizes that decide an activation layout (per rank: TP-split widths, the
@@ -41,6 +53,11 @@ struct acts_dims {
   int gemma;   /* gemma3's norms of the attention and MLP outputs (card_gemma) */
   int frozen, has_head;
   struct kd_mem_policy pol;
+  /* mixture of experts (acts_dims_experts): the card whose layers layer0 .. layer0 + layers - 1
+   * are this stage's (NULL: no sparse layer), experts, experts per token, an expert's
+   * intermediate size per rank, and the stage's sparse and dense layer counts */
+  const struct kd_card *card;
+  int layer0, E, topk, effn, nsparse, ndense;
 };
 
 /* A KV cache for generation (generate.c): per layer of the stage, the keys and values
@@ -69,14 +86,46 @@ struct kd_acts {
   int *tokens;             /* (N) inputs of the micro-batch kept for backward */
   /* gradient workspace, shared by all layers (NULL when frozen); dgu, dmlp tile-sized */
   float *dres, *dh, *dqkv, *datt, *dgu, *dmlp, *dhn;
-  float *dqk;    /* (N, Q) q/k norms' input gradients (NULL: no q/k norms) */
-  float *dsw;    /* (N, C) gemma3: the gradient w.r.t. a normed attention or MLP output */
-  void **blocks; /* every block this set allocated, for acts_free */
+  float *dqk; /* (N, Q) q/k norms' input gradients (NULL: no q/k norms) */
+  float *dsw; /* (N, C) gemma3: the gradient w.r.t. a normed attention or MLP output */
+  /* sparse layers: the routing plans (host; d.layers entries, one when frozen), host staging
+   * of a layer's choices and probabilities, this micro-batch's load-balancing sums over the
+   * stage's sparse layers (per expert: routed rows, probability sums; token rows), the loss's
+   * weight in backward (set by the caller; 0: none) and the gradient workspace (shared) */
+  struct moe_plan *plans;
+  int nplans;
+  int *hidx;
+  float *hprobs;
+  int aux_E; /* experts of the model's sparse layers (0: none, or a frozen model) */
+  double *aux_cnt, *aux_ps, aux_rows;
+  float aux_weight;
+  float *aux_w;                              /* (E) the loss's weights per expert (shared) */
+  float *dey, *dewts, *demlp, *degu, *delog; /* (n, C), (N, k), (n, Ie), (n, 2 Ie), (N, E) */
+  void **blocks;                             /* every block this set allocated, for acts_free */
   int nblocks;
 };
 
 /* The layout sizes of `mdl`'s stage for micro-batches of B sequences of T tokens. */
 void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T);
+
+/* The mixture-of-experts sizes of d (a stage of `layers` layers from layer0 of `card`;
+ * effn: an expert's intermediate size on this rank). */
+void acts_dims_experts(struct acts_dims *d, const struct kd_card *card, int layer0, int effn);
+
+/* This micro-batch's load-balancing loss (transformers' load_balancing_loss_func over the
+ * sparse layers whose sums a holds: every layer's on the last stage). */
+double acts_moe_aux(const struct kd_acts *a);
+
+/* Floats after the hidden states in a pipeline message of a trained model of card c: its
+ * load-balancing sums (per expert routed rows and probability sums, and the token rows, as
+ * doubles); 0 for a card without sparse layers. The gradient workspace dres has them too. */
+size_t acts_aux_floats(const struct kd_card *c);
+
+/* a's load-balancing sums into dst (acts_aux_floats floats of backend memory), or from src
+ * (the sums of the stages before, which a stage's own layers then add to; on the way back,
+ * the totals of every layer). */
+void acts_aux_put(struct kd_backend *be, const struct kd_acts *a, float *dst);
+void acts_aux_get(struct kd_backend *be, struct kd_acts *a, const float *src);
 
 /* Rows of one MLP tile: the sequence is cut into ceil(T / C) tiles. */
 int acts_tile_rows(int T, int C);

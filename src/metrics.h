@@ -9,7 +9,8 @@
 #include "config.h"
 
 #define METRICS_HEADER                                                                             \
-  "step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,val_loss\n"
+  "step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,val_loss,"   \
+  "loss_aux\n"
 
 struct metrics {
   int fd; /* rank 0: the open file; -1 elsewhere */

@@ -1,4 +1,5 @@
-/* model.c: the parameter table of a Qwen2/Qwen3/Llama/Gemma 3 decoder, its buffers and init. */
+/* model.c: the parameter table of a Qwen2/Qwen3/Llama/Gemma 3/Qwen3-MoE/Mixtral decoder, its
+ * buffers and init. */
 #include "model.h"
 
 #include <math.h>
@@ -40,8 +41,8 @@ static void table_add(struct kd_model *mdl, int cap, enum param_role role, int l
   p->offset = mdl->numel;
   p->role = role;
   p->layer = layer;
-  p->decay = (role == ROLE_LINEAR || role == ROLE_EMBED || role == ROLE_HEAD);
   p->expert = -1;
+  p->decay = (role == ROLE_LINEAR || role == ROLE_EMBED || role == ROLE_HEAD);
   mdl->numel += p->numel;
 }
 
@@ -107,11 +108,19 @@ static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float 
     }
     L->lna = card_gemma(c) ? vf(&s, p++) : NULL;
     L->ln2 = vf(&s, p++);
-    L->wgu = vf(&s, p);
-    L->wgu16 = vh(&s, p);
-    p += 2;
-    L->wd = vf(&s, p);
-    L->wd16 = vh(&s, p++);
+    if (card_layer_sparse(c, l)) { /* router, then gate, up, down of each expert */
+      L->wr = vf(&s, p);
+      L->wr16 = vh(&s, p++);
+      L->wx = vf(&s, p);
+      L->wx16 = vh(&s, p);
+      p += 3 * (size_t)c->num_experts;
+    } else {
+      L->wgu = vf(&s, p);
+      L->wgu16 = vh(&s, p);
+      p += 2;
+      L->wd = vf(&s, p);
+      L->wd16 = vh(&s, p++);
+    }
     L->lnf = card_gemma(c) ? vf(&s, p++) : NULL;
   }
   v->norm = mdl->has_head ? vf(&s, p) : NULL;
@@ -138,6 +147,10 @@ int model_check_layout(const struct kd_card *c, const char *who, int tp, int pp,
   } else if (c->intermediate_size < tp) {
     snprintf(buf, sizeof buf, "intermediate_size = %d is smaller than tp = %d",
              c->intermediate_size, tp);
+    why = buf;
+  } else if (card_sparse_layers(c) > 0 && card_expert_ffn(c) < tp) {
+    snprintf(buf, sizeof buf, "an expert's intermediate size %d is smaller than tp = %d",
+             card_expert_ffn(c), tp);
     why = buf;
   } else if (c->vocab_size < tp) {
     snprintf(buf, sizeof buf, "vocab_size = %d is smaller than tp = %d", c->vocab_size, tp);
@@ -234,10 +247,17 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   long long f0, fn;
   grid_block(I, tp, r, &f0, &fn);
   mdl->ffn = (int)fn;
+  const int E = card->num_experts, nsparse = card_sparse_layers(card);
+  long long e0 = 0, en = 0; /* an expert's intermediate slice: split as the dense MLP's */
+  if (nsparse) grid_block(card_expert_ffn(card), tp, r, &e0, &en);
+  const int64_t EI = nsparse ? card_expert_ffn(card) : 0;
+  mdl->effn = (int)en;
+  mdl->exp0 = 0;
+  mdl->nexp = nsparse ? E : 0;
   const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
   const int64_t q0 = (int64_t)r * mdl->q_dim;
   const int64_t k0 = kv_split ? (int64_t)r * mdl->kv_dim : (int64_t)(r / kv_rep) * hd;
-  int cap = 3 + 16 * L;
+  int cap = 3 + 16 * L + nsparse * (1 + 3 * E);
   mdl->params = kd_calloc((size_t)cap, sizeof *mdl->params);
 
   /* The table, written once, in Hugging Face order. q/k/v and gate/up stay adjacent. */
@@ -275,9 +295,24 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
     if (card_gemma(card))
       table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
                 "model.layers.%d.pre_feedforward_layernorm.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.gate_proj.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.up_proj.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, C, I, dc, "model.layers.%d.mlp.down_proj.weight", l);
+    if (card_layer_sparse(card, l)) { /* the router, replicated; experts cut as the dense MLP */
+      const struct cut ec = {0, e0, en, mine, 1, 0}, edc = {1, e0, en, mine, 1, 0};
+      table_add(mdl, cap, ROLE_LINEAR, l, E, C, rep, "model.layers.%d.mlp.gate.weight", l);
+      for (int e = 0; e < E; e++) {
+        static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
+        for (int j = 0; j < 3; j++) {
+          char fmt[96];
+          snprintf(fmt, sizeof fmt, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, part[j]);
+          table_add(mdl, cap, ROLE_LINEAR, l, j < 2 ? EI : C, j < 2 ? C : EI, j < 2 ? ec : edc, fmt,
+                    0);
+          mdl->params[mdl->nparams - 1].expert = e;
+        }
+      }
+    } else {
+      table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.gate_proj.weight", l);
+      table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.up_proj.weight", l);
+      table_add(mdl, cap, ROLE_LINEAR, l, C, I, dc, "model.layers.%d.mlp.down_proj.weight", l);
+    }
     if (card_gemma(card))
       table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
                 "model.layers.%d.post_feedforward_layernorm.weight", l);
@@ -410,9 +445,12 @@ int64_t model_count_params(const struct kd_card *c) {
   const int64_t C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
   const int64_t hd = card_head_dim(c);
   const int64_t Q = c->num_attention_heads * hd, KV = c->num_key_value_heads * hd;
-  int64_t layer = 2 * C + Q * C + 2 * KV * C + C * Q + 3 * I * C;
+  int64_t layer = 2 * C + Q * C + 2 * KV * C + C * Q;
   if (c->attention_bias) layer += Q + 2 * KV;
   if (card_qk_norm(c)) layer += 2 * hd;
   if (card_gemma(c)) layer += 2 * C; /* pre_feedforward_layernorm, post_feedforward_layernorm */
-  return V * C + c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
+  const int64_t sparse = card_sparse_layers(c), dense = c->num_hidden_layers - sparse;
+  const int64_t E = c->num_experts, EI = card_expert_ffn(c);
+  return V * C + c->num_hidden_layers * layer + dense * 3 * I * C +
+         sparse * (E * C + E * 3 * EI * C) + C + (c->tie_word_embeddings ? 0 : V * C);
 }

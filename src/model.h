@@ -40,8 +40,8 @@ struct kd_param {
   size_t offset;     /* element offset into the model's buffers */
   enum param_role role;
   int layer;  /* global decoder layer index, -1 for embedding/final norm/head */
+  int expert; /* expert index of an expert tensor (mlp.experts.E.*), -1 otherwise */
   int decay;  /* 1: weight decay applies (matrices), 0: norms, biases */
-  int expert; /* expert index of an expert tensor, -1 otherwise */
 };
 
 /* Pointers into a parameter-sized buffer (weights, gradients, ...) for one layer.
@@ -53,8 +53,12 @@ struct layer_ptrs {
    * pre_feedforward_layernorm) and of the MLP output (post_feedforward_layernorm); NULL
    * for the other families */
   float *lna, *lnf;
+  /* a sparse (mixture-of-experts) layer (wgu, wd NULL): the router (E, C) and the first held
+   * expert's gate_proj; each held expert is gate|up (2 I, C) then down (C, I), experts one
+   * after another (model_expert_stride elements apart) */
+  float *wr, *wx;
   /* MODEL_FROZEN16: the matrices as packed BF16 (the float ones above are NULL) */
-  uint16_t *wqkv16, *wo16, *wgu16, *wd16;
+  uint16_t *wqkv16, *wo16, *wgu16, *wd16, *wr16, *wx16;
 };
 struct model_ptrs {
   float *wte;               /* (V, C) */
@@ -89,6 +93,8 @@ struct kd_model {
   int has_head;        /* last stage: final norm and LM head */
   int heads, kv_heads; /* per rank */
   int ffn;             /* intermediate size per rank */
+  int effn;            /* an expert's intermediate size per rank (0: no sparse layer) */
+  int exp0, nexp;      /* the experts this rank holds: exp0 .. exp0 + nexp - 1 */
   int vocab_lo, vocab; /* vocabulary slice of this rank (grid_vocab_block) */
   int vocab_common;    /* global ids [0, vocab_common) shared with the other model: split
                           over TP alone, the padding ids beyond go to the last TP rank */
@@ -155,6 +161,11 @@ size_t model_weight_bytes(const struct kd_model *mdl);
 
 /* Refresh the working copy from the master (BF16 rounding in bf16 runs). */
 void model_sync_working(struct kd_model *mdl, struct kd_backend *be);
+
+/* Elements from one held expert's weights to the next (gate|up and down of effn rows). */
+static inline size_t model_expert_stride(const struct kd_model *mdl) {
+  return 3 * (size_t)mdl->effn * (size_t)mdl->card.hidden_size;
+}
 
 /* Find a parameter by name, or NULL. */
 const struct kd_param *model_find(const struct kd_model *mdl, const char *name);

@@ -59,11 +59,18 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   const size_t layer = 2 * C + QKV * C + (c->attention_bias ? QKV : 0) + C * (size_t)d->q_dim +
                        norms + 3 * (size_t)d->ffn * C;
   const int tied = c->tie_word_embeddings;
+  /* sparse layers: the router and every expert's three matrices instead of the dense MLP */
+  long long e0 = 0, en = 0;
+  if (card_sparse_layers(c)) grid_block(card_expert_ffn(c), tp, tp_rank, &e0, &en);
+  acts_dims_experts(d, c, first, (int)en);
+  const size_t E = (size_t)d->E, moe = E * C + E * 3 * (size_t)en * C;
   m->numel = (m->has_embed || (tied && d->has_head) ? emb : 0) + (size_t)d->layers * layer +
+             (size_t)d->nsparse * moe - (size_t)d->nsparse * 3 * (size_t)d->ffn * C +
              (d->has_head ? C + (tied ? 0 : emb) : 0);
   m->maxblock = emb > 2 * (size_t)d->ffn * C ? emb : 3 * (size_t)d->ffn * C;
   if ((size_t)d->q_dim * C > m->maxblock) /* q_proj, o_proj: head_dim apart from C / heads */
     m->maxblock = (size_t)d->q_dim * C;
+  if (card_sparse_layers(c) && E * C > m->maxblock) m->maxblock = E * C; /* a router */
   m->nvec =
       (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0) + norms) + (d->has_head ? C : 0);
 }
@@ -129,9 +136,12 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   for (int k = 0; k < slots; k++)
     acts_plan(&s.d, k == 0, bytes);
   const size_t N = (size_t)B * T;
-  if (pp > 1) /* forward messages carry [teacher | student] hidden states, both ways */
+  if (pp > 1) /* forward messages carry [teacher | student] hidden states (and an MoE
+                 student's load-balancing sums), both ways */
     bytes[KD_MEM_COMM] +=
-        2 * N * ((size_t)cfg->student.hidden_size + (live ? (size_t)cfg->teacher.hidden_size : 0)) *
+        2 *
+        (N * ((size_t)cfg->student.hidden_size + (live ? (size_t)cfg->teacher.hidden_size : 0)) +
+         (train ? acts_aux_floats(&cfg->student) : 0)) *
         4;
   if (s.d.has_head) {
     const int capped = cfg->student.final_logit_softcapping > 0;

@@ -55,7 +55,8 @@ void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *
            "pipe_build: teacher and student vocabularies are cut differently");
   if (teacher) acts_build(&p->tacts, be, teacher, B, T);
   const size_t ct = teacher ? (size_t)teacher->card.hidden_size : 0;
-  p->fwd_len = N * (ct + (size_t)student->card.hidden_size);
+  p->aux_len = student->frozen ? 0 : acts_aux_floats(&student->card);
+  p->fwd_len = N * (ct + (size_t)student->card.hidden_size) + p->aux_len;
   KD_CHECK(p->fwd_len <= INT_MAX, "pipeline message of %zu floats exceeds int", p->fwd_len);
   if (P > 1) {
     p->fwd_buf[0] = be->alloc(be, KD_MEM_COMM, p->fwd_len * sizeof(float));
@@ -63,7 +64,7 @@ void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *
     /* host twins of the messages when MPI cannot take backend blocks */
     p->fwd_stage[0] = comm_stage_alloc(be, p->fwd_len);
     p->fwd_stage[1] = comm_stage_alloc(be, p->fwd_len);
-    p->bwd_stage = comm_stage_alloc(be, N * (size_t)student->card.hidden_size);
+    p->bwd_stage = comm_stage_alloc(be, N * (size_t)student->card.hidden_size + p->aux_len);
   }
 }
 
@@ -107,7 +108,7 @@ static void post_send_fwd(struct kd_pipe *p, struct comm_xfer *x) {
               p->grid->pp_comm);
 }
 static size_t bwd_len(const struct kd_pipe *p) {
-  return (size_t)p->B * p->T * (size_t)p->student->card.hidden_size;
+  return (size_t)p->B * p->T * (size_t)p->student->card.hidden_size + p->aux_len;
 }
 /* The backward message travels in the shared gradient workspace dres. */
 static void post_recv_bwd(struct kd_pipe *p, struct comm_xfer *x) {
@@ -134,15 +135,21 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   const size_t N = (size_t)p->B * p->T, cs = (size_t)s->card.hidden_size;
   const size_t ct = p->teacher ? (size_t)p->teacher->card.hidden_size : 0;
   fetch(arg, m, p->inputs[k], p->labels[k]);
-  if (!s->has_embed) { /* unpack [teacher | student] hidden states */
+  if (!s->has_embed) { /* unpack [teacher | student] hidden states | load-balancing sums */
     if (t) be->copy(be, acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
     be->copy(be, acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
+    if (p->aux_len) acts_aux_get(be, sa, p->fwd_buf[1] + N * (ct + cs));
   }
   if (t) layers_forward(be, t, &p->tacts, p->inputs[k]);
   layers_forward(be, s, sa, p->inputs[k]);
+  if (p->aux_len) { /* the load-balancing loss: its sums are every layer's on the last stage */
+    sa->aux_weight = train ? p->aux_weight : 0.0f;
+    if (train && s->has_head) p->aux += acts_moe_aux(sa);
+  }
   if (!s->has_head) { /* pack for the next stage */
     if (t) be->copy(be, p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
     be->copy(be, p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
+    if (p->aux_len) acts_aux_put(be, sa, p->fwd_buf[0] + N * (ct + cs));
     return;
   }
   struct loss_spec spec = p->spec;
@@ -172,8 +179,15 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   sums->ce += ms.ce;
 }
 
+/* Backward of micro-batch m on this stage. An MoE student's load-balancing totals (every
+ * layer's sums) come with the gradient from the next stage and go on to the previous one,
+ * after the gradient in the shared workspace dres. */
 static void stage_backward(struct kd_pipe *p, int m) {
-  layers_backward(p->be, p->student, &p->sacts[m % p->nslots]);
+  struct kd_acts *a = &p->sacts[m % p->nslots];
+  const size_t tail = (size_t)p->B * p->T * (size_t)p->student->card.hidden_size;
+  if (p->aux_len && !p->student->has_head) acts_aux_get(p->be, a, a->dres + tail);
+  layers_backward(p->be, p->student, a);
+  if (p->aux_len && p->grid->pp_rank > 0) acts_aux_put(p->be, a, a->dres + tail);
 }
 
 void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn fetch, void *arg,
@@ -184,6 +198,7 @@ void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn f
   const int rem = M - warm;
   struct comm_xfer x = {.n = 0};
   sums->kd = sums->ce = 0;
+  p->aux = 0;
 
   for (int i = 0; i < warm; i++) { /* warm-up: forward only */
     post_recv_fwd(p, &x);

@@ -38,6 +38,13 @@ struct kd_pipe {
   void (*tc_fetch)(void *arg, int m, struct tcache_rows *rows);
   void *tc_arg;
   struct tcache_rows *tc_rows;
+  /* a student with sparse layers: the weight of each micro-batch's load-balancing loss in the
+   * gradient (set by the caller; 0: none), and the sum of those losses over this rank's
+   * micro-batches of the last pipe_train (on the last stage; 0 elsewhere) */
+  float aux_weight;
+  double aux;
+  size_t aux_len; /* floats of the load-balancing sums after a message's hidden states
+                     (acts_aux_floats; 0: a dense student) */
 };
 
 /* Allocate activations and message buffers for up to `max_micro` micro-batches per

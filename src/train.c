@@ -509,11 +509,11 @@ static void log_validation(struct run *r, int64_t step) {
             (long long)step);
   else
     kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
-  double v[11];
-  for (int i = 0; i < 11; i++)
+  double v[12];
+  for (int i = 0; i < 12; i++)
     v[i] = NAN;
   v[10] = vl;
-  metrics_put(r, step, v, 11);
+  metrics_put(r, step, v, 12);
 }
 
 /* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
@@ -532,8 +532,9 @@ static const char *format_rate(char *buf, size_t n, double x) {
 /* What one step measured. */
 struct step_out {
   double lr, loss, loss_kd, loss_ce, gnorm, dt;
-  int empty;  /* no counted label in the global batch: no update */
-  int finite; /* loss and gradient norm finite */
+  double loss_aux; /* an MoE student's load-balancing loss (NAN: none, or not on one stage) */
+  int empty;       /* no counted label in the global batch: no update */
+  int finite;      /* loss and gradient norm finite */
 };
 
 /* One optimizer step over the global batch starting at sample `consumed`: the pipeline of
@@ -560,12 +561,22 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
     kd_info("kdtrain: warning: step %lld: no counted label in the global batch (every "
             "label masked); update skipped\n",
             (long long)step);
-  else
-    pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
+  /* an MoE student's load-balancing loss: a mean over the global batch's micro-batches of
+   * transformers' loss of each (its forward pass), weighted by loss%router_aux */
+  const double aux_w = config_router_aux(cfg, &r->student.card), nmb = (double)gb / mb;
+  r->pipe.aux_weight = (float)(aux_w * scale / nmb);
+  if (!o.empty) pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
   o.loss_kd = o.empty ? NAN : sums.kd / counted;
   o.loss_ce = o.empty ? NAN : sums.ce / counted;
   o.loss = r->distill ? cfg->loss_alpha * o.loss_kd + (1 - cfg->loss_alpha) * o.loss_ce : o.loss_ce;
+  o.loss_aux = NAN;
+  if (card_sparse_layers(&r->student.card)) { /* summed on the last stages */
+    double aux = r->grid.tp_rank == 0 ? r->pipe.aux : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &aux, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    o.loss_aux = o.empty ? NAN : aux / nmb;
+    o.loss += aux_w * o.loss_aux;
+  }
   o.gnorm = o.empty ? 0.0 : update_reduce_grads(&r->update, be) / scale;
   o.finite = isfinite(o.gnorm) && isfinite(o.loss);
   if (!o.empty && scaler_update(scaler, o.finite)) {
@@ -590,16 +601,18 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
   kd_format_eta(eta, sizeof eta,
                 (kd_now() - t_start) / (double)(step - first + 1) *
                     (double)(cfg->run_steps - step));
-  char parts[64] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
+  char parts[96] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
   if (r->distill && !o->empty)
     snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", o->loss_kd, o->loss_ce);
+  if (!o->empty && !isnan(o->loss_aux))
+    snprintf(parts + strlen(parts), sizeof parts - strlen(parts), " (aux %.4f)", o->loss_aux);
   if (!o->empty) snprintf(lossw, sizeof lossw, "%.4f", o->loss);
   kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
           "%s tok/s | mfu %.1f%% | peak %s | eta %s\n",
           (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
           o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
           100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta);
-  double v[11] = {o->loss,
+  double v[12] = {o->loss,
                   r->distill ? o->loss_kd : NAN,
                   o->loss_ce,
                   o->lr,
@@ -609,8 +622,9 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
                   tok_s,
                   mfu,
                   (double)peak,
-                  NAN};
-  metrics_put(r, step, v, 11);
+                  NAN,
+                  o->loss_aux};
+  metrics_put(r, step, v, 12);
 }
 
 /* Minor page faults per step on rank 0: the first step's, then the others' mean and most. */

@@ -18,7 +18,7 @@
 /* The model card as /config attributes. */
 /* KEY_WORD: an enum field stored as its word (words.h: arch, rope_type); KEY_WORDS: a list of
  * them (layer_types) stored as one string, the words separated by ',' */
-enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL, KEY_WORD, KEY_WORDS };
+enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL, KEY_WORD, KEY_WORDS, KEY_INTS };
 /* ROPE_*: the RoPE scaling keys are written (and in the checksum) only for a card whose
  * rope_type is not 'default', so that files of unscaled models stay as they were; a file
  * without them has default RoPE (config.c's defaults) */
@@ -37,26 +37,33 @@ struct card_key {
                 its card default (config.c), so that a file without it (the default, the old
                 behaviour) keeps its checksum */
   int gemma; /* a Gemma 3 key: written and checksummed only for an arch 'gemma3' card */
+  int moe;   /* a mixture-of-experts key: written and checksummed only for an MoE card
+                (card_moe; KEY_INTS mlp_only_layers only when it has values) */
 };
 #define CARD_KEY(f, kind, cmp, req)                                                                \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req, ROPE_NO,    \
-        NULL, NULL, 0, 0, 0                                                                        \
+        NULL, NULL, 0, 0, 0, 0                                                                     \
   }
 #define CARD_WORD(f, rope, list, names, n)                                                         \
   {                                                                                                \
 #f, KEY_WORD, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, !(rope), rope, \
-        list, names, n, 0, 0                                                                       \
+        list, names, n, 0, 0, 0                                                                    \
   }
 #define CARD_ROPE(f, kind)                                                                         \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_PARAM,     \
-        NULL, NULL, 0, 0, 0                                                                        \
+        NULL, NULL, 0, 0, 0, 0                                                                     \
   }
 #define CARD_GEMMA(f, kind, list, names, n)                                                        \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_NO, list,  \
-        names, n, 0, 1                                                                             \
+        names, n, 0, 1, 0                                                                          \
+  }
+#define CARD_MOE(f, kind, cmp)                                                                     \
+  {                                                                                                \
+#f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, 0, ROPE_NO,      \
+        NULL, NULL, 0, 0, 0, 1                                                                     \
   }
 static const struct card_key card_keys[] = {
     CARD_KEY(name, KEY_STR, 0, 0),
@@ -84,24 +91,33 @@ static const struct card_key card_keys[] = {
     CARD_ROPE(mscale_all_dim, KEY_REAL),
     CARD_ROPE(truncate, KEY_BOOL),
     {"head_dim", KEY_INT, offsetof(struct kd_card, head_dim), sizeof(int), 1, 0, ROPE_NO, NULL,
-     NULL, 0, 1, 0},
+     NULL, 0, 1, 0, 0},
     /* the sliding window: compared as the window of each layer (card_layer_window) */
     {"sliding_window", KEY_INT, offsetof(struct kd_card, sliding_window), sizeof(int), 0, 0,
-     ROPE_NO, NULL, NULL, 0, 1, 0},
+     ROPE_NO, NULL, NULL, 0, 1, 0, 0},
     {"use_sliding_window", KEY_BOOL, offsetof(struct kd_card, use_sliding_window), sizeof(int), 0,
-     0, ROPE_NO, NULL, NULL, 0, 1, 0},
+     0, ROPE_NO, NULL, NULL, 0, 1, 0, 0},
     {"max_window_layers", KEY_INT, offsetof(struct kd_card, max_window_layers), sizeof(int), 0, 0,
-     ROPE_NO, NULL, NULL, 0, 1, 0},
+     ROPE_NO, NULL, NULL, 0, 1, 0, 0},
     {"pad_token_id", KEY_INT, offsetof(struct kd_card, pad_token_id), sizeof(int), 0, 0, ROPE_NO,
-     NULL, NULL, 0, 1, 0},
+     NULL, NULL, 0, 1, 0, 0},
     {"layer_types", KEY_WORDS, offsetof(struct kd_card, layer_types),
      sizeof(((struct kd_card *)0)->layer_types[0]), 0, 0, ROPE_NO, KD_LAYER_TYPE_WORDS,
-     kd_layer_type_names, KD_LAYER_TYPE_N, 1, 0},
+     kd_layer_type_names, KD_LAYER_TYPE_N, 1, 0, 0},
     CARD_GEMMA(hidden_activation, KEY_WORD, KD_ACT_WORDS, kd_act_names, KD_ACT_N),
     CARD_GEMMA(query_pre_attn_scalar, KEY_REAL, NULL, NULL, 0),
     CARD_GEMMA(rope_local_base_freq, KEY_REAL, NULL, NULL, 0),
     CARD_GEMMA(final_logit_softcapping, KEY_REAL, NULL, NULL, 0),
     CARD_GEMMA(attn_logit_softcapping, KEY_REAL, NULL, NULL, 0),
+    /* which layers are sparse is compared layer by layer (card_layer_sparse) */
+    CARD_MOE(num_experts, KEY_INT, 1),
+    CARD_MOE(num_experts_per_tok, KEY_INT, 1),
+    CARD_MOE(moe_intermediate_size, KEY_INT, 1),
+    CARD_MOE(norm_topk_prob, KEY_BOOL, 1),
+    CARD_MOE(router_aux_loss_coef, KEY_REAL, 0),
+    CARD_MOE(decoder_sparse_step, KEY_INT, 0),
+    {"mlp_only_layers", KEY_INTS, offsetof(struct kd_card, mlp_only_layers),
+     sizeof(((struct kd_card *)0)->mlp_only_layers[0]), 0, 0, ROPE_NO, NULL, NULL, 0, 0, 0, 1},
 };
 #define NCARD_KEYS (sizeof card_keys / sizeof card_keys[0])
 
@@ -116,6 +132,7 @@ static const char *card_word(const struct card_key *ck, const void *field) {
 static int card_key_absent(const struct card_key *ck, const struct kd_card *card,
                            const struct kd_card *dflt) {
   if (ck->gemma) return !card_gemma(card);
+  if (ck->moe) return !card_moe(card) || (ck->kind == KEY_INTS && card->n_mlp_only_layers == 0);
   if (ck->kind == KEY_WORDS) return card->n_layer_types == 0;
   if (ck->newer)
     return *(const int *)((const char *)card + ck->off) ==
@@ -129,9 +146,14 @@ static void card_words_text(char *out, size_t len, const struct card_key *ck,
                             const struct kd_card *card) {
   size_t n = 0;
   out[0] = 0;
-  for (int e = 0; e < card->n_layer_types && n < len; e++) {
+  const int ints = ck->kind == KEY_INTS,
+            count = ints ? card->n_mlp_only_layers : card->n_layer_types;
+  for (int e = 0; e < count && n < len; e++) {
     const char *field = (const char *)card + ck->off + (size_t)e * ck->size;
-    n += (size_t)snprintf(out + n, len - n, "%s%s", e ? "," : "", card_word(ck, field));
+    if (ints)
+      n += (size_t)snprintf(out + n, len - n, "%s%d", e ? "," : "", *(const int *)field);
+    else
+      n += (size_t)snprintf(out + n, len - n, "%s%s", e ? "," : "", card_word(ck, field));
   }
 }
 
@@ -143,18 +165,26 @@ static int card_words_parse(const char *text, const struct card_key *ck, struct 
     const size_t l = strcspn(p, ",");
     char word[64];
     snprintf(word, sizeof word, "%.*s", (int)(l < 63 ? l : 63), p);
-    const int w = l < 63 ? words_find(ck->words, word) : -1;
+    char *end = word;
+    const long v = ck->kind == KEY_INTS ? strtol(word, &end, 10) : 0;
+    const int w = ck->kind == KEY_INTS
+                      ? (l && l < 63 && !*end && v >= 0 && v < KD_LAYERS_MAX ? (int)v : -1)
+                  : l < 63 ? words_find(ck->words, word)
+                           : -1;
     if (w < 0 || n >= KD_LAYERS_MAX) {
       kd_seterr(err, errlen,
                 "%s: /config is not a valid model card: %s entry %d = '%s': expected at most %d "
                 "of %s",
-                path, ck->name, n, word, KD_LAYERS_MAX, ck->words);
+                path, ck->name, n, word, KD_LAYERS_MAX, ck->words ? ck->words : "layer indices");
       return KD_EXIT_INPUT;
     }
     *(int *)((char *)card + ck->off + (size_t)n++ * ck->size) = w;
     p += l + (p[l] == ',');
   }
-  card->n_layer_types = n;
+  if (ck->kind == KEY_INTS)
+    card->n_mlp_only_layers = n;
+  else
+    card->n_layer_types = n;
   return 0;
 }
 
@@ -234,7 +264,7 @@ static uint64_t config_sum(const struct kd_card *card) {
     uint64_t bits = 0;
     if (ck->kind == KEY_STR) {
       h = kd_fnv1a(field, h);
-    } else if (ck->kind == KEY_WORDS) {
+    } else if (ck->kind == KEY_WORDS || ck->kind == KEY_INTS) {
       char text[WORDS_TEXT_MAX];
       card_words_text(text, sizeof text, ck, card);
       h = kd_fnv1a(text, h); /* the words, as stored */
@@ -308,7 +338,7 @@ int weights_card_write(hid_t cfg, const struct kd_card *card, const char *nameli
     const struct card_key *ck = &card_keys[k];
     const char *field = (const char *)card + ck->off;
     if (card_key_absent(ck, card, &dflt)) continue;
-    if (ck->kind == KEY_WORDS) {
+    if (ck->kind == KEY_WORDS || ck->kind == KEY_INTS) {
       char text[WORDS_TEXT_MAX];
       card_words_text(text, sizeof text, ck, card);
       ok &= h5attr_set_string(cfg, ck->name, text) == 0;
@@ -400,6 +430,7 @@ static int card_check_text(hid_t cfg, const char *path, char *err, size_t errlen
 int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *err, size_t errlen) {
   card_defaults(card);                   /* what a key the file lacks means (the RoPE keys) */
   card->hidden_activation = KD_ACT_SILU; /* no table default (follows arch): a gemma3 file has it */
+  card->norm_topk_prob = 0;              /* no table default either: an MoE file has it */
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     char *field = (char *)card + ck->off;
@@ -407,7 +438,7 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *e
     int rc;
     if (ck->kind == KEY_STR) {
       rc = h5attr_get_string(cfg, ck->name, field, ck->size, err, errlen);
-    } else if (ck->kind == KEY_WORDS) {
+    } else if (ck->kind == KEY_WORDS || ck->kind == KEY_INTS) {
       char text[WORDS_TEXT_MAX];
       rc = h5attr_get_string(cfg, ck->name, text, sizeof text, err, errlen);
       if (rc == 0) rc = card_words_parse(text, ck, card, path, err, errlen);
@@ -464,7 +495,8 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     if (!ck->compare || (ck->rope == ROPE_PARAM && card_key_absent(ck, model, NULL)) ||
-        (ck->gemma && !card_gemma(model))) /* arch, compared first, differs otherwise */
+        (ck->gemma && !card_gemma(model)) || /* arch, compared first, differs otherwise */
+        (ck->moe && !card_moe(model)))
       continue;
     const char *fa = (const char *)file + ck->off, *fb = (const char *)model + ck->off;
     char va[80], vb[80];
@@ -504,6 +536,18 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
       return KD_EXIT_INPUT;
     }
   }
+  /* decoder_sparse_step, mlp_only_layers: which layers are sparse */
+  for (int l = 0; l < model->num_hidden_layers; l++)
+    if (card_layer_sparse(file, l) != card_layer_sparse(model, l)) {
+      kd_seterr(err, errlen,
+                "%s was written for a different model: layer %d is %s in its /config but %s in "
+                "the model card %s (num_experts, decoder_sparse_step, mlp_only_layers); use the "
+                "card the file was written with",
+                path, l, card_layer_sparse(file, l) ? "sparse" : "dense",
+                card_layer_sparse(model, l) ? "sparse" : "dense",
+                model->path[0] ? model->path : model->name);
+      return KD_EXIT_INPUT;
+    }
   /* the sliding window keys: what they mean, layer by layer (the layer counts agree) */
   for (int l = 0; l < model->num_hidden_layers; l++) {
     const int a = card_layer_window(file, l), b = card_layer_window(model, l);

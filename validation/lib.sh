@@ -76,7 +76,7 @@ kd_test_teacher() {
 kd_same_metrics() {
   paste -d, "$1/metrics.csv" "$2/metrics.csv" | awk -F, -v what="$3" -v rows="$4" 'NR > 1 && $2 != "" {
     n++
-    for (c = 2; c <= 6; c += 4) { a = $c; b = $(c + 12); d = a - b; if (d < 0) d = -d;
+    for (c = 2; c <= 6; c += 4) { a = $c; b = $(c + NF / 2); d = a - b; if (d < 0) d = -d;
       if (d > 1e-5 * (a < 0 ? -a : a)) { print what ": step " $1 " column " c ": " a " vs " b; bad = 1 } } }
     END { if (n != rows) { print what ": " n " step rows"; bad = 1 } exit bad }'
 }

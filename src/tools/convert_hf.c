@@ -107,14 +107,53 @@ static const struct lm_prefix *lm_prefix_of(const struct hf_extra *x, const stru
   return &lm_prefixes[0];
 }
 
-/* The name in the files of table name `name` (px: lm_prefix_of). */
-static void file_name(char *out, size_t len, const char *name, const struct lm_prefix *px) {
+/* Mixtral's expert tensors as its Hub checkpoints (and transformers' save_pretrained) name
+ * them: block_sparse_moe.gate and block_sparse_moe.experts.E.w1 / w3 / w2 for the weights
+ * files' mlp.gate and mlp.experts.E.gate_proj / up_proj / down_proj. */
+static const char *const mixtral_parts[3][2] = {{".gate_proj.weight", ".w1.weight"},
+                                                {".up_proj.weight", ".w3.weight"},
+                                                {".down_proj.weight", ".w2.weight"}};
+
+/* Rewrite `name` (in place, at most len bytes) between the weights files' spelling
+ * (to_hub = 1) and Mixtral's Hub spelling (to_hub = 0); other names are left alone. */
+static void mixtral_name(char *name, size_t len, int to_hub) {
+  const char *from = to_hub ? ".mlp." : ".block_sparse_moe.",
+             *to = to_hub ? ".block_sparse_moe." : ".mlp.";
+  char *at = strstr(name, from), tmp[512];
+  if (!at || (!strstr(at, ".gate.weight") && !strstr(at, ".experts."))) return;
+  snprintf(tmp, sizeof tmp, "%.*s%s%s", (int)(at - name), name, to, at + strlen(from));
+  for (int j = 0; j < 3; j++) {
+    const char *a = mixtral_parts[j][to_hub ? 0 : 1], *b = mixtral_parts[j][to_hub ? 1 : 0];
+    const size_t l = strlen(tmp), la = strlen(a);
+    if (l > la && !strcmp(tmp + l - la, a) && strstr(tmp, ".experts.")) {
+      tmp[l - la] = 0;
+      strncat(tmp, b, sizeof tmp - strlen(tmp) - 1);
+      break;
+    }
+  }
+  snprintf(name, len, "%s", tmp);
+}
+
+/* The name in the files of table name `name` (px: lm_prefix_of; mixtral: its Hub spelling). */
+static void file_name(char *out, size_t len, const char *name, const struct lm_prefix *px,
+                      const struct kd_card *c) {
   if (px && !strncmp(name, "model.", 6))
     snprintf(out, len, "%s%s", px->model, name + 6);
   else if (px && !strncmp(name, "lm_head.", 8))
     snprintf(out, len, "%s%s", px->head, name + 8);
   else
     snprintf(out, len, "%s", name);
+  if (c->arch == KD_ARCH_MIXTRAL) mixtral_name(out, len, 1);
+}
+
+/* The fused expert tensor of transformers' own layout (save_pretrained with
+ * save_original_format=False: mlp.experts.gate_up_proj (E, 2 I, C), mlp.experts.down_proj
+ * (E, C, I)) that holds expert tensor q, into out; 0 when q is not an expert tensor. */
+static int fused_name(char *out, size_t len, const struct kd_param *q) {
+  if (q->expert < 0) return 0;
+  snprintf(out, len, "model.layers.%d.mlp.experts.%s", q->layer,
+           strstr(q->name, ".down_proj.") ? "down_proj" : "gate_up_proj");
+  return 1;
 }
 
 /* The table name of file name `name`, or 0 when it is not the text model's (px: a
@@ -147,7 +186,14 @@ static void check_no_extra(const struct kd_model *m, const struct st_file *sf, i
         continue;
       }
       size_t l = strlen(name);
+      if (m->card.arch == KD_ARCH_MIXTRAL) mixtral_name(name, sizeof name, 0);
       if (model_find(m, name)) continue;
+      int layer = -1, at = 0;
+      char part[32] = "";
+      if (sscanf(name, "model.layers.%d.mlp.experts.%31[a-z_]%n", &layer, part, &at) == 2 &&
+          !name[at] && (!strcmp(part, "gate_up_proj") || !strcmp(part, "down_proj")) &&
+          card_layer_sparse(&m->card, layer))
+        continue; /* transformers' fused experts: read by locate */
       if (l > 21 && !strcmp(name + l - 21, ".rotary_emb.inv_freq")) continue;       /* a buffer */
       if (m->card.tie_word_embeddings && !strcmp(name, "lm_head.weight")) continue; /* tied */
       kd_fail(KD_EXIT_INPUT,
@@ -158,22 +204,46 @@ static void check_no_extra(const struct kd_model *m, const struct st_file *sf, i
   }
 }
 
-/* For every table entry, the shard holding it, with shape and byte range checked. */
+/* For every table entry, the shard holding it, with shape and byte range checked; fused[p]:
+ * 0 read under file_name, 1 a slice of its fused expert tensor (fused_name), 2 under its
+ * table name (mixtral's router in transformers' fused-layout files). */
 static int *locate(const struct kd_model *m, const struct st_file *sf, int nsh, const char *dir,
-                   const struct lm_prefix *px) {
+                   const struct lm_prefix *px, int *fused) {
   int *where = kd_calloc((size_t)m->nparams, sizeof *where);
-  char err[ERRLEN], name[512];
+  char err[ERRLEN], name[512], alt[512];
   for (int p = 0; p < m->nparams; p++) {
     const struct kd_param *q = &m->params[p];
     int nd = 0;
     int64_t sh[4];
     where[p] = -1;
-    file_name(name, sizeof name, q->name, px);
+    fused[p] = 0;
+    file_name(name, sizeof name, q->name, px, &m->card);
     for (int i = 0; i < nsh && where[p] < 0; i++)
       if (st_find(&sf[i], name, &nd, sh)) where[p] = i;
+    if (where[p] < 0 && strcmp(name, q->name)) /* mixtral's router in transformers' own files */
+      for (int i = 0; i < nsh && where[p] < 0 && q->expert < 0; i++)
+        if (st_find(&sf[i], q->name, &nd, sh)) where[p] = i, fused[p] = 2;
+    if (fused[p] == 2) snprintf(name, sizeof name, "%s", q->name);
+    if (where[p] < 0 && fused_name(alt, sizeof alt, q))
+      for (int i = 0; i < nsh && where[p] < 0; i++)
+        if (st_find(&sf[i], alt, &nd, sh)) where[p] = i, fused[p] = 1;
     if (where[p] < 0)
       kd_fail(KD_EXIT_INPUT, "%s: no tensor %s in the safetensors files", dir, name);
     const struct st_file *f = &sf[where[p]];
+    if (fused[p] == 1) { /* (E, 2 I, C) or (E, C, I) */
+      const int down = strstr(q->name, ".down_proj.") != NULL;
+      const int64_t E = m->card.num_experts;
+      const int64_t r = down ? q->shape[0] : 2 * q->shape[0];
+      if (nd != 3 || sh[0] != E || sh[1] != r || sh[2] != q->shape[1])
+        kd_fail(KD_EXIT_INPUT,
+                "%s: tensor %s has %d dimension(s) (%lld, ...) but config.json implies (%lld, "
+                "%lld, %lld)",
+                f->path, alt, nd, (long long)sh[0], (long long)E, (long long)r,
+                (long long)q->shape[1]);
+      if (st_check(f, alt, (size_t)(E * r * q->shape[1]), err, sizeof err))
+        kd_fail(KD_EXIT_INPUT, "%s", err);
+      continue;
+    }
     if (nd != q->ndim || sh[0] != q->shape[0] || (nd == 2 && sh[1] != q->shape[1]))
       kd_fail(KD_EXIT_INPUT,
               "%s: tensor %s has %d dimension(s) (%lld, ...) but config.json "
@@ -201,7 +271,8 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
   const struct lm_prefix *px = lm_prefix_of(&extra, sf, nsh);
   int skipped = 0;
   check_no_extra(&m, sf, nsh, px, &skipped);
-  int *where = locate(&m, sf, nsh, dir, px);
+  int *fused = kd_calloc((size_t)m.nparams + 1, sizeof *fused);
+  int *where = locate(&m, sf, nsh, dir, px, fused);
   if (px)
     printf("kdconvert: %s is multimodal (model_type '%s'): importing its text model only (the "
            "tensors under %s), leaving out its %d other tensors (vision tower, projector)\n",
@@ -215,13 +286,32 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
   int st = weights_create(&io, tmp, &m, NULL, 1, MPI_COMM_WORLD, err, sizeof err);
   if (!st) st = tokfiles_write_dir(io.file, dir, MPI_COMM_WORLD, &ntok, err, sizeof err);
   float *x = kd_malloc(largest(&m) * sizeof(float));
+  float *fx = NULL; /* the fused expert tensor last read, named fx_name */
+  char fx_name[512] = "";
   for (int p = 0; p < m.nparams && !st; p++) {
     const struct kd_param *q = &m.params[p];
     char name[512];
-    file_name(name, sizeof name, q->name, px);
-    if (st_read_f32(&sf[where[p]], name, x, q->numel, err, sizeof err)) st = KD_EXIT_IO;
+    file_name(name, sizeof name, q->name, px, &card);
+    if (fused[p] == 2)
+      snprintf(name, sizeof name, "%s", q->name); /* mixtral's router, fused files */
+    if (fused[p] == 1) { /* expert e's rows of mlp.experts.gate_up_proj / down_proj */
+      fused_name(name, sizeof name, q);
+      const int down = strstr(q->name, ".down_proj.") != NULL;
+      const size_t per = q->numel * (down ? 1 : 2), E = (size_t)card.num_experts;
+      if (strcmp(name, fx_name)) {
+        free(fx);
+        fx = kd_malloc(per * E * sizeof *fx);
+        snprintf(fx_name, sizeof fx_name, "%s", name);
+        if (st_read_f32(&sf[where[p]], name, fx, per * E, err, sizeof err)) st = KD_EXIT_IO;
+      }
+      const int up = strstr(q->name, ".up_proj.") != NULL;
+      memcpy(x, fx + (size_t)q->expert * per + (up ? q->numel : 0), q->numel * sizeof *x);
+    } else if (st_read_f32(&sf[where[p]], name, x, q->numel, err, sizeof err)) {
+      st = KD_EXIT_IO;
+    }
     if (!st) st = weights_write_tensor(&io, "params", p, x, err, sizeof err);
   }
+  free(fx);
   free(x);
   st = weights_close(&io, st, err, sizeof err);
   if (!st && rename(tmp, out) != 0) {
@@ -245,6 +335,7 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
     st_close(&sf[i]);
   free(sf);
   free(where);
+  free(fused);
   model_free(&m, &be);
   be.release(&be);
   return 0;
@@ -269,7 +360,7 @@ static int export_list(const struct kd_model *m, struct xtensor **out) {
   int n = 0;
   for (int p = 0; p < m->nparams; p++, n++) {
     const struct kd_param *q = &m->params[p];
-    snprintf(x[n].name, sizeof x[n].name, "%s", q->name);
+    file_name(x[n].name, sizeof x[n].name, q->name, NULL, c); /* the Hub's names */
     x[n].t = (struct st_tensor){NULL, q->ndim, {q->shape[0], q->shape[1]}};
     x[n].p = p;
   }

@@ -1,4 +1,5 @@
-/* hfconfig.c: config.json of a Hugging Face Qwen2 / Qwen3 / Llama / Mistral / Gemma 3 model <->
+/* hfconfig.c: config.json of a Hugging Face Qwen2 / Qwen3 / Llama / Mistral / Gemma 3 /
+ * Qwen3-MoE / Mixtral model <->
  * model card (Gemma 3 multimodal: its text_config).
  * Absent keys take the transformers default of the model_type; a key whose value kdtrain
  * does not compute is refused, never ignored. */
@@ -42,6 +43,8 @@ static const struct hf_arch archs[] = {
      1, 0},
     {"gemma3", KD_ARCH_GEMMA3, "Gemma3ForConditionalGeneration", 4, 131072, 0, 1, 0, 0, 256,
      GEMMA3_SIZES, 1, 1},
+    {"qwen3_moe", KD_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", 4, 32768, 0, 1, 1, 0, 0, {0}, 0, 0},
+    {"mixtral", KD_ARCH_MIXTRAL, "MixtralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1, 0, {0}, 0, 0},
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
@@ -204,7 +207,8 @@ static int read_rope(const struct rd *r, struct kd_card *c) {
     key = "rope_parameters.full_attention";
   }
   c->rope_type = KD_ROPE_DEFAULT;
-  const double theta0 = c->arch == KD_ARCH_GEMMA3 ? 1e6 : 10000.0; /* Gemma 3's global base */
+  /* Gemma 3's global base, MixtralConfig's default_theta */
+  const double theta0 = c->arch == KD_ARCH_GEMMA3 || c->arch == KD_ARCH_MIXTRAL ? 1e6 : 10000.0;
   int st = get_real(r, r->o, "rope_theta", theta0, &c->rope_theta);
   if (!st && rp) {
     snprintf(k, sizeof k, "%s.rope_theta", key);
@@ -408,6 +412,65 @@ static int read_gemma(const struct rd *r, struct kd_card *c) {
   return 0;
 }
 
+/* An integer key at least lo (default when absent). */
+static int get_int_ge(const struct rd *r, const char *key, int lo, int dflt, int *out) {
+  const cJSON *v = get(r->o, key);
+  if (!v) return *out = dflt, 0;
+  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
+      v->valuedouble > 2147483647.0) {
+    char why[64];
+    snprintf(why, sizeof why, "expected an integer >= %d", lo);
+    return refuse(r, key, v, why);
+  }
+  *out = (int)v->valuedouble;
+  return 0;
+}
+
+/* The mixture-of-experts keys (Qwen3MoeConfig's and MixtralConfig's defaults when absent):
+ * the expert count in both spellings (num_experts in Hub configs, num_local_experts as
+ * transformers 5 writes them), experts per token, an expert's size (qwen3_moe), the top-k
+ * renormalisation (qwen3_moe; Mixtral always renormalises), the load-balancing loss weight,
+ * and which layers are sparse (qwen3_moe). Mixtral's router jitter is not computed. */
+static int read_moe(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
+  const int mixtral = a->arch == KD_ARCH_MIXTRAL;
+  const char *ekey = get(r->o, "num_local_experts") ? "num_local_experts" : "num_experts";
+  const cJSON *both = get(r->o, "num_experts"), *local = get(r->o, "num_local_experts");
+  if (both && local &&
+      !(cJSON_IsNumber(both) && cJSON_IsNumber(local) && both->valuedouble == local->valuedouble))
+    return refuse(r, "num_experts", both, "differs from num_local_experts (the same key)");
+  int st = get_int_ge(r, ekey, 0, mixtral ? 8 : 128, &c->num_experts);
+  if (!st) st = get_int_ge(r, "num_experts_per_tok", 1, mixtral ? 2 : 8, &c->num_experts_per_tok);
+  if (!st && c->num_experts > 0 && c->num_experts_per_tok > c->num_experts)
+    st = refuse(r, "num_experts_per_tok", get(r->o, "num_experts_per_tok"),
+                "more experts per token than num_experts");
+  const cJSON *v = get(r->o, "router_aux_loss_coef");
+  if (!st && v && !(cJSON_IsNumber(v) && v->valuedouble >= 0))
+    return refuse(r, "router_aux_loss_coef", v, "expected a number >= 0");
+  c->router_aux_loss_coef = v ? v->valuedouble : 0.001;
+  if (!st && mixtral && (v = get(r->o, "router_jitter_noise")) &&
+      !(cJSON_IsNumber(v) && v->valuedouble == 0))
+    return refuse(r, "router_jitter_noise", v,
+                  "kdtrain computes the router without jitter: expected 0.0");
+  c->norm_topk_prob = 1;
+  c->decoder_sparse_step = 1;
+  if (st || mixtral) return st;
+  st = get_int_ge(r, "moe_intermediate_size", 1, 768, &c->moe_intermediate_size);
+  if (!st) st = get_bool(r, "norm_topk_prob", 0, &c->norm_topk_prob);
+  if (!st) st = get_int_ge(r, "decoder_sparse_step", 1, 1, &c->decoder_sparse_step);
+  if (st || !(v = get(r->o, "mlp_only_layers"))) return st;
+  if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > KD_LAYERS_MAX)
+    return refuse(r, "mlp_only_layers", v, "expected a list of layer indices");
+  const cJSON *e;
+  cJSON_ArrayForEach(e, v) {
+    if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+        e->valuedouble >= c->num_hidden_layers)
+      return refuse(r, "mlp_only_layers", v,
+                    "expected layer indices from 0 to num_hidden_layers - 1");
+    c->mlp_only_layers[c->n_mlp_only_layers++] = (int)e->valuedouble;
+  }
+  return 0;
+}
+
 /* The keys that must have the one value kdtrain computes. */
 static int read_fixed(const struct rd *r, const struct hf_arch *a, struct hf_extra *x) {
   const cJSON *v;
@@ -473,7 +536,8 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
     if (!strcmp(mt->valuestring, archs[i].model_type)) a = &archs[i];
   int st = a ? 0
              : refuse(&r, "model_type", mt,
-                      "kdtrain computes qwen2, qwen3, llama, mistral, gemma3_text and gemma3");
+                      "kdtrain computes qwen2, qwen3, llama, mistral, gemma3_text, gemma3, "
+                      "qwen3_moe and mixtral");
   if (!st && a->text_config) { /* the language model of a multimodal model */
     const cJSON *tc = get(o, "text_config"), *tmt = tc ? get(tc, "model_type") : NULL;
     if (!cJSON_IsObject(tc))
@@ -502,7 +566,9 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
     st = refuse(&r, "num_key_value_heads", get(r.o, "num_key_value_heads"),
                 "num_attention_heads is not a multiple of it");
   if (!st) st = get_int(&r, "max_position_embeddings", a->max_pos, &c->max_position_embeddings);
-  if (!st) st = get_real(&r, r.o, "rms_norm_eps", 1e-6, &c->rms_norm_eps);
+  if (!st) /* MixtralConfig's default 1e-5 */
+    st = get_real(&r, r.o, "rms_norm_eps", a->arch == KD_ARCH_MIXTRAL ? 1e-5 : 1e-6,
+                  &c->rms_norm_eps);
   if (!st) st = get_bool(&r, "tie_word_embeddings", a->tie, &c->tie_word_embeddings);
   if (!st && a->text_config && get(o, "tie_word_embeddings")) { /* Gemma3Config's own */
     const struct rd rt = {path, o, err, errlen, o};
@@ -511,6 +577,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   if (!st) st = read_pad(&r, a, c);
   if (!st) st = read_rope(&r, c);
   if (!st && a->arch == KD_ARCH_GEMMA3) st = read_gemma(&r, c);
+  if (!st && card_moe(c)) st = read_moe(&r, a, c);
   if (!st) { /* qwen2: q/k/v biases always (the key is not read by transformers) */
     c->attention_bias = a->qkv_bias;
     if (a->bias_key) {
@@ -634,6 +701,13 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
       cJSON_AddNumberToObject(o, "sliding_window", c->sliding_window);
     else
       cJSON_AddNullToObject(o, "sliding_window");
+  } else if (c->arch == KD_ARCH_QWEN3_MOE) { /* the window in every layer with the switch */
+    const int on = c->use_sliding_window && c->sliding_window > 0;
+    cJSON_AddBoolToObject(o, "use_sliding_window", on);
+    if (on)
+      cJSON_AddNumberToObject(o, "sliding_window", c->sliding_window);
+    else
+      cJSON_AddNullToObject(o, "sliding_window");
   } else if (qwen) { /* as transformers 5 writes them: the window null without the switch */
     const int on = c->use_sliding_window && c->sliding_window > 0;
     cJSON_AddBoolToObject(o, "use_sliding_window", on);
@@ -657,6 +731,23 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
   }
   if (a->bias_key) cJSON_AddBoolToObject(o, "attention_bias", c->attention_bias);
   if (a->arch == KD_ARCH_LLAMA) cJSON_AddBoolToObject(o, "mlp_bias", 0);
+  if (card_moe(c)) { /* the Hub's spelling of the expert count (transformers maps both) */
+    const int mixtral = c->arch == KD_ARCH_MIXTRAL;
+    cJSON_AddNumberToObject(o, mixtral ? "num_local_experts" : "num_experts", c->num_experts);
+    cJSON_AddNumberToObject(o, "num_experts_per_tok", c->num_experts_per_tok);
+    add_real(o, "router_aux_loss_coef", c->router_aux_loss_coef);
+    cJSON_AddBoolToObject(o, "output_router_logits", 0);
+    if (mixtral) {
+      add_real(o, "router_jitter_noise", 0.0);
+    } else {
+      cJSON_AddNumberToObject(o, "moe_intermediate_size", c->moe_intermediate_size);
+      cJSON_AddBoolToObject(o, "norm_topk_prob", c->norm_topk_prob);
+      cJSON_AddNumberToObject(o, "decoder_sparse_step", c->decoder_sparse_step);
+      cJSON *ml = cJSON_AddArrayToObject(o, "mlp_only_layers");
+      for (int i = 0; i < c->n_mlp_only_layers; i++)
+        cJSON_AddItemToArray(ml, cJSON_CreateNumber(c->mlp_only_layers[i]));
+    }
+  }
   cJSON_AddStringToObject(o, "torch_dtype", "float32");
   cJSON_AddStringToObject(o, "dtype", "float32");
   char *text = cJSON_Print(o);

@@ -35,7 +35,8 @@ def read_run(spec):
             rows = list(csv.reader(f))
     except OSError as e:
         fail(f"{path}: {e.strerror}")
-    if not rows or ",".join(rows[0]) != COLUMNS:
+    # later columns (loss_aux, ...) are appended: the file starts with these
+    if not rows or ",".join(rows[0][:len(COLUMNS.split(","))]) != COLUMNS:
         fail(f"{path}: not a kdtrain metrics file (expected the header {COLUMNS})")
     head = rows[0]
     series = {c: [] for c in head[1:]}

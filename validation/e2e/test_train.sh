@@ -19,7 +19,7 @@ EOF2
 echo "== train a teacher"
 kd 1 > log.txt 2>&1 || { cat log.txt; fail "teacher training"; }
 [ -f teacher/final.h5 ] || fail "no teacher/final.h5"
-head -1 teacher/metrics.csv | grep -qx 'step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,val_loss' \
+head -1 teacher/metrics.csv | grep -qx 'step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,val_loss,loss_aux' \
   || fail "metrics header"
 [ "$(grep -c '^[1-6],[0-9]' teacher/metrics.csv)" -eq 6 ] || fail "expected 6 step rows"
 tail -1 teacher/metrics.csv | grep -q '^6,,,,,,,,,,,[0-9]' || fail "final validation row"
@@ -55,7 +55,7 @@ kd 1 run%mode=distill student%card=test-student run%out_dir="'dp1'" run%steps=4 
 kd 2 run%mode=distill student%card=test-student run%out_dir="'dp2'" run%steps=4 > log.txt 2>&1 \
   || { cat log.txt; fail "dp2"; }
 paste -d, dp1/metrics.csv dp2/metrics.csv | awk -F, 'NR > 1 && $2 != "" {
-  for (c = 2; c <= 6; c++) { a = $c; b = $(c + 12); d = a - b; if (d < 0) d = -d;
+  for (c = 2; c <= 6; c++) { a = $c; b = $(c + NF / 2); d = a - b; if (d < 0) d = -d;
     if (d > 1e-5 * (a < 0 ? -a : a) + 1e-7) { print "step " $1 " column " c ": " a " vs " b; bad = 1 } } }
   END { exit bad }' || fail "dp=2 differs from dp=1"
 

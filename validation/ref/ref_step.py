@@ -32,7 +32,13 @@ The reference step, written from the definitions, not from kdtrain's code:
   * loss = alpha tau^2 KD / N + (1 - alpha) CE / N, N the counted positions of the
     global batch (tau^2 only with t2_scale); loss_kd = tau^2 KD / N, loss_ce = CE / N;
   * grad_norm: the L2 norm over every student parameter of d loss (before clipping;
-    a tied embedding once).
+    a tied embedding once);
+  * a mixture-of-experts student (qwen3_moe, mixtral): the student runs one forward per
+    window (kdtrain's micro-batch of 1) on its SEQ_LEN inputs (the window without its last
+    token, which is only a label) with output_router_logits, and loss_aux is the mean
+    over the windows of the aux_loss transformers returns (load_balancing_loss_func over
+    that forward's router logits); loss adds router_aux_loss_coef (the student's config)
+    times loss_aux; ref.txt then holds loss_aux as a fifth number.
 
 KD_REF_PERTURB=FAMILY:KEY=VALUE (a proof that the test can fail): the
 config.json value KEY (a.b for a nested key: rope_parameters.factor) of FAMILY's teacher
@@ -51,8 +57,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from transformers import (  # noqa: E402
-    AutoConfig, AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config,
-    Qwen3Config)
+    AutoConfig, AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig,
+    Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 TOL = 1e-4  # test_ref_step.sh: kdtrain against this step, relative
@@ -127,7 +133,30 @@ FAMILIES = {
         tie_word_embeddings=role == "student", rope_parameters=rope("default", 1e4)),
         {"use_sliding_window": False, "layer_types": None}),
     "gemma3": (gemma3, {"sliding_window": 1024}),
+    # mixtures of experts (8 experts, top-2): a sparse student of a dense teacher (a dense layer
+    # among the student's sparse ones), a sparse teacher of a dense student, a Mixtral student
+    "qwen3_moe": (lambda role: Qwen3MoeConfig(
+        **sizes(128, 32, 64, 3, 4, 2), head_dim=12, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=24, mlp_only_layers=[1], router_aux_loss_coef=0.05,
+        tie_word_embeddings=False, rope_parameters=rope("default", 1e6))
+        if role == "student" else Qwen3Config(
+        **sizes(128, 48, 96, 2, 4, 2), head_dim=16, tie_word_embeddings=False,
+        rope_parameters=rope("default", 1e6)), {"num_experts_per_tok": 3}),
+    "qwen3_moe_teacher": (lambda role: Qwen3MoeConfig(
+        **sizes(128, 48, 96, 3, 4, 2), head_dim=16, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+        tie_word_embeddings=False, rope_parameters=rope("default", 1e6))
+        if role == "teacher" else Qwen3Config(
+        **sizes(128, 32, 64, 2, 4, 2), head_dim=12, tie_word_embeddings=True,
+        rope_parameters=rope("default", 1e6)), {"num_experts_per_tok": 3}),
+    "mixtral": (lambda role: MixtralConfig(
+        **sizes(128, 32, 48, 2, 4, 2), num_local_experts=8, num_experts_per_tok=2,
+        router_aux_loss_coef=0.05, tie_word_embeddings=False, rope_parameters=rope("default", 1e4))
+        if role == "student" else MistralConfig(
+        **sizes(128, 48, 96, 2, 4, 2), tie_word_embeddings=False,
+        rope_parameters=rope("default", 1e4)), {"num_experts_per_tok": 1}),
 }
+MOE_TYPES = ("qwen3_moe", "mixtral")  # model_type of a mixture-of-experts model
 
 
 def seed_of(family):
@@ -210,7 +239,14 @@ def reference(d, row, change=None, bump=None):
                                       -100) for w in range(WINDOWS)])
     with torch.no_grad():
         zt = teacher(ids).logits[:, :-1]
-    zs = student(ids).logits[:, :-1]
+    moe = student.config.model_type in MOE_TYPES
+    if moe:  # one forward per window (micro-batch) of its SEQ_LEN inputs (the last token is
+        # only a label), each with its load-balancing loss
+        outs = [student(ids[w:w + 1, :-1], output_router_logits=True) for w in range(WINDOWS)]
+        zs = torch.cat([o.logits for o in outs])
+        aux = torch.stack([o.aux_loss for o in outs]).mean()
+    else:
+        zs = student(ids).logits[:, :-1]
     target = labels[:, 1:]
     counted = target != -100
     n = counted.sum()
@@ -220,10 +256,13 @@ def reference(d, row, change=None, bump=None):
     ce = F.cross_entropy(zs.reshape(-1, zs.shape[-1]), target.reshape(-1), ignore_index=-100,
                          reduction="sum")
     loss = alpha * kd / n + (1 - alpha) * ce / n
+    if moe:
+        loss = loss + student.config.router_aux_loss_coef * aux
     loss.backward()
     gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in student.parameters()
                         if p.grad is not None))
-    return [loss.item(), (kd / n).item(), (ce / n).item(), gn.item()]
+    return [loss.item(), (kd / n).item(), (ce / n).item(), gn.item()] + \
+        ([aux.item()] if moe else [])
 
 
 def rel(a, b):
@@ -247,7 +286,7 @@ def run(work, T, rows_file):
     for line in open(rows_file):
         if not line.split():
             continue
-        fam, kind, alpha, tau, beta, t2 = line.split()
+        fam, kind, alpha, tau, beta, t2 = line.split()[:6]
         row = (kind, float(alpha), float(tau), float(beta), t2 == "T")
         d = make(work, fam, T)
         ref = reference(d, row, *perturbation(fam))
@@ -255,7 +294,7 @@ def run(work, T, rows_file):
             f.write(" ".join(f"{v:.9g}" for v in ref) + "\n")
         print(f"{fam}: teacher and student written by transformers; PyTorch's step: " +
               ", ".join(f"{n} {v:.7g}" for n, v in zip(("loss", "loss_kd", "loss_ce",
-                                                         "grad_norm"), ref)))
+                                                         "grad_norm", "loss_aux"), ref)))
         contrast = FAMILIES[fam][1]
         if contrast is not None:
             far = rel(reference(d, row, contrast), ref)
