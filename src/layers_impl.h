@@ -46,6 +46,9 @@ void moe_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
                   const struct layer_ptrs *w, const struct layer_ptrs *g,
                   const struct layer_acts *l, struct kd_acts *a, const float *dout);
 
+/* Free a's expert-parallel exchanges (a->xchg) and the rows they hold. */
+void moe_xchg_free(struct kd_backend *be, struct kd_acts *a);
+
 /* Before a stage's backward: the load-balancing loss's gradient weights per expert
  * (a->aux_weight times its derivative by each routing probability) into a->aux_w. */
 void moe_aux_prepare(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a);
