@@ -8,6 +8,9 @@
 #    rank), moe_imbalance >= 1. The teacher held in BF16 (MODEL_FROZEN16): ep 2 gives the
 #    losses of ep 1 within 1e-5 on 2 ranks and at tp 2 (BF16 rounds tp's partial sums, so
 #    tp 2 is compared with tp 2);
+#  - --dry-run at ep 2 with ZeRO-1 predicts the weights, gradients and optimizer state to
+#    the byte, and the measured device bytes stay within the bound it prints for routing
+#    that is not balanced (activations and exchanges are planned for balanced routing);
 #  - a checkpoint of the MoE student written at ep 2 (4 ranks, dp 4) resumed at ep 1 and at
 #    ep 4 (ZeRO-1 on and off) continues with the same loss and loss_aux within 1e-6 (its
 #    parts and the gradient norm within 1e-5), and reloaded at
@@ -83,6 +86,23 @@ echo "ok bf16: ep 2 gives the losses and gradient norms of ep 1"
 echo "== an MoE student distilled from a dense teacher"
 layouts sm teacher%card="'test-qwen3-teacher'" teacher%init="'dense/final.h5'" \
   student%card="'moe-student.nml'"
+
+echo "== --dry-run at ep 2 (ZeRO-1): weights, gradients and optimizer state to the byte; the"
+echo "   measured device bytes within the bound it prints for unbalanced routing"
+set -- teacher%card="'test-qwen3-teacher'" teacher%init="'dense/final.h5'" \
+  student%card="'moe-student.nml'" parallel%ep=2 parallel%zero=1
+kd 2 run%out_dir="'pl'" "$@"
+$MPIEXEC -n 2 "$KDTRAIN" --dry-run --ranks 2 base.nml "$@" > plan.txt 2>&1 || { cat plan.txt; fail "dry run"; }
+awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $3, $4, $5 }' log.txt > m.txt
+awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4 }' plan.txt > p.txt
+[ "$(wc -l < m.txt)" -eq 2 ] && cmp -s m.txt p.txt || { paste m.txt p.txt; fail "ep 2: plan != peaks"; }
+bound=$(awk '/expert parallelism ep=2/ { v = $(NF - 1); u = $NF
+  print int(v * (u == "KiB" ? 1024 : u == "MiB" ? 1048576 : u == "GiB" ? 1073741824 : 1)) }' plan.txt)
+[ -n "$bound" ] || { cat plan.txt; fail "ep 2: no bound printed"; }
+awk -v b="$bound" '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ {
+    n++; d = $11 - $9 - $10; if (d > b) { print "rank " $1 ": " d " > " b; bad = 1 } }
+  END { exit bad || n != 2 }' log.txt || fail "ep 2: the measured peaks exceed the bound"
+echo "ok --dry-run at ep 2: weights, gradients, optimizer = peaks; device bytes <= $bound"
 
 echo "== a checkpoint written at ep 2 (4 ranks) resumed at ep 1 and ep 4"
 set -- teacher%card="'test-qwen3-teacher'" teacher%init="'dense/final.h5'" \
