@@ -2,12 +2,14 @@
 # Expert parallelism inside the mixture-of-experts layer (issue 27, doc/parallel.md "Expert
 # parallelism"): tiny Qwen3-MoE cards (4 experts, 2 per token; written here) run
 #  - as a teacher distilled into a dense student (test-qwen3-student), and as a student
-#    distilled from a dense teacher (test-qwen3-teacher): ep 2 (2 ranks) and ep 2 x tp 2
-#    (4 ranks) give the one-rank loss, gradient norm and the MoE student's loss_aux within
-#    1e-5 at each of 3 steps; the exchanges are counted (a2a_bytes > 0 at ep > 1, 0 on one
+#    distilled from a dense teacher (test-qwen3-teacher): ep 2 (2 ranks), ep 2 x tp 2 and
+#    ep 2 x pp 2 (4 ranks) give the one-rank loss, gradient norm and the MoE student's
+#    loss_aux within 1e-5 at each of 3 steps; the exchanges are counted (a2a_bytes > 0 at ep > 1, 0 on one
 #    rank), moe_imbalance >= 1. The teacher held in BF16 (MODEL_FROZEN16): ep 2 gives the
 #    losses of ep 1 within 1e-5 on 2 ranks and at tp 2 (BF16 rounds tp's partial sums, so
 #    tp 2 is compared with tp 2);
+#  - the simulated device (devsim: MPI staged through host buffers) at ep 2 gives the CPU's
+#    metrics and final weights bit for bit;
 #  - --dry-run at ep 2 with ZeRO-1 predicts the weights, gradients and optimizer state to
 #    the byte, and the measured device bytes stay within the bound it prints for routing
 #    that is not balanced (activations and exchanges are planned for balanced routing);
@@ -56,19 +58,19 @@ cols() {
     END { exit bad }'
 }
 
-# layouts NAME WORD...: one rank, ep 2 and ep 2 x tp 2 of base.nml with the words
+# layouts NAME WORD...: one rank, ep 2, ep 2 x tp 2 and ep 2 x pp 2 of base.nml with the words
 layouts() {
   name=$1; shift
   kd 1 run%out_dir="'${name}1'" "$@"
-  for lay in "2 1" "4 2"; do
+  for lay in "2 1 1" "4 2 1" "4 1 2"; do
     set -- $lay "$@"
-    np=$1 tp=$2; shift 2
-    out="${name}e2t$tp"
-    kd "$np" parallel%ep=2 parallel%tp="$tp" run%out_dir="'$out'" "$@"
-    grep -q "tp=$tp pp=1 dp=2 ep=2" log.txt || { cat log.txt; fail "$out: the start line"; }
-    kd_same_metrics "${name}1" "$out" "$name ep=2 tp=$tp" 3 || fail "$name: ep 2 tp $tp"
-    cols "${name}1" "$out" "$name ep=2 tp=$tp" || fail "$name: ep 2 tp $tp"
-    echo "ok $name: ep 2 x tp $tp gives the one-rank loss, gradient norm (and loss_aux)"
+    np=$1 tp=$2 pp=$3; shift 3
+    out="${name}e2t${tp}p$pp"
+    kd "$np" parallel%ep=2 parallel%tp="$tp" parallel%pp="$pp" run%out_dir="'$out'" "$@"
+    grep -q "tp=$tp pp=$pp dp=2 ep=2" log.txt || { cat log.txt; fail "$out: the start line"; }
+    kd_same_metrics "${name}1" "$out" "$name ep=2 tp=$tp pp=$pp" 3 || fail "$name: $out"
+    cols "${name}1" "$out" "$name ep=2 tp=$tp pp=$pp" || fail "$name: $out"
+    echo "ok $name: ep 2 x tp $tp x pp $pp gives the one-rank loss, gradient norm (and loss_aux)"
   done
 }
 
@@ -84,8 +86,22 @@ kd 4 parallel%ep=2 parallel%tp=2 run%out_dir="'tbe2t2'" "$b"
 kd_same_metrics tbt2 tbe2t2 "bf16 ep=2 tp=2" 3 || fail "bf16: ep 2 x tp 2"
 echo "ok bf16: ep 2 gives the losses and gradient norms of ep 1"
 echo "== an MoE student distilled from a dense teacher"
-layouts sm teacher%card="'test-qwen3-teacher'" teacher%init="'dense/final.h5'" \
-  student%card="'moe-student.nml'"
+sm="teacher%card='test-qwen3-teacher' teacher%init='dense/final.h5' student%card='moe-student.nml'"
+# shellcheck disable=SC2086 # the words of $sm
+layouts sm $sm
+
+echo "== the simulated device (MPI staged through host buffers) at ep 2: the CPU's metrics and"
+echo "   final weights bit for bit (the MoE student in FP32, the MoE teacher held in BF16)"
+for v in "fp32 $sm" "bf16"; do
+  set -- $v
+  p=$1; shift
+  for dev in cpu devsim; do
+    kd 2 parallel%ep=2 run%device="'$dev'" precision%compute="'$p'" run%out_dir="'${dev}_$p'" "$@"
+  done
+  kd_bitwise "cpu_$p" "devsim_$p"
+  h5diff "cpu_$p/final.h5" "devsim_$p/final.h5" /params /params > /dev/null \
+    || fail "$p: final weights differ between cpu and devsim"
+done
 
 echo "== --dry-run at ep 2 (ZeRO-1): weights, gradients and optimizer state to the byte; the"
 echo "   measured device bytes within the bound it prints for unbalanced routing"
