@@ -7,7 +7,8 @@
 #    loss_aux within 1e-5 at each of 3 steps; the exchanges are counted (a2a_bytes > 0 at ep > 1, 0 on one
 #    rank), moe_imbalance >= 1. The teacher held in BF16 (MODEL_FROZEN16): ep 2 gives the
 #    losses of ep 1 within 1e-5 on 2 ranks and at tp 2 (BF16 rounds tp's partial sums, so
-#    tp 2 is compared with tp 2);
+#    tp 2 is compared with tp 2); a teacher cache made at ep 2 holds the one-rank cache's
+#    rows (ids equal, log-probabilities within 1e-5);
 #  - the simulated device (devsim: MPI staged through host buffers) at ep 2 gives the CPU's
 #    metrics and final weights bit for bit;
 #  - --dry-run at ep 2 with ZeRO-1 predicts the weights, gradients and optimizer state to
@@ -85,6 +86,16 @@ kd 4 parallel%tp=2 run%out_dir="'tbt2'" "$b"
 kd 4 parallel%ep=2 parallel%tp=2 run%out_dir="'tbe2t2'" "$b"
 kd_same_metrics tbt2 tbe2t2 "bf16 ep=2 tp=2" 3 || fail "bf16: ep 2 x tp 2"
 echo "ok bf16: ep 2 gives the losses and gradient norms of ep 1"
+echo "== a teacher cache (run%mode 'cache') of the MoE teacher at ep 2: the one-rank cache's rows"
+head -c 20000 "$KD_SRCDIR/input/corpus/kjv-train.txt" > small.txt
+kd 1 run%mode="'cache'" data%train="'small.txt'" teacher%cache_k=8 teacher%cache="'c1.h5'"
+kd 2 run%mode="'cache'" data%train="'small.txt'" teacher%cache_k=8 teacher%cache="'c2.h5'" \
+  parallel%ep=2
+for g in /ids /logp /tail; do # the checksums (/crc) of rows within tolerance may differ
+  h5diff -d 1e-5 c1.h5 c2.h5 $g $g > h5diff.log || { head -20 h5diff.log; fail "cache at ep 2: $g"; }
+done
+echo "ok the cache at ep 2 holds the one-rank cache's ids, logp and tail (1e-5)"
+
 echo "== an MoE student distilled from a dense teacher"
 sm="teacher%card='test-qwen3-teacher' teacher%init='dense/final.h5' student%card='moe-student.nml'"
 # shellcheck disable=SC2086 # the words of $sm
