@@ -9,6 +9,7 @@
 #    losses of ep 1 within 1e-5 on 2 ranks and at tp 2 (BF16 rounds tp's partial sums, so
 #    tp 2 is compared with tp 2); a teacher cache made at ep 2 holds the one-rank cache's
 #    rows (ids equal, log-probabilities within 1e-5);
+#  - a validation of 3 batches on dp 2 at ep 2 gives the one-rank val_loss (1e-5);
 #  - the simulated device (devsim: MPI staged through host buffers) at ep 2 gives the CPU's
 #    metrics and final weights bit for bit;
 #  - --dry-run at ep 2 with ZeRO-1 predicts the weights, gradients and optimizer state to
@@ -100,6 +101,17 @@ echo "== an MoE student distilled from a dense teacher"
 sm="teacher%card='test-qwen3-teacher' teacher%init='dense/final.h5' student%card='moe-student.nml'"
 # shellcheck disable=SC2086 # the words of $sm
 layouts sm $sm
+
+echo "== validation of 3 batches on dp 2 at ep 2 (one rank runs an uncounted batch more)"
+# shellcheck disable=SC2086
+set -- $sm data%valid="'$KD_SRCDIR/input/corpus/kjv-valid.txt'" data%valid_batches=3 \
+  data%valid_every=2
+kd 1 run%out_dir="'v1'" "$@"
+kd 2 parallel%ep=2 run%out_dir="'v2'" "$@"
+paste -d, v1/metrics.csv v2/metrics.csv | awk -F, 'NR > 1 && $12 != "" { n++; a = $12; b = $(12 + NF / 2)
+    d = a - b; if (d < 0) d = -d; if (d > 1e-5 * a) { print "val_loss " a " vs " b; bad = 1 } }
+  END { exit bad || n != 2 }' || fail "validation at ep 2"
+echo "ok validation at ep 2: the one-rank val_loss"
 
 echo "== the simulated device (MPI staged through host buffers) at ep 2: the CPU's metrics and"
 echo "   final weights bit for bit (the MoE student in FP32, the MoE teacher held in BF16)"
