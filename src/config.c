@@ -644,6 +644,12 @@ static int check_onpolicy(struct namelist_ctx *c, const struct kd_config *cfg) {
                             "teacher's distribution over the data's own text and cannot score "
                             "text the student writes; expected 'live' (or loss%%onpolicy = 0)",
                             cfg->loss_onpolicy);
+  if (cfg->par_ep > 1)
+    return namelist_key_err(c, key_index(c, "parallel", "ep"), (long)op,
+                            "%d with loss%%onpolicy = %g: generation with experts split over "
+                            "ranks is not computed yet (the ranks of an ep group would have to "
+                            "decode in lockstep); expected ep = 1",
+                            cfg->par_ep, cfg->loss_onpolicy);
   return 0;
 }
 

@@ -409,6 +409,7 @@ void acts_free(struct kd_acts *a, struct kd_backend *be) {
   free(a->blocks);
   free(a->keep);
   if (a->owns_ws) free(a->work);
+  moe_xchg_free(be, a);
   for (int i = 0; i < a->nplans; i++)
     moe_plan_free(&a->plans[i]);
   free(a->plans);

@@ -99,14 +99,14 @@ struct kd_acts {
   int aux_E; /* experts of the model's sparse layers (0: none, or a frozen model) */
   double *aux_cnt, *aux_ps, aux_rows;
   float aux_weight;
-  float *aux_w; /* (E) the loss's weights per expert (shared) */
-  /* the routers' load imbalance since the caller last cleared them: per sparse layer and
-   * forward, the largest expert's routed rows over the mean (N k / E); their sum, count,
-   * most */
-  double imb_sum, imb_max;
-  long imb_n;
+  float *aux_w;                              /* (E) the loss's weights per expert (shared) */
   float *dey, *dewts, *demlp, *degu, *delog; /* (n, C), (N, k), (n, Ie), (n, 2 Ie), (N, E) */
-  void **blocks;                             /* every block this set allocated, for acts_free */
+  struct moe_xchg *xchg; /* ep > 1: per routing plan, the experts' token exchange and the rows
+                            it brought, kept from forward to backward (layers_moe.c) */
+  double moe_imb;        /* the largest (expert's routed rows / their mean) of the sparse layers
+                            run since acts_moe_stats */
+  double ep_bytes;       /* bytes sent to other ranks by the experts' exchanges since then */
+  void **blocks;         /* every block this set allocated, for acts_free */
   int nblocks;
 };
 
@@ -120,6 +120,11 @@ void acts_dims_experts(struct acts_dims *d, const struct kd_card *card, int laye
 /* This micro-batch's load-balancing loss (transformers' load_balancing_loss_func over the
  * sparse layers whose sums a holds: every layer's on the last stage). */
 double acts_moe_aux(const struct kd_acts *a);
+
+/* The router's load imbalance (the largest expert's routed rows over their mean, the most of
+ * any sparse layer and micro-batch) and the bytes this rank sent in the experts' all-to-all
+ * exchanges since the last call, added into *imb (max) and *bytes; resets them. */
+void acts_moe_stats(struct kd_acts *a, double *imb, double *bytes);
 
 /* Floats after the hidden states in a pipeline message of a trained model of card c: its
  * load-balancing sums (per expert routed rows and probability sums, and the token rows, as

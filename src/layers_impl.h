@@ -46,19 +46,8 @@ void moe_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
                   const struct layer_ptrs *w, const struct layer_ptrs *g,
                   const struct layer_acts *l, struct kd_acts *a, const float *dout);
 
-/* The held experts (mdl->exp0 .. + nexp) over their blocks of n routed rows (expert e's
- * rows offset[e] .. offset[e] + count[e] - 1): gu (n, 2 Ie) := xs (n, C) W_gu^T, h := SwiGLU,
- * y (n, C) := h W_down^T, one GEMM per expert and product; and the backward: dy (n, C) holds
- * dL/dy on entry and dL/dxs on return (dh (n, Ie) and dgu (n, 2 Ie) are workspace), the
- * experts' weight gradients accumulate into g. The part an expert-parallel dispatch runs on
- * the rows it received (moe_forward and moe_backward run it on a rank's own rows). */
-void moe_experts_forward(struct kd_backend *be, const struct kd_model *mdl,
-                         const struct layer_ptrs *w, const int *offset, const int *count, size_t n,
-                         const float *xs, float *gu, float *h, float *y);
-void moe_experts_backward(struct kd_backend *be, const struct kd_model *mdl,
-                          const struct layer_ptrs *w, const struct layer_ptrs *g, const int *offset,
-                          const int *count, size_t n, const float *xs, const float *gu,
-                          const float *h, float *dy, float *dh, float *dgu);
+/* Free a's expert-parallel exchanges (a->xchg) and the rows they hold. */
+void moe_xchg_free(struct kd_backend *be, struct kd_acts *a);
 
 /* Before a stage's backward: the load-balancing loss's gradient weights per expert
  * (a->aux_weight times its derivative by each routing probability) into a->aux_w. */

@@ -10,13 +10,30 @@
  * combined MLP output are partial sums over TP (all-reduced by the caller as the dense MLP's
  * output). In backward the combine weights' gradient is all-reduced before the router's
  * backward, which is then the same on every rank; the router's contribution to dL/dh2 is
- * added on TP rank 0 only (the caller all-reduces dL/dh2). */
+ * added on TP rank 0 only (the caller all-reduces dL/dh2).
+ *
+ * Expert parallel (mdl->ep > 1): this rank holds experts exp0 .. exp0 + nexp - 1. After the
+ * plan, the expert-sorted rows go to the ep ranks holding their experts (moe_ep_dispatch),
+ * each local expert runs its GEMMs over the rows it received from every ep rank, and the
+ * outputs come back (moe_ep_return) in the order they left, so the combine is unchanged.
+ * The exchange and the received rows are kept for backward, which sends the outputs'
+ * gradients the same way and takes the inputs' gradients back. At ep 1 none of it runs. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "layers_impl.h"
 #include "moe.h"
+#include "moe_ep.h"
 #include "util.h"
+
+/* One sparse layer's exchange at ep > 1 and the rows it brought (nrecv of them): the local
+ * experts' inputs, gate|up and silu(gate) * up, kept from forward to backward. made: bit 1,
+ * 2: egu, emlp are blocks of their own (else the layer's n-row buffers, when they fit). */
+struct moe_xchg {
+  struct moe_ep x;
+  float *xr, *egu, *emlp;
+  int made, live;
+};
 
 /* The routing plan of layer i (one shared plan in a frozen model). */
 static struct moe_plan *plan_of(struct kd_acts *a, int i) {
@@ -35,33 +52,168 @@ static const uint16_t *expert_w16(const struct kd_model *mdl, const uint16_t *wx
   return wx + (size_t)(e - mdl->exp0) * model_expert_stride(mdl) + (down ? gu : 0);
 }
 
-/* Route and plan layer i: router logits (in the weights' precision, as F.linear gives
- * them), softmax, top-k and renormalisation in FP32 (moe_route), then on the host the rows
- * of each expert (moe_plan_make), whose rows and positions go back to the device; the
- * load imbalance and, for a trained model, the load-balancing sums. Returns the plan. */
-static const struct moe_plan *route_plan(struct kd_backend *be, const struct kd_model *mdl, int i,
-                                         const struct layer_ptrs *w, const struct layer_acts *l,
-                                         struct kd_acts *a) {
+/* The experts exp0 .. exp0 + nexp - 1, each over its block of rows (expert exp0 + j: rows
+ * off[j] .. off[j] + cnt[j] of xs, n rows in all): gate|up into gu, SwiGLU into mlp, down
+ * into y. */
+static void experts_fwd(struct kd_backend *be, const struct kd_model *mdl,
+                        const struct layer_ptrs *w, const int *cnt, const int *off, size_t n,
+                        const float *xs, float *gu, float *mlp, float *y) {
+  const int C = mdl->card.hidden_size, I = mdl->effn;
+  for (int j = 0; j < mdl->nexp; j++) {
+    const size_t o = (size_t)off[j], m = (size_t)cnt[j];
+    const int e = mdl->exp0 + j;
+    if (m)
+      linear_fwd(be, gu + o * 2 * I, xs + o * C, expert_w(mdl, w->wx, e, 0),
+                 expert_w16(mdl, w->wx16, e, 0), m, C, 2 * I);
+  }
+  maybe_round(be, gu, n * 2 * I);
+  be->swiglu_forward(be, mlp, gu, n, I);
+  for (int j = 0; j < mdl->nexp; j++) {
+    const size_t o = (size_t)off[j], m = (size_t)cnt[j];
+    const int e = mdl->exp0 + j;
+    if (m)
+      linear_fwd(be, y + o * C, mlp + o * I, expert_w(mdl, w->wx, e, 1),
+                 expert_w16(mdl, w->wx16, e, 1), m, I, C);
+  }
+  maybe_round(be, y, n * C);
+}
+
+/* experts_fwd's backward: dy (n, C) holds dL/dy and receives dL/dxs; demlp, degu workspace;
+ * the weights' gradients accumulate into g. */
+static void experts_bwd(struct kd_backend *be, const struct kd_model *mdl,
+                        const struct layer_ptrs *w, const struct layer_ptrs *g, const int *cnt,
+                        const int *off, size_t n, const float *xs, const float *gu,
+                        const float *mlp, float *dy, float *demlp, float *degu) {
+  const int C = mdl->card.hidden_size, I = mdl->effn;
+  for (int j = 0; j < mdl->nexp; j++) {
+    const size_t o = (size_t)off[j], m = (size_t)cnt[j];
+    const int e = mdl->exp0 + j;
+    if (m)
+      linear_bwd(be, demlp + o * I, 0.0f, expert_w(mdl, g->wx, e, 1), dy + o * C, mlp + o * I,
+                 expert_w(mdl, w->wx, e, 1), m, I, C);
+  }
+  be->zero(be, degu, n * 2 * I);
+  be->swiglu_backward(be, degu, demlp, gu, n, I);
+  for (int j = 0; j < mdl->nexp; j++) { /* dL/d(rows) into dy */
+    const size_t o = (size_t)off[j], m = (size_t)cnt[j];
+    const int e = mdl->exp0 + j;
+    if (m)
+      linear_bwd(be, dy + o * C, 0.0f, expert_w(mdl, g->wx, e, 0), degu + o * 2 * I, xs + o * C,
+                 expert_w(mdl, w->wx, e, 0), m, C, 2 * I);
+  }
+}
+
+/* A block of rows x width floats: `have` (n rows) when the rows fit, else a new one (bit set
+ * in *made). */
+static float *rows_block(struct kd_backend *be, float *have, size_t n, size_t rows, size_t width,
+                         int bit, int *made) {
+  if (have && rows <= n) return have;
+  *made |= bit;
+  return be->alloc(be, KD_MEM_ACTS, (rows + 1) * width * sizeof(float));
+}
+
+/* Give back exchange q's blocks. */
+static void xchg_release(struct kd_backend *be, struct moe_xchg *q) {
+  if (!q->live) return;
+  be->free(be, q->xr);
+  if (q->made & 1) be->free(be, q->egu);
+  if (q->made & 2) be->free(be, q->emlp);
+  moe_ep_free(&q->x, be);
+  memset(q, 0, sizeof *q);
+}
+
+void moe_xchg_free(struct kd_backend *be, struct kd_acts *a) {
+  for (int i = 0; a->xchg && i < a->nplans; i++)
+    xchg_release(be, &a->xchg[i]);
+  free(a->xchg);
+  a->xchg = NULL;
+}
+
+void acts_moe_stats(struct kd_acts *a, double *imb, double *bytes) {
+  if (a->moe_imb > *imb) *imb = a->moe_imb;
+  *bytes += a->ep_bytes;
+  a->moe_imb = 0;
+  a->ep_bytes = 0;
+}
+
+/* The experts of layer i at ep > 1: l->exs (plan p's rows sorted by expert) to the ranks of
+ * their experts, the local experts over what came, their outputs back into l->ey. */
+static void experts_fwd_ep(struct kd_backend *be, const struct kd_model *mdl, int i,
+                           const struct layer_ptrs *w, const struct layer_acts *l,
+                           struct kd_acts *a, const struct moe_plan *p) {
+  const size_t n = p->N * (size_t)p->k;
+  const int C = mdl->card.hidden_size, I = mdl->effn;
+  if (!a->xchg) a->xchg = kd_calloc((size_t)a->nplans, sizeof *a->xchg);
+  struct moe_xchg *q = &a->xchg[a->nplans == 1 ? 0 : i];
+  xchg_release(be, q);
+  moe_ep_plan(&q->x, be, mdl->ep_comm, p->count, p->E, C);
+  q->live = 1;
+  const size_t r = q->x.nrecv;
+  q->xr = be->alloc(be, KD_MEM_ACTS, (r + 1) * (size_t)C * sizeof(float));
+  q->egu = rows_block(be, l->egu, n, r, 2 * (size_t)I, 1, &q->made);
+  q->emlp = rows_block(be, l->emlp, n, r, (size_t)I, 2, &q->made);
+  float *yr = be->alloc(be, KD_MEM_ACTS, (r + 1) * (size_t)C * sizeof(float));
+  moe_ep_dispatch(&q->x, be, q->xr, l->exs);
+  experts_fwd(be, mdl, w, q->x.count, q->x.offset, r, q->xr, q->egu, q->emlp, yr);
+  moe_ep_return(&q->x, be, l->ey, yr);
+  be->free(be, yr);
+  a->ep_bytes += (double)q->x.bytes;
+  q->x.bytes = 0;
+  if (mdl->frozen) xchg_release(be, q); /* no backward */
+}
+
+/* experts_fwd_ep's backward: a->dey (dL/d(the returned outputs)) to the experts, dL/d(their
+ * inputs) back into a->dey. */
+static void experts_bwd_ep(struct kd_backend *be, const struct kd_model *mdl, int i,
+                           const struct layer_ptrs *w, const struct layer_ptrs *g,
+                           struct kd_acts *a, size_t n) {
+  const int C = mdl->card.hidden_size, I = mdl->effn;
+  struct moe_xchg *q = &a->xchg[i];
+  KD_CHECK(q->live, "moe_backward: layer %d has no exchange from its forward", i);
+  const size_t r = q->x.nrecv;
+  int made = 0;
+  float *dyr = be->alloc(be, KD_MEM_ACTS, (r + 1) * (size_t)C * sizeof(float));
+  float *demlp = rows_block(be, a->demlp, n, r, (size_t)I, 1, &made);
+  float *degu = rows_block(be, a->degu, n, r, 2 * (size_t)I, 2, &made);
+  moe_ep_dispatch(&q->x, be, dyr, a->dey);
+  experts_bwd(be, mdl, w, g, q->x.count, q->x.offset, r, q->xr, q->egu, q->emlp, dyr, demlp, degu);
+  moe_ep_return(&q->x, be, a->dey, dyr);
+  be->free(be, dyr);
+  if (made & 1) be->free(be, demlp);
+  if (made & 2) be->free(be, degu);
+  a->ep_bytes += (double)q->x.bytes;
+  xchg_release(be, q);
+}
+
+/* The most routed rows of an expert over their mean in plan p. */
+static double plan_imbalance(const struct moe_plan *p) {
+  int most = 0;
+  for (int e = 0; e < p->E; e++)
+    if (p->count[e] > most) most = p->count[e];
+  const double mean = (double)p->N * p->k / p->E;
+  return mean > 0 ? most / mean : 0.0;
+}
+
+void moe_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
+                 const struct layer_ptrs *w, const struct layer_acts *l, float *out,
+                 struct kd_acts *a) {
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = mdl->card.hidden_size, E = a->d.E, k = a->d.topk;
   const size_t n = N * (size_t)k;
-  int *idx = (int *)(void *)l->eidx;
+  int *idx = (int *)(void *)l->eidx, *rows = (int *)(void *)l->erows;
+  int *pos = (int *)(void *)l->epos;
+  /* route: logits (in the weights' precision, as F.linear gives them), then softmax, top-k
+   * and renormalisation in FP32 */
   linear_fwd(be, l->elog, l->h2, w->wr, w->wr16, N, C, E);
   maybe_round(be, l->elog, N * E);
   be->moe_route(be, idx, l->ewts, l->eprobs, l->elog, N, E, k, mdl->card.norm_topk_prob);
+  /* plan on the host, its rows and positions back to the device */
   struct moe_plan *p = plan_of(a, i);
   be->download(be, a->hidx, idx, n * sizeof(int));
   moe_plan_free(p);
   moe_plan_make(p, a->hidx, N, E, k);
-  be->upload(be, l->erows, p->rows, n * sizeof(int));
-  be->upload(be, l->epos, p->pos, n * sizeof(int));
-  int most = 0; /* the load imbalance: the busiest expert over the mean */
-  for (int e = 0; e < E; e++)
-    most = p->count[e] > most ? p->count[e] : most;
-  const double imb = (double)most * E / (double)n;
-  a->imb_sum += imb;
-  a->imb_max = imb > a->imb_max ? imb : a->imb_max;
-  a->imb_n++;
+  be->upload(be, rows, p->rows, n * sizeof(int));
+  be->upload(be, pos, p->pos, n * sizeof(int));
   if (!mdl->frozen) { /* the load-balancing sums: routed rows and probabilities per expert */
     be->download(be, a->hprobs, l->eprobs, N * (size_t)E * sizeof(float));
     for (int e = 0; e < E; e++)
@@ -71,62 +223,18 @@ static const struct moe_plan *route_plan(struct kd_backend *be, const struct kd_
         a->aux_ps[e] += a->hprobs[t * (size_t)E + (size_t)e];
     a->aux_rows += (double)N;
   }
-  return p;
-}
-
-void moe_experts_forward(struct kd_backend *be, const struct kd_model *mdl,
-                         const struct layer_ptrs *w, const int *offset, const int *count, size_t n,
-                         const float *xs, float *gu, float *h, float *y) {
-  const int C = mdl->card.hidden_size, I = mdl->effn;
-  for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) {
-    const size_t o = (size_t)offset[e], m = (size_t)count[e];
-    if (m)
-      linear_fwd(be, gu + o * 2 * I, xs + o * C, expert_w(mdl, w->wx, e, 0),
-                 expert_w16(mdl, w->wx16, e, 0), m, C, 2 * I);
-  }
-  maybe_round(be, gu, n * 2 * I);
-  be->swiglu_forward(be, h, gu, n, I);
-  for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) {
-    const size_t o = (size_t)offset[e], m = (size_t)count[e];
-    if (m)
-      linear_fwd(be, y + o * C, h + o * I, expert_w(mdl, w->wx, e, 1),
-                 expert_w16(mdl, w->wx16, e, 1), m, I, C);
-  }
-  maybe_round(be, y, n * C);
-}
-
-void moe_experts_backward(struct kd_backend *be, const struct kd_model *mdl,
-                          const struct layer_ptrs *w, const struct layer_ptrs *g, const int *offset,
-                          const int *count, size_t n, const float *xs, const float *gu,
-                          const float *h, float *dy, float *dh, float *dgu) {
-  const int C = mdl->card.hidden_size, I = mdl->effn;
-  for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) { /* down */
-    const size_t o = (size_t)offset[e], m = (size_t)count[e];
-    if (m)
-      linear_bwd(be, dh + o * I, 0.0f, expert_w(mdl, g->wx, e, 1), dy + o * C, h + o * I,
-                 expert_w(mdl, w->wx, e, 1), m, I, C);
-  }
-  be->zero(be, dgu, n * 2 * I);
-  be->swiglu_backward(be, dgu, dh, gu, n, I);
-  for (int e = mdl->exp0; e < mdl->exp0 + mdl->nexp; e++) { /* gate|up: dL/dxs into dy */
-    const size_t o = (size_t)offset[e], m = (size_t)count[e];
-    if (m)
-      linear_bwd(be, dy + o * C, 0.0f, expert_w(mdl, g->wx, e, 0), dgu + o * 2 * I, xs + o * C,
-                 expert_w(mdl, w->wx, e, 0), m, C, 2 * I);
-  }
-}
-
-void moe_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
-                 const struct layer_ptrs *w, const struct layer_acts *l, float *out,
-                 struct kd_acts *a) {
-  const size_t N = (size_t)a->d.B * a->d.T;
-  const int C = mdl->card.hidden_size, k = a->d.topk;
-  const size_t n = N * (size_t)k;
-  const struct moe_plan *p = route_plan(be, mdl, i, w, l, a);
-  be->gather_rows(be, l->exs, l->h2, (const int *)(const void *)l->erows, n, C);
-  moe_experts_forward(be, mdl, w, p->offset, p->count, n, l->exs, l->egu, l->emlp, l->ey);
+  const double imb = plan_imbalance(p);
+  if (imb > a->moe_imb) a->moe_imb = imb;
+  /* the experts: one GEMM per expert over its block of gathered rows (at ep > 1 the rows
+   * its ep rank received) */
+  be->gather_rows(be, l->exs, l->h2, rows, n, C);
+  if (mdl->ep > 1)
+    experts_fwd_ep(be, mdl, i, w, l, a, p);
+  else
+    experts_fwd(be, mdl, w, p->count + mdl->exp0, p->offset + mdl->exp0, n, l->exs, l->egu, l->emlp,
+                l->ey);
   /* combine: each token's k outputs, weighted, in slot order */
-  if (out) be->moe_combine(be, out, l->ey, (const int *)(const void *)l->epos, l->ewts, N, k, C, 0);
+  if (out) be->moe_combine(be, out, l->ey, pos, l->ewts, N, k, C, 0);
 }
 
 void moe_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
@@ -141,10 +249,14 @@ void moe_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
   /* combine: the routed rows' gradients and the weights' (complete over TP once summed) */
   be->moe_combine_backward(be, a->dey, a->dewts, dout, l->ey, pos, l->ewts, N, k, C);
   tp_allreduce(be, mdl, a->dewts, n);
-  /* the experts, each over its block (the gathered inputs gathered again) */
-  be->gather_rows(be, l->exs, l->h2, rows, n, C);
-  moe_experts_backward(be, mdl, w, g, p->offset, p->count, n, l->exs, l->egu, l->emlp, a->dey,
-                       a->demlp, a->degu);
+  /* the experts, each over its block: down, SwiGLU, gate|up; dL/d(gathered rows) into dey */
+  if (mdl->ep > 1) {
+    experts_bwd_ep(be, mdl, i, w, g, a, n);
+  } else {
+    be->gather_rows(be, l->exs, l->h2, rows, n, C); /* the gathered inputs again */
+    experts_bwd(be, mdl, w, g, p->count + mdl->exp0, p->offset + mdl->exp0, n, l->exs, l->egu,
+                l->emlp, a->dey, a->demlp, a->degu);
+  }
   be->moe_combine(be, a->dh, a->dey, pos, NULL, N, k, C, 0); /* the gather's backward */
   /* the router: through the weights, and through the probabilities (load-balancing loss) */
   be->zero(be, a->delog, N * (size_t)E);

@@ -111,8 +111,8 @@ static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float 
     if (card_layer_sparse(c, l)) { /* router, then gate, up, down of each expert */
       L->wr = vf(&s, p);
       L->wr16 = vh(&s, p++);
-      L->wx = vf(&s, p);
-      L->wx16 = vh(&s, p);
+      L->wx = vf(&s, p + 3 * (size_t)mdl->exp0); /* the first held expert's gate_proj */
+      L->wx16 = vh(&s, p + 3 * (size_t)mdl->exp0);
       p += 3 * (size_t)c->num_experts;
     } else {
       L->wgu = vf(&s, p);
@@ -252,8 +252,13 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   if (nsparse) grid_block(card_expert_ffn(card), tp, r, &e0, &en);
   const int64_t EI = nsparse ? card_expert_ffn(card) : 0;
   mdl->effn = (int)en;
-  mdl->exp0 = 0;
-  mdl->nexp = nsparse ? E : 0;
+  /* expert parallelism: this rank holds experts exp0 .. of its ep rank (contiguous) */
+  const int ep = g && nsparse ? g->ep : 1, ep_rank = ep > 1 ? g->ep_rank : 0;
+  KD_CHECK(!nsparse || E % ep == 0, "model_build_grid: %d experts over ep %d", E, ep);
+  mdl->ep = ep;
+  mdl->ep_comm = ep > 1 ? g->ep_comm : MPI_COMM_NULL;
+  mdl->exp0 = nsparse ? ep_rank * (E / ep) : 0;
+  mdl->nexp = nsparse ? E / ep : 0;
   const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
   const int64_t q0 = (int64_t)r * mdl->q_dim;
   const int64_t k0 = kv_split ? (int64_t)r * mdl->kv_dim : (int64_t)(r / kv_rep) * hd;
@@ -295,10 +300,12 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
     if (card_gemma(card))
       table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
                 "model.layers.%d.pre_feedforward_layernorm.weight", l);
-    if (card_layer_sparse(card, l)) { /* the router, replicated; experts cut as the dense MLP */
-      const struct cut ec = {0, e0, en, mine, 1, 0}, edc = {1, e0, en, mine, 1, 0};
+    if (card_layer_sparse(card, l)) { /* the router, replicated; experts cut as the dense MLP,
+                                         each held by its ep rank's ranks only */
       table_add(mdl, cap, ROLE_LINEAR, l, E, C, rep, "model.layers.%d.mlp.gate.weight", l);
       for (int e = 0; e < E; e++) {
+        const int held = mine && e >= mdl->exp0 && e < mdl->exp0 + mdl->nexp;
+        const struct cut ec = {0, e0, en, held, 1, 0}, edc = {1, e0, en, held, 1, 0};
         static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
         for (int j = 0; j < 3; j++) {
           char fmt[96];

@@ -95,6 +95,8 @@ struct kd_model {
   int ffn;             /* intermediate size per rank */
   int effn;            /* an expert's intermediate size per rank (0: no sparse layer) */
   int exp0, nexp;      /* the experts this rank holds: exp0 .. exp0 + nexp - 1 */
+  int ep;              /* expert-parallel ranks (1: every expert here; grid.h) */
+  MPI_Comm ep_comm;    /* the ep group's tokens exchange (MPI_COMM_NULL when ep == 1) */
   int vocab_lo, vocab; /* vocabulary slice of this rank (grid_vocab_block) */
   int vocab_common;    /* global ids [0, vocab_common) shared with the other model: split
                           over TP alone, the padding ids beyond go to the last TP rank */

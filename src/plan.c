@@ -11,6 +11,7 @@
 #include "grid.h"
 #include "layers.h"
 #include "loss.h"
+#include "moe_ep.h"
 #include "util.h"
 
 void plan_policy(struct kd_mem_policy *pol, const struct kd_config *cfg, int frozen) {
@@ -27,11 +28,13 @@ struct cut {
   struct acts_dims d;
   int vocab, has_embed;
   size_t numel, maxblock;
-  size_t nvec; /* elements of the 1-D tensors (norms, biases) */
+  size_t nvec;    /* elements of the 1-D tensors (norms, biases) */
+  size_t nexpert; /* elements of the experts' tensors held here (ZeRO-1 shards them over
+                     edp = dp / ep ranks, the others over dp) */
 };
 
 static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vocab_common, int tp,
-                      int tp_rank, int pp, int stage) {
+                      int tp_rank, int pp, int stage, int ep) {
   memset(m, 0, sizeof *m);
   struct acts_dims *d = &m->d;
   const int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = card_head_dim(c);
@@ -63,7 +66,10 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   long long e0 = 0, en = 0;
   if (card_sparse_layers(c)) grid_block(card_expert_ffn(c), tp, tp_rank, &e0, &en);
   acts_dims_experts(d, c, first, (int)en);
-  const size_t E = (size_t)d->E, moe = E * C + E * 3 * (size_t)en * C;
+  /* expert parallelism: E / ep experts of each sparse layer here (model_build_grid) */
+  const size_t E = (size_t)d->E, held = d->nsparse && ep > 1 ? E / (size_t)ep : E;
+  const size_t moe = E * C + held * 3 * (size_t)en * C;
+  m->nexpert = (size_t)d->nsparse * held * 3 * (size_t)en * C;
   m->numel = (m->has_embed || (tied && d->has_head) ? emb : 0) + (size_t)d->layers * layer +
              (size_t)d->nsparse * moe - (size_t)d->nsparse * 3 * (size_t)d->ffn * C +
              (d->has_head ? C + (tied ? 0 : emb) : 0);
@@ -75,13 +81,38 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
       (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0) + norms) + (d->has_head ? C : 0);
 }
 
+/* The experts' token exchanges of model m's sparse layers at ep > 1 (layers_moe.c): per
+ * exchange the moe_ep buffers (KD_MEM_COMM) and the received inputs (KD_MEM_ACTS), held by
+ * a frozen model for one layer at a time, by a trained one for every sparse layer of each
+ * of `slots` micro-batches in flight until its backward, and one more block of rows in
+ * flight (the experts' outputs, or in backward their gradients). worst = 0: balanced
+ * routing (every rank receives the N k rows it sends), where the received rows' gate|up
+ * and SwiGLU take the layer's own buffers; 1: the bound (every token of the ep group picks
+ * min(k, E / ep) of this rank's experts), where they and their gradients need blocks of
+ * their own. */
+static void plan_ep(const struct cut *m, int ep, int slots, int worst, size_t bytes[KD_MEM_NCAT]) {
+  const struct acts_dims *d = &m->d;
+  if (ep <= 1 || !d->nsparse) return;
+  const size_t N = (size_t)d->B * d->T, n = N * (size_t)d->topk;
+  const int nl = d->E / ep, per = d->topk < nl ? d->topk : nl;
+  const size_t r = worst ? (size_t)ep * N * (size_t)per : n; /* rows received */
+  const size_t rows = (r + 1) * (size_t)d->C * sizeof(float);
+  const size_t mlp = r > n ? (r + 1) * 3 * (size_t)d->effn * sizeof(float) : 0;
+  const size_t held = d->frozen ? 1 : (size_t)d->nsparse * (size_t)slots;
+  bytes[KD_MEM_COMM] += held * moe_ep_plan_bytes(N, d->topk, d->E, ep, d->C, worst);
+  bytes[KD_MEM_ACTS] += held * (rows + mlp) + rows + (d->frozen ? 0 : mlp);
+}
+
 /* Weight bytes of a frozen model: FP32, or in bf16 runs packed BF16 plus the FP32 1-D
  * tensors (MODEL_FROZEN16). */
 static size_t frozen_bytes(const struct cut *m, int bf16) {
   return bf16 ? m->numel * 2 + m->nvec * sizeof(float) : m->numel * sizeof(float);
 }
 
-void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[KD_MEM_NCAT]) {
+/* plan_rank, with the experts' exchanges for balanced routing (worst = 0) or their bound
+ * (plan_ep). */
+static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int worst,
+                         size_t bytes[KD_MEM_NCAT]) {
   memset(bytes, 0, KD_MEM_NCAT * sizeof *bytes);
   const int tp = cfg->par_tp, pp = cfg->par_pp;
   if (tp < 1 || pp < 1 || (long long)tp * pp > nranks) return; /* plan_check refuses it */
@@ -96,8 +127,9 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   const int Vs = cfg->student.vocab_size;
   const int Vt = distill && cfg->teacher.vocab_size ? cfg->teacher.vocab_size : Vs;
   const int vc = Vt < Vs ? Vt : Vs; /* the ids both models have */
+  const int ep = cfg->par_ep > 1 ? cfg->par_ep : 1, edp = dp % ep == 0 ? dp / ep : dp;
   struct cut s, t;
-  cut_model(&s, &cfg->student, !train, vc, tp, tp_rank, pp, stage);
+  cut_model(&s, &cfg->student, !train, vc, tp, tp_rank, pp, stage, ep);
   plan_policy(&s.d.pol, cfg, 0);
   s.d.B = B;
   s.d.T = T;
@@ -105,8 +137,12 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   bytes[KD_MEM_WEIGHTS] = ps;
   bytes[KD_MEM_GRADS] = train ? ps : 0;
   if (!train) {      /* mode 'eval': weights only */
-  } else if (zero) { /* ZeRO-1: master, gradient and moments of a 1/dp shard */
-    const size_t shard = (s.numel + (size_t)dp - 1) / (size_t)dp * sizeof(float);
+  } else if (zero) { /* ZeRO-1: master, gradient and moments of a 1/dp shard (the experts'
+                        tensors: of a 1/edp shard) */
+    const size_t ex = ep > 1 ? s.nexpert : 0, dense = s.numel - ex;
+    const size_t shard =
+        ((dense + (size_t)dp - 1) / (size_t)dp + (ex + (size_t)edp - 1) / (size_t)edp) *
+        sizeof(float);
     bytes[KD_MEM_WEIGHTS] += shard;
     bytes[KD_MEM_GRADS] += shard;
     bytes[KD_MEM_OPTIM] = 2 * shard;
@@ -120,13 +156,14 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   for (int k = 0; k < KD_MEM_NCAT; k++)
     if (k != KD_MEM_HOST) before += bytes[k];
   if (live) {
-    cut_model(&t, &cfg->teacher, 1, vc, tp, tp_rank, pp, stage);
+    cut_model(&t, &cfg->teacher, 1, vc, tp, tp_rank, pp, stage, ep);
     plan_policy(&t.d.pol, cfg, 1);
     t.d.B = B;
     t.d.T = T;
     bytes[KD_MEM_WEIGHTS] += frozen_bytes(&t, bf16);
     before += frozen_bytes(&t, bf16);
     acts_plan(&t.d, 1, bytes);
+    plan_ep(&t, ep, 1, worst, bytes);
   }
   const int micro = cfg->par_global_batch / (dp * B);
   const int valid = (cfg->data_valid_batches + dp - 1) / dp;
@@ -135,6 +172,7 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
   if (slots < 1) slots = 1;
   for (int k = 0; k < slots; k++)
     acts_plan(&s.d, k == 0, bytes);
+  plan_ep(&s, ep, slots, worst, bytes);
   const size_t N = (size_t)B * T;
   if (pp > 1) /* forward messages carry [teacher | student] hidden states (and an MoE
                  student's load-balancing sums), both ways */
@@ -161,6 +199,10 @@ void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[K
     bytes[KD_MEM_LOSS] =
         loss_buffer_bytes(chunk, N, &voc, distill, (float)cfg->loss_temperature, capped);
   }
+}
+
+void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[KD_MEM_NCAT]) {
+  plan_rank_ep(cfg, nranks, rank, 0, bytes);
 }
 
 static size_t total_of(const size_t *b) {
@@ -230,9 +272,9 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
     fprintf(stderr, "kdtrain: %s\n", err);
     return KD_EXIT_INPUT;
   }
-  kd_info("kdtrain --dry-run: %d rank(s), layout tp=%d pp=%d dp=%d, zero=%d | memory "
+  kd_info("kdtrain --dry-run: %d rank(s), layout tp=%d pp=%d dp=%d ep=%d, zero=%d | memory "
           "recompute='%s' every %d, offload %d, tiled_mlp %d\n",
-          nranks, tp, pp, dp, cfg->par_zero, kd_recompute_names[cfg->mem_recompute],
+          nranks, tp, pp, dp, cfg->par_ep, cfg->par_zero, kd_recompute_names[cfg->mem_recompute],
           cfg->mem_recompute_every, cfg->mem_offload, cfg->mem_tiled_mlp);
   if (config_without_files(-1)) files_unopened(cfg);
   kd_info("  student %s: %lld parameters", cfg->student_card,
@@ -290,6 +332,14 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
           kd_fmt_bytes(m2, sizeof m2, sum));
   if (host > 0) kd_info(" (+ %s offloaded to host memory)", kd_fmt_bytes(m3, sizeof m3, host));
   kd_info("\n");
+  if (cfg->par_ep > 1) { /* the exchanges' rows depend on the routing */
+    size_t worst[KD_MEM_NCAT];
+    plan_rank_ep(cfg, nranks, big, 1, worst);
+    kd_info("  expert parallelism ep=%d: the exchanges are planned for balanced routing (each "
+            "rank receives the rows it sends); routing all of an ep group's tokens to one "
+            "rank's experts would take rank %d to %s\n",
+            cfg->par_ep, big, kd_fmt_bytes(m1, sizeof m1, (double)total_of(worst)));
+  }
   const double have = device_bytes > 0 ? device_bytes : (double)cfg->mem_budget_mb * 1048576.0;
   const char *what =
       device_bytes > 0 ? "the device memory named (--device-mem)" : "memory%budget_mb";

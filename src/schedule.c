@@ -142,15 +142,6 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   }
   if (t) layers_forward(be, t, &p->tacts, p->inputs[k]);
   layers_forward(be, s, sa, p->inputs[k]);
-  for (int j = 0; j < 2; j++) { /* the routers' load imbalance, student and teacher */
-    struct kd_acts *a = j ? (t ? &p->tacts : NULL) : sa;
-    if (!a || !a->imb_n) continue;
-    p->imb_sum[j] += a->imb_sum;
-    p->imb_n[j] += a->imb_n;
-    p->imb_max[j] = a->imb_max > p->imb_max[j] ? a->imb_max : p->imb_max[j];
-    a->imb_sum = a->imb_max = 0;
-    a->imb_n = 0;
-  }
   if (p->aux_len) { /* the load-balancing loss: its sums are every layer's on the last stage */
     sa->aux_weight = train ? p->aux_weight : 0.0f;
     if (train && s->has_head) p->aux += acts_moe_aux(sa);
@@ -208,9 +199,6 @@ void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn f
   struct comm_xfer x = {.n = 0};
   sums->kd = sums->ce = 0;
   p->aux = 0;
-  memset(p->imb_sum, 0, sizeof p->imb_sum);
-  memset(p->imb_max, 0, sizeof p->imb_max);
-  memset(p->imb_n, 0, sizeof p->imb_n);
 
   for (int i = 0; i < warm; i++) { /* warm-up: forward only */
     post_recv_fwd(p, &x);

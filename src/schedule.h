@@ -45,10 +45,6 @@ struct kd_pipe {
   double aux;
   size_t aux_len; /* floats of the load-balancing sums after a message's hidden states
                      (acts_aux_floats; 0: a dense student) */
-  /* the routers' load imbalance of the last pipe_train on this rank ([0] student, [1]
-   * teacher; struct kd_acts' imb_*): sum, count and most over sparse layers and forwards */
-  double imb_sum[2], imb_max[2];
-  long imb_n[2];
 };
 
 /* Allocate activations and message buffers for up to `max_micro` micro-batches per

@@ -486,6 +486,13 @@ static double validate(struct run *r) {
   const int mine = nb / dp + (r->grid.dp_rank < nb % dp ? 1 : 0);
   struct fetch_ctx f = {&r->valid, 0, r->grid.dp_rank, mb, dp, 1, NULL};
   pipe_eval(&r->pipe, mine, fetch_batch, &f, &sums);
+  if (r->grid.ep > 1 && card_sparse_layers(&r->student.card) && mine < (nb + dp - 1) / dp) {
+    /* the experts' exchanges need every rank of the ep group: a rank past the end runs its
+     * first batch again, uncounted */
+    struct loss_sums none = {0, 0};
+    struct fetch_ctx f0 = {&r->valid, 0, 0, mb, dp, 1, NULL};
+    pipe_eval(&r->pipe, 1, fetch_batch, &f0, &none);
+  }
   reduce_sums(r, &sums);
   const int64_t counted = data_count_labels_sequential(&r->valid, 0, (int64_t)nb * mb);
   return counted > 0 ? sums.ce / (double)counted : NAN;
@@ -521,11 +528,11 @@ static void log_validation(struct run *r, int64_t step) {
             (long long)step);
   else
     kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
-  double v[15];
-  for (int i = 0; i < 15; i++)
+  double v[17];
+  for (int i = 0; i < 17; i++)
     v[i] = NAN;
   v[10] = vl;
-  metrics_put(r, step, v, 15);
+  metrics_put(r, step, v, 17);
 }
 
 /* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
@@ -544,11 +551,34 @@ static const char *format_rate(char *buf, size_t n, double x) {
 /* What one step measured. */
 struct step_out {
   double lr, loss, loss_kd, loss_ce, gnorm, dt;
-  double loss_aux;                /* an MoE student's load-balancing loss (NAN: none) */
-  double imb_mean[2], imb_max[2]; /* routers' load imbalance, student / teacher (0: none) */
-  int empty;                      /* no counted label in the global batch: no update */
-  int finite;                     /* loss and gradient norm finite */
+  double loss_aux; /* an MoE student's load-balancing loss (NAN: none, or not on one stage) */
+  double moe_imb;  /* the router's load imbalance over both models' sparse layers (NAN: none) */
+  double a2a;      /* bytes of the experts' all-to-all exchanges, all ranks (NAN: no experts) */
+  int empty;       /* no counted label in the global batch: no update */
+  int finite;      /* loss and gradient norm finite */
 };
+
+/* This rank's router load imbalance and all-to-all bytes since the last call (v[0], v[1]),
+ * from the student's and the teacher's activation sets. */
+static void moe_stats_take(struct run *r, double v[2]) {
+  v[0] = v[1] = 0;
+  for (int k = 0; k < r->pipe.nslots; k++)
+    acts_moe_stats(&r->pipe.sacts[k], &v[0], &v[1]);
+  if (r->pipe.teacher) acts_moe_stats(&r->pipe.tacts, &v[0], &v[1]);
+}
+
+/* The step's router load imbalance (the most of any rank) and all-to-all bytes (the sum
+ * over ranks). Collective. */
+static void moe_step_stats(struct run *r, struct step_out *o) {
+  double v[2];
+  moe_stats_take(r, v);
+  MPI_Allreduce(MPI_IN_PLACE, &v[0], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &v[1], 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  const int moe = card_sparse_layers(&r->student.card) ||
+                  (r->pipe.teacher && card_sparse_layers(&r->teacher.card));
+  o->moe_imb = moe && !o->empty ? v[0] : NAN;
+  o->a2a = moe && !o->empty ? v[1] : NAN;
+}
 
 /* One optimizer step over the global batch starting at sample `consumed`: the pipeline of
  * every micro-batch, the gradient reduction, the loss scaler, AdamW. Collective. */
@@ -582,6 +612,8 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
    * transformers' loss of each (its forward pass), weighted by loss%router_aux */
   const double aux_w = config_router_aux(cfg, &r->student.card), nmb = (double)gb / mb;
   r->pipe.aux_weight = (float)(aux_w * scale / nmb);
+  double stale[2];
+  moe_stats_take(r, stale); /* a validation's since the last step */
   if (!o.empty) pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
   o.loss_kd = o.empty ? NAN : sums.kd / counted;
@@ -594,15 +626,7 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
     o.loss_aux = o.empty ? NAN : aux / nmb;
     o.loss += aux_w * o.loss_aux;
   }
-  const int moe = card_sparse_layers(&r->student.card) ||
-                  (r->pipe.teacher && card_sparse_layers(&r->pipe.teacher->card));
-  for (int j = 0; j < 2 && moe && !o.empty; j++) { /* the routers' load over every rank */
-    double sn[2] = {r->pipe.imb_sum[j], (double)r->pipe.imb_n[j]}, mx = r->pipe.imb_max[j];
-    MPI_Allreduce(MPI_IN_PLACE, sn, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    o.imb_mean[j] = sn[1] > 0 ? sn[0] / sn[1] : 0;
-    o.imb_max[j] = mx;
-  }
+  moe_step_stats(r, &o);
   o.gnorm = o.empty ? 0.0 : update_reduce_grads(&r->update, be) / scale;
   o.finite = isfinite(o.gnorm) && isfinite(o.loss);
   if (!o.empty && scaler_update(scaler, o.finite)) {
@@ -632,18 +656,15 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
     snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", o->loss_kd, o->loss_ce);
   if (!o->empty && !isnan(o->loss_aux))
     snprintf(parts + strlen(parts), sizeof parts - strlen(parts), " (aux %.4f)", o->loss_aux);
-  char imb[96] = ""; /* the routers' busiest expert over the mean, mean and most over layers */
-  for (int j = 0; j < 2; j++)
-    if (o->imb_max[j] > 0)
-      snprintf(imb + strlen(imb), sizeof imb - strlen(imb), " | %s experts load %.2f (max %.2f)",
-               j ? "teacher" : "student", o->imb_mean[j], o->imb_max[j]);
+  char imb[48] = ""; /* the routers' busiest expert over the mean, the most of any layer */
+  if (!isnan(o->moe_imb)) snprintf(imb, sizeof imb, " | experts load %.2f", o->moe_imb);
   if (!o->empty) snprintf(lossw, sizeof lossw, "%.4f", o->loss);
   kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
           "%s tok/s | mfu %.1f%% | peak %s | eta %s%s\n",
           (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
           o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
           100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta, imb);
-  double v[15] = {o->loss,
+  double v[17] = {o->loss,
                   r->distill ? o->loss_kd : NAN,
                   o->loss_ce,
                   o->lr,
@@ -656,7 +677,9 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
                   NAN,
                   o->loss_aux};
   onpolicy_metrics(&r->onp, v + 12);
-  metrics_put(r, step, v, 15);
+  v[15] = o->moe_imb;
+  v[16] = o->a2a;
+  metrics_put(r, step, v, 17);
 }
 
 /* Minor page faults per step on rank 0: the first step's, then the others' mean and most. */
@@ -814,10 +837,10 @@ int train_run(const struct kd_config *cfg) {
     snprintf(vocab, sizeof vocab,
              " | vocabularies differ: teacher %d, student %d: distilling over the %d common ids",
              cfg->teacher.vocab_size, cfg->student.vocab_size, r.student.vocab_common);
-  kd_info("kdtrain: mode %s | %d rank(s): tp=%d pp=%d dp=%d zero=%d | student %s (%.2fM "
+  kd_info("kdtrain: mode %s | %d rank(s): tp=%d pp=%d dp=%d ep=%d zero=%d | student %s (%.2fM "
           "params)%s%s%s | seq_len %d, global batch %d x %d tokens, micro-batch %d | loss chunk "
           "%zu tokens | %s\n",
-          kd_run_mode_names[cfg->run_mode], r.nranks, r.grid.tp, r.grid.pp, r.grid.dp,
+          kd_run_mode_names[cfg->run_mode], r.nranks, r.grid.tp, r.grid.pp, r.grid.dp, r.grid.ep,
           r.update.zero, cfg->student_card, (double)model_count_params(&cfg->student) / 1e6,
           r.distill ? " | teacher " : "", r.distill ? cfg->teacher_card : "", vocab, T,
           cfg->par_global_batch, T, cfg->par_micro_batch, r.chunk,

@@ -13,7 +13,7 @@
 #  - the same rows and losses on tp 2, pp 2 and dp 2 (ZeRO-1 too) as on 1 rank (lambda 1 and 0.5), and after
 #    a checkpoint and resume (the resumed run cuts rollouts.h5 after its step and appends);
 #  - loss%onpolicy = 0 writes no rollouts.h5 and leaves the gen_* columns empty;
-#  - refusals (exit 2, the key named): a teacher cache, data without a loss mask,
+#  - refusals (exit 2, the key named): a teacher cache, parallel%ep > 1, data without a loss mask,
 #    mode 'train', a rollouts file read with another seq_len.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
@@ -106,5 +106,6 @@ refused "teacher cache" "&teacher source: 'cache' with loss%onpolicy" \
   teacher%source="'cache'" teacher%cache="'none.h5'"
 refused "unmasked data" "&loss onpolicy: 1 with training data without a loss mask" data%train="'plain.h5'"
 refused "mode train" "&loss onpolicy: 1 with mode 'train'" run%mode="'train'"
+refused "expert parallelism" "&parallel ep: 2 with loss%onpolicy" parallel%ep=2
 refused "rollouts seq_len" "rows of 33 tokens.*expected data%seq_len = 32" \
   data%train="'a_rkl/rollouts.h5'" data%format="'rollouts'" data%seq_len=16
