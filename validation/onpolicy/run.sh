@@ -12,7 +12,8 @@ set -eu
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 KDTRAIN=${KDTRAIN:-./src/kdtrain}
-STEPS=${STEPS:-60}
+STEPS=${STEPS:-150}
+N=${N:-256} # held-out prompts of the evaluation
 W=${W:-out/onpolicy}
 T=out/qs-teacher/final.h5
 S0=out/qs-distill/final.h5
@@ -21,7 +22,7 @@ for f in "$T" "$S0"; do
 done
 mkdir -p "$W"
 $PY validation/onpolicy/make_data.py input/corpus/kjv-train.txt "$W/train.h5"
-$PY validation/onpolicy/make_data.py input/corpus/kjv-valid.txt "$W/prompts.txt" --prompts-only --count 64
+$PY validation/onpolicy/make_data.py input/corpus/kjv-valid.txt "$W/prompts.txt" --prompts-only --count "$N"
 
 for lam in 0 1; do
   cat > "$W/lambda$lam.nml" <<NML
@@ -41,7 +42,7 @@ NML
   echo "lambda = $lam: $STEPS steps in $(($(date +%s) - start)) s ($W/lambda$lam.log)"
 done
 
-echo "reverse KL(student || teacher) on the student's samples of 64 held-out prompts:"
+echo "reverse KL(student || teacher) on the student's samples of $N held-out prompts:"
 for s in "$S0" "$W/lambda0/final.h5" "$W/lambda1/final.h5"; do
   $PY validation/onpolicy/rkl_eval.py --student "$s" --teacher "$T" --prompts "$W/prompts.txt"
 done
