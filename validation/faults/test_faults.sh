@@ -144,10 +144,14 @@ expect3 "4 ranks, ENOSPC on rank 0 in final.h5" final.h5.tmp
 echo "== the metrics file: header and rows"
 run 1 0 0 metrics.csv ENOSPC
 expect3 "1 rank, ENOSPC on the metrics header" metrics.csv
-run 2 0 200 metrics.csv EIO
+# the cut point: the header and the first row (so step 1's checkpoint is out when row 2 fails)
+run 2 0 -1 metrics.csv EIO
+[ "$rc" -eq 0 ] || { cat "$log"; fail "metrics calibration run (exit $rc)"; }
+first=$(head -2 out/metrics.csv | wc -c)
+run 2 0 "$first" metrics.csv EIO
 expect3 "2 ranks, EIO on a metrics row" metrics.csv
 [ -f "out/checkpoints/$(cat out/checkpoints/latest)" ] || fail "latest does not name a checkpoint"
-run 4 0 200 metrics.csv EIO checkpoint%every=2
+run 4 0 "$first" metrics.csv EIO checkpoint%every=2
 expect3 "4 ranks, EIO on a metrics row" metrics.csv
 
 # Data-parallel replicas share a checkpoint's I/O (src/weights_plan.c, plan_shares): on 2 ranks
