@@ -13,6 +13,9 @@
 #  - the same rows and losses on tp 2, pp 2 and dp 2 (ZeRO-1 too) as on 1 rank (lambda 1 and 0.5), and after
 #    a checkpoint and resume (the resumed run cuts rollouts.h5 after its step and appends);
 #  - loss%onpolicy = 0 writes no rollouts.h5 and leaves the gen_* columns empty;
+#  - memory: the measured peaks of the lambda = 1 runs on 1 rank, tp 2 and pp 2 equal --dry-run's
+#    plan in every column but the activations, which stay within the plan's bound (prompts of
+#    seq_len) and above the lambda = 0 plan (the KV cache and the generation's working set);
 #  - refusals (exit 2, the key named): a teacher cache, parallel%ep > 1, data without a loss mask,
 #    mode 'train', a rollouts file read with another seq_len.
 set -eu
@@ -42,10 +45,33 @@ cat > base.nml <<EOF
 EOF
 kd_log=log.txt
 
+# plan_bound NP NAME OVERRIDES...: the run just made (log.txt) against --dry-run of the same
+# input: weights .. communication equal, activations in (lambda 0 plan, lambda 1 plan]
+plan_bound() {
+  np=$1 name=$2; shift 2
+  awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $3, $4, $5, $6, $7, $8 }' \
+    log.txt > "$name.measured"
+  [ "$(wc -l < "$name.measured")" -eq "$np" ] || { cat log.txt; fail "$name: no per-rank memory table"; }
+  for l in 1 0; do
+    "$KDTRAIN" --dry-run --ranks "$np" base.nml "$@" loss%onpolicy=$l > "$name.plan$l" 2>&1 \
+      || { cat "$name.plan$l"; fail "$name: dry run"; }
+    awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5, $6, $7 }' \
+      "$name.plan$l" > "$name.predicted$l"
+  done
+  grep -q "on-policy generation (loss%onpolicy = 1), rank .*: KV cache" "$name.plan1" \
+    || { cat "$name.plan1"; fail "$name: the dry run printed no KV cache line"; }
+  paste "$name.measured" "$name.predicted1" "$name.predicted0" | awk -v n="$name" '
+    { for (k = 2; k <= 7; k++) if (k != 5 && $k != $(k + 7)) { print n ": rank " $1 " column " k - 1 ": measured " $k ", planned " $(k + 7); bad = 1 }
+      if (!($5 <= $12 && $5 > $19)) { print n ": rank " $1 " activations " $5 " not in (" $19 ", " $12 "]"; bad = 1 }
+      printf "ok plan %s rank %s: activations %s in (%s, %s]\n", n, $1, $5, $19, $12 }
+    END { exit bad }' || fail "$name: measured peaks against the plan"
+}
+
 echo "== lambda 1: kdtrain's step against TRL's generalized JSD on the generated rows"
 for kind in fkl jsd rkl; do
   kd 1 loss%kind="'$kind'" loss%beta=0.5 run%out_dir="'a_$kind'"
 done
+plan_bound 1 a_rkl loss%kind="'rkl'" loss%beta=0.5
 ref check "$PWD" a_fkl 0 a_jsd 0.5 a_rkl 1 || fail "not TRL's loss"
 ref same a_fkl a_rkl > /dev/null || fail "the loss kind changed the generated rows"
 ref same a_fkl a_jsd > /dev/null || fail "the loss kind changed the generated rows"
@@ -60,12 +86,14 @@ ref greedy "$PWD" greedy || fail "greedy continuations"
 
 echo "== layouts and resume: the same generated rows and losses"
 kd 2 parallel%tp=2 run%out_dir="'tp2'"
+plan_bound 2 tp2 parallel%tp=2
 ref same a_rkl tp2 || fail "tp 2 generated other rows"
 kd_same_metrics a_rkl tp2 "tp 2" 1 || fail "tp 2: other loss or gradient norm"
 kd 2 run%out_dir="'dp2'"
 ref same a_rkl dp2 || fail "dp 2 generated other rows"
 kd_same_metrics a_rkl dp2 "dp 2" 1 || fail "dp 2: other loss or gradient norm"
 kd 2 parallel%pp=2 run%out_dir="'pp2'"
+plan_bound 2 pp2 parallel%pp=2
 ref same a_rkl pp2 || fail "pp 2 generated other rows"
 kd_same_metrics a_rkl pp2 "pp 2" 1 || fail "pp 2: other loss or gradient norm"
 kd 2 parallel%zero=1 run%out_dir="'z2'"
