@@ -663,7 +663,7 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
   if (r->onp.on) {
     double t[2] = {r->pipe.t_teacher, r->pipe.t_student}; /* the busiest rank's */
     MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    snprintf(split, sizeof split, " | gen %.2fs teacher %.2fs student %.2fs", r->onp.secs, t[0],
+    snprintf(split, sizeof split, " | gen %.3fs teacher %.3fs student %.3fs", r->onp.secs, t[0],
              t[1]);
   }
   kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "

@@ -15,7 +15,7 @@
 #  - loss%onpolicy = 0 writes no rollouts.h5 and leaves the gen_* columns empty;
 #  - memory: the measured peaks of the lambda = 1 runs on 1 rank, tp 2 and pp 2 equal --dry-run's
 #    plan in every column but the activations, which stay within the plan's bound (prompts of
-#    seq_len) and above the lambda = 0 plan (the KV cache and the generation's working set);
+#    seq_len) and equal its terms (KV cache, generation working set) at the data's prompts;
 #  - refusals (exit 2, the key named): a teacher cache, parallel%ep > 1, data without a loss mask,
 #    mode 'train', a rollouts file read with another seq_len.
 set -eu
@@ -46,24 +46,33 @@ EOF
 kd_log=log.txt
 
 # plan_bound NP NAME OVERRIDES...: the run just made (log.txt) against --dry-run of the same
-# input: weights .. communication equal, activations in (lambda 0 plan, lambda 1 plan]
+# input: weights .. communication equal; activations within the plan's bound (prompts of
+# seq_len) and equal to the plan's terms at the data's prompts: with micro_batch 1 the peak is
+# the 11-token prompt's, a KV cache of 11 + min(32 + 1 - 11, 24) = 33 positions beside the
+# prefill of 11 rows. The plan's generation terms are k x positions + w x rows + 8 (k, w from
+# the plans of max_new_tokens 24 and 1: 56 and 33 positions, 32 rows), so the peak must be the
+# lambda = 0 plan + 33 k + 11 w + 8.
+plan_rows() { # FILE OVERRIDES...: --dry-run on $np ranks into FILE, its per-rank rows into FILE.rows
+  f=$1; shift
+  "$KDTRAIN" --dry-run --ranks "$np" base.nml "$@" > "$f" 2>&1 || { cat "$f"; fail "$f: dry run"; }
+  awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5, $6, $7 }' \
+    "$f" > "$f.rows"
+}
 plan_bound() {
   np=$1 name=$2; shift 2
   awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $3, $4, $5, $6, $7, $8 }' \
     log.txt > "$name.measured"
   [ "$(wc -l < "$name.measured")" -eq "$np" ] || { cat log.txt; fail "$name: no per-rank memory table"; }
-  for l in 1 0; do
-    "$KDTRAIN" --dry-run --ranks "$np" base.nml "$@" loss%onpolicy=$l > "$name.plan$l" 2>&1 \
-      || { cat "$name.plan$l"; fail "$name: dry run"; }
-    awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5, $6, $7 }' \
-      "$name.plan$l" > "$name.predicted$l"
-  done
-  grep -q "on-policy generation (loss%onpolicy = 1), rank .*: KV cache" "$name.plan1" \
-    || { cat "$name.plan1"; fail "$name: the dry run printed no KV cache line"; }
-  paste "$name.measured" "$name.predicted1" "$name.predicted0" | awk -v n="$name" '
+  plan_rows "$name.plan124" "$@" loss%onpolicy=1 generate%max_new_tokens=24
+  plan_rows "$name.plan024" "$@" loss%onpolicy=0 generate%max_new_tokens=24
+  plan_rows "$name.plan11" "$@" loss%onpolicy=1 generate%max_new_tokens=1
+  grep -q "on-policy generation (loss%onpolicy = 1), rank .*: KV cache" "$name.plan124" \
+    || { cat "$name.plan124"; fail "$name: the dry run printed no KV cache line"; }
+  paste "$name.measured" "$name.plan124.rows" "$name.plan024.rows" "$name.plan11.rows" | awk -v n="$name" '
     { for (k = 2; k <= 7; k++) if (k != 5 && $k != $(k + 7)) { print n ": rank " $1 " column " k - 1 ": measured " $k ", planned " $(k + 7); bad = 1 }
-      if (!($5 <= $12 && $5 > $19)) { print n ": rank " $1 " activations " $5 " not in (" $19 ", " $12 "]"; bad = 1 }
-      printf "ok plan %s rank %s: activations %s in (%s, %s]\n", n, $1, $5, $19, $12 }
+      kv = ($12 - $26) / 23; w = ($26 - $19 - 33 * kv - 8) / 32; want = $19 + 33 * kv + 11 * w + 8
+      if (!($5 <= $12 && $5 == want)) { print n ": rank " $1 " activations " $5 ": planned " want " at the prompts, " $12 " at the bound"; bad = 1 }
+      printf "ok plan %s rank %s: activations %s (lambda 0 plan %s; bound %s)\n", n, $1, $5, $19, $12 }
     END { exit bad }' || fail "$name: measured peaks against the plan"
 }
 
