@@ -109,11 +109,41 @@ static size_t frozen_bytes(const struct cut *m, int bf16) {
   return bf16 ? m->numel * 2 + m->nvec * sizeof(float) : m->numel * sizeof(float);
 }
 
+/* On-policy generation (loss%onpolicy > 0, onpolicy.c / generate.c): the student's frozen view
+ * continues up to micro_batch (B) prompts at a time while the training buffers stay allocated.
+ * Activations: the KV cache (2 x L blocks of B x S x K floats, S = prompt + new tokens), the
+ * decode positions and lengths (2 x B ints) and the frozen view's working set of one prefill
+ * group (at most B rows of at most seq_len tokens; a decode batch is smaller); loss column:
+ * the logits of the B last rows (last stage). Prompt lengths come from the data: planned at
+ * the bound, prompt = seq_len and S = seq_len + min(seq_len, max_new_tokens). */
+struct gen_plan {
+  size_t kv, work, logits; /* KV cache (+ positions), working set, logits */
+};
+
+static void plan_gen(const struct kd_config *cfg, const struct cut *s, struct gen_plan *g) {
+  memset(g, 0, sizeof *g);
+  if (cfg->loss_onpolicy <= 0 || cfg->run_mode == KD_MODE_EVAL) return;
+  const size_t B = (size_t)cfg->par_micro_batch, T = (size_t)cfg->data_seq_len;
+  const size_t room = (size_t)cfg->gen_max_new_tokens < T ? (size_t)cfg->gen_max_new_tokens : T;
+  struct acts_dims d = s->d; /* acts_dims_of of the frozen view */
+  d.frozen = 1;
+  d.pol.recompute = d.pol.offload = 0;
+  d.B = (int)B;
+  d.T = (int)T;
+  size_t w[KD_MEM_NCAT] = {0};
+  acts_plan(&d, 1, w);
+  g->work = w[KD_MEM_ACTS];
+  g->kv = 2 * (size_t)d.layers * B * (T + room) * (size_t)d.kv_dim * sizeof(float) +
+          2 * B * sizeof(int);
+  if (d.has_head) g->logits = B * (size_t)s->vocab * sizeof(float);
+}
+
 /* plan_rank, with the experts' exchanges for balanced routing (worst = 0) or their bound
- * (plan_ep). */
+ * (plan_ep); gen (NULL: not wanted) gets the on-policy generation's terms (plan_gen). */
 static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int worst,
-                         size_t bytes[KD_MEM_NCAT]) {
+                         size_t bytes[KD_MEM_NCAT], struct gen_plan *gen) {
   memset(bytes, 0, KD_MEM_NCAT * sizeof *bytes);
+  if (gen) memset(gen, 0, sizeof *gen);
   const int tp = cfg->par_tp, pp = cfg->par_pp;
   if (tp < 1 || pp < 1 || (long long)tp * pp > nranks) return; /* plan_check refuses it */
   const int dp = cfg->par_dp > 0 ? cfg->par_dp : nranks / (tp * pp);
@@ -199,10 +229,15 @@ static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int 
     bytes[KD_MEM_LOSS] =
         loss_buffer_bytes(chunk, N, &voc, distill, (float)cfg->loss_temperature, capped);
   }
+  struct gen_plan g; /* generation runs before the step's pipeline, beside its buffers */
+  plan_gen(cfg, &s, &g);
+  bytes[KD_MEM_ACTS] += g.kv + g.work;
+  if (g.logits > bytes[KD_MEM_LOSS]) bytes[KD_MEM_LOSS] = g.logits;
+  if (gen) *gen = g;
 }
 
 void plan_rank(const struct kd_config *cfg, int nranks, int rank, size_t bytes[KD_MEM_NCAT]) {
-  plan_rank_ep(cfg, nranks, rank, 0, bytes);
+  plan_rank_ep(cfg, nranks, rank, 0, bytes, NULL);
 }
 
 static size_t total_of(const size_t *b) {
@@ -334,11 +369,26 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   kd_info("\n");
   if (cfg->par_ep > 1) { /* the exchanges' rows depend on the routing */
     size_t worst[KD_MEM_NCAT];
-    plan_rank_ep(cfg, nranks, big, 1, worst);
+    plan_rank_ep(cfg, nranks, big, 1, worst, NULL);
     kd_info("  expert parallelism ep=%d: the exchanges are planned for balanced routing (each "
             "rank receives the rows it sends); routing all of an ep group's tokens to one "
             "rank's experts would take rank %d to %s\n",
             cfg->par_ep, big, kd_fmt_bytes(m1, sizeof m1, (double)total_of(worst)));
+  }
+  if (cfg->loss_onpolicy > 0 && cfg->run_mode != KD_MODE_EVAL) { /* plan_gen's terms */
+    size_t b[KD_MEM_NCAT];
+    struct gen_plan g;
+    plan_rank_ep(cfg, nranks, big, 0, b, &g);
+    const int room =
+        cfg->gen_max_new_tokens < cfg->data_seq_len ? cfg->gen_max_new_tokens : cfg->data_seq_len;
+    kd_info("  on-policy generation (loss%%onpolicy = %g), rank %d: KV cache %s (micro_batch %d x "
+            "%d positions: seq_len + min(seq_len, max_new_tokens %d)) and the student's "
+            "forward working set %s in its activations, logits %s in its loss chunk (the larger "
+            "counts); planned at the bound prompt = seq_len\n",
+            cfg->loss_onpolicy, big, kd_fmt_bytes(m1, sizeof m1, (double)g.kv),
+            cfg->par_micro_batch, cfg->data_seq_len + room, cfg->gen_max_new_tokens,
+            kd_fmt_bytes(m2, sizeof m2, (double)g.work),
+            kd_fmt_bytes(m3, sizeof m3, (double)g.logits));
   }
   const double have = device_bytes > 0 ? device_bytes : (double)cfg->mem_budget_mb * 1048576.0;
   const char *what =

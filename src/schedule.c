@@ -140,7 +140,10 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
     be->copy(be, acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
     if (p->aux_len) acts_aux_get(be, sa, p->fwd_buf[1] + N * (ct + cs));
   }
+  const double t0 = kd_now();
   if (t) layers_forward(be, t, &p->tacts, p->inputs[k]);
+  const double t1 = kd_now();
+  p->t_teacher += t1 - t0;
   layers_forward(be, s, sa, p->inputs[k]);
   if (p->aux_len) { /* the load-balancing loss: its sums are every layer's on the last stage */
     sa->aux_weight = train ? p->aux_weight : 0.0f;
@@ -150,6 +153,7 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
     if (t) be->copy(be, p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
     be->copy(be, p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
     if (p->aux_len) acts_aux_put(be, sa, p->fwd_buf[0] + N * (ct + cs));
+    p->t_student += kd_now() - t1;
     return;
   }
   struct loss_spec spec = p->spec;
@@ -177,6 +181,7 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
     comm_allreduce(be, sa->dhn, N * cs, MPI_FLOAT, MPI_SUM, 0, s->tp_comm);
   sums->kd += ms.kd;
   sums->ce += ms.ce;
+  p->t_student += kd_now() - t1;
 }
 
 /* Backward of micro-batch m on this stage. An MoE student's load-balancing totals (every
@@ -185,9 +190,11 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
 static void stage_backward(struct kd_pipe *p, int m) {
   struct kd_acts *a = &p->sacts[m % p->nslots];
   const size_t tail = (size_t)p->B * p->T * (size_t)p->student->card.hidden_size;
+  const double t0 = kd_now();
   if (p->aux_len && !p->student->has_head) acts_aux_get(p->be, a, a->dres + tail);
   layers_backward(p->be, p->student, a);
   if (p->aux_len && p->grid->pp_rank > 0) acts_aux_put(p->be, a, a->dres + tail);
+  p->t_student += kd_now() - t0;
 }
 
 void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn fetch, void *arg,
@@ -199,6 +206,7 @@ void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn f
   struct comm_xfer x = {.n = 0};
   sums->kd = sums->ce = 0;
   p->aux = 0;
+  p->t_teacher = p->t_student = 0;
 
   for (int i = 0; i < warm; i++) { /* warm-up: forward only */
     post_recv_fwd(p, &x);

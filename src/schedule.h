@@ -45,6 +45,10 @@ struct kd_pipe {
   double aux;
   size_t aux_len; /* floats of the load-balancing sums after a message's hidden states
                      (acts_aux_floats; 0: a dense student) */
+  /* seconds of the last pipe_train on this rank, summed over its micro-batches: the teacher's
+   * forward, and the student's forward, loss (the teacher's logits of each chunk included)
+   * and backward; transfers between stages in neither */
+  double t_teacher, t_student;
 };
 
 /* Allocate activations and message buffers for up to `max_micro` micro-batches per

@@ -659,11 +659,18 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
   char imb[48] = ""; /* the routers' busiest expert over the mean, the most of any layer */
   if (!isnan(o->moe_imb)) snprintf(imb, sizeof imb, " | experts load %.2f", o->moe_imb);
   if (!o->empty) snprintf(lossw, sizeof lossw, "%.4f", o->loss);
+  char split[80] = ""; /* on-policy: the step's seconds in generation, teacher and student */
+  if (r->onp.on) {
+    double t[2] = {r->pipe.t_teacher, r->pipe.t_student}; /* the busiest rank's */
+    MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    snprintf(split, sizeof split, " | gen %.3fs teacher %.3fs student %.3fs", r->onp.secs, t[0],
+             t[1]);
+  }
   kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
-          "%s tok/s | mfu %.1f%% | peak %s | eta %s%s\n",
+          "%s tok/s | mfu %.1f%% | peak %s | eta %s%s%s\n",
           (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
           o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
-          100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta, imb);
+          100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta, imb, split);
   double v[17] = {o->loss,
                   r->distill ? o->loss_kd : NAN,
                   o->loss_ce,

@@ -13,6 +13,9 @@
 #  - the same rows and losses on tp 2, pp 2 and dp 2 (ZeRO-1 too) as on 1 rank (lambda 1 and 0.5), and after
 #    a checkpoint and resume (the resumed run cuts rollouts.h5 after its step and appends);
 #  - loss%onpolicy = 0 writes no rollouts.h5 and leaves the gen_* columns empty;
+#  - memory: the measured peaks of the lambda = 1 runs on 1 rank, tp 2 and pp 2 equal --dry-run's
+#    plan in every column but the activations, which stay within the plan's bound (prompts of
+#    seq_len) and equal its terms (KV cache, generation working set) at the data's prompts;
 #  - refusals (exit 2, the key named): a teacher cache, parallel%ep > 1, data without a loss mask,
 #    mode 'train', a rollouts file read with another seq_len.
 set -eu
@@ -42,10 +45,42 @@ cat > base.nml <<EOF
 EOF
 kd_log=log.txt
 
+# plan_bound NP NAME OVERRIDES...: the run just made (log.txt) against --dry-run of the same
+# input: weights .. communication equal; activations within the plan's bound (prompts of
+# seq_len) and equal to the plan's terms at the data's prompts: with micro_batch 1 the peak is
+# the 11-token prompt's, a KV cache of 11 + min(32 + 1 - 11, 24) = 33 positions beside the
+# prefill of 11 rows. The plan's generation terms are k x positions + w x rows + 8 (k, w from
+# the plans of max_new_tokens 24 and 1: 56 and 33 positions, 32 rows), so the peak must be the
+# lambda = 0 plan + 33 k + 11 w + 8.
+plan_rows() { # FILE OVERRIDES...: --dry-run on $np ranks into FILE, its per-rank rows into FILE.rows
+  f=$1; shift
+  "$KDTRAIN" --dry-run --ranks "$np" base.nml "$@" > "$f" 2>&1 || { cat "$f"; fail "$f: dry run"; }
+  awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5, $6, $7 }' \
+    "$f" > "$f.rows"
+}
+plan_bound() {
+  np=$1 name=$2; shift 2
+  awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $3, $4, $5, $6, $7, $8 }' \
+    log.txt > "$name.measured"
+  [ "$(wc -l < "$name.measured")" -eq "$np" ] || { cat log.txt; fail "$name: no per-rank memory table"; }
+  plan_rows "$name.plan124" "$@" loss%onpolicy=1 generate%max_new_tokens=24
+  plan_rows "$name.plan024" "$@" loss%onpolicy=0 generate%max_new_tokens=24
+  plan_rows "$name.plan11" "$@" loss%onpolicy=1 generate%max_new_tokens=1
+  grep -q "on-policy generation (loss%onpolicy = 1), rank .*: KV cache" "$name.plan124" \
+    || { cat "$name.plan124"; fail "$name: the dry run printed no KV cache line"; }
+  paste "$name.measured" "$name.plan124.rows" "$name.plan024.rows" "$name.plan11.rows" | awk -v n="$name" '
+    { for (k = 2; k <= 7; k++) if (k != 5 && $k != $(k + 7)) { print n ": rank " $1 " column " k - 1 ": measured " $k ", planned " $(k + 7); bad = 1 }
+      kv = ($12 - $26) / 23; w = ($26 - $19 - 33 * kv - 8) / 32; want = $19 + 33 * kv + 11 * w + 8
+      if (!($5 <= $12 && $5 == want)) { print n ": rank " $1 " activations " $5 ": planned " want " at the prompts, " $12 " at the bound"; bad = 1 }
+      printf "ok plan %s rank %s: activations %s (lambda 0 plan %s; bound %s)\n", n, $1, $5, $19, $12 }
+    END { exit bad }' || fail "$name: measured peaks against the plan"
+}
+
 echo "== lambda 1: kdtrain's step against TRL's generalized JSD on the generated rows"
 for kind in fkl jsd rkl; do
   kd 1 loss%kind="'$kind'" loss%beta=0.5 run%out_dir="'a_$kind'"
 done
+plan_bound 1 a_rkl loss%kind="'rkl'" loss%beta=0.5
 ref check "$PWD" a_fkl 0 a_jsd 0.5 a_rkl 1 || fail "not TRL's loss"
 ref same a_fkl a_rkl > /dev/null || fail "the loss kind changed the generated rows"
 ref same a_fkl a_jsd > /dev/null || fail "the loss kind changed the generated rows"
@@ -60,12 +95,14 @@ ref greedy "$PWD" greedy || fail "greedy continuations"
 
 echo "== layouts and resume: the same generated rows and losses"
 kd 2 parallel%tp=2 run%out_dir="'tp2'"
+plan_bound 2 tp2 parallel%tp=2
 ref same a_rkl tp2 || fail "tp 2 generated other rows"
 kd_same_metrics a_rkl tp2 "tp 2" 1 || fail "tp 2: other loss or gradient norm"
 kd 2 run%out_dir="'dp2'"
 ref same a_rkl dp2 || fail "dp 2 generated other rows"
 kd_same_metrics a_rkl dp2 "dp 2" 1 || fail "dp 2: other loss or gradient norm"
 kd 2 parallel%pp=2 run%out_dir="'pp2'"
+plan_bound 2 pp2 parallel%pp=2
 ref same a_rkl pp2 || fail "pp 2 generated other rows"
 kd_same_metrics a_rkl pp2 "pp 2" 1 || fail "pp 2: other loss or gradient norm"
 kd 2 parallel%zero=1 run%out_dir="'z2'"
