@@ -701,21 +701,16 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
       cJSON_AddNumberToObject(o, "sliding_window", c->sliding_window);
     else
       cJSON_AddNullToObject(o, "sliding_window");
-  } else if (c->arch == KD_ARCH_QWEN3_MOE) { /* the window in every layer with the switch */
+  } else if (qwen || c->arch == KD_ARCH_QWEN3_MOE) {
+    /* as transformers 5 writes them: the window null without the switch; qwen3_moe has it
+     * in every layer with the switch (no max_window_layers) */
     const int on = c->use_sliding_window && c->sliding_window > 0;
     cJSON_AddBoolToObject(o, "use_sliding_window", on);
     if (on)
       cJSON_AddNumberToObject(o, "sliding_window", c->sliding_window);
     else
       cJSON_AddNullToObject(o, "sliding_window");
-  } else if (qwen) { /* as transformers 5 writes them: the window null without the switch */
-    const int on = c->use_sliding_window && c->sliding_window > 0;
-    cJSON_AddBoolToObject(o, "use_sliding_window", on);
-    if (on)
-      cJSON_AddNumberToObject(o, "sliding_window", c->sliding_window);
-    else
-      cJSON_AddNullToObject(o, "sliding_window");
-    cJSON_AddNumberToObject(o, "max_window_layers", c->max_window_layers);
+    if (qwen) cJSON_AddNumberToObject(o, "max_window_layers", c->max_window_layers);
   } else if (window) {
     cJSON_AddNumberToObject(o, "sliding_window", window);
   } else if (a->window_size) {

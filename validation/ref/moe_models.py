@@ -23,7 +23,7 @@ and the same logits. Then refusals: exit status 2 naming the key.
 
 usage: moe_models.py KDCONVERT KDLOGITS WORKDIR
 """
-import json, os, subprocess, sys
+import json, os, sys
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import h5py
@@ -33,15 +33,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, MixtralConfig, Qwen3MoeConfig
 from transformers.utils import logging as hf_logging
 
-TOL = 1e-4
-
-
-def run(cmd, log, expect=0):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    log.write(f"$ {' '.join(cmd)}\n{r.stdout}")
-    if r.returncode != expect:
-        sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}, expected {expect}:\n{r.stdout}")
-    return r.stdout
+# the dense round trip's helpers (the same kdlogits call, tolerance and command runner)
+from hf_roundtrip import TOL, logits_of, rel, run  # noqa: E402
 
 
 def config(kind):
@@ -70,20 +63,6 @@ def make(kind):
             elif "experts" in name:
                 p.normal_(0.0, 0.1)
     return model
-
-
-def logits_of(kdlogits, h5, ids, work, tag, log):
-    tok = os.path.join(work, f"tokens_{tag}.txt")
-    with open(tok, "w") as f:
-        for row in ids.tolist():
-            f.write(" ".join(map(str, row)) + "\n")
-    npy = os.path.join(work, f"logits_{tag}.npy")
-    run([kdlogits, h5, tok, npy], log)
-    return torch.from_numpy(np.load(npy))
-
-
-def rel(a, b):
-    return ((a - b).abs().max() / b.abs().max()).item()
 
 
 def params_of(h5):
