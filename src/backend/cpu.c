@@ -167,39 +167,6 @@ static void gemm_block(int transa, int transb, int M, int N, int K, float alpha,
   sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* Decode-shaped products, a few rows of activations against a weight matrix: C (M, N) =
- * alpha A (M, K) B (N, K)^T + beta C for M <= GEMM_ROWS, each row of B read once for all M
- * rows, four dot products at a time. sgemm packs the whole of B (the weights) on every
- * call, which made a decode step of generation (M = the samples of the batch) cost several
- * passes over the weights. A row's result does not depend on M (a sample's logits are the
- * same alone and in a batch). */
-#define GEMM_ROWS 8
-KD_SIMD_CLONES static void gemm_rows(int M, int N, int K, float alpha, const float *A, int lda,
-                                     const float *B, int ldb, float beta, float *C, int ldc) {
-  for (int j = 0; j < N; j++) {
-    const float *b = B + (size_t)j * ldb;
-    for (int i0 = 0; i0 < M; i0 += 4) {
-      const int m = M - i0 < 4 ? M - i0 : 4;
-      const float *a0 = A + (size_t)i0 * lda;
-      const float *a1 = m > 1 ? a0 + lda : a0, *a2 = m > 2 ? a0 + 2 * (size_t)lda : a0;
-      const float *a3 = m > 3 ? a0 + 3 * (size_t)lda : a0;
-      float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-      for (int k = 0; k < K; k++) {
-        s0 += a0[k] * b[k];
-        s1 += a1[k] * b[k];
-        s2 += a2[k] * b[k];
-        s3 += a3[k] * b[k];
-      }
-      const float s[4] = {s0, s1, s2, s3};
-      for (int i = 0; i < m; i++) {
-        float *c = C + (size_t)(i0 + i) * ldc + j;
-        *c = beta == 0.0f ? alpha * s[i] : alpha * s[i] + beta * *c;
-      }
-    }
-  }
-}
-
 /* Row-major C = alpha op(A) op(B) + beta C over the OpenMP threads: each thread takes a
  * block of C's rows (or columns, whichever is longer: the operand every thread reads
  * whole, and packs, is then the smaller one), 64-aligned, and multiplies it on its own,
@@ -219,7 +186,7 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
   nt = (len + per - 1) / per;
   const int use16 = use_gemm16(be);
   if (B16 && !use16) return 0;
-  const int rows = M <= GEMM_ROWS && !transa && transb && B && !use16; /* gemm_rows */
+  const int rows = M <= CPU_GEMM_ROWS && !transa && transb && B && !use16; /* cpu_gemm_rows */
   int failed = 0;
 #pragma omp parallel num_threads(nt)
   {
@@ -249,7 +216,7 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
     f = failed;
     if (n > 0 && !f) {
       if (rows)
-        gemm_rows(m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
+        cpu_gemm_rows(m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
       else if (B16b)
         gemm16(transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL, 1);
       else

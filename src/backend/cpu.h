@@ -22,6 +22,15 @@ void backend_cpu_count_in(struct kd_backend *be, struct kd_arena *arena);
  * chunk ops (cpu_loss.c) of the table. */
 void backend_cpu_attention_init(struct kd_backend *be);
 void backend_cpu_decode_init(struct kd_backend *be);
+
+/* Decode-shaped products (cpu_decode.c): C (M, N) = alpha A (M, K) B (N, K)^T + beta C for
+ * M <= CPU_GEMM_ROWS rows of activations against a weight matrix B, each row of B read
+ * once for all M rows. A row's result does not depend on M (a sample's logits are the same
+ * alone and in a batch) nor on where its columns start. Called by each thread on its
+ * block; backend_cpu_decode_init chooses the kernel for the CPU. */
+#define CPU_GEMM_ROWS 8
+void cpu_gemm_rows(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                   int ldb, float beta, float *C, int ldc);
 void backend_cpu_moe_init(struct kd_backend *be);
 void backend_cpu_loss_init(struct kd_backend *be);
 /* ... and Gemma's ops (cpu_gemma.c). */

@@ -1,16 +1,137 @@
-/* cpu_decode.c: attention of one new token per sample against its KV cache (generation),
- * for the CPU backend. A job is one (sample, q head): its scores against the cached keys
- * it sees (a window's, or all of them), their softmax, the weighted sum of the values.
- * The per-thread scratch is one row of S scores (KD_MEM_SCRATCH). The numbers are those
- * of attention_forward at the query's position up to summation order (a dot product per
- * key here, a GEMM tile there): validation/unit/test_decode.c compares them. */
+/* cpu_decode.c: the decode-shaped work of generation for the CPU backend.
+ *
+ * Attention of one new token per sample against its KV cache: a job is one (sample, q
+ * head): its scores against the cached keys it sees (a window's, or all of them), their
+ * softmax, the weighted sum of the values. The per-thread scratch is one row of S scores
+ * (KD_MEM_SCRATCH). The numbers are those of attention_forward at the query's position up
+ * to summation order (a dot product per key here, a GEMM tile there):
+ * validation/unit/test_decode.c compares them.
+ *
+ * Products of a few rows of activations (the samples of a batch) with a weight matrix
+ * (cpu_gemm_rows): sgemm packs the whole of the weights on every call, which made a decode
+ * step cost several passes over them; here each weight row is read once for all rows. A
+ * decode step reads every weight once for a few FLOPs per value, so its speed is the rate
+ * at which the weights stream from memory: the AVX-512 kernel takes four weight rows at a
+ * time (sixteen accumulators) and prefetches the next four, which the hardware prefetcher
+ * does not (it follows one stream within a page): on the kd_gen model (4 layers, hidden
+ * 512, vocabulary 32768; 112 MB of FP32 weights) one pass went from 8 to 22 GB/s on one
+ * core of a Xeon (family 6 model 167), against 13-17 GB/s for a plain read of the array. */
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../util.h"
 #include "backend.h"
 #include "cpu.h"
+#include "cpu_hw.h"
 #include "cpu_math.h"
+
+/* The portable kernel: one weight row at a time, four dot products of it. */
+KD_SIMD_CLONES static void gemm_rows_any(int M, int N, int K, float alpha, const float *A, int lda,
+                                         const float *B, int ldb, float beta, float *C, int ldc) {
+  for (int j = 0; j < N; j++) {
+    const float *b = B + (size_t)j * ldb;
+    for (int i0 = 0; i0 < M; i0 += 4) {
+      const int m = M - i0 < 4 ? M - i0 : 4;
+      const float *a0 = A + (size_t)i0 * lda;
+      const float *a1 = m > 1 ? a0 + lda : a0, *a2 = m > 2 ? a0 + 2 * (size_t)lda : a0;
+      const float *a3 = m > 3 ? a0 + 3 * (size_t)lda : a0;
+      float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+      for (int k = 0; k < K; k++) {
+        s0 += a0[k] * b[k];
+        s1 += a1[k] * b[k];
+        s2 += a2[k] * b[k];
+        s3 += a3[k] * b[k];
+      }
+      const float s[4] = {s0, s1, s2, s3};
+      for (int i = 0; i < m; i++) {
+        float *c = C + (size_t)(i0 + i) * ldc + j;
+        *c = beta == 0.0f ? alpha * s[i] : alpha * s[i] + beta * *c;
+      }
+    }
+  }
+}
+
+#define R512 __attribute__((target("avx512f")))
+
+/* The AVX-512 kernel: four rows of A against four rows of B per pass over K, 16 lanes of
+ * K per instruction (K's end under a mask), the next four rows of B prefetched as these
+ * are read. Every (row, column) pair runs the same instructions wherever it falls (a
+ * short group repeats its last row or column), so a result depends on neither M nor
+ * the block's first column. */
+R512 static void gemm_rows_512(int M, int N, int K, float alpha, const float *A, int lda,
+                               const float *B, int ldb, float beta, float *C, int ldc) {
+  const __mmask16 tail = (__mmask16)((1u << (K % 16)) - 1u);
+  const int Kv = K - K % 16;
+  for (int i0 = 0; i0 < M; i0 += 4) {
+    const int m = M - i0 < 4 ? M - i0 : 4;
+    const float *a[4];
+    for (int i = 0; i < 4; i++)
+      a[i] = A + (size_t)(i0 + (i < m ? i : m - 1)) * lda;
+    for (int j = 0; j < N; j += 4) {
+      const int n = N - j < 4 ? N - j : 4;
+      const float *b[4];
+      for (int q = 0; q < 4; q++)
+        b[q] = B + (size_t)(j + (q < n ? q : n - 1)) * ldb;
+      const float *next[4]; /* the rows after these four (the last group: these again) */
+      for (int q = 0; q < 4; q++)
+        next[q] = j + 4 + q < N ? b[q] + (size_t)4 * ldb : b[q];
+      __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
+             c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00,
+             c32 = c00, c33 = c00;
+#define R512_STEP(LOAD)                                                                            \
+  do {                                                                                             \
+    const __m512 x0 = LOAD(a[0] + k), x1 = LOAD(a[1] + k), x2 = LOAD(a[2] + k),                    \
+                 x3 = LOAD(a[3] + k);                                                              \
+    __m512 y = LOAD(b[0] + k);                                                                     \
+    c00 = _mm512_fmadd_ps(x0, y, c00), c01 = _mm512_fmadd_ps(x1, y, c01);                          \
+    c02 = _mm512_fmadd_ps(x2, y, c02), c03 = _mm512_fmadd_ps(x3, y, c03);                          \
+    y = LOAD(b[1] + k);                                                                            \
+    c10 = _mm512_fmadd_ps(x0, y, c10), c11 = _mm512_fmadd_ps(x1, y, c11);                          \
+    c12 = _mm512_fmadd_ps(x2, y, c12), c13 = _mm512_fmadd_ps(x3, y, c13);                          \
+    y = LOAD(b[2] + k);                                                                            \
+    c20 = _mm512_fmadd_ps(x0, y, c20), c21 = _mm512_fmadd_ps(x1, y, c21);                          \
+    c22 = _mm512_fmadd_ps(x2, y, c22), c23 = _mm512_fmadd_ps(x3, y, c23);                          \
+    y = LOAD(b[3] + k);                                                                            \
+    c30 = _mm512_fmadd_ps(x0, y, c30), c31 = _mm512_fmadd_ps(x1, y, c31);                          \
+    c32 = _mm512_fmadd_ps(x2, y, c32), c33 = _mm512_fmadd_ps(x3, y, c33);                          \
+  } while (0)
+#define R512_FULL(p) _mm512_loadu_ps(p)
+#define R512_TAIL(p) _mm512_maskz_loadu_ps(tail, p)
+      int k = 0;
+      for (; k < Kv; k += 16) {
+        for (int q = 0; q < 4; q++)
+          _mm_prefetch((const char *)(next[q] + k), _MM_HINT_T0);
+        R512_STEP(R512_FULL);
+      }
+      if (k < K) R512_STEP(R512_TAIL);
+#undef R512_STEP
+#undef R512_FULL
+#undef R512_TAIL
+      const __m512 acc[4][4] = {
+          {c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23}, {c30, c31, c32, c33}};
+      for (int q = 0; q < n; q++)
+        for (int i = 0; i < m; i++) {
+          const float s = _mm512_reduce_add_ps(acc[q][i]);
+          float *c = C + (size_t)(i0 + i) * ldc + j + q;
+          *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c;
+        }
+    }
+  }
+}
+
+static int rows_512; /* backend_cpu_decode_init: the CPU runs AVX-512 */
+
+void cpu_gemm_rows(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                   int ldb, float beta, float *C, int ldc) {
+  if (rows_512)
+    gemm_rows_512(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    gemm_rows_any(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 static void cpu_attention_decode(struct kd_backend *be, float *out, const float *q, int ldq,
                                  const float *kc, const float *vc, int B, int S, const int *len,
@@ -75,4 +196,9 @@ static void cpu_attention_decode(struct kd_backend *be, float *out, const float 
 
 void backend_cpu_decode_init(struct kd_backend *be) {
   be->attention_decode = cpu_attention_decode;
+  struct kd_cpu c;
+  kd_cpu_detect(&c);
+  /* KDTRAIN_ROWS_KERNEL=portable: the portable kernel (A/B measurements) */
+  const char *cap = getenv("KDTRAIN_ROWS_KERNEL");
+  rows_512 = c.isa >= KD_ISA_AVX512 && !(cap && !strcmp(cap, "portable"));
 }
