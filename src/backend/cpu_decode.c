@@ -12,10 +12,11 @@
  * step cost several passes over them; here each weight row is read once for all rows. A
  * decode step reads every weight once for a few FLOPs per value, so its speed is the rate
  * at which the weights stream from memory: the AVX-512 kernel takes four weight rows at a
- * time (sixteen accumulators) and prefetches the next four, which the hardware prefetcher
- * does not (it follows one stream within a page): on the kd_gen model (4 layers, hidden
- * 512, vocabulary 32768; 112 MB of FP32 weights) one pass went from 8 to 22 GB/s on one
- * core of a Xeon (family 6 model 167), against 13-17 GB/s for a plain read of the array. */
+ * time (sixteen accumulators; eight rows of activations against two weight rows for 5 to
+ * 8 samples) and prefetches the next ones, which the hardware prefetcher does not (it follows one
+ * stream within a page): on the kd_gen model (4 layers, hidden 512, vocabulary 32768; 112 MB of
+ * FP32 weights) one pass went from 8 to 22 GB/s on one core of a Xeon (family 6 model 167), against
+ * 13-17 GB/s for a plain read of the array. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -57,69 +58,63 @@ KD_SIMD_CLONES static void gemm_rows_any(int M, int N, int K, float alpha, const
 
 #define R512 __attribute__((target("avx512f")))
 
-/* The AVX-512 kernel: four rows of A against four rows of B per pass over K, 16 lanes of
- * K per instruction (K's end under a mask), the next four rows of B prefetched as these
- * are read. Every (row, column) pair runs the same instructions wherever it falls (a
- * short group repeats its last row or column), so a result depends on neither M nor
- * the block's first column. */
-R512 static void gemm_rows_512(int M, int N, int K, float alpha, const float *A, int lda,
-                               const float *B, int ldb, float beta, float *C, int ldc) {
+/* One tile of the AVX-512 kernel: RA rows of A (a[]) against RB rows of B (b[]) over K, 16
+ * lanes of K per instruction (K's end under a mask), the RB rows after these (next[])
+ * prefetched as these are read; C's (i, q) of the tile at c + i ldc + q. RA x RB = 16
+ * accumulators in registers (the pragmas unroll the constant loops). */
+R512 static inline __attribute__((always_inline)) void
+rows_tile_512(const int RA, const int RB, int m, int n, int K, float alpha, const float *const *a,
+              const float *const *b, const float *const *next, float beta, float *c, int ldc) {
   const __mmask16 tail = (__mmask16)((1u << (K % 16)) - 1u);
   const int Kv = K - K % 16;
-  for (int i0 = 0; i0 < M; i0 += 4) {
-    const int m = M - i0 < 4 ? M - i0 : 4;
-    const float *a[4];
-    for (int i = 0; i < 4; i++)
-      a[i] = A + (size_t)(i0 + (i < m ? i : m - 1)) * lda;
-    for (int j = 0; j < N; j += 4) {
-      const int n = N - j < 4 ? N - j : 4;
-      const float *b[4];
-      for (int q = 0; q < 4; q++)
-        b[q] = B + (size_t)(j + (q < n ? q : n - 1)) * ldb;
-      const float *next[4]; /* the rows after these four (the last group: these again) */
-      for (int q = 0; q < 4; q++)
-        next[q] = j + 4 + q < N ? b[q] + (size_t)4 * ldb : b[q];
-      __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
-             c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00,
-             c32 = c00, c33 = c00;
-#define R512_STEP(LOAD)                                                                            \
-  do {                                                                                             \
-    const __m512 x0 = LOAD(a[0] + k), x1 = LOAD(a[1] + k), x2 = LOAD(a[2] + k),                    \
-                 x3 = LOAD(a[3] + k);                                                              \
-    __m512 y = LOAD(b[0] + k);                                                                     \
-    c00 = _mm512_fmadd_ps(x0, y, c00), c01 = _mm512_fmadd_ps(x1, y, c01);                          \
-    c02 = _mm512_fmadd_ps(x2, y, c02), c03 = _mm512_fmadd_ps(x3, y, c03);                          \
-    y = LOAD(b[1] + k);                                                                            \
-    c10 = _mm512_fmadd_ps(x0, y, c10), c11 = _mm512_fmadd_ps(x1, y, c11);                          \
-    c12 = _mm512_fmadd_ps(x2, y, c12), c13 = _mm512_fmadd_ps(x3, y, c13);                          \
-    y = LOAD(b[2] + k);                                                                            \
-    c20 = _mm512_fmadd_ps(x0, y, c20), c21 = _mm512_fmadd_ps(x1, y, c21);                          \
-    c22 = _mm512_fmadd_ps(x2, y, c22), c23 = _mm512_fmadd_ps(x3, y, c23);                          \
-    y = LOAD(b[3] + k);                                                                            \
-    c30 = _mm512_fmadd_ps(x0, y, c30), c31 = _mm512_fmadd_ps(x1, y, c31);                          \
-    c32 = _mm512_fmadd_ps(x2, y, c32), c33 = _mm512_fmadd_ps(x3, y, c33);                          \
-  } while (0)
-#define R512_FULL(p) _mm512_loadu_ps(p)
-#define R512_TAIL(p) _mm512_maskz_loadu_ps(tail, p)
-      int k = 0;
-      for (; k < Kv; k += 16) {
-        for (int q = 0; q < 4; q++)
-          _mm_prefetch((const char *)(next[q] + k), _MM_HINT_T0);
-        R512_STEP(R512_FULL);
-      }
-      if (k < K) R512_STEP(R512_TAIL);
-#undef R512_STEP
-#undef R512_FULL
-#undef R512_TAIL
-      const __m512 acc[4][4] = {
-          {c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23}, {c30, c31, c32, c33}};
-      for (int q = 0; q < n; q++)
-        for (int i = 0; i < m; i++) {
-          const float s = _mm512_reduce_add_ps(acc[q][i]);
-          float *c = C + (size_t)(i0 + i) * ldc + j + q;
-          *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c;
-        }
+  __m512 acc[4][8], x[8];
+#pragma GCC unroll 8
+  for (int q = 0; q < RB; q++)
+#pragma GCC unroll 8
+    for (int i = 0; i < RA; i++)
+      acc[q][i] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k += 16) {
+    const __mmask16 mk = k < Kv ? (__mmask16)0xffff : tail;
+#pragma GCC unroll 8
+    for (int i = 0; i < RA; i++)
+      x[i] = _mm512_maskz_loadu_ps(mk, a[i] + k);
+#pragma GCC unroll 4
+    for (int q = 0; q < RB; q++) {
+      _mm_prefetch((const char *)(next[q] + k), _MM_HINT_T0);
+      const __m512 y = _mm512_maskz_loadu_ps(mk, b[q] + k);
+#pragma GCC unroll 8
+      for (int i = 0; i < RA; i++)
+        acc[q][i] = _mm512_fmadd_ps(x[i], y, acc[q][i]);
     }
+  }
+  for (int q = 0; q < n; q++)
+    for (int i = 0; i < m; i++) {
+      const float s = _mm512_reduce_add_ps(acc[q][i]);
+      float *ci = c + (size_t)i * ldc + q;
+      *ci = beta == 0.0f ? alpha * s : alpha * s + beta * *ci;
+    }
+}
+
+/* The AVX-512 kernel: up to 4 rows of A against 4 rows of B at a time, 5 to 8 rows of A
+ * against 2 of B, so that one pass over the weights serves every row. Every (row, column)
+ * pair runs the same instructions wherever it falls (a short group repeats its last row or
+ * column), so a result depends on neither M nor the block's first column. */
+R512 static void gemm_rows_512(int M, int N, int K, float alpha, const float *A, int lda,
+                               const float *B, int ldb, float beta, float *C, int ldc) {
+  const int RA = M > 4 ? 8 : 4, RB = 16 / RA;
+  const float *a[8], *b[4], *next[4];
+  for (int i = 0; i < RA; i++)
+    a[i] = A + (size_t)(i < M ? i : M - 1) * lda;
+  for (int j = 0; j < N; j += RB) {
+    const int n = N - j < RB ? N - j : RB;
+    for (int q = 0; q < RB; q++) {
+      b[q] = B + (size_t)(j + (q < n ? q : n - 1)) * ldb;
+      next[q] = j + RB + q < N ? b[q] + (size_t)RB * ldb : b[q]; /* the last group: itself */
+    }
+    if (RA == 8)
+      rows_tile_512(8, 2, M, n, K, alpha, a, b, next, beta, C + j, ldc);
+    else
+      rows_tile_512(4, 4, M, n, K, alpha, a, b, next, beta, C + j, ldc);
   }
 }
 
