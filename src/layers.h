@@ -106,7 +106,8 @@ struct kd_acts {
   double moe_imb;        /* the largest (expert's routed rows / their mean) of the sparse layers
                             run since acts_moe_stats */
   double ep_bytes;       /* bytes sent to other ranks by the experts' exchanges since then */
-  void **blocks;         /* every block this set allocated, for acts_free */
+  double moe_flops, moe_secs; /* the experts' GEMMs since then: FLOPs and seconds */
+  void **blocks;              /* every block this set allocated, for acts_free */
   int nblocks;
 };
 
@@ -122,9 +123,10 @@ void acts_dims_experts(struct acts_dims *d, const struct kd_card *card, int laye
 double acts_moe_aux(const struct kd_acts *a);
 
 /* The router's load imbalance (the largest expert's routed rows over their mean, the most of
- * any sparse layer and micro-batch) and the bytes this rank sent in the experts' all-to-all
- * exchanges since the last call, added into *imb (max) and *bytes; resets them. */
-void acts_moe_stats(struct kd_acts *a, double *imb, double *bytes);
+ * any sparse layer and micro-batch), the bytes this rank sent in the experts' all-to-all
+ * exchanges and its experts' GEMM FLOPs and seconds since the last call, added into *imb
+ * (max), *bytes and gemm[0], gemm[1]; resets them. */
+void acts_moe_stats(struct kd_acts *a, double *imb, double *bytes, double gemm[2]);
 
 /* Floats after the hidden states in a pipeline message of a trained model of card c: its
  * load-balancing sums (per expert routed rows and probability sums, and the token rows, as

@@ -52,13 +52,28 @@ static const uint16_t *expert_w16(const struct kd_model *mdl, const uint16_t *wx
   return wx + (size_t)(e - mdl->exp0) * model_expert_stride(mdl) + (down ? gu : 0);
 }
 
+/* The experts' GEMMs are clocked (the grouped-GEMM rate of the metrics): FLOPs and the
+ * seconds between two device synchronisations into a->moe_flops, a->moe_secs. The host
+ * already waits for the device in every sparse layer (the routing plan), so the two added
+ * waits cost little. */
+static double gemm_clock_start(struct kd_backend *be) {
+  be->sync(be);
+  return kd_now();
+}
+static void gemm_clock_stop(struct kd_backend *be, struct kd_acts *a, double t0, double flops) {
+  be->sync(be);
+  a->moe_secs += kd_now() - t0;
+  a->moe_flops += flops;
+}
+
 /* The experts exp0 .. exp0 + nexp - 1, each over its block of rows (expert exp0 + j: rows
  * off[j] .. off[j] + cnt[j] of xs, n rows in all): gate|up into gu, SwiGLU into mlp, down
- * into y. */
+ * into y. 6 C Ie FLOPs a row. */
 static void experts_fwd(struct kd_backend *be, const struct kd_model *mdl,
                         const struct layer_ptrs *w, const int *cnt, const int *off, size_t n,
-                        const float *xs, float *gu, float *mlp, float *y) {
+                        const float *xs, float *gu, float *mlp, float *y, struct kd_acts *a) {
   const int C = mdl->card.hidden_size, I = mdl->effn;
+  const double t0 = gemm_clock_start(be);
   for (int j = 0; j < mdl->nexp; j++) {
     const size_t o = (size_t)off[j], m = (size_t)cnt[j];
     const int e = mdl->exp0 + j;
@@ -76,15 +91,18 @@ static void experts_fwd(struct kd_backend *be, const struct kd_model *mdl,
                  expert_w16(mdl, w->wx16, e, 1), m, I, C);
   }
   maybe_round(be, y, n * C);
+  gemm_clock_stop(be, a, t0, 6.0 * (double)n * C * I);
 }
 
 /* experts_fwd's backward: dy (n, C) holds dL/dy and receives dL/dxs; demlp, degu workspace;
- * the weights' gradients accumulate into g. */
+ * the weights' gradients accumulate into g. 12 C Ie FLOPs a row (inputs' and weights'
+ * gradients). */
 static void experts_bwd(struct kd_backend *be, const struct kd_model *mdl,
                         const struct layer_ptrs *w, const struct layer_ptrs *g, const int *cnt,
                         const int *off, size_t n, const float *xs, const float *gu,
-                        const float *mlp, float *dy, float *demlp, float *degu) {
+                        const float *mlp, float *dy, float *demlp, float *degu, struct kd_acts *a) {
   const int C = mdl->card.hidden_size, I = mdl->effn;
+  const double t0 = gemm_clock_start(be);
   for (int j = 0; j < mdl->nexp; j++) {
     const size_t o = (size_t)off[j], m = (size_t)cnt[j];
     const int e = mdl->exp0 + j;
@@ -101,6 +119,7 @@ static void experts_bwd(struct kd_backend *be, const struct kd_model *mdl,
       linear_bwd(be, dy + o * C, 0.0f, expert_w(mdl, g->wx, e, 0), degu + o * 2 * I, xs + o * C,
                  expert_w(mdl, w->wx, e, 0), m, C, 2 * I);
   }
+  gemm_clock_stop(be, a, t0, 12.0 * (double)n * C * I);
 }
 
 /* A block of rows x width floats: `have` (n rows) when the rows fit, else a new one (bit set
@@ -129,11 +148,13 @@ void moe_xchg_free(struct kd_backend *be, struct kd_acts *a) {
   a->xchg = NULL;
 }
 
-void acts_moe_stats(struct kd_acts *a, double *imb, double *bytes) {
+void acts_moe_stats(struct kd_acts *a, double *imb, double *bytes, double gemm[2]) {
   if (a->moe_imb > *imb) *imb = a->moe_imb;
   *bytes += a->ep_bytes;
+  gemm[0] += a->moe_flops;
+  gemm[1] += a->moe_secs;
   a->moe_imb = 0;
-  a->ep_bytes = 0;
+  a->ep_bytes = a->moe_flops = a->moe_secs = 0;
 }
 
 /* The experts of layer i at ep > 1: l->exs (plan p's rows sorted by expert) to the ranks of
@@ -154,7 +175,7 @@ static void experts_fwd_ep(struct kd_backend *be, const struct kd_model *mdl, in
   q->emlp = rows_block(be, l->emlp, n, r, (size_t)I, 2, &q->made);
   float *yr = be->alloc(be, KD_MEM_ACTS, (r + 1) * (size_t)C * sizeof(float));
   moe_ep_dispatch(&q->x, be, q->xr, l->exs);
-  experts_fwd(be, mdl, w, q->x.count, q->x.offset, r, q->xr, q->egu, q->emlp, yr);
+  experts_fwd(be, mdl, w, q->x.count, q->x.offset, r, q->xr, q->egu, q->emlp, yr, a);
   moe_ep_return(&q->x, be, l->ey, yr);
   be->free(be, yr);
   a->ep_bytes += (double)q->x.bytes;
@@ -176,7 +197,8 @@ static void experts_bwd_ep(struct kd_backend *be, const struct kd_model *mdl, in
   float *demlp = rows_block(be, a->demlp, n, r, (size_t)I, 1, &made);
   float *degu = rows_block(be, a->degu, n, r, 2 * (size_t)I, 2, &made);
   moe_ep_dispatch(&q->x, be, dyr, a->dey);
-  experts_bwd(be, mdl, w, g, q->x.count, q->x.offset, r, q->xr, q->egu, q->emlp, dyr, demlp, degu);
+  experts_bwd(be, mdl, w, g, q->x.count, q->x.offset, r, q->xr, q->egu, q->emlp, dyr, demlp, degu,
+              a);
   moe_ep_return(&q->x, be, a->dey, dyr);
   be->free(be, dyr);
   if (made & 1) be->free(be, demlp);
@@ -232,7 +254,7 @@ void moe_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
     experts_fwd_ep(be, mdl, i, w, l, a, p);
   else
     experts_fwd(be, mdl, w, p->count + mdl->exp0, p->offset + mdl->exp0, n, l->exs, l->egu, l->emlp,
-                l->ey);
+                l->ey, a);
   /* combine: each token's k outputs, weighted, in slot order */
   if (out) be->moe_combine(be, out, l->ey, pos, l->ewts, N, k, C, 0);
 }
@@ -255,7 +277,7 @@ void moe_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
   } else {
     be->gather_rows(be, l->exs, l->h2, rows, n, C); /* the gathered inputs again */
     experts_bwd(be, mdl, w, g, p->count + mdl->exp0, p->offset + mdl->exp0, n, l->exs, l->egu,
-                l->emlp, a->dey, a->demlp, a->degu);
+                l->emlp, a->dey, a->demlp, a->degu, a);
   }
   be->moe_combine(be, a->dh, a->dey, pos, NULL, N, k, C, 0); /* the gather's backward */
   /* the router: through the weights, and through the probabilities (load-balancing loss) */

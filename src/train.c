@@ -528,11 +528,11 @@ static void log_validation(struct run *r, int64_t step) {
             (long long)step);
   else
     kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
-  double v[17];
-  for (int i = 0; i < 17; i++)
+  double v[METRICS_VALUES];
+  for (int i = 0; i < METRICS_VALUES; i++)
     v[i] = NAN;
   v[10] = vl;
-  metrics_put(r, step, v, 17);
+  metrics_put(r, step, v, METRICS_VALUES);
 }
 
 /* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
@@ -554,30 +554,33 @@ struct step_out {
   double loss_aux; /* an MoE student's load-balancing loss (NAN: none, or not on one stage) */
   double moe_imb;  /* the router's load imbalance over both models' sparse layers (NAN: none) */
   double a2a;      /* bytes of the experts' all-to-all exchanges, all ranks (NAN: no experts) */
+  double moe_gemm; /* the experts' GEMMs' FLOP/s on a rank (all ranks' FLOPs over all ranks'
+                      seconds; NAN: no experts) */
   int empty;       /* no counted label in the global batch: no update */
   int finite;      /* loss and gradient norm finite */
 };
 
-/* This rank's router load imbalance and all-to-all bytes since the last call (v[0], v[1]),
- * from the student's and the teacher's activation sets. */
-static void moe_stats_take(struct run *r, double v[2]) {
-  v[0] = v[1] = 0;
+/* This rank's router load imbalance, all-to-all bytes and experts' GEMM FLOPs and seconds
+ * since the last call (v[0] .. v[3]), from the student's and the teacher's activation sets. */
+static void moe_stats_take(struct run *r, double v[4]) {
+  v[0] = v[1] = v[2] = v[3] = 0;
   for (int k = 0; k < r->pipe.nslots; k++)
-    acts_moe_stats(&r->pipe.sacts[k], &v[0], &v[1]);
-  if (r->pipe.teacher) acts_moe_stats(&r->pipe.tacts, &v[0], &v[1]);
+    acts_moe_stats(&r->pipe.sacts[k], &v[0], &v[1], &v[2]);
+  if (r->pipe.teacher) acts_moe_stats(&r->pipe.tacts, &v[0], &v[1], &v[2]);
 }
 
-/* The step's router load imbalance (the most of any rank) and all-to-all bytes (the sum
- * over ranks). Collective. */
+/* The step's router load imbalance (the most of any rank), all-to-all bytes (the sum over
+ * ranks) and experts' GEMM rate. Collective. */
 static void moe_step_stats(struct run *r, struct step_out *o) {
-  double v[2];
+  double v[4];
   moe_stats_take(r, v);
   MPI_Allreduce(MPI_IN_PLACE, &v[0], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &v[1], 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &v[1], 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   const int moe = card_sparse_layers(&r->student.card) ||
                   (r->pipe.teacher && card_sparse_layers(&r->teacher.card));
   o->moe_imb = moe && !o->empty ? v[0] : NAN;
   o->a2a = moe && !o->empty ? v[1] : NAN;
+  o->moe_gemm = moe && !o->empty && v[3] > 0 ? v[2] / v[3] : NAN;
 }
 
 /* One optimizer step over the global batch starting at sample `consumed`: the pipeline of
@@ -612,7 +615,7 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
    * transformers' loss of each (its forward pass), weighted by loss%router_aux */
   const double aux_w = config_router_aux(cfg, &r->student.card), nmb = (double)gb / mb;
   r->pipe.aux_weight = (float)(aux_w * scale / nmb);
-  double stale[2];
+  double stale[4];
   moe_stats_take(r, stale); /* a validation's since the last step */
   if (!o.empty) pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
@@ -657,7 +660,8 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
   if (!o->empty && !isnan(o->loss_aux))
     snprintf(parts + strlen(parts), sizeof parts - strlen(parts), " (aux %.4f)", o->loss_aux);
   char imb[48] = ""; /* the routers' busiest expert over the mean, the most of any layer */
-  if (!isnan(o->moe_imb)) snprintf(imb, sizeof imb, " | experts load %.2f", o->moe_imb);
+  if (!isnan(o->moe_imb))
+    snprintf(imb, sizeof imb, " | experts load %.2f, %.1f GFLOP/s", o->moe_imb, o->moe_gemm / 1e9);
   if (!o->empty) snprintf(lossw, sizeof lossw, "%.4f", o->loss);
   char split[80] = ""; /* on-policy: the step's seconds in generation, teacher and student */
   if (r->onp.on) {
@@ -671,22 +675,23 @@ static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
           (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
           o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
           100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta, imb, split);
-  double v[17] = {o->loss,
-                  r->distill ? o->loss_kd : NAN,
-                  o->loss_ce,
-                  o->lr,
-                  o->gnorm,
-                  (double)scaler->skipped,
-                  (double)consumed * T,
-                  tok_s,
-                  mfu,
-                  (double)peak,
-                  NAN,
-                  o->loss_aux};
+  double v[METRICS_VALUES] = {o->loss,
+                              r->distill ? o->loss_kd : NAN,
+                              o->loss_ce,
+                              o->lr,
+                              o->gnorm,
+                              (double)scaler->skipped,
+                              (double)consumed * T,
+                              tok_s,
+                              mfu,
+                              (double)peak,
+                              NAN,
+                              o->loss_aux};
   onpolicy_metrics(&r->onp, v + 12);
   v[15] = o->moe_imb;
   v[16] = o->a2a;
-  metrics_put(r, step, v, 17);
+  v[17] = o->moe_gemm;
+  metrics_put(r, step, v, METRICS_VALUES);
 }
 
 /* Minor page faults per step on rank 0: the first step's, then the others' mean and most. */
