@@ -4,7 +4,7 @@ file carries (its /tokenizer group, as kdconvert from-hf stores it).
 
     kdgen WEIGHTS.h5 [--prompt TEXT]... [--prompts FILE] [--max-new-tokens N]
           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--jsonl OUT]
-          [--tp N] [--pp N] [--dp N]
+          [--tp N] [--pp N] [--dp N] [--device auto|cpu|cuda] [--precision fp32|bf16]
 
 Prompts come from the command line, or from FILE: one prompt per line, or JSONL (the first
 non-blank line starts with '{') whose objects hold a "prompt" string or a "messages" chat
@@ -21,7 +21,10 @@ How it runs: this front end tokenises the prompts into a temporary ids file, the
 becomes this front end again (--finish) to write the text. Under `mpiexec -n N kdgen ...`
 every rank does the same, so the engine runs on the N ranks of the launch: tp x pp x dp = N
 (default: all tensor parallel; --pp N pipeline stages, --dp N replicas, each generating
-its share of the prompts). The engine prints the tokens/s on stderr.
+its share of the prompts). --device as kdtrain's run%device (auto, the default: the CUDA
+device of every rank where kdtrain was built with CUDA and the node has one, else the CPU);
+--precision bf16 holds the weights in BF16 and computes in BF16. The engine prints the
+tokens/s, the backend and the precision on stderr.
 
 Exit status: 0 done, 2 bad input (the file or option named: an unreadable or malformed
 prompt file, a weights file without /tokenizer, an empty prompt), 3 I/O failure.
@@ -188,6 +191,9 @@ def parse(argv):
     ap.add_argument("--tp", type=int, help="tensor-parallel ranks (default: the ranks left)")
     ap.add_argument("--pp", type=int, help="pipeline stages (default 1)")
     ap.add_argument("--dp", type=int, help="data-parallel replicas (default 1)")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="auto (default): CUDA where every rank has a device, else the CPU")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--finish", help=argparse.SUPPRESS)  # the engine's ids: write the text
     args = ap.parse_args(argv)
     if not args.prompt and not args.prompts:
@@ -225,7 +231,8 @@ def start(args, argv):
     engine = os.environ.get("KDGEN_ENGINE") or os.path.join(here, "kdgen-ids")
     cmd = [engine, args.weights, "--ids", path, "--remove-ids", "--out", path + ".out",
            "--max-new-tokens", str(args.max_new_tokens), "--temperature", repr(args.temperature),
-           "--top-k", str(args.top_k), "--top-p", repr(args.top_p), "--seed", str(args.seed)]
+           "--top-k", str(args.top_k), "--top-p", repr(args.top_p), "--seed", str(args.seed),
+           "--device", args.device, "--precision", args.precision]
     if tok.eos_token_id is not None:
         cmd += ["--eos", str(tok.eos_token_id)]
     for k in ("tp", "pp", "dp"):

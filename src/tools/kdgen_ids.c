@@ -5,6 +5,7 @@
  *
  *   kdgen-ids WEIGHTS.h5 --ids PROMPTS.txt [--max-new-tokens N] [--temperature T] [--top-k K]
  *             [--top-p P] [--seed S] [--eos ID]... [--tp N] [--pp N] [--dp N]
+ *             [--device auto|cpu|cuda] [--precision fp32|bf16]
  *             [--out FILE] [--remove-ids] [--then PROGRAM ARGS...]
  *
  * PROMPTS.txt: one prompt per line, token ids separated by blanks (lines may differ in
@@ -12,7 +13,11 @@
  * data-parallel replicas in order (prompt i keeps its global index, which keys its draws)
  * and gathered back on rank 0. --out, --remove-ids and --then serve the text front end:
  * rank 0 writes the ids to FILE, every rank removes its PROMPTS.txt once read, and after
- * MPI_Finalize rank 0 becomes PROGRAM (execvp), which turns the ids into text. */
+ * MPI_Finalize rank 0 becomes PROGRAM (execvp), which turns the ids into text.
+ *
+ * The backend is chosen as kdtrain's run%device chooses it (backend_select: 'auto' takes
+ * the CUDA device of every rank where the build and the node have one, else the CPU);
+ * --precision bf16 holds the weights in BF16 and computes as a bf16 run's teacher does. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,11 +32,13 @@
 #include "model.h"
 #include "util.h"
 #include "weights.h"
+#include "words.h"
 
 static const char usage[] =
     "usage: kdgen-ids WEIGHTS.h5 --ids PROMPTS.txt [--max-new-tokens N] [--temperature T]\n"
     "                 [--top-k K] [--top-p P] [--seed S] [--eos ID]... [--tp N] [--pp N]\n"
-    "                 [--dp N] [--out FILE] [--remove-ids] [--then PROGRAM ARGS...]\n"
+    "                 [--dp N] [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
+    "                 [--out FILE] [--remove-ids] [--then PROGRAM ARGS...]\n"
     "\n"
     "Continue the prompts of PROMPTS.txt (one per line, token ids separated by blanks) with\n"
     "the model of a kdtrain weights file or checkpoint: prefill, then one step per token\n"
@@ -39,8 +46,10 @@ static const char usage[] =
     "and the tokens/s on stderr. Temperature 0 (default): greedy; else temperature, top-k\n"
     "(0: all) and top-p (1: all) as transformers filters, draws keyed by (seed, prompt,\n"
     "position): the same ids on any layout. Under mpiexec -n N: tp x pp x dp = N (default\n"
-    "pp 1, dp 1 and tp the rest; with --tp given, dp the rest). Defaults:\n"
-    "--max-new-tokens 32, --seed 1. The text front end is kdgen.\n";
+    "pp 1, dp 1 and tp the rest; with --tp given, dp the rest). --device as kdtrain's\n"
+    "run%device (auto: CUDA where every rank has a device, else the CPU); --precision bf16:\n"
+    "weights in BF16, BF16 compute. Defaults: --max-new-tokens 32, --seed 1, --device auto,\n"
+    "--precision fp32. The text front end is kdgen.\n";
 
 /* Prompts of `path`: B lines of ids, right-padded with 0 to the longest (Tp). */
 static int *read_prompts(const char *path, int vocab, int *B, int *Tp, int **plen) {
@@ -122,7 +131,8 @@ int main(int argc, char **argv) {
   }
   const char *ids_path = NULL, *out_path = NULL;
   char **then = NULL;
-  int tp = 0, pp = 1, dp = 0, remove_ids = 0;
+  int tp = 0, pp = 1, dp = 0, remove_ids = 0, bf16 = 0;
+  enum kd_device device = KD_DEV_AUTO;
   struct kd_gen_opts o = {.s = {0.0f, 0, 1.0f}, .max_new = 32, .seed = 1};
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -161,7 +171,21 @@ int main(int argc, char **argv) {
       pp = (int)number(a, v, 1, 1 << 20);
     else if (!strcmp(a, "--dp"))
       dp = (int)number(a, v, 1, 1 << 20);
-    else {
+    else if (!strcmp(a, "--device")) {
+      const int d = words_find(KD_DEVICE_WORDS, v);
+      if (d < 0) {
+        fprintf(stderr, "kdgen-ids: --device '%s': expected one of auto, cpu, cuda\n", v);
+        return KD_EXIT_INPUT;
+      }
+      device = (enum kd_device)d;
+    } else if (!strcmp(a, "--precision")) {
+      const int p = words_find(KD_PRECISION_WORDS, v);
+      if (p < 0) {
+        fprintf(stderr, "kdgen-ids: --precision '%s': expected fp32 or bf16\n", v);
+        return KD_EXIT_INPUT;
+      }
+      bf16 = p == KD_PREC_BF16;
+    } else {
       fprintf(stderr, "kdgen-ids: unknown option '%s'\n", a);
       fputs(usage, stderr);
       return KD_EXIT_INPUT;
@@ -173,9 +197,11 @@ int main(int argc, char **argv) {
   }
   MPI_Init(&argc, &argv);
   struct kd_backend be;
-  backend_cpu_init(&be, 0);
+  char err[1024], note[512];
+  const int node_rank = grid_node_rank(); /* collective */
+  if (backend_select(&be, device, bf16, node_rank, note, sizeof note, err, sizeof err))
+    kd_fail(KD_EXIT_INPUT, "--device %s: %s", kd_device_names[device], err);
   struct kd_card card;
-  char err[1024];
   if (weights_read_card(argv[1], &card, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
   int B, Tp, *plen;
   int *prompts = read_prompts(ids_path, card.vocab_size, &B, &Tp, &plen);
@@ -192,7 +218,7 @@ int main(int argc, char **argv) {
       grid_init(&g, tp, pp, dp, err, sizeof err))
     kd_fail(KD_EXIT_INPUT, "%s on %d rank(s): %s", argv[1], world, err);
   struct kd_model m;
-  model_build_grid(&m, &be, &card, MODEL_FROZEN, 0, &g);
+  model_build_grid(&m, &be, &card, bf16 ? MODEL_FROZEN16 : MODEL_FROZEN, 0, &g);
   int st = weights_load(argv[1], &m, m.w, MPI_COMM_WORLD, err, sizeof err);
   if (st) kd_fail(st, "%s", err);
   int *out = kd_calloc((size_t)B * o.max_new, sizeof *out), *nout = kd_calloc((size_t)B, 4);
@@ -223,8 +249,9 @@ int main(int argc, char **argv) {
       kd_fail(KD_EXIT_IO, "writing %s failed", out_path ? out_path : "to standard output");
     fprintf(stderr,
             "kdgen: %llu tokens for %d prompt(s) in %.2f s: %.1f tokens/s (%d rank(s): tp %d, "
-            "pp %d, dp %d)\n",
-            sum, B, dt, sum / (dt > 0 ? dt : 1e-9), world, g.tp, g.pp, g.dp);
+            "pp %d, dp %d; %s, %s)\n",
+            sum, B, dt, sum / (dt > 0 ? dt : 1e-9), world, g.tp, g.pp, g.dp, be.name,
+            bf16 ? "bf16" : "fp32");
   }
   const int rank = g.rank;
   model_free(&m, &be);
