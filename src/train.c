@@ -6,6 +6,7 @@
 #include "kdtrain_config.h"
 
 #include "train.h"
+#include "train_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -36,37 +37,6 @@
 #include "zero.h"
 
 _Static_assert(KD_DATA_MAX == DATA_MAX_SETS, "a blend holds as many files as data%train");
-
-struct run {
-  const struct kd_config *cfg;
-  struct kd_backend be;
-  int rank, nranks, distill;
-  int eval;           /* mode 'eval': the student holds weights only */
-  struct tokset *tok; /* the student's tokenizer files (NULL: none) */
-  struct kd_grid grid;
-  struct kd_model student, teacher;
-  struct kd_pipe pipe;
-  struct kd_update update; /* gradient reduction, AdamW, ZeRO-1 */
-  struct kd_data train, valid;
-  int have_valid;
-  struct loss_spec spec;
-  size_t chunk;
-  struct metrics metrics;
-  double gemm_rate;         /* measured FLOP/s of this rank's GEMM (start line only) */
-  double peak;              /* this rank's share of the hardware's peak FLOP/s (0: unknown) */
-  double peak_all;          /* the sum over ranks: the MFU denominator */
-  char peak_what[512];      /* where rank 0's peak came from */
-  double step_flops;        /* model FLOPs of one step over all ranks */
-  struct ckpt_state resume; /* state of the checkpoint resumed from (step 0: fresh run) */
-  /* teacher%source = 'cache' (doc/cache.md): no teacher model; the loss reads the cache */
-  int cached;
-  struct tcache tc;
-  struct tcache_rows tc_rows; /* one micro-batch */
-  struct kd_data tc_data;     /* the training data again: its own blend cursor, which only
-                                 moves forward as the cache rows are looked up */
-  int64_t tc_g0;              /* first global sample of this rank's share of the step */
-  struct onpolicy onp;        /* loss%onpolicy > 0: the student's continuations (onpolicy.h) */
-};
 
 /* Open teacher%cache and check it against this run (every rank; the same verdict). */
 static void cache_setup(struct run *r, int vc) {
@@ -105,77 +75,6 @@ static void cache_fetch(void *arg, int m, struct tcache_rows *rows) {
   const int st = tcache_read(&r->tc, w, mb, rows, err, sizeof err);
   if (w != win) free(w);
   if (st) kd_fail(st, "%s: %s", r->cfg->teacher_cache, err);
-}
-
-/* Sustained FLOP/s of a large square GEMM on this backend (shown next to the peak at
- * start, as a check of the BLAS): the median of 5 timed products of n = 1536 after 3
- * warm-up products. */
-static double measure_gemm_rate(struct kd_backend *be) {
-  /* test-only: KDTRAIN_TEST_GEMM_PEAK (FLOP/s) skips the measurement (doc/checkpoint.md) */
-  const char *fixed = getenv("KDTRAIN_TEST_GEMM_PEAK");
-  if (fixed && atof(fixed) > 0) return atof(fixed);
-  const int n = 1536, reps = 5;
-  const size_t nn = (size_t)n * n;
-  float *A = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
-  float *B = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
-  float *Cm = be->alloc(be, KD_MEM_SCRATCH, nn * sizeof(float));
-  const size_t piece = 64 * (size_t)n; /* uploaded 64 rows at a time: a small host buffer */
-  float *h = kd_malloc(piece * sizeof(float));
-  for (size_t at = 0; at < nn; at += piece) {
-    for (size_t i = 0; i < piece; i++)
-      h[i] = (float)((at + i) % 7) * 0.1f;
-    be->upload(be, A + at, h, piece * sizeof(float));
-    for (size_t i = 0; i < piece; i++)
-      h[i] = (float)((at + i) % 5) * 0.1f;
-    be->upload(be, B + at, h, piece * sizeof(float));
-  }
-  free(h);
-  /* the FP32 GEMM's rate (a bf16 run multiplies in BF16 until told otherwise) */
-  const int bf16 = be->gemm_bf16(be, 0);
-  for (int w = 0; w < 3; w++) /* warm-up: threads spun up, caches and clocks settled */
-    be->gemm(be, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
-  be->sync(be);
-  double rate[5];
-  for (int r = 0; r < reps; r++) {
-    const double t0 = kd_now();
-    be->gemm(be, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
-    be->sync(be);
-    rate[r] = 2.0 * n * (double)nn / (kd_now() - t0);
-  }
-  be->gemm_bf16(be, bf16);
-  qsort(rate, reps, sizeof *rate, kd_cmp_double);
-  be->free(be, A);
-  be->free(be, B);
-  be->free(be, Cm);
-  arena_reset_peaks(&be->arena);
-  return rate[reps / 2];
-}
-
-/* Matmul FLOPs of a forward pass over `tokens` tokens of sequences of length T (an MoE
- * layer counts the num_experts_per_tok experts a token goes to, not all of them). */
-static double forward_flops(const struct kd_card *c, double tokens, int T) {
-  double p = (double)model_count_params(c);
-  p -= (double)c->vocab_size * c->hidden_size * (c->tie_word_embeddings ? 0 : 1); /* lookup */
-  p -= (double)card_sparse_layers(c) * (c->num_experts - c->num_experts_per_tok) * 3.0 *
-       c->hidden_size * card_expert_ffn(c); /* experts a token does not reach */
-  const double q = (double)c->num_attention_heads * card_head_dim(c); /* = hidden but Qwen3 */
-  const double attn = 2.0 * c->num_hidden_layers * (double)T * q;     /* causal QK,PV */
-  return 2.0 * p * tokens + attn * tokens;
-}
-
-/* This rank's share of the hardware's peak FLOP/s in the compute precision, the MFU
- * denominator, and where it came from: log%peak_tflops when given, else the backend's
- * (a GPU's datasheet; on the CPU cores x FLOP/cycle x the clock, which rank 0's measured
- * GEMM rate may raise). 0 when unknown (MFU then reads nan). Collective. */
-static double hardware_peak(struct run *r, char *what, size_t n) {
-  if (r->cfg->log_peak_tflops > 0) {
-    snprintf(what, n, "log%%peak_tflops");
-    return r->cfg->log_peak_tflops * 1e12;
-  }
-  const double cores = grid_node_cores_per_rank(&r->grid); /* collective: every rank */
-  double rate = r->rank == 0 ? r->gemm_rate : 0.0;
-  MPI_Bcast(&rate, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  return r->be.peak_flops(&r->be, r->be.bf16, cores, rate, what, n);
 }
 
 /* Bytes for the loss chunk buffers: what memory%budget_mb leaves after everything
@@ -234,23 +133,6 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
             ts ? own : cfg->teacher_init);
 }
 
-/* Start of a long set-up phase: "kdtrain: WHAT [PATH (SIZE)] ..." on rank 0; returns the
- * start time for phase_end. */
-static double phase_begin(const char *what, const char *path) {
-  struct stat sb;
-  char size[32] = "";
-  if (path && stat(path, &sb) == 0) kd_fmt_bytes(size, sizeof size, (double)sb.st_size);
-  kd_info("kdtrain: %s%s%s%s%s ...\n", what, path ? " " : "", path ? path : "", size[0] ? ", " : "",
-          size);
-  return kd_now();
-}
-
-/* "kdtrain: WHAT: S s" on rank 0, S counted from t0 (after every rank finished). */
-static void phase_end(const char *what, double t0) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  kd_info("kdtrain: %s: %.2f s\n", what, kd_now() - t0);
-}
-
 /* The ids both models have: differing padded vocabularies distil over [0, vc). Collective
  * when the cache names the teacher (no teacher card). */
 static int common_vocab(struct run *r) {
@@ -289,10 +171,10 @@ static void student_setup(struct run *r, int vc, char *resumed, size_t n) {
   } else if (config_student_random(cfg)) {
     model_init_random(&r->student, &r->be, (uint64_t)cfg->run_seed);
   } else {
-    const double t0 = phase_begin("loading student", cfg->student_init);
+    const double t0 = run_phase_begin("loading student", cfg->student_init);
     kd_agree_or_fail(
         weights_load(cfg->student_init, &r->student, dst, MPI_COMM_WORLD, err, sizeof err), err);
-    phase_end("student loaded", t0);
+    run_phase_end("student loaded", t0);
   }
   plan_policy(&r->student.mem, cfg, 0);
   if (r->eval) {
@@ -301,7 +183,7 @@ static void student_setup(struct run *r, int vc, char *resumed, size_t n) {
     update_build(&r->update, &r->be, &r->student, &r->grid, zero);
     const double t0 = kd_now();
     ckpt_resume(cfg, resumed, update_state(&r->update), &r->resume, MPI_COMM_WORLD);
-    if (r->resume.step > 0) phase_end("checkpoint read", t0);
+    if (r->resume.step > 0) run_phase_end("checkpoint read", t0);
     update_refresh_weights(&r->update, &r->be);
   }
 }
@@ -316,12 +198,12 @@ static void teacher_setup(struct run *r, int vc) {
   model_build_grid(&r->teacher, &r->be, &cfg->teacher, r->be.bf16 ? MODEL_FROZEN16 : MODEL_FROZEN,
                    vc, &r->grid);
   plan_policy(&r->teacher.mem, cfg, 1);
-  const double t0 = phase_begin("loading teacher", cfg->teacher_init);
+  const double t0 = run_phase_begin("loading teacher", cfg->teacher_init);
   ckpt_test_delay("KDTRAIN_TEST_LOAD_DELAY_MS"); /* a long load, for test_signals */
   kd_agree_or_fail(
       weights_load(cfg->teacher_init, &r->teacher, r->teacher.w, MPI_COMM_WORLD, err, sizeof err),
       err);
-  phase_end("teacher loaded", t0);
+  run_phase_end("teacher loaded", t0);
   char wb[32];
   kd_info("kdtrain: teacher held in %s: %s of weights on rank 0\n", r->be.bf16 ? "BF16" : "FP32",
           kd_fmt_bytes(wb, sizeof wb, (double)model_weight_bytes(&r->teacher)));
@@ -369,25 +251,6 @@ static void pipe_setup(struct run *r, int dp) {
   }
 }
 
-/* The MFU terms: rank 0's GEMM rate, every rank's peak, the FLOP of a step. Collective. */
-static void rate_setup(struct run *r) {
-  const struct kd_config *cfg = r->cfg;
-  const int T = cfg->data_seq_len;
-  /* only rank 0 prints the rate: the others skip the product (64 ranks oversubscribed on
-   * 2 cores spent 79 s measuring it) but forget the set-up's transient peaks as it does */
-  const double t0 = phase_begin("measuring the GEMM rate on rank 0", NULL);
-  if (r->rank == 0)
-    r->gemm_rate = measure_gemm_rate(&r->be);
-  else
-    arena_reset_peaks(&r->be.arena);
-  phase_end("GEMM rate measured", t0);
-  r->peak = hardware_peak(r, r->peak_what, sizeof r->peak_what);
-  MPI_Allreduce(&r->peak, &r->peak_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  const double gtokens = (double)cfg->par_global_batch * T;
-  r->step_flops = 3.0 * forward_flops(&cfg->student, gtokens, T);
-  if (r->distill && !r->cached) r->step_flops += forward_flops(&cfg->teacher, gtokens, T);
-}
-
 /* Everything a run needs, checked before anything is written: the layout, the backend, the
  * models, the data, the pipeline, the MFU terms. Collective. */
 static void run_setup(struct run *r, const struct kd_config *cfg) {
@@ -421,7 +284,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   data_setup(r, vc);
   if (!r->eval) onpolicy_setup(&r->onp, cfg, &r->grid, &r->train, vc);
   pipe_setup(r, dp);
-  rate_setup(r);
+  run_rate_setup(r);
 }
 
 static void run_teardown(struct run *r) {
@@ -498,89 +361,9 @@ static double validate(struct run *r) {
   return counted > 0 ? sums.ce / (double)counted : NAN;
 }
 
-/* One metrics row (collective; rank 0 writes); NAN fields are written empty. */
-static void metrics_put(struct run *r, int64_t step, const double *v, int nv) {
-  metrics_row(&r->metrics, step, v, nv, MPI_COMM_WORLD);
-}
-
-static size_t mem_peak_all(struct run *r) {
-  unsigned long long p = r->be.arena.peak_total, m = 0;
-  MPI_Allreduce(&p, &m, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  return (size_t)m;
-}
-
-/* Open the metrics file (collective; a resumed run appends to its metrics). */
-static void open_metrics(struct run *r) {
-  const struct kd_config *cfg = r->cfg;
-  char path[KD_PATH_MAX + 32];
-  if (cfg->log_metrics[0])
-    snprintf(path, sizeof path, "%s", cfg->log_metrics);
-  else
-    snprintf(path, sizeof path, "%s/metrics.csv", cfg->run_out_dir);
-  metrics_open(&r->metrics, path, r->resume.step > 0, MPI_COMM_WORLD);
-}
-
+/* The validation loss at `step`, logged (a run with no validation set: nothing). */
 static void log_validation(struct run *r, int64_t step) {
-  if (!r->have_valid) return;
-  double vl = validate(r);
-  if (isnan(vl))
-    kd_info("step %lld | val_loss: no counted label in the validation batches (all masked)\n",
-            (long long)step);
-  else
-    kd_info("step %lld | val_loss %.4f\n", (long long)step, vl);
-  double v[METRICS_VALUES];
-  for (int i = 0; i < METRICS_VALUES; i++)
-    v[i] = NAN;
-  v[10] = vl;
-  metrics_put(r, step, v, METRICS_VALUES);
-}
-
-/* A rate with 3 significant digits: "0.512", "45.6", "512", "12.3k", "1.23M". */
-static const char *format_rate(char *buf, size_t n, double x) {
-  static const char *const sfx[] = {"", "k", "M", "G", "T"};
-  int k = 0;
-  while (fabs(x) >= 999.5 && k < 4) {
-    x /= 1000;
-    k++;
-  }
-  const int digits = fabs(x) >= 99.95 ? 0 : fabs(x) >= 9.995 ? 1 : 2;
-  snprintf(buf, n, "%.*f%s", k == 0 && fabs(x) < 1 ? 3 : digits, x, sfx[k]);
-  return buf;
-}
-
-/* What one step measured. */
-struct step_out {
-  double lr, loss, loss_kd, loss_ce, gnorm, dt;
-  double loss_aux; /* an MoE student's load-balancing loss (NAN: none, or not on one stage) */
-  double moe_imb;  /* the router's load imbalance over both models' sparse layers (NAN: none) */
-  double a2a;      /* bytes of the experts' all-to-all exchanges, all ranks (NAN: no experts) */
-  double moe_gemm; /* the experts' GEMMs' FLOP/s on a rank (all ranks' FLOPs over all ranks'
-                      seconds; NAN: no experts) */
-  int empty;       /* no counted label in the global batch: no update */
-  int finite;      /* loss and gradient norm finite */
-};
-
-/* This rank's router load imbalance, all-to-all bytes and experts' GEMM FLOPs and seconds
- * since the last call (v[0] .. v[3]), from the student's and the teacher's activation sets. */
-static void moe_stats_take(struct run *r, double v[4]) {
-  v[0] = v[1] = v[2] = v[3] = 0;
-  for (int k = 0; k < r->pipe.nslots; k++)
-    acts_moe_stats(&r->pipe.sacts[k], &v[0], &v[1], &v[2]);
-  if (r->pipe.teacher) acts_moe_stats(&r->pipe.tacts, &v[0], &v[1], &v[2]);
-}
-
-/* The step's router load imbalance (the most of any rank), all-to-all bytes (the sum over
- * ranks) and experts' GEMM rate. Collective. */
-static void moe_step_stats(struct run *r, struct step_out *o) {
-  double v[4];
-  moe_stats_take(r, v);
-  MPI_Allreduce(MPI_IN_PLACE, &v[0], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &v[1], 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  const int moe = card_sparse_layers(&r->student.card) ||
-                  (r->pipe.teacher && card_sparse_layers(&r->teacher.card));
-  o->moe_imb = moe && !o->empty ? v[0] : NAN;
-  o->a2a = moe && !o->empty ? v[1] : NAN;
-  o->moe_gemm = moe && !o->empty && v[3] > 0 ? v[2] / v[3] : NAN;
+  if (r->have_valid) run_log_validation(r, step, validate(r));
 }
 
 /* One optimizer step over the global batch starting at sample `consumed`: the pipeline of
@@ -616,7 +399,7 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
   const double aux_w = config_router_aux(cfg, &r->student.card), nmb = (double)gb / mb;
   r->pipe.aux_weight = (float)(aux_w * scale / nmb);
   double stale[4];
-  moe_stats_take(r, stale); /* a validation's since the last step */
+  run_moe_stats_take(r, stale); /* a validation's since the last step */
   if (!o.empty) pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
   o.loss_kd = o.empty ? NAN : sums.kd / counted;
@@ -629,7 +412,7 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
     o.loss_aux = o.empty ? NAN : aux / nmb;
     o.loss += aux_w * o.loss_aux;
   }
-  moe_step_stats(r, &o);
+  run_moe_step_stats(r, &o);
   o.gnorm = o.empty ? 0.0 : update_reduce_grads(&r->update, be) / scale;
   o.finite = isfinite(o.gnorm) && isfinite(o.loss);
   if (!o.empty && scaler_update(scaler, o.finite)) {
@@ -639,74 +422,6 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
   }
   o.dt = kd_now() - t0;
   return o;
-}
-
-/* The console line and the metrics row of a step (`consumed`: samples after it; eta from the
- * steps since `first`, begun at t_start). Collective (the memory peak). */
-static void log_step(struct run *r, int64_t step, int64_t first, double t_start,
-                     const struct step_out *o, const struct kd_scaler *scaler, int64_t consumed) {
-  const struct kd_config *cfg = r->cfg;
-  const int T = cfg->data_seq_len;
-  const double tok_s = (double)cfg->par_global_batch * T / o->dt;
-  const double mfu = r->peak_all > 0 ? r->step_flops / o->dt / r->peak_all : NAN;
-  const size_t peak = mem_peak_all(r);
-  char eta[32];
-  kd_format_eta(eta, sizeof eta,
-                (kd_now() - t_start) / (double)(step - first + 1) *
-                    (double)(cfg->run_steps - step));
-  char parts[96] = "", lossw[48] = "- (no counted label)", rate[32], pk[32];
-  if (r->distill && !o->empty)
-    snprintf(parts, sizeof parts, " (kd %.4f ce %.4f)", o->loss_kd, o->loss_ce);
-  if (!o->empty && !isnan(o->loss_aux))
-    snprintf(parts + strlen(parts), sizeof parts - strlen(parts), " (aux %.4f)", o->loss_aux);
-  char imb[48] = ""; /* the routers' busiest expert over the mean, the most of any layer */
-  if (!isnan(o->moe_imb))
-    snprintf(imb, sizeof imb, " | experts load %.2f, %.1f GFLOP/s", o->moe_imb, o->moe_gemm / 1e9);
-  if (!o->empty) snprintf(lossw, sizeof lossw, "%.4f", o->loss);
-  char split[80] = ""; /* on-policy: the step's seconds in generation, teacher and student */
-  if (r->onp.on) {
-    double t[2] = {r->pipe.t_teacher, r->pipe.t_student}; /* the busiest rank's */
-    MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    snprintf(split, sizeof split, " | gen %.3fs teacher %.3fs student %.3fs", r->onp.secs, t[0],
-             t[1]);
-  }
-  kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
-          "%s tok/s | mfu %.1f%% | peak %s | eta %s%s%s\n",
-          (long long)step, (long long)cfg->run_steps, lossw, parts, o->lr, o->gnorm,
-          o->finite || o->empty ? "" : " (skipped)", format_rate(rate, sizeof rate, tok_s),
-          100 * mfu, kd_fmt_bytes(pk, sizeof pk, (double)peak), eta, imb, split);
-  double v[METRICS_VALUES] = {o->loss,
-                              r->distill ? o->loss_kd : NAN,
-                              o->loss_ce,
-                              o->lr,
-                              o->gnorm,
-                              (double)scaler->skipped,
-                              (double)consumed * T,
-                              tok_s,
-                              mfu,
-                              (double)peak,
-                              NAN,
-                              o->loss_aux};
-  onpolicy_metrics(&r->onp, v + 12);
-  v[15] = o->moe_imb;
-  v[16] = o->a2a;
-  v[17] = o->moe_gemm;
-  metrics_put(r, step, v, METRICS_VALUES);
-}
-
-/* Minor page faults per step on rank 0: the first step's, then the others' mean and most. */
-struct fault_count {
-  long first, sum, max, n;
-};
-
-static void fault_add(struct fault_count *c, long flt) {
-  if (c->first < 0) {
-    c->first = flt;
-    return;
-  }
-  c->sum += flt;
-  c->n++;
-  if (flt > c->max) c->max = flt;
 }
 
 /* With checkpointing on, a run always ends on a checkpoint of its last step (also when it
@@ -743,10 +458,10 @@ static int train_loop(struct run *r) {
     const long flt0 = kd_minor_faults();
     const struct step_out o = train_step(r, step, &scaler, consumed, &updates);
     consumed += cfg->par_global_batch;
-    fault_add(&faults, kd_minor_faults() - flt0);
+    run_fault_add(&faults, kd_minor_faults() - flt0);
     const int last = step == cfg->run_steps;
     if (step % cfg->log_every == 0 || last || step == first)
-      log_step(r, step, first, t_start, &o, &scaler, consumed);
+      run_log_step(r, step, first, t_start, &o, &scaler, consumed);
     if (scaler.skipped > cfg->prec_max_skipped) {
       kd_info("kdtrain: %lld non-finite steps skipped, more than precision%%max_skipped = %d: "
               "training diverged\n",
@@ -762,10 +477,7 @@ static int train_loop(struct run *r) {
     if (cfg->data_valid_every > 0 && step % cfg->data_valid_every == 0 && !last)
       log_validation(r, step);
   }
-  if (faults.first >= 0)
-    kd_info("kdtrain: minor page faults per step on rank 0: %ld in the first, %.1f on average "
-            "and at most %ld in the %ld after it\n",
-            faults.first, faults.n ? (double)faults.sum / faults.n : 0.0, faults.max, faults.n);
+  run_fault_report(&faults);
   if (status == KD_EXIT_OK) end_checkpoint(r, first, consumed, updates, &scaler);
   if (status == KD_EXIT_OK) log_validation(r, cfg->run_steps);
   return status;
@@ -785,31 +497,6 @@ static int save_final(struct run *r) {
   if (st) kd_exit_agreed(st, "%s", err);
   kd_info("kdtrain: wrote %s\n", path);
   return st;
-}
-
-/* Print every rank's arena peaks per category (rank 0 prints; collective). */
-static void report_peaks(const struct run *r) {
-  unsigned long long mine[KD_MEM_NCAT + 1], *all = NULL;
-  for (int c = 0; c < KD_MEM_NCAT; c++)
-    mine[c] = r->be.arena.peak[c];
-  mine[KD_MEM_NCAT] = r->be.arena.peak_total;
-  if (r->rank == 0) all = kd_malloc((size_t)r->nranks * sizeof mine);
-  MPI_Gather(mine, KD_MEM_NCAT + 1, MPI_UNSIGNED_LONG_LONG, all, KD_MEM_NCAT + 1,
-             MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-  if (r->rank != 0) return;
-  printf("memory peaks per rank (bytes):\n  rank (tp,pp,dp)");
-  for (int c = 0; c < KD_MEM_NCAT; c++)
-    printf(" %12s", kd_mem_names[c]);
-  printf(" %12s\n", "total");
-  for (int k = 0; k < r->nranks; k++) {
-    const int tp = r->grid.tp, dp = r->grid.dp;
-    printf("  %4d (%d,%d,%d)", k, k % tp, k / (tp * dp), (k / tp) % dp);
-    for (int c = 0; c <= KD_MEM_NCAT; c++)
-      printf(" %12llu", all[(size_t)k * (KD_MEM_NCAT + 1) + c]);
-    printf("\n");
-  }
-  fflush(stdout);
-  free(all);
 }
 
 /* run%mode = 'cache': the layout and the backend of a run, then the cache maker. */
@@ -867,15 +554,15 @@ int train_run(const struct kd_config *cfg) {
             r.peak_what, r.gemm_rate / 1e9);
   int status = KD_EXIT_OK;
   if (r.eval) {
-    open_metrics(&r);
+    run_open_metrics(&r);
     log_validation(&r, 0);
   } else {
-    open_metrics(&r);
+    run_open_metrics(&r);
     status = train_loop(&r);
     if (status == KD_EXIT_OK) save_final(&r);
   }
   metrics_close(&r.metrics, MPI_COMM_WORLD);
-  report_peaks(&r);
+  run_report_peaks(&r);
   run_teardown(&r);
   return status;
 }
