@@ -197,7 +197,7 @@ void run_moe_step_stats(struct run *r, struct step_out *o) {
 /* The console line and the metrics row of a step (`consumed`: samples after it; eta from the
  * steps since `first`, begun at t_start). Collective (the memory peak). */
 void run_log_step(struct run *r, int64_t step, int64_t first, double t_start,
-                     const struct step_out *o, const struct kd_scaler *scaler, int64_t consumed) {
+                  const struct step_out *o, const struct kd_scaler *scaler, int64_t consumed) {
   const struct kd_config *cfg = r->cfg;
   const int T = cfg->data_seq_len;
   const double tok_s = (double)cfg->par_global_batch * T / o->dt;
