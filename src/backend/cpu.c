@@ -186,7 +186,8 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
   nt = (len + per - 1) / per;
   const int use16 = use_gemm16(be);
   if (B16 && !use16) return 0;
-  const int rows = M <= CPU_GEMM_ROWS && !transa && transb && B && !use16; /* cpu_gemm_rows */
+  const int few = M <= CPU_GEMM_ROWS && !transa && (transb || !B); /* decode-shaped */
+  const int rows = few && B && !use16;                             /* cpu_gemm_rows */
   int failed = 0;
 #pragma omp parallel num_threads(nt)
   {
@@ -217,6 +218,10 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
     if (n > 0 && !f) {
       if (rows)
         cpu_gemm_rows(m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
+      else if (few && use16 &&
+               cpu_gemm_rows16(m, nn, K, alpha, Ab, lda, B16b ? NULL : Bb, B16b, ldb, beta, Cb,
+                               ldc))
+        ;
       else if (B16b)
         gemm16(transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL, 1);
       else

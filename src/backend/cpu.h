@@ -5,6 +5,7 @@
 #define KD_CPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend.h"
 
@@ -31,6 +32,11 @@ void backend_cpu_decode_init(struct kd_backend *be);
 #define CPU_GEMM_ROWS 8
 void cpu_gemm_rows(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                    int ldb, float beta, float *C, int ldc);
+/* The same in BF16 (a bf16 run's products): A and an FP32 B rounded to BF16 as read, or B
+ * given as packed BF16 (B16, B NULL), FP32 sums; on a CPU with AVX512-BF16 (1), else
+ * nothing done (0). */
+int cpu_gemm_rows16(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                    const uint16_t *B16, int ldb, float beta, float *C, int ldc);
 void backend_cpu_moe_init(struct kd_backend *be);
 void backend_cpu_loss_init(struct kd_backend *be);
 /* ... and Gemma's ops (cpu_gemma.c). */

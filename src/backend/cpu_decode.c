@@ -118,7 +118,102 @@ R512 static void gemm_rows_512(int M, int N, int K, float alpha, const float *A,
   }
 }
 
+#define R16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* 32 values of a row from k on (those past K as zeros), rounded to BF16 (vcvtneps2bf16:
+ * nearest even, as the BF16 GEMM packs its operands). */
+R16 static inline __m512bh bf16_of_floats(const float *x, int k, int K) {
+  const int n = K - k;
+  const __mmask16 m0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+  const __mmask16 m1 = n >= 32  ? (__mmask16)0xffff
+                       : n > 16 ? (__mmask16)((1u << (n - 16)) - 1u)
+                                : 0;
+  return _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + k + 16),
+                             _mm512_maskz_loadu_ps(m0, x + k));
+}
+
+/* 32 packed BF16 values of a row from k on (those past K as zeros). */
+R16 static inline __m512bh bf16_of_packed(const uint16_t *x, int k, int K) {
+  const int n = K - k;
+  const __mmask32 m = n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << n) - 1u);
+  return (__m512bh)_mm512_maskz_loadu_epi16(m, x + k);
+}
+
+/* The BF16 tile: as rows_tile_512, with both operands BF16 (A rounded as it is read, B
+ * packed BF16 in b16[] or FP32 rounded as read in b[]) and vdpbf16ps (two products of K
+ * per lane, FP32 sums): a bf16 run's products, the BF16 GEMM's numbers up to summation
+ * order. Packed weights are half the bytes to stream. */
+R16 static inline __attribute__((always_inline)) void
+rows_tile_16(const int RA, const int RB, int m, int n, int K, float alpha, const float *const *a,
+             const float *const *b, const uint16_t *const *b16, const void *const *next, float beta,
+             float *c, int ldc) {
+  __m512 acc[4][8];
+  __m512bh x[8];
+#pragma GCC unroll 8
+  for (int q = 0; q < RB; q++)
+#pragma GCC unroll 8
+    for (int i = 0; i < RA; i++)
+      acc[q][i] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k += 32) {
+#pragma GCC unroll 8
+    for (int i = 0; i < RA; i++)
+      x[i] = bf16_of_floats(a[i], k, K);
+#pragma GCC unroll 4
+    for (int q = 0; q < RB; q++) {
+      const __m512bh y = b16 ? bf16_of_packed(b16[q], k, K) : bf16_of_floats(b[q], k, K);
+      _mm_prefetch((const char *)next[q] + (size_t)k * (b16 ? 2 : 4), _MM_HINT_T0);
+      if (!b16) _mm_prefetch((const char *)next[q] + (size_t)k * 4 + 64, _MM_HINT_T0);
+#pragma GCC unroll 8
+      for (int i = 0; i < RA; i++)
+        acc[q][i] = _mm512_dpbf16_ps(acc[q][i], x[i], y);
+    }
+  }
+  for (int q = 0; q < n; q++)
+    for (int i = 0; i < m; i++) {
+      const float s = _mm512_reduce_add_ps(acc[q][i]);
+      float *ci = c + (size_t)i * ldc + q;
+      *ci = beta == 0.0f ? alpha * s : alpha * s + beta * *ci;
+    }
+}
+
+R16 static void gemm_rows_16(int M, int N, int K, float alpha, const float *A, int lda,
+                             const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                             int ldc) {
+  const int RA = M > 4 ? 8 : 4, RB = 16 / RA;
+  const float *a[8], *b[4] = {NULL, NULL, NULL, NULL};
+  const uint16_t *b16[4];
+  const void *next[4];
+  for (int i = 0; i < RA; i++)
+    a[i] = A + (size_t)(i < M ? i : M - 1) * lda;
+  for (int j = 0; j < N; j += RB) {
+    const int n = N - j < RB ? N - j : RB;
+    for (int q = 0; q < RB; q++) {
+      const size_t row = (size_t)(j + (q < n ? q : n - 1)), ahead = j + RB + q < N ? RB : 0;
+      if (B16) {
+        b16[q] = B16 + row * ldb;
+        next[q] = b16[q] + ahead * ldb;
+      } else {
+        b[q] = B + row * ldb;
+        next[q] = b[q] + ahead * ldb;
+      }
+    }
+    const uint16_t *const *w16 = B16 ? b16 : NULL;
+    if (RA == 8)
+      rows_tile_16(8, 2, M, n, K, alpha, a, b, w16, next, beta, C + j, ldc);
+    else
+      rows_tile_16(4, 4, M, n, K, alpha, a, b, w16, next, beta, C + j, ldc);
+  }
+}
+
 static int rows_512; /* backend_cpu_decode_init: the CPU runs AVX-512 */
+static int rows_16;  /* the CPU runs AVX512-BF16 */
+
+int cpu_gemm_rows16(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                    const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
+  if (!rows_16) return 0;
+  gemm_rows_16(M, N, K, alpha, A, lda, B, B16, ldb, beta, C, ldc);
+  return 1;
+}
 
 void cpu_gemm_rows(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                    int ldb, float beta, float *C, int ldc) {
@@ -196,4 +291,5 @@ void backend_cpu_decode_init(struct kd_backend *be) {
   /* KDTRAIN_ROWS_KERNEL=portable: the portable kernel (A/B measurements) */
   const char *cap = getenv("KDTRAIN_ROWS_KERNEL");
   rows_512 = c.isa >= KD_ISA_AVX512 && !(cap && !strcmp(cap, "portable"));
+  rows_16 = c.isa >= KD_ISA_AVX512BF16 && !(cap && !strcmp(cap, "portable"));
 }

@@ -179,6 +179,71 @@ START_TEST(decode_gemm_rows) {
 }
 END_TEST
 
+/* The decode-shaped products of a bf16 run (backend bf16: BF16 products): FP32 weights (the
+ * gemm op, both operands rounded to BF16) and packed BF16 weights (gemm_w16) against a
+ * double-precision sum of the BF16-rounded terms within 1e-5 of their sizes, M = 1 .. 9
+ * (9: the BF16 GEMM), beta 0 and 1, 1 and 2 threads; for M <= 8 a row's result is the
+ * same bits alone, and wherever its columns start. On a CPU without AVX512-BF16 the
+ * products are FP32 GEMMs and the test checks those. */
+START_TEST(decode_gemm_rows_bf16) {
+  struct kd_backend be;
+  backend_cpu_init(&be, 1);
+  enum { K = 77, N = 300, MMAX = 9 };
+  float *a = frand((size_t)MMAX * K), *w = frand((size_t)N * K), *c0 = frand((size_t)MMAX * N);
+  float *c = kd_malloc((size_t)MMAX * N * sizeof *c);
+  float *one = kd_malloc((size_t)MMAX * N * sizeof *one);
+  uint16_t *w16 = kd_malloc((size_t)N * K * sizeof *w16);
+  for (size_t i = 0; i < (size_t)N * K; i++)
+    w16[i] = kd_bf16_pack(w[i]);
+  const int bf16 = be.gemm_bf16(&be, 1); /* the products of a bf16 run */
+  (void)bf16;
+  /* prod: 0 = gemm (FP32 weights), 1 = gemm_w16 (packed) */
+#define PROD(prod, M_, n_, a_, j0_, beta_, c_)                                                     \
+  ((prod) ? be.gemm_w16(&be, 0, (M_), (n_), K, 0.5f, (a_), K, w16 + (size_t)(j0_)*K, K, (beta_),   \
+                        (c_), N)                                                                   \
+          : be.gemm(&be, 0, 1, (M_), (n_), K, 0.5f, (a_), K, w + (size_t)(j0_)*K, K, (beta_),      \
+                    (c_), N))
+  for (int prod = 0; prod <= 1; prod++)
+    for (int threads = 1; threads <= 2; threads++) {
+      omp_set_num_threads(threads);
+      for (int M = 1; M <= MMAX; M++)
+        for (int beta = 0; beta <= 1; beta++) {
+          for (size_t i = 0; i < (size_t)M * N; i++)
+            c[i] = beta ? c0[i] : NAN;
+          PROD(prod, M, N, a, 0, (float)beta, c);
+          for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+              double r = 0, mag = 0;
+              for (int k = 0; k < K; k++) {
+                const double t = (double)kd_round_bf16(a[i * K + k]) * kd_round_bf16(w[j * K + k]);
+                r += t, mag += fabs(t);
+              }
+              r = 0.5 * r + (beta ? c0[i * N + j] : 0.0);
+              const double e = fabs(c[i * N + j] - r) / (0.5 * mag + fabs(c0[i * N + j]));
+              ck_assert_msg(e < 1e-5, "prod %d M %d beta %d (%d, %d): %g vs %g", prod, M, beta, i,
+                            j, (double)c[i * N + j], r);
+            }
+          if (beta || M > 8) continue;
+          for (int i = 0; i < M; i++) { /* row i alone: the same bits */
+            PROD(prod, 1, N, a + (size_t)i * K, 0, 0.0f, one);
+            ck_assert_msg(!memcmp(one, c + (size_t)i * N, (size_t)N * sizeof *one),
+                          "prod %d M %d: row %d differs from its product alone", prod, M, i);
+          }
+          for (int j0 = 1; j0 <= 3; j0++) { /* the columns from j0 on: the same bits */
+            PROD(prod, M, N - j0, a, j0, 0.0f, one);
+            for (int i = 0; i < M; i++)
+              ck_assert_msg(!memcmp(one + (size_t)i * N, c + (size_t)i * N + j0,
+                                    (size_t)(N - j0) * sizeof *one),
+                            "prod %d M %d: row %d's columns from %d differ", prod, M, i, j0);
+          }
+        }
+    }
+#undef PROD
+  free(a), free(w), free(c0), free(c), free(one), free(w16);
+  be.release(&be);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   Suite *s = suite_create("decode");
@@ -187,6 +252,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, decode_equals_forward);
   tcase_add_test(tc, decode_bf16);
   tcase_add_loop_test(tc, decode_gemm_rows, 0, 2); /* 0: the CPU's kernel, 1: portable */
+  tcase_add_test(tc, decode_gemm_rows_bf16);
   suite_add_tcase(s, tc);
   int failed = check_run(s);
   MPI_Finalize();
