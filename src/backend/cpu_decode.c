@@ -145,8 +145,8 @@ R16 static inline __m512bh bf16_of_packed(const uint16_t *x, int k, int K) {
  * order. Packed weights are half the bytes to stream. */
 R16 static inline __attribute__((always_inline)) void
 rows_tile_16(const int RA, const int RB, int m, int n, int K, float alpha, const float *const *a,
-             const float *const *b, const uint16_t *const *b16, const void *const *next, float beta,
-             float *c, int ldc) {
+             const uint16_t *a16, int lda16, const float *const *b, const uint16_t *const *b16,
+             const void *const *next, float beta, float *c, int ldc) {
   __m512 acc[4][8];
   __m512bh x[8];
 #pragma GCC unroll 8
@@ -157,7 +157,8 @@ rows_tile_16(const int RA, const int RB, int m, int n, int K, float alpha, const
   for (int k = 0; k < K; k += 32) {
 #pragma GCC unroll 8
     for (int i = 0; i < RA; i++)
-      x[i] = bf16_of_floats(a[i], k, K);
+      x[i] = a16 ? (__m512bh)_mm512_loadu_si512(a16 + (size_t)i * lda16 + k)
+                 : bf16_of_floats(a[i], k, K);
 #pragma GCC unroll 4
     for (int q = 0; q < RB; q++) {
       const __m512bh y = b16 ? bf16_of_packed(b16[q], k, K) : bf16_of_floats(b[q], k, K);
@@ -176,6 +177,8 @@ rows_tile_16(const int RA, const int RB, int m, int n, int K, float alpha, const
     }
 }
 
+#define A16_MAX 4096 /* 8 rows x 4096 BF16 values: 64 KiB of stack */
+
 R16 static void gemm_rows_16(int M, int N, int K, float alpha, const float *A, int lda,
                              const float *B, const uint16_t *B16, int ldb, float beta, float *C,
                              int ldc) {
@@ -185,6 +188,14 @@ R16 static void gemm_rows_16(int M, int N, int K, float alpha, const float *A, i
   const void *next[4];
   for (int i = 0; i < RA; i++)
     a[i] = A + (size_t)(i < M ? i : M - 1) * lda;
+  /* A's rows in BF16 once (K up to A16_MAX, zeros to a multiple of 32), else as read */
+  const int Kp = (K + 31) / 32 * 32, pre = Kp <= A16_MAX;
+  uint16_t a16buf[pre ? RA * Kp : 1];
+  if (pre)
+    for (int i = 0; i < RA; i++)
+      for (int k = 0; k < Kp; k += 32)
+        _mm512_storeu_si512(a16buf + (size_t)i * Kp + k, (__m512i)bf16_of_floats(a[i], k, K));
+  const uint16_t *a16 = pre ? a16buf : NULL;
   for (int j = 0; j < N; j += RB) {
     const int n = N - j < RB ? N - j : RB;
     for (int q = 0; q < RB; q++) {
@@ -199,9 +210,9 @@ R16 static void gemm_rows_16(int M, int N, int K, float alpha, const float *A, i
     }
     const uint16_t *const *w16 = B16 ? b16 : NULL;
     if (RA == 8)
-      rows_tile_16(8, 2, M, n, K, alpha, a, b, w16, next, beta, C + j, ldc);
+      rows_tile_16(8, 2, M, n, K, alpha, a, a16, Kp, b, w16, next, beta, C + j, ldc);
     else
-      rows_tile_16(4, 4, M, n, K, alpha, a, b, w16, next, beta, C + j, ldc);
+      rows_tile_16(4, 4, M, n, K, alpha, a, a16, Kp, b, w16, next, beta, C + j, ldc);
   }
 }
 
