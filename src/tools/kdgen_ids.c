@@ -256,6 +256,7 @@ int main(int argc, char **argv) {
   const int rank = g.rank;
   model_free(&m, &be);
   grid_free(&g);
+  comm_release(&be); /* a device backend's host staging of MPI messages */
   be.release(&be);
   free(prompts), free(plen), free(out), free(nout);
   MPI_Finalize();
