@@ -58,6 +58,18 @@ KD_SIMD_CLONES static void gemm_rows_any(int M, int N, int K, float alpha, const
 
 #define R512 __attribute__((target("avx512f")))
 
+/* A tile's sums into C: c[i ldc + q] = alpha (the lanes of acc[q][i] added) + beta c[...]
+ * for the m x n pairs the tile holds (beta 0: C not read). */
+R512 static inline __attribute__((always_inline)) void
+tile_store(const __m512 acc[4][8], int m, int n, float alpha, float beta, float *c, int ldc) {
+  for (int q = 0; q < n; q++)
+    for (int i = 0; i < m; i++) {
+      const float s = _mm512_reduce_add_ps(acc[q][i]);
+      float *ci = c + (size_t)i * ldc + q;
+      *ci = beta == 0.0f ? alpha * s : alpha * s + beta * *ci;
+    }
+}
+
 /* One tile of the AVX-512 kernel: RA rows of A (a[]) against RB rows of B (b[]) over K, 16
  * lanes of K per instruction (K's end under a mask), the RB rows after these (next[])
  * prefetched as these are read; C's (i, q) of the tile at c + i ldc + q. RA x RB = 16
@@ -87,12 +99,7 @@ rows_tile_512(const int RA, const int RB, int m, int n, int K, float alpha, cons
         acc[q][i] = _mm512_fmadd_ps(x[i], y, acc[q][i]);
     }
   }
-  for (int q = 0; q < n; q++)
-    for (int i = 0; i < m; i++) {
-      const float s = _mm512_reduce_add_ps(acc[q][i]);
-      float *ci = c + (size_t)i * ldc + q;
-      *ci = beta == 0.0f ? alpha * s : alpha * s + beta * *ci;
-    }
+  tile_store(acc, m, n, alpha, beta, c, ldc);
 }
 
 /* The AVX-512 kernel: up to 4 rows of A against 4 rows of B at a time, 5 to 8 rows of A
@@ -169,12 +176,7 @@ rows_tile_16(const int RA, const int RB, int m, int n, int K, float alpha, const
         acc[q][i] = _mm512_dpbf16_ps(acc[q][i], x[i], y);
     }
   }
-  for (int q = 0; q < n; q++)
-    for (int i = 0; i < m; i++) {
-      const float s = _mm512_reduce_add_ps(acc[q][i]);
-      float *ci = c + (size_t)i * ldc + q;
-      *ci = beta == 0.0f ? alpha * s : alpha * s + beta * *ci;
-    }
+  tile_store(acc, m, n, alpha, beta, c, ldc);
 }
 
 #define A16_MAX 4096 /* 8 rows x 4096 BF16 values: 64 KiB of stack */
