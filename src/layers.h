@@ -107,7 +107,9 @@ struct kd_acts {
                             run since acts_moe_stats */
   double ep_bytes;       /* bytes sent to other ranks by the experts' exchanges since then */
   double moe_flops, moe_secs; /* the experts' GEMMs since then: FLOPs and seconds */
-  void **blocks;              /* every block this set allocated, for acts_free */
+  int moe_clock; /* clock the experts' GEMMs (train.c: on the steps it logs; the clock waits
+                    for the device twice in each sparse layer) */
+  void **blocks; /* every block this set allocated, for acts_free */
   int nblocks;
 };
 

@@ -52,15 +52,17 @@ static const uint16_t *expert_w16(const struct kd_model *mdl, const uint16_t *wx
   return wx + (size_t)(e - mdl->exp0) * model_expert_stride(mdl) + (down ? gu : 0);
 }
 
-/* The experts' GEMMs are clocked (the grouped-GEMM rate of the metrics): FLOPs and the
- * seconds between two device synchronisations into a->moe_flops, a->moe_secs. The host
- * already waits for the device in every sparse layer (the routing plan), so the two added
- * waits cost little. */
-static double gemm_clock_start(struct kd_backend *be) {
+/* With a->moe_clock the experts' GEMMs are clocked (the grouped-GEMM rate of the metrics):
+ * FLOPs and the seconds between two device synchronisations into a->moe_flops,
+ * a->moe_secs. Only then: on a device the two waits stall the queue, in the backward
+ * too, where nothing else waits for the device. */
+static double gemm_clock_start(struct kd_backend *be, const struct kd_acts *a) {
+  if (!a->moe_clock) return 0.0;
   be->sync(be);
   return kd_now();
 }
 static void gemm_clock_stop(struct kd_backend *be, struct kd_acts *a, double t0, double flops) {
+  if (!a->moe_clock) return;
   be->sync(be);
   a->moe_secs += kd_now() - t0;
   a->moe_flops += flops;
@@ -73,7 +75,7 @@ static void experts_fwd(struct kd_backend *be, const struct kd_model *mdl,
                         const struct layer_ptrs *w, const int *cnt, const int *off, size_t n,
                         const float *xs, float *gu, float *mlp, float *y, struct kd_acts *a) {
   const int C = mdl->card.hidden_size, I = mdl->effn;
-  const double t0 = gemm_clock_start(be);
+  const double t0 = gemm_clock_start(be, a);
   for (int j = 0; j < mdl->nexp; j++) {
     const size_t o = (size_t)off[j], m = (size_t)cnt[j];
     const int e = mdl->exp0 + j;
@@ -102,7 +104,7 @@ static void experts_bwd(struct kd_backend *be, const struct kd_model *mdl,
                         const int *off, size_t n, const float *xs, const float *gu,
                         const float *mlp, float *dy, float *demlp, float *degu, struct kd_acts *a) {
   const int C = mdl->card.hidden_size, I = mdl->effn;
-  const double t0 = gemm_clock_start(be);
+  const double t0 = gemm_clock_start(be, a);
   for (int j = 0; j < mdl->nexp; j++) {
     const size_t o = (size_t)off[j], m = (size_t)cnt[j];
     const int e = mdl->exp0 + j;

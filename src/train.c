@@ -441,6 +441,13 @@ static void end_checkpoint(struct run *r, int64_t first, int64_t consumed, int64
           (long long)done);
 }
 
+/* Clock the experts' GEMMs of both models in the coming step (on) or not (layers_moe.c). */
+static void moe_clock(struct run *r, int on) {
+  for (int k = 0; k < r->pipe.nslots; k++)
+    r->pipe.sacts[k].moe_clock = on;
+  r->pipe.tacts.moe_clock = on;
+}
+
 /* The steps from the resumed one to run%steps, checkpoints, validation. Collective. */
 static int train_loop(struct run *r) {
   const struct kd_config *cfg = r->cfg;
@@ -455,13 +462,14 @@ static int train_loop(struct run *r) {
   struct fault_count faults = {-1, 0, 0, 0};
 
   for (int64_t step = first; step <= cfg->run_steps; step++) {
+    const int last = step == cfg->run_steps;
+    const int logged = step % cfg->log_every == 0 || last || step == first;
+    moe_clock(r, logged);
     const long flt0 = kd_minor_faults();
     const struct step_out o = train_step(r, step, &scaler, consumed, &updates);
     consumed += cfg->par_global_batch;
     run_fault_add(&faults, kd_minor_faults() - flt0);
-    const int last = step == cfg->run_steps;
-    if (step % cfg->log_every == 0 || last || step == first)
-      run_log_step(r, step, first, t_start, &o, &scaler, consumed);
+    if (logged) run_log_step(r, step, first, t_start, &o, &scaler, consumed);
     if (scaler.skipped > cfg->prec_max_skipped) {
       kd_info("kdtrain: %lld non-finite steps skipped, more than precision%%max_skipped = %d: "
               "training diverged\n",
