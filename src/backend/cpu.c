@@ -300,7 +300,10 @@ static void cpu_gemm_w16(struct kd_backend *be, int transa, int M, int N, int K,
     for (int b = by_rows ? 0 : t; b < nblk && m > 0; b += by_rows ? 1 : nt) {
       const int j0 = b * R, n = N - j0 < R ? N - j0 : R;
       unpack_rows(Bf, B16, ldb, j0, n, K);
-      sgemm(transa, 1, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
+      if (m <= CPU_GEMM_ROWS && !transa) /* decode-shaped: as cpu_gemm's */
+        cpu_gemm_rows(m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
+      else
+        sgemm(transa, 1, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
     }
   }
   cpu_scratch_free(be, buf);
