@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_gemm16.h"
 #include "backend/cpu_math.h"
 #include "check_run.h"
 #include "util.h"
@@ -128,70 +129,24 @@ START_TEST(decode_bf16) {
 }
 END_TEST
 
-START_TEST(decode_gemm_rows) {
-  struct kd_backend be;
-  if (_i) setenv("KDTRAIN_ROWS_KERNEL", "portable", 1);
-  backend_cpu_init(&be, 0);
-  unsetenv("KDTRAIN_ROWS_KERNEL");
-  enum {
-    K = 77,
-    N = 700,
-    MMAX = 9
-  }; /* K: a vector body and a remainder; M >= 5: split over
-      threads; M = 9: sgemm */
-  float *a = frand((size_t)MMAX * K), *w = frand((size_t)N * K), *c0 = frand((size_t)MMAX * N);
-  float *c = kd_malloc((size_t)MMAX * N * sizeof *c);
-  float *one = kd_malloc((size_t)MMAX * N * sizeof *one);
-  for (int threads = 1; threads <= 2; threads++) {
-    omp_set_num_threads(threads);
-    for (int M = 1; M <= MMAX; M++)
-      for (int beta = 0; beta <= 1; beta++) {
-        for (size_t i = 0; i < (size_t)M * N; i++)
-          c[i] = beta ? c0[i] : NAN;
-        be.gemm(&be, 0, 1, M, N, K, 0.5f, a, K, w, K, (float)beta, c, N);
-        for (int i = 0; i < M; i++)
-          for (int j = 0; j < N; j++) {
-            double r = 0, mag = 0; /* mag: the sum of the terms' sizes */
-            for (int k = 0; k < K; k++)
-              r += (double)a[i * K + k] * w[j * K + k], mag += fabs(a[i * K + k] * w[j * K + k]);
-            r = 0.5 * r + (beta ? c0[i * N + j] : 0.0);
-            const double e = fabs(c[i * N + j] - r) / (0.5 * mag + fabs(c0[i * N + j]));
-            ck_assert_msg(e < 1e-6, "M %d beta %d (%d, %d): %g vs %g", M, beta, i, j,
-                          (double)c[i * N + j], r);
-          }
-        if (beta || M > 8) continue;
-        for (int i = 0; i < M; i++) { /* row i alone: the same bits */
-          be.gemm(&be, 0, 1, 1, N, K, 0.5f, a + (size_t)i * K, K, w, K, 0.0f, one, N);
-          ck_assert_msg(!memcmp(one, c + (size_t)i * N, (size_t)N * sizeof *one),
-                        "M %d: row %d differs from its product alone", M, i);
-        }
-        for (int j0 = 1; j0 <= 3; j0++) { /* the columns from j0 on: the same bits */
-          be.gemm(&be, 0, 1, M, N - j0, K, 0.5f, a, K, w + (size_t)j0 * K, K, 0.0f, one, N);
-          for (int i = 0; i < M; i++)
-            ck_assert_msg(!memcmp(one + (size_t)i * N, c + (size_t)i * N + j0,
-                                  (size_t)(N - j0) * sizeof *one),
-                          "M %d: row %d's columns from %d differ", M, i, j0);
-        }
-      }
-  }
-  free(a), free(w), free(c0), free(c), free(one);
-  be.release(&be);
+/* C (M, n) = 0.5 A W[j0 ..]^T + beta C (ldc N) by the gemm op (FP32 weights w) or, packed,
+ * by gemm_w16 (the same weights as packed BF16, w16). */
+static void rows_product(struct kd_backend *be, int packed, int M, int n, int K, int N,
+                         const float *a, const float *w, const uint16_t *w16, int j0, float beta,
+                         float *c) {
+  if (packed)
+    be->gemm_w16(be, 0, M, n, K, 0.5f, a, K, w16 + (size_t)j0 * K, K, beta, c, N);
+  else
+    be->gemm(be, 0, 1, M, n, K, 0.5f, a, K, w + (size_t)j0 * K, K, beta, c, N);
 }
-END_TEST
 
-/* The decode-shaped products of a bf16 run (backend bf16: BF16 products): FP32 weights (the
- * gemm op, both operands rounded to BF16) and packed BF16 weights (gemm_w16) against a
- * double-precision sum of the BF16-rounded terms within 1e-5 of their sizes, K 77 and 4133,
- * M = 1 .. 9
- * (9: the BF16 GEMM), beta 0 and 1, 1 and 2 threads; for M <= 8 a row's result is the
- * same bits alone, and wherever its columns start. On a CPU without AVX512-BF16 the
- * products are FP32 GEMMs and the test checks those. */
-START_TEST(decode_gemm_rows_bf16) {
-  struct kd_backend be;
-  backend_cpu_init(&be, 1);
-  /* K 77: activations converted to BF16 once per product; K 4133: as read (above the
-   * kernel's 4096) */
-  const int K = _i ? 4133 : 77, N = _i ? 40 : 300;
+/* The decode-shaped products of `be` for M = 1 .. 9 rows (9: the GEMM), beta 0 (C's NaN
+ * never read) and 1 (C kept), on 1 and 2 threads, by the gemm op and, with bf16, also by
+ * gemm_w16: against a double-precision sum of the terms within tol of the sum of their
+ * sizes; for M <= 8 a row's result is the same bits alone and wherever its columns start.
+ * The terms of the reference are those of the products: with bf16 on a CPU with the BF16
+ * kernel both factors BF16-rounded, else FP32 (packed weights: their BF16 values). */
+static void check_rows(struct kd_backend *be, int bf16, int K, int N, double tol) {
   enum { MMAX = 9 };
   float *a = frand((size_t)MMAX * K), *w = frand((size_t)N * K), *c0 = frand((size_t)MMAX * N);
   float *c = kd_malloc((size_t)MMAX * N * sizeof *c);
@@ -199,51 +154,73 @@ START_TEST(decode_gemm_rows_bf16) {
   uint16_t *w16 = kd_malloc((size_t)N * K * sizeof *w16);
   for (size_t i = 0; i < (size_t)N * K; i++)
     w16[i] = kd_bf16_pack(w[i]);
-  const int bf16 = be.gemm_bf16(&be, 1); /* the products of a bf16 run */
-  (void)bf16;
-  /* prod: 0 = gemm (FP32 weights), 1 = gemm_w16 (packed) */
-#define PROD(prod, M_, n_, a_, j0_, beta_, c_)                                                     \
-  ((prod) ? be.gemm_w16(&be, 0, (M_), (n_), K, 0.5f, (a_), K, w16 + (size_t)(j0_)*K, K, (beta_),   \
-                        (c_), N)                                                                   \
-          : be.gemm(&be, 0, 1, (M_), (n_), K, 0.5f, (a_), K, w + (size_t)(j0_)*K, K, (beta_),      \
-                    (c_), N))
-  for (int prod = 0; prod <= 1; prod++)
+  const int b16 = bf16 && gemm16_kernel() >= G16_AVX512; /* BF16 products */
+  for (int packed = 0; packed <= bf16; packed++)
     for (int threads = 1; threads <= 2; threads++) {
       omp_set_num_threads(threads);
       for (int M = 1; M <= MMAX; M++)
         for (int beta = 0; beta <= 1; beta++) {
           for (size_t i = 0; i < (size_t)M * N; i++)
             c[i] = beta ? c0[i] : NAN;
-          PROD(prod, M, N, a, 0, (float)beta, c);
+          rows_product(be, packed, M, N, K, N, a, w, w16, 0, (float)beta, c);
           for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) {
-              double r = 0, mag = 0;
+              double r = 0, mag = 0; /* mag: the sum of the terms' sizes */
               for (int k = 0; k < K; k++) {
-                const double t = (double)kd_round_bf16(a[i * K + k]) * kd_round_bf16(w[j * K + k]);
+                const float x = a[i * K + k], y = w[j * K + k];
+                const double t =
+                    (double)(b16 ? kd_round_bf16(x) : x) * (b16 || packed ? kd_round_bf16(y) : y);
                 r += t, mag += fabs(t);
               }
               r = 0.5 * r + (beta ? c0[i * N + j] : 0.0);
               const double e = fabs(c[i * N + j] - r) / (0.5 * mag + fabs(c0[i * N + j]));
-              ck_assert_msg(e < 1e-5, "prod %d M %d beta %d (%d, %d): %g vs %g", prod, M, beta, i,
-                            j, (double)c[i * N + j], r);
+              ck_assert_msg(e < tol, "packed %d M %d beta %d (%d, %d): %g vs %g", packed, M, beta,
+                            i, j, (double)c[i * N + j], r);
             }
           if (beta || M > 8) continue;
           for (int i = 0; i < M; i++) { /* row i alone: the same bits */
-            PROD(prod, 1, N, a + (size_t)i * K, 0, 0.0f, one);
+            rows_product(be, packed, 1, N, K, N, a + (size_t)i * K, w, w16, 0, 0.0f, one);
             ck_assert_msg(!memcmp(one, c + (size_t)i * N, (size_t)N * sizeof *one),
-                          "prod %d M %d: row %d differs from its product alone", prod, M, i);
+                          "packed %d M %d: row %d differs from its product alone", packed, M, i);
           }
           for (int j0 = 1; j0 <= 3; j0++) { /* the columns from j0 on: the same bits */
-            PROD(prod, M, N - j0, a, j0, 0.0f, one);
+            rows_product(be, packed, M, N - j0, K, N, a, w, w16, j0, 0.0f, one);
             for (int i = 0; i < M; i++)
               ck_assert_msg(!memcmp(one + (size_t)i * N, c + (size_t)i * N + j0,
                                     (size_t)(N - j0) * sizeof *one),
-                            "prod %d M %d: row %d's columns from %d differ", prod, M, i, j0);
+                            "packed %d M %d: row %d's columns from %d differ", packed, M, i, j0);
           }
         }
     }
-#undef PROD
   free(a), free(w), free(c0), free(c), free(one), free(w16);
+}
+
+/* FP32 (K 77: a vector body and a remainder; N 700: M >= 5 split over threads), with the
+ * kernel the CPU gets (_i 0) and the portable one (_i 1), within 1e-6. */
+START_TEST(decode_gemm_rows) {
+  struct kd_backend be;
+  if (_i) setenv("KDTRAIN_ROWS_KERNEL", "portable", 1);
+  backend_cpu_init(&be, 0);
+  unsetenv("KDTRAIN_ROWS_KERNEL");
+  check_rows(&be, 0, 77, 700, 1e-6);
+  be.release(&be);
+}
+END_TEST
+
+/* The decode-shaped products of a bf16 run (backend bf16: BF16 products): FP32 weights (the
+ * gemm op, both operands rounded to BF16) and packed BF16 weights (gemm_w16) against a
+ * double-precision sum of the BF16-rounded terms within 1e-5 of their sizes, K 77 and 4133
+ * (check_rows; M 9: the BF16 GEMM). On a CPU without AVX512-BF16 the products are FP32
+ * GEMMs and the test checks those (_i 2: KDTRAIN_BF16_KERNEL=sgemm makes this CPU one). */
+START_TEST(decode_gemm_rows_bf16) {
+  struct kd_backend be;
+  if (_i == 2) setenv("KDTRAIN_BF16_KERNEL", "sgemm", 1); /* as a CPU without the kernel */
+  backend_cpu_init(&be, 1);
+  unsetenv("KDTRAIN_BF16_KERNEL");
+  be.gemm_bf16(&be, 1); /* the products of a bf16 run */
+  /* K 77: activations converted to BF16 once per product; K 4133: as read (above the
+   * kernel's 4096) */
+  check_rows(&be, 1, _i == 1 ? 4133 : 77, _i == 1 ? 40 : 300, 1e-5);
   be.release(&be);
 }
 END_TEST
@@ -255,8 +232,8 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, decode_equals_forward);
   tcase_add_test(tc, decode_bf16);
-  tcase_add_loop_test(tc, decode_gemm_rows, 0, 2); /* 0: the CPU's kernel, 1: portable */
-  tcase_add_loop_test(tc, decode_gemm_rows_bf16, 0, 2);
+  tcase_add_loop_test(tc, decode_gemm_rows, 0, 2);      /* 0: the CPU's kernel, 1: portable */
+  tcase_add_loop_test(tc, decode_gemm_rows_bf16, 0, 3); /* 2: without the BF16 kernel */
   suite_add_tcase(s, tc);
   int failed = check_run(s);
   MPI_Finalize();
