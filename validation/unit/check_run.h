@@ -17,4 +17,12 @@ static inline int check_run(Suite *s) {
   return failed;
 }
 
+/* check_run on every rank of MPI_COMM_WORLD; returns the most failed tests of any rank
+ * (so that every rank exits with the verdict of all). Collective. */
+static inline int check_run_world(Suite *s) {
+  int failed = check_run(s);
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return failed;
+}
+
 #endif
