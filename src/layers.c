@@ -557,8 +557,8 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int
     be->attention_decode(be, l->att, l->qkv, QKV, kv->k[i], kv->v[i], B, kv->S, kv->len, nh, nkv,
                          hd, at);
   } else {
-    be->rope_forward(be, l->qkv, N, T, nh, hd, QKV, rope);
-    be->rope_forward(be, l->qkv + Q, N, T, nkv, hd, QKV, rope);
+    be->rope_forward(be, l->qkv, N, T, NULL, nh, hd, QKV, rope);
+    be->rope_forward(be, l->qkv + Q, N, T, NULL, nkv, hd, QKV, rope);
     be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd, at);
     if (a->kv) kv_store(be, mdl, a->kv, i, l->qkv, T);
   }
@@ -689,8 +689,8 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, in
   linear_bwd(be, a->datt, 0.0f, g->wo, l->ao ? a->dsw : a->dres, l->att, w->wo, N, Q, C);
   be->zero(be, a->dqkv, N * QKV);
   be->attention_backward(be, a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd, at);
-  be->rope_backward(be, a->dqkv, N, T, nh, hd, QKV, rope);
-  be->rope_backward(be, a->dqkv + Q, N, T, nkv, hd, QKV, rope);
+  be->rope_backward(be, a->dqkv, N, T, NULL, nh, hd, QKV, rope);
+  be->rope_backward(be, a->dqkv + Q, N, T, NULL, nkv, hd, QKV, rope);
   if (l->qkn) qk_norm_backward(be, mdl, w, g, l, a, N);
   if (g->bqkv) be->bias_backward(be, g->bqkv, a->dqkv, N, QKV, QKV);
   linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);

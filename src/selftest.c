@@ -330,20 +330,20 @@ static void test_rows(struct st *x) {
   report(x, "bias_backward", dual_err(x, &bias, 0), TOL_BWD);
   /* rope on heads at column 0 and at column nh*hd of rows of width ld */
   const struct kd_rope r6 = kd_rope_plain(1e6f), r4 = kd_rope_plain(1e4f), ry = scaled_rope(hd);
-  x->cpu->rope_forward(x->cpu, xb.c, N, T, nh, hd, ld, &r6),
-      x->gpu->rope_forward(x->gpu, xb.g, N, T, nh, hd, ld, &r6);
-  x->cpu->rope_forward(x->cpu, (float *)xb.c + nh * hd, N, T, nh, hd, ld, &r4);
-  x->gpu->rope_forward(x->gpu, (float *)xb.g + nh * hd, N, T, nh, hd, ld, &r4);
+  x->cpu->rope_forward(x->cpu, xb.c, N, T, NULL, nh, hd, ld, &r6),
+      x->gpu->rope_forward(x->gpu, xb.g, N, T, NULL, nh, hd, ld, &r6);
+  x->cpu->rope_forward(x->cpu, (float *)xb.c + nh * hd, N, T, NULL, nh, hd, ld, &r4);
+  x->gpu->rope_forward(x->gpu, (float *)xb.g + nh * hd, N, T, NULL, nh, hd, ld, &r4);
   report(x, "rope_forward", dual_err(x, &xb, 0), TOL_FWD);
-  x->cpu->rope_backward(x->cpu, xb.c, N, T, 2 * nh, hd, ld, &r4),
-      x->gpu->rope_backward(x->gpu, xb.g, N, T, 2 * nh, hd, ld, &r4);
+  x->cpu->rope_backward(x->cpu, xb.c, N, T, NULL, 2 * nh, hd, ld, &r4),
+      x->gpu->rope_backward(x->gpu, xb.g, N, T, NULL, 2 * nh, hd, ld, &r4);
   report(x, "rope_backward", dual_err(x, &xb, 0), TOL_FWD);
   /* a scaled rope: yarn's inverse frequencies and cos/sin factor */
-  x->cpu->rope_forward(x->cpu, xb.c, N, T, 2 * nh, hd, ld, &ry),
-      x->gpu->rope_forward(x->gpu, xb.g, N, T, 2 * nh, hd, ld, &ry);
+  x->cpu->rope_forward(x->cpu, xb.c, N, T, NULL, 2 * nh, hd, ld, &ry),
+      x->gpu->rope_forward(x->gpu, xb.g, N, T, NULL, 2 * nh, hd, ld, &ry);
   report(x, "rope_forward (yarn)", dual_err(x, &xb, 0), TOL_FWD);
-  x->cpu->rope_backward(x->cpu, xb.c, N, T, 2 * nh, hd, ld, &ry),
-      x->gpu->rope_backward(x->gpu, xb.g, N, T, 2 * nh, hd, ld, &ry);
+  x->cpu->rope_backward(x->cpu, xb.c, N, T, NULL, 2 * nh, hd, ld, &ry),
+      x->gpu->rope_backward(x->gpu, xb.g, N, T, NULL, 2 * nh, hd, ld, &ry);
   report(x, "rope_backward (yarn)", dual_err(x, &xb, 0), TOL_FWD);
   /* swiglu */
   struct dual gu = dual_rand(x, N * 2 * I, 3.0f), o2 = dual_rand(x, N * I, 1.0f);

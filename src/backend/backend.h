@@ -46,15 +46,21 @@ static inline struct kd_rope kd_rope_plain(float theta) {
  * attention at 1/sqrt(hd)). scale: the factor of the scores q.k; window: 0 for every
  * earlier key, w > 0 for a sliding window as transformers masks it (query t sees keys
  * t - w < j <= t: w keys, itself included); softcap: 0 for none, c > 0 for scores
- * c * tanh(s / c) (Gemma 2's attn_logit_softcapping), applied after the scale. */
+ * c * tanh(s / c) (Gemma 2's attn_logit_softcapping), applied after the scale.
+ * pos: NULL, or the documents of packed samples (B*T ints, an alloc'ed block): pos[b*T +
+ * t] is row t's position in its document, so its document starts at row t - pos (0 <=
+ * pos <= t, and pos[t+1] is pos[t] + 1 or 0); query t then sees only the keys of its own
+ * document, j >= t - pos (block-diagonal causal attention, flash attention's varlen
+ * layout), and the kernels never compute scores against other documents' keys. */
 struct kd_attn {
   float scale;
   int window;
   float softcap;
+  const int *pos;
 };
 
 static inline struct kd_attn kd_attn_plain(int hd) {
-  struct kd_attn a = {1.0f / sqrtf((float)hd), 0, 0.0f};
+  struct kd_attn a = {1.0f / sqrtf((float)hd), 0, 0.0f, NULL};
   return a;
 }
 
@@ -156,14 +162,16 @@ struct kd_backend {
                         int ld);
 
   /* Rotary embedding in place on `nh` heads of size hd that start at column 0 of
-   * rows of width ld; row r = b*T + t has position t. Hugging Face "rotate_half"
-   * pairing: (i, i + hd/2). backward applies the inverse rotation to gradients
-   * (in place: dx is overwritten, not accumulated). rope: the model's frequencies (a
-   * scaled one has rope->half == hd/2). */
-  void (*rope_forward)(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd, int ld,
-                       const struct kd_rope *rope);
-  void (*rope_backward)(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd, int ld,
-                        const struct kd_rope *rope);
+   * rows of width ld; row r = b*T + t has position t, or pos[r] when pos is given (N
+   * ints, an alloc'ed block, each in 0 .. T-1: positions restarting at every document
+   * of packed samples, struct kd_attn). Hugging Face "rotate_half" pairing: (i, i +
+   * hd/2). backward applies the inverse rotation to gradients (in place: dx is
+   * overwritten, not accumulated). rope: the model's frequencies (a scaled one has
+   * rope->half == hd/2). */
+  void (*rope_forward)(struct kd_backend *be, float *x, size_t N, int T, const int *pos, int nh,
+                       int hd, int ld, const struct kd_rope *rope);
+  void (*rope_backward)(struct kd_backend *be, float *dx, size_t N, int T, const int *pos, int nh,
+                        int hd, int ld, const struct kd_rope *rope);
 
   /* Causal grouped-query attention. qkv: (B*T, (nh + 2*nkv) * hd) rows laid out
    * [q heads | k heads | v heads]; out: (B*T, nh*hd); lse: (B, nh, T) log-sum-exp of

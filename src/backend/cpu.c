@@ -569,14 +569,14 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, const i
   }
 }
 
-static void cpu_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
-                             int ld, const struct kd_rope *rope) {
-  rope_apply(be, x, N, T, NULL, nh, hd, ld, rope, 1.0f, 1);
+static void cpu_rope_forward(struct kd_backend *be, float *x, size_t N, int T, const int *pos,
+                             int nh, int hd, int ld, const struct kd_rope *rope) {
+  rope_apply(be, x, N, T, pos, nh, hd, ld, rope, 1.0f, 1);
 }
 
-static void cpu_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
-                              int ld, const struct kd_rope *rope) {
-  rope_apply(be, dx, N, T, NULL, nh, hd, ld, rope, -1.0f, 0);
+static void cpu_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, const int *pos,
+                              int nh, int hd, int ld, const struct kd_rope *rope) {
+  rope_apply(be, dx, N, T, pos, nh, hd, ld, rope, -1.0f, 0);
 }
 
 static void cpu_rope_rows(struct kd_backend *be, float *x, size_t N, const int *pos, int nh, int hd,

@@ -6,6 +6,9 @@
  * A sliding window of w keys skips the keys no row of a tile sees: a tile's scores
  * span at most w + ATT_TILE - 1 keys, so work and scratch grow with w x T, not T^2.
  * A soft cap c turns the scaled scores into c tanh(s / c) before the softmax.
+ * Packed documents (at->pos) start a tile's keys at its first row's document: the keys
+ * of earlier documents are never multiplied, and each row's softmax runs over its own
+ * document's keys only (block-diagonal causal attention).
  *
  * Parallel schedule: forward runs (b, q head, tile) jobs (they write disjoint
  * output rows); backward runs (b, kv head) jobs, the q heads of a group in
@@ -39,14 +42,15 @@ static void att_gemm(int transa, int transb, int M, int N, int K, float alpha, c
 /* Shapes shared by forward and backward. */
 struct att_shape {
   int B, T, nh, nkv, hd;
-  int ld;      /* qkv row stride (nh + 2*nkv) * hd */
-  int ldo;     /* out row stride nh * hd */
-  int group;   /* q heads per kv head */
-  int ntile;   /* query tiles per sequence */
-  float scale; /* at->scale */
-  int window;  /* at->window: 0, or w keys per query (itself included) */
-  float cap;   /* at->softcap: 0, or c of the scores c * tanh(s / c) */
-  int kmax;    /* most keys a query tile sees: the scratch row length */
+  int ld;         /* qkv row stride (nh + 2*nkv) * hd */
+  int ldo;        /* out row stride nh * hd */
+  int group;      /* q heads per kv head */
+  int ntile;      /* query tiles per sequence */
+  float scale;    /* at->scale */
+  int window;     /* at->window: 0, or w keys per query (itself included) */
+  float cap;      /* at->softcap: 0, or c of the scores c * tanh(s / c) */
+  const int *pos; /* at->pos: NULL, or each row's position in its document (B*T) */
+  int kmax;       /* most keys a query tile sees: the scratch row length */
 };
 
 static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd,
@@ -63,25 +67,37 @@ static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd,
                         nkv,       hd,         (nh + 2 * nkv) * hd,
                         nh * hd,   nh / nkv,   (T + ATT_TILE - 1) / ATT_TILE,
                         at->scale, at->window, at->softcap,
-                        kmax};
+                        at->pos,   kmax};
+  if (s.pos)
+    for (size_t r = 0; r < (size_t)B * T; r++) {
+      const int t = (int)(r % (size_t)T), p = s.pos[r];
+      KD_CHECK(p >= 0 && p <= t && (t == 0 || p == 0 || p == s.pos[r - 1] + 1),
+               "attention: row %d of sequence %d at document position %d (expected 0 or the "
+               "previous row's + 1)",
+               t, (int)(r / (size_t)T), p);
+    }
   return s;
 }
 
-/* The keys of a query tile of m rows starting at t0: k0 .. k0+nk-1, every key some row of
- * the tile sees (with a window, the first row's first key starts the range). */
-static int att_first_key(const struct att_shape *s, int t0) {
-  return s->window > 0 && t0 - s->window + 1 > 0 ? t0 - s->window + 1 : 0;
+/* The first key query t of sequence b sees: the window's first key (transformers'
+ * sliding-window causal mask, masking_utils.py of transformers 5.23: causal_mask_function
+ * `kv_idx <= q_idx` and sliding_window_overlay `kv_idx > q_idx - sliding_window`, so keys
+ * t-w+1 .. t), and not before its document's first row. Nondecreasing in t. */
+static int att_first_key(const struct att_shape *s, int b, int t) {
+  int first = s->window > 0 && t - s->window + 1 > 0 ? t - s->window + 1 : 0;
+  if (s->pos) {
+    const int doc = t - s->pos[(size_t)b * s->T + t];
+    first = doc > first ? doc : first;
+  }
+  return first;
 }
 
-/* The columns of tile row i (query t0 + i) that it sees, among the keys from k0: lo .. hi-1.
- * The mask is transformers' sliding-window causal mask (masking_utils.py of transformers
- * 5.23: causal_mask_function `kv_idx <= q_idx` and sliding_window_overlay `kv_idx > q_idx -
- * sliding_window`), so query t sees keys t-w+1 .. t; the rows of one tile start at
- * different keys. */
-static void att_row_keys(const struct att_shape *s, int t0, int k0, int i, int *lo, int *hi) {
-  int t = t0 + i, first = s->window > 0 && t - s->window + 1 > 0 ? t - s->window + 1 : 0;
-  *lo = first - k0;
-  *hi = t + 1 - k0;
+/* The columns of tile row i (query t0 + i) that it sees, among the keys from k0: lo .. hi-1
+ * (the rows of one tile start at different keys). */
+static void att_row_keys(const struct att_shape *s, int b, int t0, int k0, int i, int *lo,
+                         int *hi) {
+  *lo = att_first_key(s, b, t0 + i) - k0;
+  *hi = t0 + i + 1 - k0;
 }
 
 /* The soft cap of one row of scaled scores: s := c tanh(s / c). */
@@ -97,7 +113,7 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
                                             const struct att_shape *s, int b, int h, int t0,
                                             float *S, int rnd) {
   int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE;
-  int k0 = att_first_key(s, t0), nk = t0 + m - k0;
+  int k0 = att_first_key(s, b, t0), nk = t0 + m - k0;
   const float *q = qkv + ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
   const float *k = qkv + ((size_t)b * s->T + k0) * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
   const float *v = k + (size_t)s->nkv * s->hd;
@@ -106,7 +122,7 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
   for (int i = 0; i < m; i++) {
     float *restrict row = S + (size_t)i * nk;
     int lo, hi;
-    att_row_keys(s, t0, k0, i, &lo, &hi);
+    att_row_keys(s, b, t0, k0, i, &lo, &hi);
     if (s->cap > 0.0f) att_cap_row(row + lo, hi - lo, s->cap);
     float mx = -INFINITY, sum = 0.0f;
 #pragma omp simd reduction(max : mx)
@@ -166,7 +182,7 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
                               const float *lse, const struct att_shape *s, int b, int h, int t0,
                               float *P, float *dP) {
   int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE;
-  int k0 = att_first_key(s, t0), nk = t0 + m - k0;
+  int k0 = att_first_key(s, b, t0), nk = t0 + m - k0;
   size_t qoff = ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
   size_t koff = ((size_t)b * s->T + k0) * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
   size_t voff = koff + (size_t)s->nkv * s->hd;
@@ -188,7 +204,7 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
   for (int i = 0; i < m; i++) {
     float *restrict p = P + (size_t)i * nk, *restrict dp = dP + (size_t)i * nk;
     int lo, hi;
-    att_row_keys(s, t0, k0, i, &lo, &hi);
+    att_row_keys(s, b, t0, k0, i, &lo, &hi);
     float li = l[i], D = Dv[i], sc = s->scale;
     if (s->cap > 0.0f) {
       float c = s->cap, inv = 1.0f / c;

@@ -396,9 +396,9 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, const i
   CUDA_OP_DONE();
 }
 
-static void cuda_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
-                              int ld, const struct kd_rope *rope) {
-  rope_apply(be, x, N, T, NULL, nh, hd, ld, rope, 1.0f, cuda_of(be)->bf16);
+static void cuda_rope_forward(struct kd_backend *be, float *x, size_t N, int T, const int *pos,
+                              int nh, int hd, int ld, const struct kd_rope *rope) {
+  rope_apply(be, x, N, T, pos, nh, hd, ld, rope, 1.0f, cuda_of(be)->bf16);
 }
 
 static void cuda_rope_rows(struct kd_backend *be, float *x, size_t N, const int *pos, int nh,
@@ -406,9 +406,9 @@ static void cuda_rope_rows(struct kd_backend *be, float *x, size_t N, const int 
   rope_apply(be, x, N, 1, pos, nh, hd, ld, rope, 1.0f, cuda_of(be)->bf16);
 }
 
-static void cuda_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
-                               int ld, const struct kd_rope *rope) {
-  rope_apply(be, dx, N, T, NULL, nh, hd, ld, rope, -1.0f, 0);
+static void cuda_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, const int *pos,
+                               int nh, int hd, int ld, const struct kd_rope *rope) {
+  rope_apply(be, dx, N, T, pos, nh, hd, ld, rope, -1.0f, 0);
 }
 
 /* --- swiglu ---------------------------------------------------------------------------------- */

@@ -172,23 +172,31 @@ static void ds_bias_backward(struct kd_backend *be, float *dbias, const float *d
                              int C, int ld) {
   CPU_OP(bias_backward, to_host(dbias), to_host(dout), N, C, ld);
 }
-static void ds_rope_forward(struct kd_backend *be, float *x, size_t N, int T, int nh, int hd,
-                            int ld, const struct kd_rope *rope) {
-  CPU_OP(rope_forward, to_host(x), N, T, nh, hd, ld, rope);
+static void ds_rope_forward(struct kd_backend *be, float *x, size_t N, int T, const int *pos,
+                            int nh, int hd, int ld, const struct kd_rope *rope) {
+  CPU_OP(rope_forward, to_host(x), N, T, to_host(pos), nh, hd, ld, rope);
 }
-static void ds_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, int nh, int hd,
-                             int ld, const struct kd_rope *rope) {
-  CPU_OP(rope_backward, to_host(dx), N, T, nh, hd, ld, rope);
+static void ds_rope_backward(struct kd_backend *be, float *dx, size_t N, int T, const int *pos,
+                             int nh, int hd, int ld, const struct kd_rope *rope) {
+  CPU_OP(rope_backward, to_host(dx), N, T, to_host(pos), nh, hd, ld, rope);
+}
+/* The attention description with its document positions (a block) translated. */
+static struct kd_attn ds_attn(const struct kd_attn *at) {
+  struct kd_attn h = *at;
+  h.pos = to_host(at->pos);
+  return h;
 }
 static void ds_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
                                  int B, int T, int nh, int nkv, int hd, const struct kd_attn *at) {
-  CPU_OP(attention_forward, to_host(out), to_host(lse), to_host(qkv), B, T, nh, nkv, hd, at);
+  const struct kd_attn h = ds_attn(at);
+  CPU_OP(attention_forward, to_host(out), to_host(lse), to_host(qkv), B, T, nh, nkv, hd, &h);
 }
 static void ds_attention_backward(struct kd_backend *be, float *dqkv, const float *dout,
                                   const float *qkv, const float *out, const float *lse, int B,
                                   int T, int nh, int nkv, int hd, const struct kd_attn *at) {
+  const struct kd_attn h = ds_attn(at);
   CPU_OP(attention_backward, to_host(dqkv), to_host(dout), to_host(qkv), to_host(out), to_host(lse),
-         B, T, nh, nkv, hd, at);
+         B, T, nh, nkv, hd, &h);
 }
 static void ds_rope_rows(struct kd_backend *be, float *x, size_t N, const int *pos, int nh, int hd,
                          int ld, const struct kd_rope *rope) {

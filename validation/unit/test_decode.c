@@ -61,7 +61,7 @@ static double decode_vs_forward(struct kd_backend *be, const struct shape *s, fl
     const int Tb = T[b];
     float *qkv = frand((size_t)Tb * ld), *last = kd_malloc((size_t)ld * sizeof *last);
     memcpy(last, qkv + (size_t)(Tb - 1) * ld, (size_t)ld * sizeof *last); /* before rope */
-    be->rope_forward(be, qkv, (size_t)Tb, Tb, nh + nkv, hd, ld, &rope);
+    be->rope_forward(be, qkv, (size_t)Tb, Tb, NULL, nh + nkv, hd, ld, &rope);
     float *o = kd_malloc((size_t)Tb * nh * hd * sizeof *o), *lse = kd_malloc((size_t)Tb * nh * 4);
     be->attention_forward(be, o, lse, qkv, 1, Tb, nh, nkv, hd, &at);
     memcpy(ref + (size_t)b * nh * hd, o + (size_t)(Tb - 1) * nh * hd, (size_t)nh * hd * 4);

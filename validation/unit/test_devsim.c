@@ -173,7 +173,7 @@ static void run_ops(struct run *r) {
   be->rmsnorm_forward(be, xn, rstd, x, w, N, C, 1e-5f);
   be->gemm(be, 0, 1, (int)N, Q, C, 1.0f, xn, C, wqkv, C, 0.0f, qkv, Q);
   be->bias_forward(be, qkv, bqkv, N, Q, Q);
-  be->rope_forward(be, qkv, N, T, nh + nkv, hd, Q, &r4);
+  be->rope_forward(be, qkv, N, T, NULL, nh + nkv, hd, Q, &r4);
   be->round_bf16(be, qkv, N * Q);
   const struct kd_attn at = kd_attn_plain(hd);
   be->attention_forward(be, att, lse, qkv, B, T, nh, nkv, hd, &at);
@@ -231,7 +231,7 @@ static void run_ops(struct run *r) {
   be->swiglu_backward(be, dgu, dh, gu, N, F);
   be->gemm(be, 0, 0, (int)N, C, 2 * F, 1.0f, dgu, 2 * F, wgu, C, 0.0f, datt, C);
   be->attention_backward(be, dqkv, datt, qkv, off, lse, B, T, nh, nkv, hd, &at);
-  be->rope_backward(be, dqkv, N, T, nh + nkv, hd, Q, &r4);
+  be->rope_backward(be, dqkv, N, T, NULL, nh + nkv, hd, Q, &r4);
   be->bias_backward(be, dbqkv, dqkv, N, Q, Q);
   be->gemm(be, 0, 0, (int)N, C, Q, 1.0f, dqkv, Q, wqkv, C, 0.0f, dxn, C);
   be->rmsnorm_backward(be, dx, dw, dxn, x, w, rstd, N, C);

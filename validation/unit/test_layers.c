@@ -321,14 +321,14 @@ START_TEST(test_rope) {
     memcpy(x0, x, n * sizeof(float));
     double *xd = to_double(x, n), *Rd = to_double(R, n), *ref = kd_malloc(n * sizeof(double));
     ref_rope(ref, xd, &c);
-    be.rope_forward(&be, x, c.N, c.T, c.nh, c.hd, c.ld, &r);
+    be.rope_forward(&be, x, c.N, c.T, NULL, c.nh, c.hd, c.ld, &r);
     check_fwd("rope", x, ref, n);
     if (c.scale > 0) /* backward is the transposed map: undoing the forward needs 1/scale^2 */
       for (size_t k = 0; k < n; k++)
         if ((int)(k % c.ld) < c.nh * c.hd) x[k] /= (float)(c.scale * c.scale);
-    be.rope_backward(&be, x, c.N, c.T, c.nh, c.hd, c.ld, &r); /* inverse */
+    be.rope_backward(&be, x, c.N, c.T, NULL, c.nh, c.hd, c.ld, &r); /* inverse */
     check_fwd("rope backward o forward", x, xd, n);
-    be.rope_backward(&be, R, c.N, c.T, c.nh, c.hd, c.ld, &r); /* dL/dx in place */
+    be.rope_backward(&be, R, c.N, c.T, NULL, c.nh, c.hd, c.ld, &r); /* dL/dx in place */
     check_grad("rope", ref_rope, &c, xd, n, Rd, n, R, 0, n);
     free(x), free(x0), free(R), free(xd), free(Rd), free(ref);
   }
@@ -407,7 +407,7 @@ static void check_window_covers_all(const struct att_ctx *c, const float *qkv, c
   size_t no = rows * c->nh * c->hd, nl = (size_t)c->B * c->nh * c->T;
   float *o0 = kd_malloc(no * sizeof(float)), *l0 = kd_malloc(nl * sizeof(float));
   float *g0 = calloc(nin, sizeof(float));
-  struct kd_attn at = {(float)c->scale, 0, (float)c->cap};
+  struct kd_attn at = {(float)c->scale, 0, (float)c->cap, NULL};
   be.attention_forward(&be, o0, l0, qkv, c->B, c->T, c->nh, c->nkv, c->hd, &at);
   be.attention_backward(&be, g0, R, qkv, o0, l0, c->B, c->T, c->nh, c->nkv, c->hd, &at);
   ck_assert_msg(memcmp(o0, out, no * sizeof(float)) == 0 &&
@@ -525,7 +525,7 @@ START_TEST(test_bf16_outputs) {
   assert_bf16("rmsnorm", o, N * C);
   float *qkv = frand(N * ld);
   const struct kd_rope r4 = kd_rope_plain(10000.0f);
-  b16.rope_forward(&b16, qkv, N, T, nh + nkv, hd, ld, &r4);
+  b16.rope_forward(&b16, qkv, N, T, NULL, nh + nkv, hd, ld, &r4);
   for (size_t n = 0; n < N; n++)
     assert_bf16("rope", qkv + n * ld, (size_t)(nh + nkv) * hd);
   const struct kd_attn at = kd_attn_plain(hd);
@@ -535,7 +535,7 @@ START_TEST(test_bf16_outputs) {
   for (size_t i = 0; i < (size_t)B * nh * T; i++)
     lse_exact &= lse[i] == kd_round_bf16(lse[i]);
   ck_assert_msg(!lse_exact, "lse must stay FP32");
-  const struct kd_attn atw = {0.4f, 3, 2.0f}; /* a window and a soft cap round the same way */
+  const struct kd_attn atw = {0.4f, 3, 2.0f, NULL}; /* a window and a soft cap round the same way */
   b16.attention_forward(&b16, o, lse, qkv, B, T, nh, nkv, hd, &atw);
   assert_bf16("attention (window, soft cap)", o, N * C);
   b16.swiglu_forward(&b16, o, x, N, C / 2);
