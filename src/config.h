@@ -136,7 +136,9 @@ struct kd_config {
   int data_nweights;
   char data_valid[KD_PATH_MAX];
   enum kd_data_format data_format; /* 'bytes' | 'u16' | 'u32' | 'h5' | 'megatron' | 'llmc' */
-  int data_seq_len, data_valid_every, data_valid_batches;
+  int data_seq_len, data_valid_every, data_valid_batches; /* valid_batches 0: the whole file */
+  enum kd_samples data_samples; /* 'auto' | 'stream' | 'documents' (data.c) */
+  int data_pack;                /* documents: several per window (1) or one, padded (0) */
   /* &loss */
   enum loss_kind loss_kind; /* 'fkl' | 'rkl' | 'jsd' */
   double loss_temperature, loss_alpha, loss_beta;

@@ -1,5 +1,6 @@
 /* data.c: the sampler above the token readers (data_source.h): fixed windows of
- * seq_len + 1 tokens per file, a seeded per-epoch permutation per file, the blend's
+ * seq_len + 1 tokens per file (cut from the stream, or whole documents packed by
+ * data_pack.c), a seeded per-epoch permutation per file, the blend's
  * deterministic file choice per global sample, and batch assembly with masked labels.
  * The order depends only on (seed, weights, g), so every rank and every data-parallel
  * layout draws the same global batches, and a resumed run continues exactly. */
@@ -77,6 +78,37 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
     d->has_mask |= s->src.mask != NULL;
   }
   d->mbuf = kd_malloc((size_t)seq_len + 1);
+  d->ibuf = kd_malloc((size_t)seq_len * sizeof(int));
+  d->lbuf = kd_malloc((size_t)seq_len * sizeof(int));
+  return KD_EXIT_OK;
+}
+
+int data_use_documents(struct kd_data *d, enum kd_samples samples, int pack, uint64_t seed,
+                       char *err, size_t errlen) {
+  if (samples == KD_SAMPLES_STREAM || (samples == KD_SAMPLES_AUTO && !d->has_mask))
+    return KD_EXIT_OK;
+  for (int i = 0; i < d->nsets && samples == KD_SAMPLES_AUTO; i++)
+    if (!d->set[i].src.ndocs) return KD_EXIT_OK; /* 'auto': a file without documents */
+  for (int i = 0; i < d->nsets; i++) {
+    struct data_set *s = &d->set[i];
+    int rc = data_pack_build(&s->pack, &s->src, d->seq_len + 1, pack, s->seed ^ seed, err, errlen);
+    if (!rc && s->pack.nwin == 0) {
+      kd_seterr(err, errlen, "%s: its %zu documents are all empty; expected tokens", s->src.path,
+                s->src.ndocs);
+      rc = KD_EXIT_INPUT;
+    }
+    if (!rc && s->pack.nwin > UINT32_MAX) {
+      kd_seterr(err, errlen, "%s: %zu samples exceed the supported 2^32 - 1", s->src.path,
+                s->pack.nwin);
+      rc = KD_EXIT_INPUT;
+    }
+    if (rc) return rc;
+    s->nsamples = s->pack.nwin;
+    free(s->perm);
+    s->perm = kd_malloc(s->nsamples * sizeof *s->perm);
+    s->perm_epoch = -1;
+  }
+  d->docs = 1;
   return KD_EXIT_OK;
 }
 
@@ -88,11 +120,15 @@ int data_open(struct kd_data *d, const char *path, enum kd_data_format format, i
 void data_close(struct kd_data *d) {
   for (int i = 0; i < d->nsets; i++) {
     data_source_close(&d->set[i].src);
+    data_pack_free(&d->set[i].pack);
     free(d->set[i].perm);
     d->set[i].perm = NULL;
   }
   free(d->mbuf);
+  free(d->ibuf);
+  free(d->lbuf);
   d->mbuf = NULL;
+  d->ibuf = d->lbuf = NULL;
   d->nsets = 0;
 }
 
@@ -159,10 +195,26 @@ static size_t data_window_start(const struct data_source *src, size_t w, size_t 
   return w * (src->row ? src->row : T);
 }
 
-/* Window w of file `set` into inputs/labels (seq_len each); masked labels become -1. */
-static void data_copy_window(struct kd_data *d, int set, size_t w, int *inputs, int *labels) {
+/* Window w of file `set` into inputs/labels/pos (seq_len each; pos may be NULL); masked
+ * labels become -1. w = SIZE_MAX: an empty window (token 0, every label -1). */
+static void data_copy_window(struct kd_data *d, int set, size_t w, int *inputs, int *labels,
+                             int *pos) {
   const struct data_source *src = &d->set[set].src;
-  const size_t T = (size_t)d->seq_len, base = data_window_start(src, w, T);
+  const struct data_pack *pk = &d->set[set].pack;
+  const size_t T = (size_t)d->seq_len;
+  if (w != SIZE_MAX && pk->off) {
+    data_pack_window(pk, src, w, inputs, labels, pos, d->mbuf);
+    return;
+  }
+  if (pos)
+    for (size_t t = 0; t < T; t++)
+      pos[t] = (int)t;
+  if (w == SIZE_MAX) {
+    for (size_t t = 0; t < T; t++)
+      inputs[t] = 0, labels[t] = -1;
+    return;
+  }
+  const size_t base = data_window_start(src, w, T);
   data_source_tokens(src, base, T, inputs);
   data_source_tokens(src, base + 1, T, labels);
   if (!src->mask) return;
@@ -171,10 +223,22 @@ static void data_copy_window(struct kd_data *d, int set, size_t w, int *inputs, 
     if (!d->mbuf[t]) labels[t] = -1;
 }
 
-/* Counted labels of window w of file `set`. */
+void data_window(struct kd_data *d, int set, size_t w, int *inputs, int *labels, int *pos) {
+  data_copy_window(d, set, w, inputs, labels, pos);
+}
+
+/* Counted labels of window w of file `set` (SIZE_MAX: an empty window). */
 static int64_t data_window_counted(struct kd_data *d, int set, size_t w) {
   const struct data_source *src = &d->set[set].src;
   const size_t T = (size_t)d->seq_len;
+  if (w == SIZE_MAX) return 0;
+  if (d->set[set].pack.off) {
+    data_pack_window(&d->set[set].pack, src, w, d->ibuf, d->lbuf, NULL, d->mbuf);
+    int64_t c = 0;
+    for (size_t t = 0; t < T; t++)
+      c += d->lbuf[t] >= 0;
+    return c;
+  }
   if (!src->mask) return (int64_t)T;
   data_source_mask(src, data_window_start(src, w, T) + 1, T, d->mbuf);
   int64_t c = 0;
@@ -183,31 +247,63 @@ static int64_t data_window_counted(struct kd_data *d, int set, size_t w) {
   return c;
 }
 
-/* File-order window of validation batch position i (wrapping). */
+/* File-order window of validation batch position i (wrapping; with d->once, SIZE_MAX past
+ * the last: an empty window). */
 static size_t data_sequential_window(const struct kd_data *d, int64_t i) {
   const int64_t n = (int64_t)d->set[0].nsamples;
+  if (d->once) return i >= 0 && i < n ? (size_t)i : SIZE_MAX;
   return (size_t)((i % n + n) % n);
 }
 
-void data_batch(struct kd_data *d, int64_t g0, int mb, int *inputs, int *labels) {
+void data_batch_pos(struct kd_data *d, int64_t g0, int mb, int *inputs, int *labels, int *pos) {
   const size_t T = (size_t)d->seq_len;
   for (int j = 0; j < mb; j++) {
     int set;
     size_t w;
     data_draw(d, g0 + j, &set, &w);
-    data_copy_window(d, set, w, inputs + (size_t)j * T, labels + (size_t)j * T);
+    data_copy_window(d, set, w, inputs + (size_t)j * T, labels + (size_t)j * T,
+                     pos ? pos + (size_t)j * T : NULL);
   }
 }
 
-void data_batch_sequential(struct kd_data *d, int64_t i0, int mb, int *inputs, int *labels) {
+void data_batch(struct kd_data *d, int64_t g0, int mb, int *inputs, int *labels) {
+  data_batch_pos(d, g0, mb, inputs, labels, NULL);
+}
+
+void data_batch_sequential(struct kd_data *d, int64_t i0, int mb, int *inputs, int *labels,
+                           int *pos) {
   const size_t T = (size_t)d->seq_len;
   for (int j = 0; j < mb; j++)
     data_copy_window(d, 0, data_sequential_window(d, i0 + j), inputs + (size_t)j * T,
-                     labels + (size_t)j * T);
+                     labels + (size_t)j * T, pos ? pos + (size_t)j * T : NULL);
+}
+
+void data_count_docs(struct kd_data *d, int64_t g0, int64_t n, int64_t *docs, int64_t *tokens) {
+  *docs = 0;
+  *tokens = d->docs ? 0 : n * (d->seq_len + 1);
+  if (!d->docs) return;
+  const int64_t at_g = d->blend_g;
+  int64_t at_n[DATA_MAX_SETS];
+  memcpy(at_n, d->blend_n, sizeof at_n);
+  for (int64_t j = 0; j < n; j++) {
+    int set;
+    size_t w;
+    data_draw(d, g0 + j, &set, &w);
+    const struct data_pack *pk = &d->set[set].pack;
+    *docs += (int64_t)data_pack_docs(pk, w);
+    for (size_t k = pk->off[w]; k < pk->off[w + 1]; k++) {
+      const uint64_t *o = d->set[set].src.doc + pk->ids[k];
+      *tokens += (int64_t)(o[1] - o[0] < (uint64_t)pk->T1 ? o[1] - o[0] : (uint64_t)pk->T1);
+    }
+  }
+  if (at_g <= g0) { /* keep the blend cursor where the batches that follow want it */
+    d->blend_g = at_g;
+    memcpy(d->blend_n, at_n, sizeof at_n);
+  }
 }
 
 int64_t data_count_labels(struct kd_data *d, int64_t g0, int64_t n) {
-  if (!d->has_mask || n <= 0) return n > 0 ? n * d->seq_len : 0;
+  if ((!d->has_mask && !d->docs) || n <= 0) return n > 0 ? n * d->seq_len : 0;
   int64_t c = 0, at_g = 0, at_n[DATA_MAX_SETS];
   for (int64_t j = 0; j < n; j++) {
     int set;
@@ -223,7 +319,7 @@ int64_t data_count_labels(struct kd_data *d, int64_t g0, int64_t n) {
 }
 
 int64_t data_count_labels_sequential(struct kd_data *d, int64_t i0, int64_t n) {
-  if (!d->has_mask) return n * d->seq_len;
+  if (!d->has_mask && !d->docs && !d->once) return n * d->seq_len;
   int64_t c = 0;
   for (int64_t j = 0; j < n; j++)
     c += data_window_counted(d, 0, data_sequential_window(d, i0 + j));
@@ -235,6 +331,26 @@ int data_open_train(struct kd_data *d, const struct kd_config *cfg, int vocab_si
   const char *paths[KD_DATA_MAX];
   for (int i = 0; i < cfg->data_ntrain; i++)
     paths[i] = cfg->data_train[i];
-  return data_open_blend(d, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format,
-                         cfg->data_seq_len, vocab_size, (uint64_t)cfg->run_seed, err, errlen);
+  int rc = data_open_blend(d, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format,
+                           cfg->data_seq_len, vocab_size, (uint64_t)cfg->run_seed, err, errlen);
+  if (!rc)
+    rc = data_use_documents(d, cfg->data_samples, cfg->data_pack, (uint64_t)cfg->run_seed, err,
+                            errlen);
+  if (rc) data_close(d);
+  return rc;
+}
+
+int data_open_valid(struct kd_data *d, const struct kd_config *cfg, int vocab_size, char *err,
+                    size_t errlen) {
+  int rc = data_open(d, cfg->data_valid, cfg->data_format, cfg->data_seq_len, vocab_size,
+                     (uint64_t)cfg->run_seed, err, errlen);
+  if (!rc)
+    rc = data_use_documents(d, cfg->data_samples, cfg->data_pack, (uint64_t)cfg->run_seed, err,
+                            errlen);
+  if (rc) {
+    data_close(d);
+    return rc;
+  }
+  d->once = cfg->data_valid_batches == 0;
+  return KD_EXIT_OK;
 }

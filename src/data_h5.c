@@ -1,6 +1,7 @@
 /* data_h5.c: an HDF5 file whose 1-D integer dataset /tokens holds the stream, with an
- * optional 1-D /loss_mask of the same length (nonzero = counted). Each rank opens the
- * file serially and reads both datasets whole into memory (tokens as int64, mask as
+ * optional 1-D /loss_mask of the same length (nonzero = counted) and an optional 1-D
+ * /doc_offsets, the document index (documents + 1 token offsets from 0 to the length). Each rank
+ * opens the file serially and reads both datasets whole into memory (tokens as int64, mask as
  * uint8): meant for data sets that fit in host memory; larger ones belong in the
  * memory-mapped formats ('megatron', 'llmc', raw). */
 #include <errno.h>
@@ -98,6 +99,24 @@ int data_h5_open(struct data_source *s, char *err, size_t errlen) {
                   s->path, nm, nt);
         rc = KD_EXIT_INPUT;
       }
+    }
+    size_t no = 0;
+    int64_t *off =
+        rc ? NULL
+           : h5_read_1d(f, s->path, "/doc_offsets", H5T_NATIVE_INT64, 8, 0, &no, &rc, err, errlen);
+    if (off) {
+      data_reader_keep(s, off);
+      for (size_t i = 0; i < no && !rc; i++)
+        if (off[i] < 0) {
+          kd_seterr(err, errlen, "%s: /doc_offsets[%zu] is %lld; expected offsets >= 0", s->path, i,
+                    (long long)off[i]);
+          rc = KD_EXIT_INPUT;
+        }
+      s->doc = (const uint64_t *)off; /* checked non-negative: the same bits */
+      s->ndocs = no ? no - 1 : 0;
+      char what[600];
+      snprintf(what, sizeof what, "%.500s:/doc_offsets", s->path);
+      if (!rc) rc = data_reader_docs_check(s, what, err, errlen);
     }
   }
   H5E_END_TRY;

@@ -6,6 +6,7 @@
  * picked up when present (as kdprep writes it). */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "data_reader.h"
@@ -18,7 +19,7 @@ enum { MEGATRON_HEADER = 34 }; /* magic 9, version 8, dtype 1, sequences 8, docu
 struct megatron_ds {
   const unsigned char *bin;
   const unsigned char *idx;
-  uint64_t nseq;
+  uint64_t nseq, ndoc; /* sequences; entries of the document index (documents + 1) */
   int dtype;
   size_t ntok;
 };
@@ -77,6 +78,7 @@ static int megatron_map(struct data_source *s, const char *prefix, struct megatr
     return KD_EXIT_INPUT;
   }
   m->idx = p;
+  m->ndoc = ndoc;
   const unsigned char *ptr = p + MEGATRON_HEADER + 4 * m->nseq, *doc = ptr + 8 * m->nseq;
   uint64_t at = 0; /* sequences lie back to back: pointer i = sum of the previous lengths */
   for (uint64_t i = 0; i < m->nseq; i++) {
@@ -114,6 +116,31 @@ static int megatron_map(struct data_source *s, const char *prefix, struct megatr
   return KD_EXIT_OK;
 }
 
+/* The document index of m in tokens: document j is sequences idx[j] .. idx[j+1]-1 (Megatron's
+ * document_indices, checked by megatron_map), or every sequence its own document when the
+ * index is empty. */
+static int megatron_docs(struct data_source *s, const struct megatron_ds *m, const char *prefix,
+                         char *err, size_t errlen) {
+  const int byseq = m->ndoc < 2;
+  const uint64_t nd = byseq ? m->nseq : m->ndoc - 1;
+  if (nd == 0) return KD_EXIT_OK; /* no documents: samples = 'documents' refuses the file */
+  uint64_t *seq = kd_malloc((size_t)(m->nseq + 1) * sizeof *seq);
+  seq[0] = 0;
+  for (uint64_t i = 0; i < m->nseq; i++)
+    seq[i + 1] = seq[i] + (uint64_t)len_at(m, i);
+  uint64_t *doc = kd_malloc((size_t)(nd + 1) * sizeof *doc);
+  const unsigned char *di = m->idx + MEGATRON_HEADER + 12 * m->nseq;
+  for (uint64_t j = 0; j <= nd; j++)
+    doc[j] = seq[byseq ? j : rd_u64(di + 8 * j)];
+  free(seq);
+  data_reader_keep(s, doc);
+  s->doc = doc;
+  s->ndocs = (size_t)nd;
+  char what[600];
+  snprintf(what, sizeof what, "%.500s.idx", prefix);
+  return data_reader_docs_check(s, what, err, errlen);
+}
+
 int data_megatron_open(struct data_source *s, char *err, size_t errlen) {
   char prefix[512], mprefix[600], midx[620];
   snprintf(prefix, sizeof prefix, "%s", s->path);
@@ -127,6 +154,8 @@ int data_megatron_open(struct data_source *s, char *err, size_t errlen) {
   s->tok = m.bin;
   s->dtype = m.dtype;
   s->ntok = m.ntok;
+  rc = megatron_docs(s, &m, prefix, err, errlen);
+  if (rc) return rc;
   snprintf(mprefix, sizeof mprefix, "%s_mask", prefix);
   snprintf(midx, sizeof midx, "%s.idx", mprefix);
   if (!kd_is_file(midx)) return KD_EXIT_OK;

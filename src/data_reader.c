@@ -139,6 +139,25 @@ void data_reader_keep(struct data_source *s, void *buf) {
   s->heap[slot] = buf;
 }
 
+int data_reader_docs_check(const struct data_source *s, const char *what, char *err,
+                           size_t errlen) {
+  if (s->ndocs == 0) {
+    kd_seterr(err, errlen, "%s: a document index of no documents; expected at least one", what);
+    return KD_EXIT_INPUT;
+  }
+  for (size_t i = 0; i <= s->ndocs; i++) {
+    const uint64_t at = s->doc[i], prev = i ? s->doc[i - 1] : 0;
+    if ((i == 0 && at != 0) || at < prev || at > s->ntok || (i == s->ndocs && at != s->ntok)) {
+      kd_seterr(err, errlen,
+                "%s: document %zu starts at token %llu (the one before at %llu, the file holds "
+                "%zu tokens); expected offsets from 0 that never decrease and end at %zu",
+                what, i, (unsigned long long)at, (unsigned long long)prev, s->ntok, s->ntok);
+      return KD_EXIT_INPUT;
+    }
+  }
+  return KD_EXIT_OK;
+}
+
 void data_reader_release(struct data_source *s) {
   for (int i = 0; i < DATA_SOURCE_MAPS; i++) {
     if (s->map[i]) {

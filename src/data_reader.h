@@ -40,6 +40,9 @@ struct data_source {
   const unsigned char *tok;    /* ntok elements */
   size_t tok_offset;           /* byte offset of element 0 in tok_path (for messages) */
   const unsigned char *mask;   /* ntok bytes, nonzero = counted; NULL: every token counts */
+  size_t ndocs;                /* documents of the file's document index (0: it has none) */
+  const uint64_t *doc;         /* ndocs + 1 token offsets: document i is tokens doc[i] ..
+                                  doc[i+1] - 1 (doc[0] = 0, doc[ndocs] = ntok) */
   size_t row;                  /* 0: windows of seq_len + 1 tokens at multiples of seq_len (a
                                   stream); else the file is rows of `row` tokens, one window
                                   each, sharing no token ('rollouts': row = seq_len + 1) */
@@ -73,6 +76,11 @@ int data_reader_map(struct data_source *s, const char *path, const unsigned char
 
 /* Keep `buf` (malloc'ed) to be freed by data_reader_release. */
 void data_reader_keep(struct data_source *s, void *buf);
+
+/* Check s->doc (ndocs + 1 offsets): they start at 0, never decrease and end at ntok; else
+ * KD_EXIT_INPUT with a message naming `what` (the index's file or dataset) and the first
+ * document that breaks the rule. */
+int data_reader_docs_check(const struct data_source *s, const char *what, char *err, size_t errlen);
 
 /* Release everything a reader mapped or kept; s holds no tokens afterwards. */
 void data_reader_release(struct data_source *s);

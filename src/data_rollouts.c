@@ -83,6 +83,12 @@ int data_rollouts_open(struct data_source *s, char *err, size_t errlen) {
       s->row = T1;
       s->mask = m;
       snprintf(s->mask_path, sizeof s->mask_path, "%.490s:/loss_mask", s->path);
+      uint64_t *doc = kd_malloc((n + 1) * sizeof *doc); /* documents: the rows */
+      for (size_t i = 0; i <= n; i++)
+        doc[i] = (uint64_t)i * T1;
+      data_reader_keep(s, doc);
+      s->doc = doc;
+      s->ndocs = n;
     }
   }
   H5E_END_TRY;

@@ -281,6 +281,7 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
     a->rstd_f = take(s, KD_MEM_ACTS, N, sizeof(float));
   }
   a->tokens = take(s, KD_MEM_ACTS, N, sizeof(int));
+  a->pos = take(s, KD_MEM_ACTS, N, sizeof(int));
   if (d->nsparse && s->be) { /* host: the routing plans and their staging */
     a->nplans = d->frozen ? 1 : d->layers;
     a->plans = kd_calloc((size_t)a->nplans, sizeof *a->plans);
@@ -528,6 +529,18 @@ static void kv_store(struct kd_backend *be, const struct kd_model *mdl, const st
   }
 }
 
+void acts_set_pos(struct kd_backend *be, struct kd_acts *a, const int *pos) {
+  a->docs = pos != NULL;
+  if (pos) be->upload(be, a->pos, pos, (size_t)a->d.B * a->d.T * sizeof(int));
+}
+
+/* Layer i's attention for the micro-batch of a: the model's, with a's documents. */
+static struct kd_attn layer_attn(const struct kd_model *mdl, int i, const struct kd_acts *a) {
+  struct kd_attn at = mdl->attn[i];
+  at.pos = a->docs ? a->pos : NULL;
+  return at;
+}
+
 /* One decoder layer forward (layer i of this stage): reads l->x_in, writes `out` (N, C),
  * which may alias l->x_in (read for the last time before out is first written). out ==
  * NULL (the last layer of a recomputed segment): the output is not needed, only what
@@ -536,7 +549,7 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int
                           const struct layer_ptrs *w, const struct layer_acts *l, float *out,
                           struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
-  const struct kd_attn *at = &mdl->attn[i];
+  const struct kd_attn att = layer_attn(mdl, i, a), *at = &att;
   const int B = a->d.B, T = a->d.T;
   const size_t N = (size_t)B * T;
   const int C = c->hidden_size, hd = mdl->head_dim;
@@ -557,8 +570,8 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int
     be->attention_decode(be, l->att, l->qkv, QKV, kv->k[i], kv->v[i], B, kv->S, kv->len, nh, nkv,
                          hd, at);
   } else {
-    be->rope_forward(be, l->qkv, N, T, NULL, nh, hd, QKV, rope);
-    be->rope_forward(be, l->qkv + Q, N, T, NULL, nkv, hd, QKV, rope);
+    be->rope_forward(be, l->qkv, N, T, at->pos, nh, hd, QKV, rope);
+    be->rope_forward(be, l->qkv + Q, N, T, at->pos, nkv, hd, QKV, rope);
     be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd, at);
     if (a->kv) kv_store(be, mdl, a->kv, i, l->qkv, T);
   }
@@ -660,7 +673,7 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, in
                            const struct layer_ptrs *w, const struct layer_ptrs *g,
                            const struct layer_acts *l, struct kd_acts *a) {
   const struct kd_card *c = &mdl->card;
-  const struct kd_attn *at = &mdl->attn[i];
+  const struct kd_attn att = layer_attn(mdl, i, a), *at = &att;
   const int B = a->d.B, T = a->d.T;
   const size_t N = (size_t)B * T;
   const int C = c->hidden_size, hd = mdl->head_dim;
@@ -689,8 +702,8 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, in
   linear_bwd(be, a->datt, 0.0f, g->wo, l->ao ? a->dsw : a->dres, l->att, w->wo, N, Q, C);
   be->zero(be, a->dqkv, N * QKV);
   be->attention_backward(be, a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd, at);
-  be->rope_backward(be, a->dqkv, N, T, NULL, nh, hd, QKV, rope);
-  be->rope_backward(be, a->dqkv + Q, N, T, NULL, nkv, hd, QKV, rope);
+  be->rope_backward(be, a->dqkv, N, T, at->pos, nh, hd, QKV, rope);
+  be->rope_backward(be, a->dqkv + Q, N, T, at->pos, nkv, hd, QKV, rope);
   if (l->qkn) qk_norm_backward(be, mdl, w, g, l, a, N);
   if (g->bqkv) be->bias_backward(be, g->bqkv, a->dqkv, N, QKV, QKV);
   linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);

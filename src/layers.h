@@ -84,6 +84,8 @@ struct kd_acts {
   float *hn;               /* (N, C) final norm output: what the LM head reads */
   float *rstd_f;           /* (N) */
   int *tokens;             /* (N) inputs of the micro-batch kept for backward */
+  int *pos;                /* (N) each row's position in its document (acts_set_pos) */
+  int docs;                /* 1: the micro-batch is of packed documents (pos holds them) */
   /* gradient workspace, shared by all layers (NULL when frozen); dgu, dmlp tile-sized */
   float *dres, *dh, *dqkv, *datt, *dgu, *dmlp, *dhn;
   float *dqk; /* (N, Q) q/k norms' input gradients (NULL: no q/k norms) */
@@ -162,6 +164,11 @@ void acts_free(struct kd_acts *a, struct kd_backend *be);
 float *acts_stage_input(const struct kd_acts *a);
 /* The stage's output hidden state (N, C) when it is not the last stage. */
 float *acts_stage_output(const struct kd_acts *a, const struct kd_model *mdl);
+
+/* The documents of the next micro-batch of a: pos (B*T host ints, each row's position in
+ * its document: struct kd_attn's pos), uploaded and kept for its backward; NULL: the rows
+ * of a sequence are one stream (position t). */
+void acts_set_pos(struct kd_backend *be, struct kd_acts *a, const int *pos);
 
 /* Forward of this rank's stage for one micro-batch: from tokens (B*T) on the first
  * stage, else from acts_stage_input; leaves the final normed hidden state in a->hn

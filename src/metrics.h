@@ -10,8 +10,9 @@
 
 #define METRICS_HEADER                                                                             \
   "step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,val_loss,"   \
-  "loss_aux,gen_tok_per_s,gen_len,gen_eos_frac,moe_imbalance,a2a_bytes,moe_gemm_flop_per_s\n"
-#define METRICS_VALUES 18 /* the columns after `step` */
+  "loss_aux,gen_tok_per_s,gen_len,gen_eos_frac,moe_imbalance,a2a_bytes,moe_gemm_flop_per_s,"       \
+  "docs,pack_eff\n"
+#define METRICS_VALUES 20 /* the columns after `step` */
 
 struct metrics {
   int fd; /* rank 0: the open file; -1 elsewhere */

@@ -52,6 +52,7 @@ void onpolicy_setup(struct onpolicy *op, const struct kd_config *cfg, const stru
   const size_t T = (size_t)op->T, S = (size_t)op->share, mb = (size_t)op->mb;
   op->inputs = kd_malloc(S * T * sizeof(int));
   op->labels = kd_malloc(S * T * sizeof(int));
+  op->pos = kd_malloc(S * T * sizeof(int));
   op->pick = kd_malloc((size_t)op->gb * sizeof(int));
   op->prompts = kd_malloc(mb * T * sizeof(int));
   op->plen = kd_malloc(mb * sizeof(int));
@@ -68,7 +69,8 @@ void onpolicy_setup(struct onpolicy *op, const struct kd_config *cfg, const stru
 void onpolicy_free(struct onpolicy *op) {
   if (!op->on) return;
   if (op->ro_open) rollouts_close(&op->ro);
-  free(op->inputs), free(op->labels), free(op->pick), free(op->prompts), free(op->plen);
+  free(op->inputs), free(op->labels), free(op->pos), free(op->pick), free(op->prompts),
+      free(op->plen);
   free(op->out), free(op->nout), free(op->rtok), free(op->rmask), free(op->rlen);
   free(op->rplen), free(op->rstep), free(op->rsample);
   memset(op, 0, sizeof *op);
@@ -95,10 +97,12 @@ void onpolicy_pick(const struct onpolicy *op, int64_t step, int64_t first, int *
   free(d);
 }
 
-/* Tokens of row s before its first counted token (0: no counted token, nothing to continue). */
+/* Tokens of row s before its first counted token (0: no counted token, nothing to continue).
+ * A window of packed documents: its first document's prompt (the rows before the second
+ * document starts). */
 static int prompt_len(const struct onpolicy *op, int s) {
-  const int *lab = op->labels + (size_t)s * op->T;
-  for (int t = 0; t < op->T; t++)
+  const int *lab = op->labels + (size_t)s * op->T, *pos = op->pos + (size_t)s * op->T;
+  for (int t = 0; t < op->T && pos[t] == t; t++)
     if (lab[t] != -1) return t + 1;
   return 0;
 }
@@ -123,6 +127,7 @@ static void rewrite_row(struct onpolicy *op, int s, int P, const int *c, int n, 
   for (int t = 0; t < T; t++) {
     in[t] = w[t];
     lab[t] = mk[t + 1] ? w[t + 1] : -1;
+    op->pos[(size_t)s * T + t] = t; /* one document now: its other documents leave the step */
   }
   op->rplen[s] = P;
   op->rlen[s] = n;
@@ -213,7 +218,7 @@ static void save_rows(struct onpolicy *op, const int *gen, int64_t step) {
 double onpolicy_generate(struct onpolicy *op, struct kd_backend *be, const struct kd_model *student,
                          struct kd_data *train, int64_t step, int64_t consumed, int64_t g0) {
   const int mb = op->mb;
-  data_batch(train, g0, op->share, op->inputs, op->labels);
+  data_batch_pos(train, g0, op->share, op->inputs, op->labels, op->pos);
   onpolicy_pick(op, step, consumed, op->pick);
   struct kd_model view = *student; /* the working weights, forward only, with a KV cache */
   view.frozen = 1;
@@ -242,11 +247,12 @@ double onpolicy_generate(struct onpolicy *op, struct kd_backend *be, const struc
   return v[0];
 }
 
-void onpolicy_fetch(void *arg, int m, int *inputs, int *labels) {
+void onpolicy_fetch(void *arg, int m, int *inputs, int *labels, int *pos) {
   const struct onpolicy *op = arg;
   const size_t n = (size_t)op->mb * op->T, at = (size_t)m * n;
   memcpy(inputs, op->inputs + at, n * sizeof(int));
   memcpy(labels, op->labels + at, n * sizeof(int));
+  if (pos) memcpy(pos, op->pos + at, n * sizeof(int));
 }
 
 void onpolicy_metrics(const struct onpolicy *op, double v[3]) {

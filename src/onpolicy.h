@@ -2,7 +2,8 @@
  * "On-policy distillation").
  * Before each step's pipeline pass, a deterministic lambda share of the global batch (chosen
  * from (seed, step, sample) alone, so every layout picks the same samples) is rewritten: the
- * sample's prompt (its tokens before the first counted token) is continued by the student
+ * sample's prompt (its tokens before the first counted token; of a window of packed documents,
+ * its first document's, and the window becomes that one document) is continued by the student
  * (generate.c, draws keyed by (seed, step, sample, position)), the window becomes prompt +
  * continuation (cut to seq_len + 1 tokens, padded with id 0) and only the generated tokens
  * count in the loss. The pipeline then runs as for any batch: the teacher scores the new
@@ -28,6 +29,7 @@ struct onpolicy {
   int T, mb, gb, share;
   int vocab;                /* ids the teacher has (a continuation stops before any other) */
   int *inputs, *labels;     /* (share, T): this rank's share of the step, rewritten */
+  int *pos;                 /* (share, T): the rows' positions in their documents */
   int *pick;                /* (gb): 1 where the global batch's sample is generated */
   int *prompts, *plen;      /* (mb, T), (mb): one run of generated samples */
   int *out, *nout;          /* (mb, T), (mb): their continuations */
@@ -62,7 +64,7 @@ double onpolicy_generate(struct onpolicy *op, struct kd_backend *be, const struc
                          struct kd_data *train, int64_t step, int64_t consumed, int64_t g0);
 
 /* pipe_fetch_fn over the rewritten share (arg: the struct onpolicy). */
-void onpolicy_fetch(void *arg, int m, int *inputs, int *labels);
+void onpolicy_fetch(void *arg, int m, int *inputs, int *labels, int *pos);
 
 /* The metrics columns gen_tok_per_s, gen_len, gen_eos_frac of the last step (NAN when
  * nothing was generated). */

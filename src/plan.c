@@ -196,7 +196,8 @@ static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int 
     plan_ep(&t, ep, 1, worst, bytes);
   }
   const int micro = cfg->par_global_batch / (dp * B);
-  const int valid = (cfg->data_valid_batches + dp - 1) / dp;
+  /* valid_batches 0 (the whole file): as many as the pipeline can hold */
+  const int valid = cfg->data_valid_batches ? (cfg->data_valid_batches + dp - 1) / dp : pp;
   const int maxm = micro > valid ? micro : valid;
   int slots = pp - stage < maxm ? pp - stage : maxm;
   if (slots < 1) slots = 1;

@@ -44,11 +44,13 @@ void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *
   p->sacts = kd_calloc((size_t)slots, sizeof *p->sacts);
   p->inputs = kd_calloc((size_t)slots, sizeof *p->inputs);
   p->labels = kd_calloc((size_t)slots, sizeof *p->labels);
+  p->pos = kd_calloc((size_t)slots, sizeof *p->pos);
   const size_t N = (size_t)B * T;
   for (int k = 0; k < slots; k++) {
     acts_build_shared(&p->sacts[k], be, student, B, T, k ? &p->sacts[0] : NULL);
     p->inputs[k] = kd_malloc(N * sizeof(int));
     p->labels[k] = kd_malloc(N * sizeof(int));
+    p->pos[k] = kd_malloc(N * sizeof(int));
   }
   KD_CHECK(!teacher || (teacher->vocab_common == student->vocab_common &&
                         teacher->vocab_lo == student->vocab_lo),
@@ -73,6 +75,7 @@ void pipe_free(struct kd_pipe *p) {
     acts_free(&p->sacts[k], p->be);
     free(p->inputs[k]);
     free(p->labels[k]);
+    free(p->pos[k]);
   }
   if (p->teacher) acts_free(&p->tacts, p->be);
   p->be->free(p->be, p->fwd_buf[0]);
@@ -83,6 +86,7 @@ void pipe_free(struct kd_pipe *p) {
   free(p->sacts);
   free(p->inputs);
   free(p->labels);
+  free(p->pos);
   memset(p, 0, sizeof *p);
 }
 
@@ -134,7 +138,9 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   struct kd_acts *sa = &p->sacts[k];
   const size_t N = (size_t)p->B * p->T, cs = (size_t)s->card.hidden_size;
   const size_t ct = p->teacher ? (size_t)p->teacher->card.hidden_size : 0;
-  fetch(arg, m, p->inputs[k], p->labels[k]);
+  fetch(arg, m, p->inputs[k], p->labels[k], p->docs ? p->pos[k] : NULL);
+  acts_set_pos(be, sa, p->docs ? p->pos[k] : NULL); /* kept for the backward */
+  if (t) acts_set_pos(be, &p->tacts, p->docs ? p->pos[k] : NULL);
   if (!s->has_embed) { /* unpack [teacher | student] hidden states | load-balancing sums */
     if (t) be->copy(be, acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
     be->copy(be, acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);

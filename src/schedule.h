@@ -15,8 +15,9 @@
 struct tcache_rows;
 
 /* Supplies the tokens and next-token labels (B*T each) of micro-batch m of the
- * current step (on every stage: data is local to each rank). */
-typedef void (*pipe_fetch_fn)(void *arg, int m, int *inputs, int *labels);
+ * current step (on every stage: data is local to each rank), and, when pos is not NULL
+ * (a pipe of packed documents), each row's position in its document (B*T). */
+typedef void (*pipe_fetch_fn)(void *arg, int m, int *inputs, int *labels, int *pos);
 
 struct kd_pipe {
   struct kd_backend *be;
@@ -27,6 +28,8 @@ struct kd_pipe {
   struct kd_acts *sacts;           /* nslots */
   struct kd_acts tacts;            /* the teacher's single working set */
   int **inputs, **labels;          /* per slot, B*T */
+  int docs;                        /* micro-batches of packed documents (set by the caller) */
+  int **pos;                       /* per slot, B*T: the rows' positions in their documents */
   float *fwd_buf[2];               /* [0] outgoing, [1] incoming forward message */
   float *fwd_stage[2], *bwd_stage; /* their host twins (KD_MEM_HOST) when MPI cannot
                                       take backend blocks (comm.c), else NULL */

@@ -90,7 +90,7 @@ int64_t tcache_window(const struct kd_data *d, int set, size_t w) {
 
 uint64_t tcache_data_id(const struct kd_data *d) {
   const int T = d->seq_len;
-  int *tok = kd_malloc(((size_t)T + 1) * sizeof *tok);
+  int *buf = kd_malloc(3 * (size_t)T * sizeof *buf);
   uint64_t h = FNV_BASIS;
   h = fnv_bytes(h, &T, sizeof T);
   for (int i = 0; i < d->nsets; i++) {
@@ -99,11 +99,17 @@ uint64_t tcache_data_id(const struct kd_data *d) {
     const uint64_t probes = ns < 16 ? ns : 16;
     for (uint64_t p = 0; p < probes; p++) {
       const size_t w = (size_t)(probes > 1 ? p * (ns - 1) / (probes - 1) : 0);
-      data_source_tokens(&d->set[i].src, w * (size_t)T, (size_t)T + 1, tok);
-      h = fnv_bytes(h, tok, ((size_t)T + 1) * sizeof *tok);
+      if (!d->docs) { /* a stream window's tokens (the identity of caches made before) */
+        data_source_tokens(&d->set[i].src, w * (size_t)T, (size_t)T + 1, buf);
+        h = fnv_bytes(h, buf, ((size_t)T + 1) * sizeof *buf);
+        continue;
+      }
+      /* a window of documents: its tokens, labels and positions (samples and pack) */
+      data_window((struct kd_data *)d, i, w, buf, buf + T, buf + 2 * T);
+      h = fnv_bytes(h, buf, 3 * (size_t)T * sizeof *buf);
     }
   }
-  free(tok);
+  free(buf);
   return h;
 }
 

@@ -193,6 +193,8 @@ struct cmake {
   float *blogp, *btail;
   uint64_t *bcrc; /* writer: (share) window checksums */
   int *inputs;    /* (mb, T) tokens of a micro-batch */
+  int *labels;    /* (mb, T) their labels (unused: data_window's) */
+  int *pos;       /* (mb, T) their positions in their documents */
   float *stage_in, *stage_out;
 };
 
@@ -249,6 +251,8 @@ static void make_teacher(struct cmake *s) {
   s->btail = w ? kd_malloc((size_t)s->share * s->T * sizeof *s->btail) : NULL;
   s->bcrc = w ? kd_malloc((size_t)s->share * sizeof *s->bcrc) : NULL;
   s->inputs = kd_malloc(s->N * sizeof *s->inputs);
+  s->labels = kd_malloc(s->N * sizeof *s->labels);
+  s->pos = kd_malloc(s->N * sizeof *s->pos);
   s->stage_in = comm_stage_alloc(be, s->N * s->Ct);
   s->stage_out = comm_stage_alloc(be, s->N * s->Ct);
 }
@@ -368,9 +372,10 @@ static void make_batch(struct cmake *s, int64_t mine0) {
       int set;
       size_t w;
       window_of(&s->data, g, &set, &w);
-      data_source_tokens(&s->data.set[set].src, w * (size_t)T, (size_t)T,
-                         s->inputs + (size_t)j * T);
+      data_window(&s->data, set, w, s->inputs + (size_t)j * T, s->labels + (size_t)j * T,
+                  s->pos + (size_t)j * T);
     }
+    acts_set_pos(be, &s->acts, s->data.docs ? s->pos : NULL);
     struct comm_xfer x = {.n = 0};
     if (grid->pp_rank > 0) {
       comm_post(&x, be, 0, acts_stage_input(&s->acts), s->stage_in, s->N * s->Ct, grid->pp_rank - 1,
@@ -496,6 +501,8 @@ static void make_free(struct cmake *s) {
   if (s->stage_in) be->free(be, s->stage_in);
   if (s->stage_out) be->free(be, s->stage_out);
   free(s->inputs);
+  free(s->labels);
+  free(s->pos);
   free(s->bids), free(s->blogp), free(s->btail), free(s->bcrc);
   free(s->cnt), free(s->disp);
   free(s->scratch), free(s->row), free(s->zall), free(s->zh);

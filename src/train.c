@@ -217,11 +217,12 @@ static void data_setup(struct run *r, int vc) {
   if (!r->eval || !cfg->data_valid[0]) st = data_open_train(&r->train, cfg, vc, err, sizeof err);
   kd_agree_or_fail(st, err);
   if (cfg->data_valid[0]) {
-    kd_agree_or_fail(data_open(&r->valid, cfg->data_valid, cfg->data_format, cfg->data_seq_len, vc,
-                               (uint64_t)cfg->run_seed, err, sizeof err),
-                     err);
+    kd_agree_or_fail(data_open_valid(&r->valid, cfg, vc, err, sizeof err), err);
     r->have_valid = 1;
+    const int64_t mb = cfg->par_micro_batch, n = (int64_t)r->valid.set[0].nsamples;
+    r->valid_batches = cfg->data_valid_batches ? cfg->data_valid_batches : (int)((n + mb - 1) / mb);
   }
+  run_log_data(r);
 }
 
 /* The loss and the pipeline of teacher + student over dp data-parallel groups. */
@@ -241,9 +242,11 @@ static void pipe_setup(struct run *r, int dp) {
                                           cfg->student.final_logit_softcapping > 0);
   if (r->chunk > N) r->chunk = N;
   const int nmicro = cfg->par_global_batch / (dp * mb);
-  const int nvalid = (cfg->data_valid_batches + dp - 1) / dp;
+  /* valid_batches 0 (the whole file): as many as the pipeline can hold, as plan.c plans */
+  const int nvalid = cfg->data_valid_batches ? (cfg->data_valid_batches + dp - 1) / dp : r->grid.pp;
   pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill && !r->cached ? &r->teacher : NULL,
              mb, T, nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
+  r->pipe.docs = r->train.docs || (r->have_valid && r->valid.docs);
   if (r->cached) {
     r->pipe.tc_fetch = cache_fetch;
     r->pipe.tc_arg = r;
@@ -317,16 +320,17 @@ struct fetch_ctx {
   struct onpolicy *onp; /* non-NULL: the step's share as on-policy training rewrote it */
 };
 
-static void fetch_batch(void *arg, int m, int *inputs, int *labels) {
+static void fetch_batch(void *arg, int m, int *inputs, int *labels, int *pos) {
   struct fetch_ctx *f = arg;
   if (f->onp) {
-    onpolicy_fetch(f->onp, m, inputs, labels);
+    onpolicy_fetch(f->onp, m, inputs, labels, pos);
     return;
   }
   if (f->sequential)
-    data_batch_sequential(f->data, (f->b0 + (int64_t)m * f->dp) * f->mb, f->mb, inputs, labels);
+    data_batch_sequential(f->data, (f->b0 + (int64_t)m * f->dp) * f->mb, f->mb, inputs, labels,
+                          pos);
   else
-    data_batch(f->data, f->g0 + (int64_t)m * f->mb, f->mb, inputs, labels);
+    data_batch_pos(f->data, f->g0 + (int64_t)m * f->mb, f->mb, inputs, labels, pos);
 }
 
 /* Loss sums of the whole world: each (micro-batch, token) is counted by the last
@@ -344,7 +348,7 @@ static void reduce_sums(const struct run *r, struct loss_sums *sums) {
 static double validate(struct run *r) {
   const struct kd_config *cfg = r->cfg;
   struct loss_sums sums = {0, 0};
-  const int mb = cfg->par_micro_batch, nb = cfg->data_valid_batches, dp = r->grid.dp;
+  const int mb = cfg->par_micro_batch, nb = r->valid_batches, dp = r->grid.dp;
   /* DP rank d evaluates batches d, d + dp, ...; ranks past the end take none */
   const int mine = nb / dp + (r->grid.dp_rank < nb % dp ? 1 : 0);
   struct fetch_ctx f = {&r->valid, 0, r->grid.dp_rank, mb, dp, 1, NULL};
@@ -390,6 +394,13 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
     f.onp = &r->onp;
   }
   o.empty = counted == 0;
+  o.docs = o.pack_eff = NAN;
+  if (r->train.docs) {
+    int64_t docs, tok;
+    data_count_docs(&r->train, consumed, gb, &docs, &tok);
+    o.docs = (double)docs;
+    o.pack_eff = (double)tok / ((double)gb * (cfg->data_seq_len + 1));
+  }
   if (o.empty)
     kd_info("kdtrain: warning: step %lld: no counted label in the global batch (every "
             "label masked); update skipped\n",

@@ -35,6 +35,7 @@ struct run {
   struct kd_update update; /* gradient reduction, AdamW, ZeRO-1 */
   struct kd_data train, valid;
   int have_valid;
+  int valid_batches; /* validation micro-batches (data%valid_batches; 0: the whole file's) */
   struct loss_spec spec;
   size_t chunk;
   struct metrics metrics;
@@ -62,6 +63,8 @@ struct step_out {
   double a2a;      /* bytes of the experts' all-to-all exchanges, all ranks (NAN: no experts) */
   double moe_gemm; /* the experts' GEMMs' FLOP/s on a rank (all ranks' FLOPs over all ranks'
                       seconds; NAN: no experts) */
+  double docs;     /* documents in the global batch (NAN: stream windows) */
+  double pack_eff; /* their tokens over the batch's window tokens (NAN: stream windows) */
   int empty;       /* no counted label in the global batch: no update */
   int finite;      /* loss and gradient norm finite */
 };
@@ -82,6 +85,11 @@ void run_rate_setup(struct run *r);
 
 /* Open the metrics file (collective; a resumed run appends to its metrics). */
 void run_open_metrics(struct run *r);
+
+/* The data summary on rank 0: per file its samples (stream windows or packed documents),
+ * documents, tokens, windows, cut documents, packing efficiency; the epochs the run's steps
+ * consume. Not collective. */
+void run_log_data(const struct run *r);
 
 /* The console line and metrics row of validation loss vl at `step`. Collective. */
 void run_log_validation(struct run *r, int64_t step, double vl);

@@ -10,6 +10,7 @@ const char *const kd_device_names[KD_DEV_N] = {KD_DEVICE_LIST(KD_WORD_NAME)};
 const char *const kd_teacher_source_names[KD_TEACHER_N] = {KD_TEACHER_SOURCE_LIST(KD_WORD_NAME)};
 const char *const kd_cache_select_names[TCACHE_NSELECT] = {KD_CACHE_SELECT_LIST(KD_WORD_NAME)};
 const char *const kd_data_format_names[KD_DATA_NFORMATS] = {KD_DATA_FORMAT_LIST(KD_WORD_NAME)};
+const char *const kd_samples_names[KD_SAMPLES_N] = {KD_SAMPLES_LIST(KD_WORD_NAME)};
 const char *const kd_loss_kind_names[LOSS_NKINDS] = {KD_LOSS_KIND_LIST(KD_WORD_NAME)};
 const char *const kd_decay_names[KD_DECAY_N] = {KD_DECAY_LIST(KD_WORD_NAME)};
 const char *const kd_precision_names[KD_PREC_N] = {KD_PRECISION_LIST(KD_WORD_NAME)};

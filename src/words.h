@@ -60,6 +60,15 @@ enum kd_data_format { KD_DATA_FORMAT_LIST(KD_WORD_ENUM) KD_DATA_NFORMATS };
 #define KD_DATA_FORMAT_WORDS KD_WORDS_OF(KD_DATA_FORMAT_LIST)
 extern const char *const kd_data_format_names[KD_DATA_NFORMATS];
 
+/* &data samples: what a sample is made of (data.c) */
+#define KD_SAMPLES_LIST(X)                                                                         \
+  X(KD_SAMPLES_AUTO, "auto")                                                                       \
+  X(KD_SAMPLES_STREAM, "stream")                                                                   \
+  X(KD_SAMPLES_DOCUMENTS, "documents")
+enum kd_samples { KD_SAMPLES_LIST(KD_WORD_ENUM) KD_SAMPLES_N };
+#define KD_SAMPLES_WORDS KD_WORDS_OF(KD_SAMPLES_LIST)
+extern const char *const kd_samples_names[KD_SAMPLES_N];
+
 /* &loss kind: the distillation divergence (the backends' loss ops take it too) */
 #define KD_LOSS_KIND_LIST(X)                                                                       \
   X(LOSS_FKL, "fkl")                                                                               \
