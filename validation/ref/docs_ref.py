@@ -133,3 +133,43 @@ for kind in ("qwen2", "mistral_sw", "gemma3"):
     with open(f"want_{kind}.bf16.txt", "w") as f:
         f.write(f"{wb:.10f} {n}\n")
     print(f"{kind}: transformers' loss {want:.8f} over {n} counted tokens (bf16 weights {wb:.6f})")
+
+
+# ---- one distillation step over every validation conversation, each run alone ------------
+# The test's step: teacher mistral_sw, student qwen2, loss%kind 'fkl', alpha 0.5, temperature
+# 2 (t2_scale), a global batch of every window of the validation file (one epoch: the same
+# documents whatever the order and the packing). Per conversation alone (cut to T + 1): KD =
+# sum over the counted positions of KL(p_t || p_s) at temperature tau, CE the hard-label cross
+# entropy; loss = alpha tau^2 KD / N + (1 - alpha) CE / N over the N counted positions of all
+# conversations; grad_norm the L2 norm of d loss over every student parameter (tied once).
+import torch.nn.functional as F  # noqa: E402
+
+ALPHA, TAU = 0.5, 2.0
+teacher = AutoModelForCausalLM.from_pretrained("hf_mistral_sw", dtype=torch.float32).eval()
+student = AutoModelForCausalLM.from_pretrained("hf_qwen2", dtype=torch.float32).eval()
+kd = ce = 0.0
+n = 0
+terms = []
+for ids, mask in docs:
+    ids, mask = ids[:T + 1], mask[:T + 1]
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        zt = teacher(x).logits[0, :-1]
+    zs = student(x).logits[0, :-1]
+    counted = torch.tensor(mask[1:]) != 0
+    target = torch.tensor(ids[1:])
+    lps = F.log_softmax(zs / TAU, -1)
+    lpt = F.log_softmax(zt / TAU, -1)
+    k = F.kl_div(lps, lpt, reduction="none", log_target=True).sum(-1)[counted].sum()
+    c = F.cross_entropy(zs[counted], target[counted], reduction="sum")
+    terms.append((k, c))
+    n += int(counted.sum())
+loss = sum(ALPHA * TAU * TAU * k / n + (1 - ALPHA) * c / n for k, c in terms)
+loss.backward()
+gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in student.parameters()
+                    if p.grad is not None))
+kd = float(sum(k for k, _ in terms)) * TAU * TAU / n
+ce = float(sum(c for _, c in terms)) / n
+with open("want_step.txt", "w") as f:
+    f.write(f"{loss.item():.10f} {kd:.10f} {ce:.10f} {gn.item():.10f}\n")
+print(f"step: loss {loss.item():.8f} kd {kd:.8f} ce {ce:.8f} grad_norm {gn.item():.8f}")

@@ -110,7 +110,7 @@ static void check_format(const char *fmt, int tb, uint32_t mul, uint32_t add, ui
   }
   /* sequential order wraps around the file */
   const size_t ns = d.set[0].nsamples;
-  data_batch_sequential(&d, (int64_t)ns - 3, mb, in, lab);
+  data_batch_sequential(&d, (int64_t)ns - 3, mb, in, lab, NULL);
   for (int j = 0; j < mb; j++) {
     size_t s = (ns - 3 + (size_t)j) % ns;
     for (int t = 0; t < T; t++) {
