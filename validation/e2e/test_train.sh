@@ -19,7 +19,7 @@ EOF2
 echo "== train a teacher"
 kd 1 > log.txt 2>&1 || { cat log.txt; fail "teacher training"; }
 [ -f teacher/final.h5 ] || fail "no teacher/final.h5"
-head -1 teacher/metrics.csv | grep -qx 'step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,val_loss,loss_aux,gen_tok_per_s,gen_len,gen_eos_frac,moe_imbalance,a2a_bytes,moe_gemm_flop_per_s' \
+head -1 teacher/metrics.csv | grep -qx 'step,loss,loss_kd,loss_ce,lr,grad_norm,skipped,tokens,tok_per_s,mfu,mem_peak_bytes,val_loss,loss_aux,gen_tok_per_s,gen_len,gen_eos_frac,moe_imbalance,a2a_bytes,moe_gemm_flop_per_s,docs,pack_eff' \
   || fail "metrics header"
 [ "$(grep -c '^[1-6],[0-9]' teacher/metrics.csv)" -eq 6 ] || fail "expected 6 step rows"
 tail -1 teacher/metrics.csv | grep -q '^6,,,,,,,,,,,[0-9]' || fail "final validation row"
