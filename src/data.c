@@ -112,6 +112,42 @@ int data_use_documents(struct kd_data *d, enum kd_samples samples, int pack, uin
   return KD_EXIT_OK;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+void data_report(const char *role, const struct kd_data *d, int i) {
+  const struct data_set *s = &d->set[i];
+  const struct data_pack *p = &s->pack;
+  if (!p->off) {
+    kd_info("kdtrain: %s %s: %zu tokens, %zu stream windows of %d tokens%s%s\n", role, s->src.path,
+            s->src.ntok, s->nsamples, d->seq_len + 1,
+            s->src.ndocs ? "; its documents not used (data%samples = 'stream')" : "",
+            s->src.mask ? "; loss mask" : "");
+    return;
+  }
+  uint64_t *len = kd_malloc(s->src.ndocs * sizeof *len);
+  for (size_t k = 0; k < s->src.ndocs; k++)
+    len[k] = s->src.doc[k + 1] - s->src.doc[k];
+  qsort(len, s->src.ndocs, sizeof *len, cmp_u64);
+  const size_t n = s->src.ndocs;
+  kd_info("kdtrain: %s %s: %zu documents, %zu tokens; document lengths min %llu, median %llu, "
+          "90%% %llu, max %llu (a window holds %d)\n",
+          role, s->src.path, p->ndocs, s->src.ntok, (unsigned long long)len[0],
+          (unsigned long long)len[n / 2], (unsigned long long)len[(n - 1) * 9 / 10],
+          (unsigned long long)len[n - 1], d->seq_len + 1);
+  free(len);
+  kd_info("kdtrain: %s %s: %zu windows of %d tokens (%s), packing efficiency %.1f%%\n", role,
+          s->src.path, p->nwin, d->seq_len + 1, p->packed ? "packed" : "one document each",
+          100.0 * (double)p->tok_docs / ((double)p->nwin * (d->seq_len + 1)));
+  if (p->ntrunc)
+    kd_info("kdtrain: %s %s: %zu of %zu documents longer than a window (seq_len + 1 = %d) are "
+            "cut: %llu tokens (%.2f%%) dropped\n",
+            role, s->src.path, p->ntrunc, p->ndocs, d->seq_len + 1, (unsigned long long)p->tok_cut,
+            100.0 * (double)p->tok_cut / (double)(p->tok_docs + p->tok_cut));
+}
+
 int data_open(struct kd_data *d, const char *path, enum kd_data_format format, int seq_len,
               int vocab_size, uint64_t seed, char *err, size_t errlen) {
   return data_open_blend(d, 1, &path, NULL, format, seq_len, vocab_size, seed, err, errlen);

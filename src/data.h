@@ -56,6 +56,11 @@ int data_open_blend(struct kd_data *d, int n, const char *const *paths, const do
 int data_use_documents(struct kd_data *d, enum kd_samples samples, int pack, uint64_t seed,
                        char *err, size_t errlen);
 
+/* Lines on rank 0 describing file i of d as `role` ("train", "valid"): tokens, its windows
+ * (stream, or documents packed or one each), the document lengths (min, median, 90th
+ * percentile, max) against seq_len + 1, the packing efficiency, the documents cut. */
+void data_report(const char *role, const struct kd_data *d, int i);
+
 /* data_open_blend of the single file `path`. */
 int data_open(struct kd_data *d, const char *path, enum kd_data_format format, int seq_len,
               int vocab_size, uint64_t seed, char *err, size_t errlen);

@@ -586,6 +586,36 @@ int train_run(const struct kd_config *cfg) {
   return status;
 }
 
+/* --dry-run's data summary (not with --without-files): the files opened and described as
+ * the run will (0, or KD_EXIT_INPUT with the message printed). */
+static int dry_run_data(const struct kd_config *cfg) {
+  if (config_without_files(-1)) return KD_EXIT_OK;
+  int vc = cfg->student.vocab_size; /* ids must lie below both models' vocabularies */
+  if (config_teacher_live(cfg) && cfg->teacher.vocab_size > 0 && cfg->teacher.vocab_size < vc)
+    vc = cfg->teacher.vocab_size;
+  char err[1024];
+  struct kd_data d;
+  if (cfg->data_ntrain > 0 && cfg->data_train[0][0]) {
+    if (data_open_train(&d, cfg, vc, err, sizeof err)) {
+      fprintf(stderr, "kdtrain: %s\n", err);
+      return KD_EXIT_INPUT;
+    }
+    for (int i = 0; i < d.nsets; i++)
+      data_report("train", &d, i);
+    data_close(&d);
+  }
+  if (cfg->data_valid[0]) {
+    if (data_open_valid(&d, cfg, vc, err, sizeof err)) {
+      fprintf(stderr, "kdtrain: %s\n", err);
+      return KD_EXIT_INPUT;
+    }
+    data_report("valid", &d, 0);
+    data_close(&d);
+  }
+  return KD_EXIT_OK;
+}
+
 int train_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
-  return plan_dry_run(cfg, nranks, device_bytes);
+  const int st = dry_run_data(cfg);
+  return st ? st : plan_dry_run(cfg, nranks, device_bytes);
 }

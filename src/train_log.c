@@ -144,36 +144,12 @@ void run_open_metrics(struct run *r) {
   metrics_open(&r->metrics, path, r->resume.step > 0, MPI_COMM_WORLD);
 }
 
-/* One file's line of the data summary. */
-static void log_data_set(const char *role, const struct kd_data *d, int i) {
-  const struct data_set *s = &d->set[i];
-  const struct data_pack *p = &s->pack;
-  const double T1 = (double)d->seq_len + 1;
-  if (!p->off) {
-    kd_info("kdtrain: %s %s: %zu tokens, %zu stream windows of %d tokens%s%s\n", role, s->src.path,
-            s->src.ntok, s->nsamples, d->seq_len + 1,
-            s->src.ndocs ? "; documents ignored (data%samples = 'stream')" : "",
-            s->src.mask ? "; loss mask" : "");
-    return;
-  }
-  kd_info("kdtrain: %s %s: %zu documents, %zu tokens, %zu windows of %d tokens (%s), packing "
-          "efficiency %.1f%%\n",
-          role, s->src.path, p->ndocs, s->src.ntok, p->nwin, d->seq_len + 1,
-          p->packed ? "packed" : "one document each",
-          100.0 * (double)p->tok_docs / ((double)p->nwin * T1));
-  if (p->ntrunc)
-    kd_info("kdtrain: %s %s: %zu of %zu documents longer than a window (seq_len + 1 = %d) are "
-            "cut: %llu tokens (%.2f%%) dropped\n",
-            role, s->src.path, p->ntrunc, p->ndocs, d->seq_len + 1, (unsigned long long)p->tok_cut,
-            100.0 * (double)p->tok_cut / (double)(p->tok_docs + p->tok_cut));
-}
-
 void run_log_data(const struct run *r) {
   const struct kd_config *cfg = r->cfg;
   if (r->train.nsets) {
     size_t n = 0;
     for (int i = 0; i < r->train.nsets; i++) {
-      log_data_set("train", &r->train, i);
+      data_report("train", &r->train, i);
       n += r->train.set[i].nsamples;
     }
     kd_info("kdtrain: %lld steps x %d samples = %.2f epochs of the training windows\n",
@@ -181,7 +157,7 @@ void run_log_data(const struct run *r) {
             (double)cfg->run_steps * cfg->par_global_batch / (double)n);
   }
   if (r->have_valid) {
-    log_data_set("valid", &r->valid, 0);
+    data_report("valid", &r->valid, 0);
     const int64_t n = (int64_t)r->valid.set[0].nsamples,
                   want = (int64_t)r->valid_batches * cfg->par_micro_batch;
     if (cfg->data_valid_batches == 0)

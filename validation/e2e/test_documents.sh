@@ -60,7 +60,7 @@ evals() {
 }
 evals 1 qwen2 "" 1e-5 "packed, 1 rank" data%samples="'documents'"
 nwin=$(sed -n 's/.* \([0-9]*\) windows of 97 tokens (packed).*/\1/p' log.txt | head -1)
-grep -q "40 documents, 4355 tokens, [0-9]* windows of 97 tokens (packed)" log.txt \
+grep -q "40 documents, 4355 tokens; document lengths min 23" log.txt && grep -q "valid: [0-9]* windows of 97 tokens (packed), packing efficiency" log.txt \
   || { cat log.txt; fail "no data summary of the packed documents"; }
 grep -q "documents longer than a window (seq_len + 1 = 97) are cut" log.txt \
   || { cat log.txt; fail "the cut documents are not reported"; }
