@@ -17,7 +17,15 @@
  * the key tiles of a block at its first row's first key and ends the query tiles of a
  * key block at the last query its last key reaches, so work grows with w x T, not T^2.
  * A soft cap c scores c tanh(u / c) for the scaled product u; backward multiplies by
- * d/du = 1 - tanh^2(u / c). */
+ * d/du = 1 - tanh^2(u / c).
+ *
+ * Packed documents (at->pos, a device block of each row's position in its document) start
+ * a query row's keys at its document's first row as well (cpu_attention.c's att_first_key:
+ * the later of the window's and the document's first key, nondecreasing in the row), so
+ * scores against other documents' keys are never computed: a block's key tiles start at
+ * its first row's first key and a warp skips the tiles before its own row's; a key block's
+ * query tiles end at the first tile whose first row starts past the block's last key. The
+ * positions are read on the device, not checked (the CPU backend checks them). */
 #include "cuda_common.cuh"
 
 #define ATT_ROWS 8  /* warps (query or key rows) per block */
@@ -44,14 +52,12 @@ static att_dims att_dims_make(int T, int nh, int nkv, int hd, const struct kd_at
                   nh / nkv, at->scale, at->window, at->softcap};
 }
 
-/* Whether query i sees key j: causal, and inside the window when there is one. */
-__device__ bool att_sees(int i, int j, int w) {
-  return j <= i && (w == 0 || j > i - w);
-}
-
-/* The first key query i sees. */
-__device__ int att_first_key(int i, int w) {
-  return w > 0 && i - w + 1 > 0 ? i - w + 1 : 0;
+/* The first key query i of a sequence sees (it sees first .. i): the window's first key,
+ * and not before its document's first row; prow: the sequence's document positions (T
+ * ints), or NULL for one document. Nondecreasing in i. */
+__device__ int att_first_key(const int *prow, int i, int w) {
+  const int first = w > 0 && i - w + 1 > 0 ? i - w + 1 : 0;
+  return prow ? max(first, i - prow[i]) : first;
 }
 
 /* The score of a scaled product u (soft-capped when cap > 0); *du: its derivative. */
@@ -82,7 +88,9 @@ __device__ void att_load(float *dst, int sld, const float *src, size_t ld, int r
   }
 }
 
-__global__ void k_att_fwd(float *out, float *lse, const float *qkv, att_dims a, int rnd) {
+/* pos: the document positions (B*T ints, device), or NULL. */
+__global__ void k_att_fwd(float *out, float *lse, const float *qkv, const int *pos, att_dims a,
+                          int rnd) {
   extern __shared__ float sm[];
   const int hd = a.hd, kld = hd + 1;
   float *Ks = sm, *Vs = Ks + ATT_TILE * kld, *Qs = Vs + ATT_TILE * hd;
@@ -90,17 +98,19 @@ __global__ void k_att_fwd(float *out, float *lse, const float *qkv, att_dims a, 
   const int t0 = blockIdx.x * ATT_ROWS, i = t0 + w, kh = h / a.group;
   const bool active = i < a.T;
   const float *base = qkv + (size_t)b * a.T * a.ld;
+  const int *prow = pos ? pos + (size_t)b * a.T : NULL;
+  const int first = active ? att_first_key(prow, i, a.window) : 0; /* row i sees first .. i */
   att_load(Qs, hd, base + (size_t)h * hd, a.ld, t0, ATT_ROWS, a.T, hd);
   const int kend = min(a.T, t0 + ATT_ROWS);
   float o[ATT_MAXD] = {0}, m = -INFINITY, l = 0.0f;
-  for (int j0 = att_first_key(t0, a.window); j0 < kend; j0 += ATT_TILE) {
+  for (int j0 = att_first_key(prow, t0, a.window); j0 < kend; j0 += ATT_TILE) {
     __syncthreads();
     att_load(Ks, kld, base + (size_t)(a.nh + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
     att_load(Vs, hd, base + (size_t)(a.nh + a.nkv + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
     __syncthreads();
-    if (!active) continue; /* warp-uniform */
+    if (!active || j0 + ATT_TILE <= first) continue; /* warp-uniform: nothing row i sees */
     const int j = j0 + lane;
-    const bool sees = att_sees(i, j, a.window);
+    const bool sees = j >= first && j <= i;
     float s = -INFINITY, du;
     if (sees) {
       float acc = 0.0f;
@@ -108,16 +118,16 @@ __global__ void k_att_fwd(float *out, float *lse, const float *qkv, att_dims a, 
         acc += Qs[w * hd + d] * Ks[lane * kld + d];
       s = att_score(acc * a.scale, a.cap, &du);
     }
-    /* while a row has seen no key m is -inf: corr 0, not exp(-inf - -inf) (the first
-     * tile starts at the block's first key, so with ATT_ROWS <= ATT_TILE it holds a key of
-     * every row; the guard keeps that a property of the schedule, not of the numbers) */
+    /* while a row has seen no key m is -inf: corr 0, not exp(-inf - -inf) (a row's first
+     * tile here holds its first key, but the guard keeps that a property of the schedule,
+     * not of the numbers) */
     const float mn = fmaxf(m, warp_max(s));
     const float p = sees ? expf(s - mn) : 0.0f, corr = m == -INFINITY ? 0.0f : expf(m - mn);
     l = l * corr + warp_sum(p);
 #pragma unroll
     for (int t = 0; t < ATT_MAXD; t++)
       o[t] *= corr;
-    for (int jj = max(0, att_first_key(i, a.window) - j0); jj < ATT_TILE && j0 + jj <= i; jj++) {
+    for (int jj = max(0, first - j0); jj < ATT_TILE && j0 + jj <= i; jj++) {
       const float pj = __shfl_sync(0xffffffffu, p, jj);
 #pragma unroll
       for (int t = 0; t < ATT_MAXD; t++) {
@@ -147,14 +157,14 @@ static void cuda_attention_forward(struct kd_backend *be, float *out, float *lse
       sizeof(float) * ((size_t)ATT_TILE * (hd + 1) + (size_t)ATT_TILE * hd + (size_t)ATT_ROWS * hd);
   att_smem(k_att_fwd, smem);
   dim3 grid((unsigned)((T + ATT_ROWS - 1) / ATT_ROWS), (unsigned)nh, (unsigned)B);
-  k_att_fwd<<<grid, 32 * ATT_ROWS, smem, cuda_of(be)->compute>>>(out, lse, qkv, a,
+  k_att_fwd<<<grid, 32 * ATT_ROWS, smem, cuda_of(be)->compute>>>(out, lse, qkv, at->pos, a,
                                                                  cuda_of(be)->bf16);
   CUDA_OP_DONE();
 }
 
-/* dQ: a warp per query row i of head h; also writes D_i = o_i . dO_i. */
+/* dQ: a warp per query row i of head h; also writes D_i = o_i . dO_i. pos: as k_att_fwd. */
 __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const float *qkv,
-                             const float *out, const float *lse, att_dims a) {
+                             const float *out, const float *lse, const int *pos, att_dims a) {
   extern __shared__ float sm[];
   const int hd = a.hd, kld = hd + 1, ldo = a.nh * hd;
   float *Ks = sm, *Vs = Ks + ATT_TILE * kld, *Qs = Vs + ATT_TILE * kld, *Gs = Qs + ATT_ROWS * hd;
@@ -162,6 +172,8 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
   const int t0 = blockIdx.x * ATT_ROWS, i = t0 + w, kh = h / a.group;
   const bool active = i < a.T;
   const float *base = qkv + (size_t)b * a.T * a.ld;
+  const int *prow = pos ? pos + (size_t)b * a.T : NULL;
+  const int first = active ? att_first_key(prow, i, a.window) : 0; /* row i sees first .. i */
   const size_t orow0 = (size_t)b * a.T * ldo + (size_t)h * hd;
   att_load(Qs, hd, base + (size_t)h * hd, a.ld, t0, ATT_ROWS, a.T, hd);
   att_load(Gs, hd, dout + orow0, ldo, t0, ATT_ROWS, a.T, hd);
@@ -177,15 +189,15 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
   }
   const int kend = min(a.T, t0 + ATT_ROWS);
   float dq[ATT_MAXD] = {0};
-  for (int j0 = att_first_key(t0, a.window); j0 < kend; j0 += ATT_TILE) {
+  for (int j0 = att_first_key(prow, t0, a.window); j0 < kend; j0 += ATT_TILE) {
     __syncthreads();
     att_load(Ks, kld, base + (size_t)(a.nh + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
     att_load(Vs, kld, base + (size_t)(a.nh + a.nkv + kh) * hd, a.ld, j0, ATT_TILE, kend, hd);
     __syncthreads();
-    if (!active) continue;
+    if (!active || j0 + ATT_TILE <= first) continue; /* warp-uniform */
     const int j = j0 + lane;
     float ds = 0.0f;
-    if (att_sees(i, j, a.window)) {
+    if (j >= first && j <= i) {
       float s = 0.0f, dp = 0.0f, du;
       for (int d = 0; d < hd; d++) {
         s += Qs[w * hd + d] * Ks[lane * kld + d];
@@ -194,7 +206,7 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
       float p = expf(att_score(s * a.scale, a.cap, &du) - L);
       ds = p * (dp - D) * du * a.scale;
     }
-    for (int jj = max(0, att_first_key(i, a.window) - j0); jj < ATT_TILE && j0 + jj <= i; jj++) {
+    for (int jj = max(0, first - j0); jj < ATT_TILE && j0 + jj <= i; jj++) {
       const float g = __shfl_sync(0xffffffffu, ds, jj);
 #pragma unroll
       for (int t = 0; t < ATT_MAXD; t++) {
@@ -212,9 +224,10 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
   }
 }
 
-/* dK, dV: a warp per key row j of kv head kh, over every q head of the group. */
+/* dK, dV: a warp per key row j of kv head kh, over every q head of the group. pos: as
+ * k_att_fwd. */
 __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout, const float *qkv,
-                              const float *lse, att_dims a) {
+                              const float *lse, const int *pos, att_dims a) {
   extern __shared__ float sm[];
   const int hd = a.hd, qld = hd + 1, ldo = a.nh * hd;
   float *Qs = sm, *Gs = Qs + ATT_TILE * qld, *Ks = Gs + ATT_TILE * qld, *Vs = Ks + ATT_ROWS * hd;
@@ -223,15 +236,18 @@ __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
   const int jb = blockIdx.x * ATT_ROWS, j = jb + w;
   const bool active = j < a.T;
   const float *base = qkv + (size_t)b * a.T * a.ld;
+  const int *prow = pos ? pos + (size_t)b * a.T : NULL;
   const size_t koff = (size_t)(a.nh + kh) * hd, voff = (size_t)(a.nh + a.nkv + kh) * hd;
   att_load(Ks, hd, base + koff, a.ld, jb, ATT_ROWS, a.T, hd);
   att_load(Vs, hd, base + voff, a.ld, jb, ATT_ROWS, a.T, hd);
   float dk[ATT_MAXD] = {0}, dv[ATT_MAXD] = {0};
-  /* the queries that see a key of this block: jb .. iend-1 */
-  const int iend = a.window > 0 ? min(a.T, jb + ATT_ROWS - 1 + a.window) : a.T;
+  /* the queries that see a key of this block start at jb and end before the first tile
+   * whose first row's first key is past the block's last key (first keys never decrease:
+   * the window's end, or the next document's start) */
+  const int jlast = min(a.T, jb + ATT_ROWS) - 1;
   for (int h = kh * a.group; h < (kh + 1) * a.group; h++) {
     const size_t lrow = ((size_t)b * a.nh + h) * a.T;
-    for (int i0 = jb; i0 < iend; i0 += ATT_TILE) {
+    for (int i0 = jb; i0 < a.T && att_first_key(prow, i0, a.window) <= jlast; i0 += ATT_TILE) {
       __syncthreads();
       att_load(Qs, qld, base + (size_t)h * hd, a.ld, i0, ATT_TILE, a.T, hd);
       att_load(Gs, qld, dout + (size_t)b * a.T * ldo + (size_t)h * hd, ldo, i0, ATT_TILE, a.T, hd);
@@ -241,10 +257,11 @@ __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
         Ds[threadIdx.x] = i < a.T ? Dbuf[lrow + i] : 0.0f;
       }
       __syncthreads();
-      if (!active) continue;
+      /* warp-uniform: no query of the tile sees key j (it is before the tile's first one) */
+      if (!active || att_first_key(prow, i0, a.window) > j) continue;
       const int i = i0 + lane;
       float p = 0.0f, ds = 0.0f;
-      if (i < a.T && att_sees(i, j, a.window)) {
+      if (i < a.T && j <= i && j >= att_first_key(prow, i, a.window)) {
         float s = 0.0f, dp = 0.0f, du;
         for (int d = 0; d < hd; d++) {
           s += Qs[lane * qld + d] * Ks[w * hd + d];
@@ -290,10 +307,10 @@ static void cuda_attention_backward(struct kd_backend *be, float *dqkv, const fl
   att_smem(k_att_bwd_dkv, smem_kv);
   unsigned nb = (unsigned)((T + ATT_ROWS - 1) / ATT_ROWS);
   k_att_bwd_dq<<<dim3(nb, (unsigned)nh, (unsigned)B), 32 * ATT_ROWS, smem_q,
-                 cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, out, lse, a);
+                 cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, out, lse, at->pos, a);
   CUDA_CHECK(cudaGetLastError());
   k_att_bwd_dkv<<<dim3(nb, (unsigned)nkv, (unsigned)B), 32 * ATT_ROWS, smem_kv,
-                  cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, lse, a);
+                  cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, lse, at->pos, a);
   CUDA_OP_DONE();
 }
 
