@@ -16,7 +16,12 @@
 #    whose global batch is every window of the set: loss, loss_kd, loss_ce and grad_norm
 #    equal PyTorch's step over each conversation alone, within 1e-5 relative, packed and
 #    unpacked, on 1 rank and tp 2;
-#  - samples = 'documents' on a file without a document index (raw u16) is exit 2 naming it.
+#  - samples = 'documents' on a file without a document index (raw u16) is exit 2 naming it;
+#  - on-policy (lambda 1) on a kdprep --chat training set with the default data keys: every
+#    row of rollouts.h5 begins with exactly one conversation's prompt (its tokens before the
+#    first counted token), the same rows on 1 rank and dp 2;
+#  - a packed run resumed at step 3 of 6 on tp 2 continues with the same documents, packing
+#    (the docs and pack_eff columns) and losses (1e-5) as the uninterrupted run.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
 kd_python_or_skip torch transformers tokenizers numpy
@@ -118,4 +123,69 @@ $MPIEXEC -n 1 "$KDTRAIN" base.nml data%valid="'raw.u16'" data%format="'u16'" \
 [ "$st" = 2 ] && grep -q "raw.u16: has no document index" raw.txt \
   || { cat raw.txt; fail "documents of a raw stream: status $st"; }
 echo "ok raw stream with samples 'documents': exit 2 naming the file"
+echo "== on-policy with the default data keys: every rollout begins with one conversation's prompt"
+PATH="$(dirname "$KD_PYTHON"):$PATH" "$KD_PYTHON" "$KD_SRCDIR/src/tools/kdprep.py" \
+  --input train.jsonl --output-prefix train --tokenizer tok --chat > prep.txt 2>&1 \
+  || { cat prep.txt; fail "kdprep --chat (train)"; }
+cat > onp.nml <<EOF
+&run mode = 'distill', steps = 2, seed = 9, out_dir = 'op1' /
+&teacher card = 'mistral_sw.nml', init = 'mistral_sw.h5' /
+&student card = 'qwen2.nml', init = 'qwen2.h5' /
+&parallel micro_batch = 1, global_batch = 4 /
+&data train = 'train', format = 'megatron', seq_len = $T /
+&loss kind = 'rkl', onpolicy = 1.0 /
+&generate max_new_tokens = 12, temperature = 1.0, save = .true. /
+&optim lr = 1e-3, warmup = 1 /
+&precision compute = 'fp32' /
+EOF
+kd_nml=onp.nml kd 1
+grep -q "train .*train: [0-9]* windows of 97 tokens (packed)" log.txt || fail "on-policy data not packed"
+kd_nml=onp.nml kd 2 run%out_dir="'op2'" parallel%dp=2
+"$KD_PYTHON" - << 'PY' || fail "rollouts.h5 rows"
+import warnings, logging
+warnings.simplefilter("ignore"); logging.disable(logging.WARNING)
+import h5py, numpy as np
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+ids, mask = IndexedDataset("train"), IndexedDataset("train_mask")
+prompts = set()
+for i in range(len(ids)):
+    m = np.asarray(mask[i])
+    prompts.add(tuple(int(x) for x in np.asarray(ids[i])[: int(np.argmax(m != 0))]))
+rows = {}
+for run in ("op1", "op2"):
+    with h5py.File(f"{run}/rollouts.h5", "r") as f:
+        tok, pl = f["tokens"][()], f["prompt_len"][()]
+    assert len(tok) == 8, f"{run}: {len(tok)} rows, expected 2 steps x 4"
+    for r in range(len(tok)):
+        p = tuple(int(x) for x in tok[r, : pl[r]])
+        assert p in prompts, f"{run} row {r}: its first {pl[r]} tokens are no conversation's prompt"
+    rows[run] = tok
+assert (rows["op1"] == rows["op2"]).all(), "1 rank and dp 2 generated different rows"
+print(f"ok on-policy: {len(rows['op1'])} rows each on 1 rank and dp 2, identical, every one a "
+      f"conversation's prompt ({len(prompts)} conversations) + continuation")
+PY
+
+echo "== resume mid-epoch on another layout: the same windows"
+cat > res.nml <<EOF
+&run mode = 'train', steps = 6, seed = 4, out_dir = 'ra' /
+&student card = 'qwen2.nml', init = 'qwen2.h5' /
+&parallel micro_batch = 1, global_batch = 4 /
+&data train = 'train', format = 'megatron', seq_len = $T /
+&optim lr = 1e-3, warmup = 1 /
+&precision compute = 'fp32' /
+&checkpoint every = 3 /
+EOF
+kd_nml=res.nml kd 1
+cp -r ra rb
+rm -f rb/checkpoints/step_00000006.h5 rb/metrics.csv
+echo step_00000003.h5 > rb/checkpoints/latest
+kd_nml=res.nml kd 2 run%out_dir="'rb'" parallel%tp=2
+grep -q "resumed from .*step_00000003.h5 at step 3" log.txt || fail "no resume at step 3"
+awk -F, 'NR > 1 && $1 > 3 && $2 != "" { print $1, $2, $20, $21 }' ra/metrics.csv > a.rows
+awk -F, 'NR > 1 && $1 > 3 && $2 != "" { print $1, $2, $20, $21 }' rb/metrics.csv > b.rows
+[ "$(wc -l < a.rows)" = 3 ] || { cat a.rows; fail "uninterrupted run rows"; }
+paste a.rows b.rows | awk '{ d = $2 - $6; if (d < 0) d = -d
+  if ($1 != $5 || $3 != $7 || $4 != $8 || d > 1e-5 * $2) { print "step " $1 ": " $0; bad = 1 } }
+  END { exit bad }' || fail "resumed on tp 2: other windows or losses"
+echo "ok resume at step 3 on tp 2: steps 4-6 the same documents, packing and losses (1e-5)"
 echo "all document checks passed"
