@@ -297,6 +297,22 @@ static void test_elementwise(struct st *x) {
   dual_free(x, &v);
 }
 
+/* Packed documents (struct kd_attn's pos): nseq sequences of T rows cut into documents of
+ * uneven lengths (the list below from entry b on for sequence b, the last one cut at T:
+ * single rows, documents inside one tile and across several); returns the nseq*T
+ * positions, each row's in its document (the caller frees them). */
+static int *doc_positions(int nseq, int T) {
+  static const int len[] = {5, 70, 1, 33, 9, 64, 2};
+  const int n = (int)(sizeof len / sizeof *len);
+  int *pos = kd_malloc((size_t)nseq * T * sizeof(int) + 1);
+  for (int b = 0; b < nseq; b++)
+    for (int t = 0, k = b, p = 0; t < T; t++, p++) {
+      if (p == len[k % n]) p = 0, k++;
+      pos[(size_t)b * T + t] = p;
+    }
+  return pos;
+}
+
 static void test_rows(struct st *x) {
   const size_t N = 93;
   const int C = 200, V = 50, lo = 10, I = 131, nh = 3, hd = 24, ld = 2 * nh * hd + 5, T = 31;
@@ -345,6 +361,20 @@ static void test_rows(struct st *x) {
   x->cpu->rope_backward(x->cpu, xb.c, N, T, NULL, 2 * nh, hd, ld, &ry),
       x->gpu->rope_backward(x->gpu, xb.g, N, T, NULL, 2 * nh, hd, ld, &ry);
   report(x, "rope_backward (yarn)", dual_err(x, &xb, 0), TOL_FWD);
+  /* positions restarting at each packed document, plain and yarn */
+  int *hp = doc_positions((int)(N / T), T);
+  struct dual pos = dual_raw(x, N * sizeof(int), hp);
+  free(hp);
+  x->cpu->rope_forward(x->cpu, xb.c, N, T, pos.c, nh, hd, ld, &r4),
+      x->gpu->rope_forward(x->gpu, xb.g, N, T, pos.g, nh, hd, ld, &r4);
+  x->cpu->rope_forward(x->cpu, (float *)xb.c + nh * hd, N, T, pos.c, nh, hd, ld, &ry);
+  x->gpu->rope_forward(x->gpu, (float *)xb.g + nh * hd, N, T, pos.g, nh, hd, ld, &ry);
+  report(x, "rope_forward (documents)", dual_err(x, &xb, 0), TOL_FWD);
+  x->cpu->rope_backward(x->cpu, xb.c, N, T, pos.c, nh, hd, ld, &r4),
+      x->gpu->rope_backward(x->gpu, xb.g, N, T, pos.g, nh, hd, ld, &r4);
+  x->cpu->rope_backward(x->cpu, (float *)xb.c + nh * hd, N, T, pos.c, nh, hd, ld, &ry);
+  x->gpu->rope_backward(x->gpu, (float *)xb.g + nh * hd, N, T, pos.g, nh, hd, ld, &ry);
+  report(x, "rope_backward (documents)", dual_err(x, &xb, 0), TOL_FWD);
   /* swiglu */
   struct dual gu = dual_rand(x, N * 2 * I, 3.0f), o2 = dual_rand(x, N * I, 1.0f);
   struct dual d2 = dual_rand(x, N * I, 1.0f), dgu = dual_rand(x, N * 2 * I, 1.0f);
@@ -375,30 +405,39 @@ static void test_rows(struct st *x) {
   x->cpu->softcap_backward(x->cpu, dz.c, z.c, N * I, 30.0f);
   x->gpu->softcap_backward(x->gpu, dz.g, z.g, N * I, 30.0f);
   report(x, "softcap_backward", dual_err(x, &dz, 0), TOL_BWD);
-  struct dual *all[] = {&tok, &wte,  &out, &in, &w,  &r,   &dout, &din, &dw,
-                        &xb,  &bias, &gu,  &o2, &d2, &dgu, &z,    &dz};
+  struct dual *all[] = {&tok, &wte, &out,  &in, &w,  &r,  &dout, &din, &dw,
+                        &xb,  &pos, &bias, &gu, &o2, &d2, &dgu,  &z,   &dz};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++)
     dual_free(x, all[i]);
 }
 
 /* Attention at plain causal 1/sqrt(hd) when window, scale and cap are 0; else with a
- * sliding window (window > 0), another score scale (scale > 0), a soft cap (cap > 0). */
+ * sliding window (window > 0), another score scale (scale > 0), a soft cap (cap > 0);
+ * docs: each sequence packs documents (doc_positions: block-diagonal attention). */
 static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd, int window,
-                           float scale, float cap) {
+                           float scale, float cap, int docs) {
   const size_t N = (size_t)B * T, ld = (size_t)(nh + 2 * nkv) * hd, ldo = (size_t)nh * hd;
   struct dual qkv = dual_rand(x, N * ld, 1.0f), out = dual_rand(x, N * ldo, 1.0f);
-  struct dual lse = dual_rand(x, N * nh, 1.0f);
-  struct kd_attn at = kd_attn_plain(hd);
+  struct dual lse = dual_rand(x, N * nh, 1.0f), pos = {NULL, NULL, 0};
+  struct kd_attn at = kd_attn_plain(hd), atg;
   if (scale > 0.0f) at.scale = scale;
   at.window = window;
   at.softcap = cap;
-  char how[40] = "";
+  atg = at;
+  if (docs) {
+    int *hp = doc_positions(B, T);
+    pos = dual_raw(x, N * sizeof(int), hp);
+    free(hp);
+    at.pos = pos.c, atg.pos = pos.g;
+  }
+  char how[48] = "";
   if (window > 0) snprintf(how + strlen(how), sizeof how - strlen(how), " w=%d", window);
   if (scale > 0.0f) snprintf(how + strlen(how), sizeof how - strlen(how), " s=%g", (double)scale);
   if (cap > 0.0f) snprintf(how + strlen(how), sizeof how - strlen(how), " cap=%g", (double)cap);
+  if (docs) snprintf(how + strlen(how), sizeof how - strlen(how), " docs");
   x->cpu->attention_forward(x->cpu, out.c, lse.c, qkv.c, B, T, nh, nkv, hd, &at);
-  x->gpu->attention_forward(x->gpu, out.g, lse.g, qkv.g, B, T, nh, nkv, hd, &at);
-  char name[64];
+  x->gpu->attention_forward(x->gpu, out.g, lse.g, qkv.g, B, T, nh, nkv, hd, &atg);
+  char name[80];
   snprintf(name, sizeof name, "attention_forward hd=%d T=%d%s", hd, T, how);
   report(x, name, fmax(dual_err(x, &out, 0), dual_err(x, &lse, 0)), TOL_ATT);
   /* backward from the CPU's forward results on both sides */
@@ -406,11 +445,12 @@ static void test_attention(struct st *x, int B, int T, int nh, int nkv, int hd, 
   x->gpu->upload(x->gpu, lse.g, lse.c, lse.bytes);
   struct dual dout = dual_rand(x, N * ldo, 1.0f), dqkv = dual_rand(x, N * ld, 1.0f);
   x->cpu->attention_backward(x->cpu, dqkv.c, dout.c, qkv.c, out.c, lse.c, B, T, nh, nkv, hd, &at);
-  x->gpu->attention_backward(x->gpu, dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, nh, nkv, hd, &at);
+  x->gpu->attention_backward(x->gpu, dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, nh, nkv, hd, &atg);
   snprintf(name, sizeof name, "attention_backward hd=%d T=%d%s", hd, T, how);
   report(x, name, dual_err(x, &dqkv, 0), TOL_ATT_BWD);
   dual_free(x, &qkv), dual_free(x, &out), dual_free(x, &lse), dual_free(x, &dout);
   dual_free(x, &dqkv);
+  if (docs) dual_free(x, &pos);
 }
 
 /* Generation's ops: rope_rows at per-row positions (plain and yarn) and attention_decode of
@@ -728,17 +768,21 @@ static int selftest_cuda(const struct kd_config *cfg) {
   test_w16(&x);
   test_elementwise(&x);
   test_rows(&x);
-  test_attention(&x, 2, 77, 4, 2, 32, 0, 0.0f, 0.0f);
-  test_attention(&x, 1, 40, 2, 1, 80, 0, 0.0f, 0.0f);
-  test_attention(&x, 1, 70, 2, 2, 128, 0, 0.0f, 0.0f);
+  test_attention(&x, 2, 77, 4, 2, 32, 0, 0.0f, 0.0f, 0);
+  test_attention(&x, 1, 40, 2, 1, 80, 0, 0.0f, 0.0f, 0);
+  test_attention(&x, 1, 70, 2, 2, 128, 0, 0.0f, 0.0f, 0);
   /* windows: one key, across several key tiles (not a multiple of 32 or 64), w >= T;
    * another scale; the soft cap (scores of q.k up to about 10 against c = 3), GQA */
-  test_attention(&x, 2, 77, 4, 2, 32, 1, 0.0f, 0.0f);
-  test_attention(&x, 1, 150, 4, 2, 32, 37, 0.0f, 0.0f);
-  test_attention(&x, 1, 70, 2, 1, 64, 100, 0.0f, 0.0f);
-  test_attention(&x, 2, 77, 4, 2, 32, 0, 0.4f, 0.0f);
-  test_attention(&x, 2, 77, 6, 2, 32, 0, 1.0f, 3.0f);
-  test_attention(&x, 1, 150, 4, 1, 48, 45, 0.5f, 1.0f);
+  test_attention(&x, 2, 77, 4, 2, 32, 1, 0.0f, 0.0f, 0);
+  test_attention(&x, 1, 150, 4, 2, 32, 37, 0.0f, 0.0f, 0);
+  test_attention(&x, 1, 70, 2, 1, 64, 100, 0.0f, 0.0f, 0);
+  test_attention(&x, 2, 77, 4, 2, 32, 0, 0.4f, 0.0f, 0);
+  test_attention(&x, 2, 77, 6, 2, 32, 0, 1.0f, 3.0f, 0);
+  test_attention(&x, 1, 150, 4, 1, 48, 45, 0.5f, 1.0f, 0);
+  /* packed documents (1 to 70 rows, across tiles): GQA, several sequences, and with a
+   * window shorter than some documents and a soft cap */
+  test_attention(&x, 3, 150, 4, 2, 32, 0, 0.0f, 0.0f, 1);
+  test_attention(&x, 2, 150, 4, 1, 48, 45, 0.0f, 1.0f, 1);
   test_decode(&x, 5, 77, 4, 2, 32, 0, 0.0f);
   test_decode(&x, 3, 200, 6, 2, 128, 50, 0.0f);
   test_decode(&x, 4, 64, 2, 1, 80, 0, 30.0f);
