@@ -1,9 +1,10 @@
 #!/bin/sh
 # The CUDA kernels without a GPU: kdtrain-cuemu (the real src/backend/cuda*.cu on
 # the CPU emulation of validation/cuemu) runs `--selftest` with run%device='cuda',
-# which compares every op and two training steps with the CPU backend. Once in FP32
-# on one rank, once in BF16 (precision%compute) on one rank, and once on two ranks;
-# each must print "selftest: passed" and exit 0. Then kdgen's engine on the emulated device
+# which compares every op (attention and rope also on packed documents) and two training
+# steps with the CPU backend. Once in FP32 on one rank, once in BF16 (precision%compute)
+# on one rank, and once on two ranks; each must print "selftest: passed", and pass its
+# packed-document lines, and exit 0. Then kdgen's engine on the emulated device
 # against the CPU's (below). Skipped (77; a failure when CI is set)
 # when configure found no C++ compiler and kdtrain-cuemu was not built. Not a GPU run:
 # see emu_rt.cpp.
@@ -25,6 +26,10 @@ run_one() {
   echo "(exit $rc, $(($(date +%s) - start)) s)"
   [ $rc -eq 0 ] || fail "kdtrain-cuemu --selftest ($1 ranks, $2) exited $rc"
   echo "$out" | grep -q "selftest: passed" || fail "no 'selftest: passed' ($1 ranks, $2)"
+  # the kernels ran on packed documents too (block-diagonal attention, rope at their positions)
+  for op in "attention_backward .* docs" "rope_backward (documents)"; do
+    echo "$out" | grep -q "$op .*pass" || fail "no passing '$op' line ($1 ranks, $2)"
+  done
 }
 
 run_one 1 fp32
