@@ -2,6 +2,7 @@
  * references written here. Forward: relative L2 error < FWD_TOL. Backward:
  * central finite differences of L = sum(R * out) (R random) taken on the
  * double reference, relative L2 error < BWD_TOL. Plus gemm, attention tiling,
+ * attention and rope on packed documents (each equal to the document alone),
  * rope inversion, vocabulary ranges, BF16 rounding, AdamW, arena accounting
  * and the accumulate (+=) contract of backward ops. */
 #include <check.h>
@@ -461,6 +462,113 @@ START_TEST(test_attention) {
 }
 END_TEST
 
+/* --- packed documents ---------------------------------------------------------------------- */
+
+/* Two sequences of DOC_T rows, each packing documents of uneven lengths: a single row, and
+ * documents that the CPU's 64-row tiles straddle; the second in the reverse order. */
+#define DOC_B 2
+#define DOC_N 5
+#define DOC_T 162
+static const int doc_len[DOC_B][DOC_N] = {{5, 70, 1, 66, 20}, {20, 66, 1, 70, 5}};
+
+/* The positions of struct kd_attn / rope (DOC_B * DOC_T ints): each row's in its document. */
+static int *doc_pos(void) {
+  int *pos = kd_malloc((size_t)DOC_B * DOC_T * sizeof(int));
+  for (int b = 0; b < DOC_B; b++)
+    for (int d = 0, t = 0; d < DOC_N; d++)
+      for (int p = 0; p < doc_len[b][d]; p++)
+        pos[b * DOC_T + t++] = p;
+  return pos;
+}
+
+/* n values of a packed run equal those of document d of sequence b run alone, within FP32
+ * accuracy (relative L2 < FWD_TOL: only the order of the sums may differ); c: the case. */
+static void check_doc(const char *what, int c, int b, int d, const float *packed,
+                      const float *alone, size_t n) {
+  double *ref = to_double(alone, n), e = relerr(packed, ref, n);
+  ck_assert_msg(e < FWD_TOL,
+                "%s (case %d): document %d of sequence %d (%d rows) packed vs alone "
+                "rel err %g",
+                what, c, d, b, doc_len[b][d], e);
+  free(ref);
+}
+
+START_TEST(test_attention_docs) {
+  /* B, T, nh, nkv, hd, window, scale, cap: GQA; a window shorter than the long documents
+   * (their early rows start at the document, their late rows at the window); another
+   * scale with a soft cap; window, scale and soft cap together with groups of 3 */
+  struct att_ctx shapes[] = {{DOC_B, DOC_T, 4, 2, 8, 0, 0, 0},
+                             {DOC_B, DOC_T, 4, 2, 8, 20, 0, 0},
+                             {DOC_B, DOC_T, 4, 2, 8, 0, 0.7, 2.0},
+                             {DOC_B, DOC_T, 6, 2, 4, 37, 0.8, 2.0}};
+  int *pos = doc_pos();
+  for (int s = 0; s < (int)(sizeof shapes / sizeof *shapes); s++) {
+    struct att_ctx c = shapes[s];
+    const struct kd_attn at = att_of(&c);
+    struct kd_attn atp = at;
+    atp.pos = pos;
+    const int nh = c.nh, T = c.T;
+    const size_t ld = (size_t)(nh + 2 * c.nkv) * c.hd, ldo = (size_t)nh * c.hd;
+    const size_t rows = (size_t)c.B * T, nl = (size_t)c.B * nh * T;
+    float *qkv = frand(rows * ld), *out = frand(rows * ldo), *lse = frand(nl),
+          *R = frand(rows * ldo);
+    float *g = calloc(rows * ld, sizeof(float));
+    be.attention_forward(&be, out, lse, qkv, c.B, T, nh, c.nkv, c.hd, &atp);
+    be.attention_backward(&be, g, R, qkv, out, lse, c.B, T, nh, c.nkv, c.hd, &atp);
+    /* each document alone: a sequence of its own rows (B = 1, T = its length, no pos) */
+    float *o1 = kd_malloc(rows * ldo * sizeof(float)), *l1 = kd_malloc(nl * sizeof(float));
+    float *g1 = kd_malloc(rows * ld * sizeof(float));
+    for (int b = 0; b < c.B; b++)
+      for (int d = 0, t0 = 0; d < DOC_N; t0 += doc_len[b][d], d++) {
+        const int n = doc_len[b][d];
+        const size_t r0 = (size_t)b * T + t0;
+        memset(g1, 0, (size_t)n * ld * sizeof(float));
+        be.attention_forward(&be, o1, l1, qkv + r0 * ld, 1, n, nh, c.nkv, c.hd, &at);
+        be.attention_backward(&be, g1, R + r0 * ldo, qkv + r0 * ld, o1, l1, 1, n, nh, c.nkv, c.hd,
+                              &at);
+        check_doc("attention out", s, b, d, out + r0 * ldo, o1, (size_t)n * ldo);
+        for (int h = 0; h < nh; h++)
+          check_doc("attention lse", s, b, d, lse + ((size_t)b * nh + h) * T + t0,
+                    l1 + (size_t)h * n, (size_t)n);
+        check_doc("attention dqkv", s, b, d, g + r0 * ld, g1, (size_t)n * ld);
+      }
+    ck_assert_uint_eq(be.arena.live[KD_MEM_SCRATCH], 0);
+    free(qkv), free(out), free(lse), free(R), free(g), free(o1), free(l1), free(g1);
+  }
+  free(pos);
+}
+END_TEST
+
+START_TEST(test_rope_docs) {
+  /* rope at the documents' positions equals rope on each document alone (its rows at
+   * positions 0 .. n-1), forward and backward, plain and scaled */
+  struct rope_ctx shapes[2] = {{DOC_B * DOC_T, DOC_T, 3, 8, 26, 1e4, 0},
+                               {DOC_B * DOC_T, DOC_T, 2, 8, 20, 1e6, 1.25}};
+  int *pos = doc_pos();
+  for (int s = 0; s < 2; s++) {
+    struct rope_ctx c = shapes[s];
+    const struct kd_rope r = rope_of_ctx(&c);
+    const size_t n = c.N * c.ld;
+    for (int dir = 0; dir < 2; dir++) {
+      float *x = frand(n), *x1 = kd_malloc(n * sizeof(float));
+      memcpy(x1, x, n * sizeof(float));
+      (dir ? be.rope_backward : be.rope_forward)(&be, x, c.N, c.T, pos, c.nh, c.hd, c.ld, &r);
+      for (int b = 0; b < DOC_B; b++)
+        for (int d = 0, t0 = 0; d < DOC_N; t0 += doc_len[b][d], d++) {
+          const int m = doc_len[b][d];
+          float *xd = x1 + ((size_t)b * c.T + t0) * c.ld;
+          (dir ? be.rope_backward : be.rope_forward)(&be, xd, (size_t)m, m, NULL, c.nh, c.hd, c.ld,
+                                                     &r);
+          check_doc(dir ? "rope backward" : "rope", s, b, d, x + ((size_t)b * c.T + t0) * c.ld, xd,
+                    (size_t)m * c.ld);
+        }
+      free(x), free(x1);
+    }
+  }
+  free(pos);
+}
+END_TEST
+
 /* --- swiglu
  * ----------------------------------------------------------------------------------------- */
 
@@ -601,6 +709,8 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_bias);
   tcase_add_test(tc, test_rope);
   tcase_add_test(tc, test_attention);
+  tcase_add_test(tc, test_attention_docs);
+  tcase_add_test(tc, test_rope_docs);
   tcase_add_test(tc, test_swiglu);
   tcase_add_test(tc, test_bf16_outputs);
   tcase_add_test(tc, test_adamw);
