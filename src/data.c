@@ -244,7 +244,7 @@ static void data_copy_window(struct kd_data *d, int set, size_t w, int *inputs, 
   }
   if (pos)
     for (size_t t = 0; t < T; t++)
-      pos[t] = (int)t;
+      pos[t] = w == SIZE_MAX && d->docs ? -1 : (int)t; /* an empty window of documents: padding */
   if (w == SIZE_MAX) {
     for (size_t t = 0; t < T; t++)
       inputs[t] = 0, labels[t] = -1;

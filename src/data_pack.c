@@ -193,10 +193,10 @@ size_t data_pack_window(const struct data_pack *p, const struct data_source *src
     t += l;
   }
   const size_t used = t;
-  for (size_t j = t; j < T; j++) { /* padding: its own document, never counted */
+  for (size_t j = t; j < T; j++) { /* padding: never counted, never computed */
     inputs[j] = 0;
     labels[j] = -1;
-    if (pos) pos[j] = (int)(j - t);
+    if (pos) pos[j] = -1;
   }
   return used;
 }

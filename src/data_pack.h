@@ -35,7 +35,7 @@ int data_pack_build(struct data_pack *p, const struct data_source *src, int T1, 
 void data_pack_free(struct data_pack *p);
 
 /* Window w of src into inputs, labels and pos (T1 - 1 each; pos may be NULL): the
- * documents back to back, then padding (token 0, label -1, its own positions); label t is
+ * documents back to back, then padding (token 0, label -1, position -1); label t is
  * token t + 1 when it belongs to the same document and counts (mask), else -1; pos t is
  * t's position in its document. mbuf: T1 bytes of scratch. Returns the window's tokens that
  * are not padding. */

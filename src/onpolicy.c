@@ -127,7 +127,7 @@ static void rewrite_row(struct onpolicy *op, int s, int P, const int *c, int n, 
   for (int t = 0; t < T; t++) {
     in[t] = w[t];
     lab[t] = mk[t + 1] ? w[t + 1] : -1;
-    op->pos[(size_t)s * T + t] = t; /* one document now: its other documents leave the step */
+    op->pos[(size_t)s * T + t] = t < P + n ? t : -1; /* one document now, then padding */
   }
   op->rplen[s] = P;
   op->rlen[s] = n;

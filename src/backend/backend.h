@@ -51,7 +51,9 @@ static inline struct kd_rope kd_rope_plain(float theta) {
  * t] is row t's position in its document, so its document starts at row t - pos (0 <=
  * pos <= t, and pos[t+1] is pos[t] + 1 or 0); query t then sees only the keys of its own
  * document, j >= t - pos (block-diagonal causal attention, flash attention's varlen
- * layout), and the kernels never compute scores against other documents' keys. */
+ * layout), and the kernels never compute scores against other documents' keys. pos -1:
+ * trailing padding (every later row of the sequence is padding too): no key sees it, its
+ * rows are not computed (output and lse 0, no gradient), rope leaves any value there. */
 struct kd_attn {
   float scale;
   int window;
@@ -163,8 +165,8 @@ struct kd_backend {
 
   /* Rotary embedding in place on `nh` heads of size hd that start at column 0 of
    * rows of width ld; row r = b*T + t has position t, or pos[r] when pos is given (N
-   * ints, an alloc'ed block, each in 0 .. T-1: positions restarting at every document
-   * of packed samples, struct kd_attn). Hugging Face "rotate_half" pairing: (i, i +
+   * ints, an alloc'ed block, each in 0 .. T-1, or -1 for padding: positions restarting at
+   * every document of packed samples, struct kd_attn). Hugging Face "rotate_half" pairing: (i, i +
    * hd/2). backward applies the inverse rotation to gradients (in place: dx is
    * overwritten, not accumulated). rope: the model's frequencies (a scaled one has
    * rope->half == hd/2). */

@@ -554,7 +554,7 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, const i
   const float *tab = rope_table(be, T, hd, rope);
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; n++) {
-    const size_t t = pos ? (size_t)pos[n] : n % (size_t)T;
+    const size_t t = pos ? (size_t)(pos[n] > 0 ? pos[n] : 0) : n % (size_t)T; /* -1: padding */
     const float *restrict cs = tab + t * half * 2;
     for (int h = 0; h < nh; h++) {
       float *restrict x1 = x + n * ld + (size_t)h * hd, *restrict x2 = x1 + half;

@@ -8,7 +8,8 @@
  * A soft cap c turns the scaled scores into c tanh(s / c) before the softmax.
  * Packed documents (at->pos) start a tile's keys at its first row's document: the keys
  * of earlier documents are never multiplied, and each row's softmax runs over its own
- * document's keys only (block-diagonal causal attention).
+ * document's keys only (block-diagonal causal attention). Trailing padding rows (pos -1)
+ * are not computed: a tile stops at its last document row (padding: output and lse 0).
  *
  * Parallel schedule: forward runs (b, q head, tile) jobs (they write disjoint
  * output rows); backward runs (b, kv head) jobs, the q heads of a group in
@@ -70,10 +71,10 @@ static struct att_shape att_shape_make(int B, int T, int nh, int nkv, int hd,
                         at->pos,   kmax};
   if (s.pos)
     for (size_t r = 0; r < (size_t)B * T; r++) {
-      const int t = (int)(r % (size_t)T), p = s.pos[r];
-      KD_CHECK(p >= 0 && p <= t && (t == 0 || p == 0 || p == s.pos[r - 1] + 1),
-               "attention: row %d of sequence %d at document position %d (expected 0 or the "
-               "previous row's + 1)",
+      const int t = (int)(r % (size_t)T), p = s.pos[r], prev = t ? s.pos[r - 1] : 0;
+      KD_CHECK(p == -1 || (p >= 0 && p <= t && (t == 0 || p == 0 || p == prev + 1) && prev >= 0),
+               "attention: row %d of sequence %d at document position %d (expected 0, the "
+               "previous row's + 1, or -1 for trailing padding)",
                t, (int)(r / (size_t)T), p);
     }
   return s;
@@ -90,6 +91,15 @@ static int att_first_key(const struct att_shape *s, int b, int t) {
     first = doc > first ? doc : first;
   }
   return first;
+}
+
+/* The rows of the tile of m rows at t0 in sequence b that are not trailing padding. */
+static int att_rows(const struct att_shape *s, int b, int t0, int m) {
+  if (!s->pos) return m;
+  const int *p = s->pos + (size_t)b * s->T + t0;
+  while (m > 0 && p[m - 1] < 0)
+    m--;
+  return m;
 }
 
 /* The columns of tile row i (query t0 + i) that it sees, among the keys from k0: lo .. hi-1
@@ -112,12 +122,18 @@ static void att_cap_row(float *restrict row, int n, float cap) {
 KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float *qkv,
                                             const struct att_shape *s, int b, int h, int t0,
                                             float *S, int rnd) {
-  int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE;
+  const int mt = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE, m = att_rows(s, b, t0, mt);
+  float *o = out + ((size_t)b * s->T + t0) * s->ldo + (size_t)h * s->hd;
+  float *l = lse + ((size_t)b * s->nh + h) * s->T + t0;
+  for (int i = m; i < mt; i++) { /* padding */
+    memset(o + (size_t)i * s->ldo, 0, (size_t)s->hd * sizeof(float));
+    l[i] = 0.0f;
+  }
+  if (m == 0) return;
   int k0 = att_first_key(s, b, t0), nk = t0 + m - k0;
   const float *q = qkv + ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
   const float *k = qkv + ((size_t)b * s->T + k0) * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
   const float *v = k + (size_t)s->nkv * s->hd;
-  float *l = lse + ((size_t)b * s->nh + h) * s->T + t0;
   att_gemm(0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, S, nk);
   for (int i = 0; i < m; i++) {
     float *restrict row = S + (size_t)i * nk;
@@ -143,7 +159,6 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
       row[j] = 0.0f;
     l[i] = mx + logf(sum);
   }
-  float *o = out + ((size_t)b * s->T + t0) * s->ldo + (size_t)h * s->hd;
   att_gemm(0, 0, m, s->hd, nk, 1.0f, S, nk, v, s->ld, 0.0f, o, s->ldo);
   if (rnd)
     for (int i = 0; i < m; i++)
@@ -181,7 +196,8 @@ static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse,
 static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, const float *out,
                               const float *lse, const struct att_shape *s, int b, int h, int t0,
                               float *P, float *dP) {
-  int m = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE;
+  const int m = att_rows(s, b, t0, s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE);
+  if (m == 0) return; /* padding: no gradient */
   int k0 = att_first_key(s, b, t0), nk = t0 + m - k0;
   size_t qoff = ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
   size_t koff = ((size_t)b * s->T + k0) * s->ld + (size_t)(s->nh + h / s->group) * s->hd;

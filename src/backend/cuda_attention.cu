@@ -25,7 +25,9 @@
  * scores against other documents' keys are never computed: a block's key tiles start at
  * its first row's first key and a warp skips the tiles before its own row's; a key block's
  * query tiles end at the first tile whose first row starts past the block's last key. The
- * positions are read on the device, not checked (the CPU backend checks them). */
+ * positions are read on the device, not checked (the CPU backend checks them). A padding row
+ * (pos -1) sees no key (its first key is past itself) and no row sees it: output and lse 0,
+ * no gradient. */
 #include "cuda_common.cuh"
 
 #define ATT_ROWS 8  /* warps (query or key rows) per block */
@@ -139,13 +141,14 @@ __global__ void k_att_fwd(float *out, float *lse, const float *qkv, const int *p
   }
   if (!active) return;
   float *orow = out + ((size_t)b * a.T + i) * (size_t)(a.nh * hd) + (size_t)h * hd;
-  const float inv = 1.0f / l;
+  const bool pad = prow && prow[i] < 0; /* trailing padding: it saw no key; output and lse 0 */
+  const float inv = pad ? 0.0f : 1.0f / l;
 #pragma unroll
   for (int t = 0; t < ATT_MAXD; t++) {
     int d = lane + 32 * t;
     if (d < hd) orow[d] = rnd ? dev_round_bf16(o[t] * inv) : o[t] * inv;
   }
-  if (lane == 0) lse[((size_t)b * a.nh + h) * a.T + i] = m + logf(l);
+  if (lane == 0) lse[((size_t)b * a.nh + h) * a.T + i] = pad ? 0.0f : m + logf(l);
 }
 
 static void cuda_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,

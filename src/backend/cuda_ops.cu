@@ -361,7 +361,7 @@ __global__ void k_rope(float *x, size_t N, int T, const int *pos, int nh, int hd
     size_t nhh = idx / half;
     int h = (int)(nhh % nh);
     size_t n = nhh / nh;
-    const size_t t = pos ? (size_t)pos[n] : n % (size_t)T; /* row n's position */
+    const size_t t = pos ? (size_t)(pos[n] > 0 ? pos[n] : 0) : n % (size_t)T; /* -1: padding */
     double sd, cd;
     float c, s;
     if (scaled) {
