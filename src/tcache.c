@@ -88,6 +88,13 @@ int64_t tcache_window(const struct kd_data *d, int set, size_t w) {
   return n + (int64_t)w;
 }
 
+void tcache_samples_of(const struct kd_data *d, char *buf, size_t len) {
+  snprintf(buf, len, "%s",
+           !d->docs                ? "stream"
+           : d->set[0].pack.packed ? "documents, packed"
+                                   : "documents, one per window");
+}
+
 uint64_t tcache_data_id(const struct kd_data *d) {
   const int T = d->seq_len;
   int *buf = kd_malloc(3 * (size_t)T * sizeof *buf);
@@ -161,6 +168,10 @@ static int read_header(struct tcache *c, const char *path, char *err, size_t err
       h5attr_get_double(f, "temperature", &tau, err, errlen) ||
       h5attr_get_u64(f, "teacher_id", &m->teacher_id, err, errlen) ||
       h5attr_get_u64(f, "data_id", &m->data_id, err, errlen))
+    return KD_EXIT_INPUT;
+  snprintf(m->samples, sizeof m->samples, "stream"); /* made before documents existed */
+  if (h5attr_exists(f, "samples") &&
+      h5attr_get_string(f, "samples", m->samples, sizeof m->samples, err, errlen))
     return KD_EXIT_INPUT;
   if (!(tau > 0) || !isfinite(tau)) {
     kd_seterr(err, errlen,
@@ -282,6 +293,14 @@ static int match_run(const struct tcache_meta *m, const char *path, const struct
               "teacher cache %s does not match this run: field 'teacher_id' is "
               "%016" PRIx64 " in the cache, %016" PRIx64 " for teacher%%init (other weights)",
               path, m->teacher_id, want->teacher_id);
+    return KD_EXIT_INPUT;
+  }
+  if (want->samples[0] && strcmp(m->samples, want->samples) != 0) {
+    kd_seterr(err, errlen,
+              "teacher cache %s does not match this run: field 'samples' is '%s' in the "
+              "cache, '%s' for this run's data%%samples and data%%pack; expected the settings "
+              "the cache was made with, or a cache made with these (run%%mode = 'cache')",
+              path, m->samples, want->samples);
     return KD_EXIT_INPUT;
   }
   if (m->data_id != want->data_id || m->nwindows != want->nwindows) {

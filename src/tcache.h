@@ -34,7 +34,13 @@ struct tcache_meta {
   uint64_t data_id;    /* identity of the training windows (tcache_data_id) */
   int64_t nwindows;    /* windows of the training data, all files of the blend */
   int64_t seed;        /* run%seed of the sampling (select 'sample') */
+  char samples[48];    /* the windows' kind (tcache_samples_of): "stream", "documents,
+                          packed" or "documents, one per window" (a cache without the field
+                          was made of stream windows) */
 };
+
+/* d's kind of windows into buf (struct tcache_meta samples). */
+void tcache_samples_of(const struct kd_data *d, char *buf, size_t len);
 
 /* Sparse teacher rows of n token positions in host memory, as the loss reads them. */
 struct tcache_rows {

@@ -84,6 +84,7 @@ static void cfile_create(struct cfile *cf, const char *tmp, const struct tcache_
   put(h5attr_set_double(f, "temperature", m->temperature), "temperature");
   put(h5attr_set_u64(f, "teacher_id", m->teacher_id), "teacher_id");
   put(h5attr_set_u64(f, "data_id", m->data_id), "data_id");
+  put(h5attr_set_string(f, "samples", m->samples), "samples");
   put(h5attr_set_int(f, "nwindows", m->nwindows), "nwindows");
   put(h5attr_set_int(f, "seed", m->seed), "seed");
   put(h5attr_set_int(f, "windows_done", 0), "windows_done");
@@ -212,6 +213,7 @@ static void make_meta(struct cmake *s) {
   m->teacher_vocab = cfg->teacher.vocab_size;
   m->temperature = cfg->loss_temperature;
   m->data_id = tcache_data_id(&s->data);
+  tcache_samples_of(&s->data, m->samples, sizeof m->samples);
   m->nwindows = tcache_nwindows(&s->data);
   m->seed = m->select == TCACHE_SAMPLE ? cfg->run_seed : 0;
   if (tcache_teacher_id(cfg->teacher_init, &m->teacher_id, err, sizeof err))

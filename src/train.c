@@ -53,6 +53,7 @@ static void cache_setup(struct run *r, int vc) {
     kd_agree_or_fail(tcache_teacher_id(cfg->teacher_init, &want.teacher_id, err, sizeof err), err);
   kd_agree_or_fail(data_open_train(&r->tc_data, cfg, vc, err, sizeof err), err);
   want.data_id = tcache_data_id(&r->tc_data);
+  tcache_samples_of(&r->tc_data, want.samples, sizeof want.samples);
   want.nwindows = tcache_nwindows(&r->tc_data);
   kd_agree_or_fail(tcache_open(&r->tc, cfg->teacher_cache, &want, err, sizeof err), err);
   tcache_rows_alloc(&r->tc_rows, &r->tc.meta, (size_t)cfg->par_micro_batch * cfg->data_seq_len);

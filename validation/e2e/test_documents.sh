@@ -188,4 +188,30 @@ paste a.rows b.rows | awk '{ d = $2 - $6; if (d < 0) d = -d
   if ($1 != $5 || $3 != $7 || $4 != $8 || d > 1e-5 * $2) { print "step " $1 ": " $0; bad = 1 } }
   END { exit bad }' || fail "resumed on tp 2: other windows or losses"
 echo "ok resume at step 3 on tp 2: steps 4-6 the same documents, packing and losses (1e-5)"
+echo "== a teacher cache of packed documents: the live step's numbers; other samples refused"
+cat > tc.nml <<EOF
+&run mode = 'distill', steps = 2, seed = 4, out_dir = 'live' /
+&teacher card = 'mistral_sw.nml', init = 'mistral_sw.h5', cache = 'tc.h5', cache_k = 400 /
+&student card = 'qwen2.nml', init = 'qwen2.h5' /
+&parallel micro_batch = 1, global_batch = 4 /
+&data train = 'train', format = 'megatron', seq_len = $T /
+&loss kind = 'fkl', temperature = 1.0 /
+&optim lr = 1e-3, warmup = 1 /
+&precision compute = 'fp32' /
+EOF
+kd_nml=tc.nml kd 1
+kd_nml=tc.nml kd 1 run%mode="'cache'"
+h5dump -a samples tc.h5 | grep -q '"documents, packed"' || fail "the cache does not record its samples"
+kd_nml=tc.nml kd 1 teacher%source="'cache'" run%out_dir="'cached'"
+awk -F, 'NR > 1 && $2 != "" { print $1, $2, $6 }' live/metrics.csv > a.rows
+awk -F, 'NR > 1 && $2 != "" { print $1, $2, $6 }' cached/metrics.csv > b.rows
+paste a.rows b.rows | awk '{ for (c = 2; c <= 3; c++) { d = $c - $(c + 3); if (d < 0) d = -d
+  if (d > 1e-4 * $c) { print "step " $1 ": " $0; bad = 1 } } } END { exit bad }' \
+  || fail "distillation from the documents cache differs from the live teacher"
+st=0
+$MPIEXEC -n 1 "$KDTRAIN" tc.nml teacher%source="'cache'" run%out_dir="'c2'" \
+  data%samples="'stream'" > c2.txt 2>&1 || st=$?
+[ "$st" = 2 ] && grep -q "field 'samples' is 'documents, packed' in the cache, 'stream' for this run" c2.txt \
+  || { cat c2.txt; fail "a stream run on a documents cache: status $st"; }
+echo "ok teacher cache: documents recorded, the live losses (1e-4), a stream run refused (exit 2)"
 echo "all document checks passed"
