@@ -7,8 +7,8 @@
 #    'documents', packed and one document per window, equals transformers' loss of the
 #    student on each conversation alone (assistant tokens counted; conversations longer than
 #    seq_len + 1 cut there, as kdtrain cuts them) within 1e-5 relative: Qwen2 on 1 rank, tp 2,
-#    pp 2, tp 2 x pp 2 and dp 2; Mistral with a sliding window of 5 (shorter than every
-#    conversation) on 1 rank and tp 2; Gemma 3 (window 16, soft cap) on 1 rank and pp 2; BF16
+#    pp 2, tp 2 x pp 2 and dp 2, and so Mistral with a sliding window of 5 (shorter than every
+#    conversation) and Gemma 3 (window 16, soft cap); BF16
 #    within 5e-4 of transformers with BF16 weights (measured 7e-6 and 1.2e-5);
 #  - the default (samples 'auto', pack .true.) is the documents mode for this masked dataset;
 #    samples = 'stream' is not the per-conversation loss (the check can fail);
@@ -78,11 +78,14 @@ evals 2 qwen2 "" 1e-5 "packed, pp 2" parallel%pp=2
 evals 4 qwen2 "" 1e-5 "packed, tp 2 x pp 2" parallel%tp=2 parallel%pp=2
 evals 2 qwen2 "" 1e-5 "packed, dp 2" parallel%dp=2
 evals 2 qwen2 "" 1e-5 "unpacked, dp 2" parallel%dp=2 data%pack=.false.
-evals 1 mistral_sw "" 1e-5 "window 5, packed"
-evals 1 mistral_sw "" 1e-5 "window 5, unpacked" data%pack=.false.
-evals 2 mistral_sw "" 1e-5 "window 5, packed, tp 2" parallel%tp=2
-evals 1 gemma3 "" 1e-5 "packed"
-evals 2 gemma3 "" 1e-5 "packed, pp 2" parallel%pp=2
+for k in mistral_sw gemma3; do
+  evals 1 $k "" 1e-5 "packed"
+  evals 1 $k "" 1e-5 "unpacked" data%pack=.false.
+  evals 2 $k "" 1e-5 "packed, tp 2" parallel%tp=2
+  evals 2 $k "" 1e-5 "packed, pp 2" parallel%pp=2
+  evals 4 $k "" 1e-5 "packed, tp 2 x pp 2" parallel%tp=2 parallel%pp=2
+  evals 2 $k "" 1e-5 "packed, dp 2" parallel%dp=2
+done
 evals 1 qwen2 .bf16 5e-4 "bf16, packed" precision%compute="'bf16'"
 evals 1 gemma3 .bf16 5e-4 "bf16, packed" precision%compute="'bf16'"
 rm -rf ev
