@@ -41,8 +41,9 @@ else NP=1
 fi
 HOSTS=()
 [ -r "${PBS_NODEFILE:-}" ] && HOSTS=(-f "$PBS_NODEFILE")
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${NCPUS:-1}}
-export OMP_PROC_BIND=${OMP_PROC_BIND:-close} OMP_PLACES=${OMP_PLACES:-cores}
+# threads: the user's OMP_NUM_THREADS, else kdtrain's share of the node's CPUs over its
+# ranks there (NCPUS is a chunk's, shared by its mpiprocs ranks); no OMP_PROC_BIND default:
+# mpiexec does not bind, and every rank's first thread would go to the node's first core
 MPIEXEC=${MPIEXEC:-mpiexec}
 
 # kdtrain's stop record (doc/checkpoint.md, "Signals and job scripts"):
@@ -66,7 +67,7 @@ walltime() {
 LEAD=${KD_SIGNAL_LEAD:-900}
 WALL=${KD_WALLTIME:-$(walltime)}
 
-echo "jobs/pbs.sh: job ${PBS_JOBID:-?}: $NP rank(s), $OMP_NUM_THREADS thread(s) each, walltime ${WALL:-unknown} s: $KDTRAIN $INPUT ${ARGS[*]}"
+echo "jobs/pbs.sh: job ${PBS_JOBID:-?}: $NP rank(s), threads per rank ${OMP_NUM_THREADS:-as kdtrain chooses}, walltime ${WALL:-unknown} s: $KDTRAIN $INPUT ${ARGS[*]}"
 LOG=kdtrain-${PBS_JOBID:-$$}.out # kdtrain's output, also kept here for the stop check
 : > "$LOG"
 pid=

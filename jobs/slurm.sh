@@ -77,8 +77,10 @@ if [ -z "${SLURM_MPI_TYPE:-}" ]; then
   else SLURM_MPI_TYPE=pmi2; fi # MPICH (Debian's libmpich, Cray MPICH, Intel MPI)
 fi
 export SLURM_MPI_TYPE
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
-export OMP_PROC_BIND=${OMP_PROC_BIND:-close} OMP_PLACES=${OMP_PLACES:-cores}
+# threads: the user's OMP_NUM_THREADS, else --cpus-per-task where given, else kdtrain's
+# share of the node's CPUs (its start line); no OMP_PROC_BIND default: on ranks srun does
+# not bind it would put every rank's first thread on the node's first core
+[ -z "${SLURM_CPUS_PER_TASK:-}" ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
 STOP=${KD_STOP_FILE:-kdtrain.stop}
 STALLS=${KD_STALLS:-0}
 
@@ -95,7 +97,7 @@ stop_record() {
 STOPPED=$(stop_record "$@")
 [ -z "$STOPPED" ] || rm -f "$STOPPED"
 
-echo "jobs/slurm.sh: job ${SLURM_JOB_ID:-?}: ${SLURM_JOB_NUM_NODES:-?} node(s), ${SLURM_NTASKS:-1} rank(s), $OMP_NUM_THREADS thread(s) each, srun --mpi=$SLURM_MPI_TYPE: $KDTRAIN $*"
+echo "jobs/slurm.sh: job ${SLURM_JOB_ID:-?}: ${SLURM_JOB_NUM_NODES:-?} node(s), ${SLURM_NTASKS:-1} rank(s), threads per rank ${OMP_NUM_THREADS:-as kdtrain chooses}, srun --mpi=$SLURM_MPI_TYPE: $KDTRAIN $*"
 LOG=kdtrain-${SLURM_JOB_ID:-$$}.out # kdtrain's output, also kept here for the checks below
 : > "$LOG"
 pid= warned= cancelled=

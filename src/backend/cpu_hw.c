@@ -495,25 +495,30 @@ void kd_threads_text(const struct kd_threads *t, char *buf, size_t n) {
 int kd_threads_oversubscribed(const struct kd_threads *t, char *buf, size_t n) {
   const long long all = (long long)t->n * t->node_ranks;
   if (all <= t->cpus) return 0;
-  char masks[256] = "";
-  if (t->node_cpus < t->online && t->node_cpus < t->node_ranks * t->n)
-    snprintf(masks, sizeof masks,
-             "; the affinity masks of the node's ranks cover %d of its %d CPUs (a launcher's "
-             "binding, or OMP_PROC_BIND / OMP_PLACES set for unbound ranks: each binds its "
-             "first thread to the first core of the machine)",
+  char fix[320];
+  if (t->node_cpus < t->online) /* the masks, not the counts, are what to change */
+    snprintf(fix, sizeof fix,
+             "the affinity masks of the node's ranks cover only %d of its %d CPUs: a "
+             "launcher's binding, or OMP_PROC_BIND / OMP_PLACES on ranks the launcher did not "
+             "bind (each binds its first thread to the machine's first core); unset those or "
+             "bind each rank to cores of its own",
              t->node_cpus, t->online);
+  else if (t->env)
+    snprintf(fix, sizeof fix, "unset %s to take %d per rank", t->env,
+             t->cpus / t->node_ranks > 0 ? t->cpus / t->node_ranks : 1);
+  else
+    snprintf(fix, sizeof fix, "start at most %d rank%s per node", t->cpus, plural(t->cpus));
   if (t->env)
     snprintf(buf, n,
              "WARNING: %s=%d x %d rank%s on this node = %lld threads on %d CPU%s: "
              "oversubscribed, each rank's threads wait for CPUs the others hold (several "
-             "times slower); unset %s to take %d per rank%s",
+             "times slower); %s",
              t->env, t->env_value, t->node_ranks, plural(t->node_ranks), all, t->cpus,
-             plural(t->cpus), t->env, t->cpus / t->node_ranks > 0 ? t->cpus / t->node_ranks : 1,
-             masks);
+             plural(t->cpus), fix);
   else
     snprintf(buf, n,
              "WARNING: %d ranks on this node share %d CPU%s (1 thread each): oversubscribed, "
-             "the ranks wait for each other's CPUs; start at most %d rank%s per node%s",
-             t->node_ranks, t->cpus, plural(t->cpus), t->cpus, plural(t->cpus), masks);
+             "the ranks wait for each other's CPUs; %s",
+             t->node_ranks, t->cpus, plural(t->cpus), fix);
   return 1;
 }

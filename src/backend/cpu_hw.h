@@ -96,8 +96,8 @@ const struct kd_threads *kd_threads(void);
 void kd_threads_describe(char *buf, size_t n);
 void kd_threads_text(const struct kd_threads *t, char *buf, size_t n);
 /* 1 and a warning with the numbers in buf when t's node threads (n x node_ranks) exceed
- * its CPUs: the user's variable forced it, or more ranks than CPUs were started (and
- * where the ranks' masks cover fewer CPUs than the node has, that); else 0. */
+ * its CPUs: the user's variable forced it, or more ranks than CPUs were started; with
+ * what to change (the masks, where they cover fewer CPUs than the node has); else 0. */
 int kd_threads_oversubscribed(const struct kd_threads *t, char *buf, size_t n);
 
 #endif

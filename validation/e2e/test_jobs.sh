@@ -50,6 +50,7 @@ stop() {
 case $1 in --print-config) printf "&checkpoint\n  dir = '%s/ck'\n/\n" "$PWD"; exit 0 ;; esac
 trap stop USR1 TERM
 echo "kdtrain: fake start $*"
+echo "kdtrain: fake threads OMP_NUM_THREADS=${OMP_NUM_THREADS:-} OMP_PROC_BIND=${OMP_PROC_BIND:-} OMP_PLACES=${OMP_PLACES:-}"
 case $FAKE in
   exit:*) exit "${FAKE#exit:}" ;;
   record) mkdir -p ck && echo "signal 10" > ck/STOPPED && exit 0 ;; # a launcher that says 0
@@ -63,7 +64,7 @@ cp "$KD_SRCDIR/jobs/slurm.sh" rec/copy-of-slurm.sh
 KDTRAIN_REAL=$KDTRAIN
 export PATH="$PWD/bin:$PATH"
 REAL_MPIEXEC=$(command -v "${MPIEXEC%% *}")${MPIEXEC#"${MPIEXEC%% *}"} # before bin/ on PATH
-unset KDTRAIN MPIEXEC SLURM_MPI_TYPE
+unset KDTRAIN MPIEXEC SLURM_MPI_TYPE OMP_NUM_THREADS OMP_PROC_BIND OMP_PLACES
 touch in.nml
 
 # slurm STATUS_WANTED: run jobs/slurm.sh as Slurm would
@@ -82,6 +83,15 @@ done
 grep -q "^--kill-on-bad-exit=1 $PWD/bin/kdtrain in.nml optim%lr=1e-4 run%steps=7\$" rec/srun.args \
   || { cat rec/srun.args; fail "srun was not asked for kdtrain (from PATH) with the words"; }
 grep -q '^kdtrain: fake start in.nml optim%lr=1e-4 run%steps=7$' job.log || fail "no kdtrain output in the log"
+# no thread defaults: kdtrain takes its share (binding unbound ranks piles them on core 0)
+grep -q '^kdtrain: fake threads OMP_NUM_THREADS= OMP_PROC_BIND= OMP_PLACES=$' job.log ||
+  { cat job.log; fail "slurm.sh set thread variables without --cpus-per-task"; }
+FAKE=exit:0 SLURM_CPUS_PER_TASK=4 slurm 0
+grep -q '^kdtrain: fake threads OMP_NUM_THREADS=4 OMP_PROC_BIND= OMP_PLACES=$' job.log ||
+  { cat job.log; fail "slurm.sh: OMP_NUM_THREADS not from --cpus-per-task"; }
+FAKE=exit:0 SLURM_CPUS_PER_TASK=4 OMP_NUM_THREADS=3 OMP_PROC_BIND=close slurm 0
+grep -q '^kdtrain: fake threads OMP_NUM_THREADS=3 OMP_PROC_BIND=close OMP_PLACES=$' job.log ||
+  { cat job.log; fail "slurm.sh: the user's thread variables not passed on"; }
 grep -q '^#SBATCH --signal=B:USR1@[0-9]' "$KD_SRCDIR/jobs/slurm.sh" || fail "no --signal=B:USR1@N"
 grep -q '^#SBATCH --nodes\|^#SBATCH --ntasks' "$KD_SRCDIR/jobs/slurm.sh" && fail "slurm.sh hard-codes nodes or tasks"
 echo "ok"
@@ -151,6 +161,8 @@ for st in 0 3 4; do
 done
 grep -q "^-n 6 -f $PWD/nodes $PWD/bin/kdtrain in.nml optim%lr=1e-4 run%steps=7\$" rec/mpiexec.args \
   || { cat rec/mpiexec.args; fail "mpiexec was not asked for 6 ranks of kdtrain with the words"; }
+grep -q '^kdtrain: fake threads OMP_NUM_THREADS= OMP_PROC_BIND= OMP_PLACES=$' job.log ||
+  { cat job.log; fail "pbs.sh set thread variables"; }
 echo "ok"
 echo "== PBS: the script's timer sends SIGUSR1 (walltime 14 s - lead 10 s) -> exit 5 -> qsub"
 FAKE=wait pbs 5

@@ -8,7 +8,8 @@
 #    and the start line says the threads per rank and where they came from;
 #  - a user's OMP_NUM_THREADS or OPENBLAS_NUM_THREADS wins and is named; threads x ranks
 #    above the CPUs is a warning with the numbers;
-#  - one rank bound to one CPU (taskset) takes 1 thread;
+#  - one rank bound to one CPU (taskset) takes 1 thread; OMP_PROC_BIND on ranks mpiexec
+#    did not bind (all on the first core) is a warning naming the masks;
 #  - kdgen-ids takes its share alike and names it.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
@@ -98,6 +99,12 @@ if [ "$ncpu" -ge 2 ]; then
     *) cat n1.log; fail "one rank unbound: not $ncpu threads" ;;
   esac
   echo "ok taskset -c 0: $(threads ts.log); unbound: $(threads n1.log)"
+  # OMP_PROC_BIND on ranks mpiexec did not bind: every rank on the first core, named
+  env OMP_PROC_BIND=close OMP_PLACES=cores $MPIEXEC -n 2 "$KDTRAIN" base.nml run%steps=1 \
+    run%out_dir="'pb'" > pb.log 2>&1 || { cat pb.log; fail "OMP_PROC_BIND=close"; }
+  grep -q "WARNING: 2 ranks on this node share 1 CPU .*cover only 1 of its $ncpu CPUs" pb.log ||
+    { cat pb.log; fail "OMP_PROC_BIND on unbound ranks: no warning naming the masks"; }
+  echo "ok OMP_PROC_BIND=close on unbound ranks: $(threads pb.log), warned"
 fi
 
 echo "== kdgen-ids"

@@ -213,6 +213,15 @@ START_TEST(threads_share) {
   threads_case(2, 4, 4, 0, 4, "threads per rank 4 (OMP_NUM_THREADS=4)",
                "WARNING: OMP_NUM_THREADS=4 x 2 ranks on this node = 8 threads on 4 CPUs: "
                "oversubscribed");
+  /* every rank bound to the same core (OMP_PROC_BIND on unbound ranks): the masks named */
+  struct kd_threads t;
+  char w[1024];
+  kd_threads_choose(&t, 2, 1, 1, 0);
+  t.online = 8;
+  ck_assert(kd_threads_oversubscribed(&t, w, sizeof w));
+  ck_assert_msg(strstr(w, "= 8 threads on 1 CPU: oversubscribed") &&
+                    strstr(w, "the affinity masks of the node's ranks cover only 1 of its 8 CPUs"),
+                "%s", w);
   setenv("OMP_NUM_THREADS", "none", 1); /* not a count: ignored, as OpenMP does */
   unsetenv("OPENBLAS_NUM_THREADS");
   threads_case(2, 4, 4, 0, 2, "threads per rank 2 (4 CPUs / 2 ranks on this node)", NULL);
