@@ -16,8 +16,9 @@
 # PBS sends SIGTERM at the walltime and SIGKILL after the queue's kill_delay (10 s by
 # default): too short for a checkpoint. So this script reads the walltime (qstat) and
 # sends kdtrain SIGUSR1 KD_SIGNAL_LEAD seconds (default 900) before it; kdtrain ends its
-# step, writes a checkpoint and exits 5, and the script resubmits itself with the same
-# input and words (checkpoint%resume = 'auto' continues). Any other exit status is passed
+# step, writes a checkpoint, records the stop in checkpoint%dir/STOPPED and exits 5 (the
+# record counts when mpiexec does not pass the 5 on), and the script resubmits itself
+# with the same input and words (checkpoint%resume = 'auto' continues). Any other exit status is passed
 # on and ends the chain, so afterok dependencies see it.
 #PBS -N kdtrain
 #PBS -j oe
@@ -40,9 +41,23 @@ else NP=1
 fi
 HOSTS=()
 [ -r "${PBS_NODEFILE:-}" ] && HOSTS=(-f "$PBS_NODEFILE")
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${NCPUS:-1}}
-export OMP_PROC_BIND=${OMP_PROC_BIND:-close} OMP_PLACES=${OMP_PLACES:-cores}
+# threads: the user's OMP_NUM_THREADS, else kdtrain's share of the node's CPUs over its
+# ranks there (NCPUS is a chunk's, shared by its mpiprocs ranks); no OMP_PROC_BIND default:
+# mpiexec does not bind, and every rank's first thread would go to the node's first core
 MPIEXEC=${MPIEXEC:-mpiexec}
+
+# kdtrain's stop record (doc/checkpoint.md, "Signals and job scripts"):
+# checkpoint%dir/STOPPED, written once a checkpoint on a signal is published. The
+# launcher's status may not be 5 (MPICH's mpiexec returned 0 after forwarding a signal:
+# measured with -n 1, and with -n 2 after SIGUSR1); the record is there. Removed before
+# kdtrain starts: it must be this job's.
+stop_record() {
+  "$KDTRAIN" --print-config "$@" 2> /dev/null | awk -v q="'" '/^&/ { g = tolower($1) }
+    g == "&checkpoint" && $1 == "dir" { s = $0; sub("^[^=]*= *" q, "", s); sub(q "[ ,]*$", "", s)
+      gsub(q q, q, s); print s "/STOPPED"; exit }'
+}
+STOPPED=$(stop_record "$INPUT" "${ARGS[@]}")
+[ -z "$STOPPED" ] || rm -f "$STOPPED"
 
 # seconds of walltime (HH:MM:SS, MM:SS or S from qstat) and the warning timer
 walltime() {
@@ -52,7 +67,7 @@ walltime() {
 LEAD=${KD_SIGNAL_LEAD:-900}
 WALL=${KD_WALLTIME:-$(walltime)}
 
-echo "jobs/pbs.sh: job ${PBS_JOBID:-?}: $NP rank(s), $OMP_NUM_THREADS thread(s) each, walltime ${WALL:-unknown} s: $KDTRAIN $INPUT ${ARGS[*]}"
+echo "jobs/pbs.sh: job ${PBS_JOBID:-?}: $NP rank(s), threads per rank ${OMP_NUM_THREADS:-as kdtrain chooses}, walltime ${WALL:-unknown} s: $KDTRAIN $INPUT ${ARGS[*]}"
 LOG=kdtrain-${PBS_JOBID:-$$}.out # kdtrain's output, also kept here for the stop check
 : > "$LOG"
 pid=
@@ -80,8 +95,12 @@ done
 exec 3>&- # tee sees the end of the output; wait until it has written all of it
 wait "$teepid" 2> /dev/null || true
 
-# Exit 5: stopped at a checkpoint. MPICH's mpiexec may report 0 after forwarding a
-# signal, so the line kdtrain prints when it stops counts too.
+# Exit 5: stopped at a checkpoint, whatever the launcher returned when the stop record is
+# there; mode 'cache' writes none (it continues its .tmp file), its stop line counts.
+if [ "$status" -ne 5 ] && [ -n "$STOPPED" ] && [ -f "$STOPPED" ]; then
+  echo "jobs/pbs.sh: the launcher returned $status, but kdtrain's stop record $STOPPED says it stopped at a checkpoint: exit 5"
+  status=5
+fi
 if [ "$status" -eq 0 ] && grep -q '^kdtrain: stopped by signal' "$LOG"; then status=5; fi
 if [ "$status" -eq 5 ]; then
   echo "jobs/pbs.sh: kdtrain stopped at a checkpoint (exit 5): resubmitting $SCRIPT"

@@ -14,10 +14,11 @@
 #
 # Chaining. Slurm sends SIGUSR1 to this script 900 s before the time limit
 # (--signal=B:USR1@900; change the line when a step plus a checkpoint needs longer). The
-# script passes it on; kdtrain ends its step, writes a checkpoint and exits 5, and the
-# script resubmits itself with the same sbatch options (nodes, tasks, CPUs and GPUs per
-# task, memory, time, partition, account, QoS, job name, output file: read back with
-# scontrol) and the same input and override words; the next job resumes
+# script passes it on; kdtrain ends its step, writes a checkpoint, records the stop in
+# checkpoint%dir/STOPPED and exits 5 (the record counts when the launcher does not pass
+# the 5 on), and the script resubmits itself with the same sbatch options (nodes, tasks,
+# CPUs and GPUs per task, memory, time, partition, account, QoS, job name, output file:
+# read back with scontrol) and the same input and override words; the next job resumes
 # (checkpoint%resume = 'auto'). Only that warning resubmits:
 #  * scancel JOB, scancel -s TERM/KILL/USR1 JOB (with or without --full): kdtrain stops
 #    (at a checkpoint where it can) and the chain ends;
@@ -76,12 +77,27 @@ if [ -z "${SLURM_MPI_TYPE:-}" ]; then
   else SLURM_MPI_TYPE=pmi2; fi # MPICH (Debian's libmpich, Cray MPICH, Intel MPI)
 fi
 export SLURM_MPI_TYPE
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
-export OMP_PROC_BIND=${OMP_PROC_BIND:-close} OMP_PLACES=${OMP_PLACES:-cores}
+# threads: the user's OMP_NUM_THREADS, else --cpus-per-task where given, else kdtrain's
+# share of the node's CPUs (its start line); no OMP_PROC_BIND default: on ranks srun does
+# not bind it would put every rank's first thread on the node's first core
+[ -z "${SLURM_CPUS_PER_TASK:-}" ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
 STOP=${KD_STOP_FILE:-kdtrain.stop}
 STALLS=${KD_STALLS:-0}
 
-echo "jobs/slurm.sh: job ${SLURM_JOB_ID:-?}: ${SLURM_JOB_NUM_NODES:-?} node(s), ${SLURM_NTASKS:-1} rank(s), $OMP_NUM_THREADS thread(s) each, srun --mpi=$SLURM_MPI_TYPE: $KDTRAIN $*"
+# kdtrain's stop record (doc/checkpoint.md, "Signals and job scripts"):
+# checkpoint%dir/STOPPED, written once a checkpoint on a signal is published. The
+# launcher's status may not be 5 (MPICH's mpiexec returned 0 after forwarding a signal:
+# measured with -n 1, and with -n 2 after SIGUSR1); the record is there. Removed before
+# kdtrain starts: it must be this job's.
+stop_record() {
+  "$KDTRAIN" --print-config "$@" 2> /dev/null | awk -v q="'" '/^&/ { g = tolower($1) }
+    g == "&checkpoint" && $1 == "dir" { s = $0; sub("^[^=]*= *" q, "", s); sub(q "[ ,]*$", "", s)
+      gsub(q q, q, s); print s "/STOPPED"; exit }'
+}
+STOPPED=$(stop_record "$@")
+[ -z "$STOPPED" ] || rm -f "$STOPPED"
+
+echo "jobs/slurm.sh: job ${SLURM_JOB_ID:-?}: ${SLURM_JOB_NUM_NODES:-?} node(s), ${SLURM_NTASKS:-1} rank(s), threads per rank ${OMP_NUM_THREADS:-as kdtrain chooses}, srun --mpi=$SLURM_MPI_TYPE: $KDTRAIN $*"
 LOG=kdtrain-${SLURM_JOB_ID:-$$}.out # kdtrain's output, also kept here for the checks below
 : > "$LOG"
 pid= warned= cancelled=
@@ -102,8 +118,12 @@ done
 exec 3>&- # tee sees the end of the output; wait until it has written all of it
 wait "$teepid" 2> /dev/null || true
 
-# Exit 5: stopped at a checkpoint. A launcher that forwards a signal may report 0, so the
-# line kdtrain prints when it stops counts too.
+# Exit 5: stopped at a checkpoint, whatever the launcher returned when the stop record is
+# there; mode 'cache' writes none (it continues its .tmp file), its stop line counts.
+if [ "$status" -ne 5 ] && [ -n "$STOPPED" ] && [ -f "$STOPPED" ]; then
+  echo "jobs/slurm.sh: the launcher returned $status, but kdtrain's stop record $STOPPED says it stopped at a checkpoint: exit 5"
+  status=5
+fi
 if [ "$status" -eq 0 ] && grep -q '^kdtrain: stopped by signal' "$LOG"; then status=5; fi
 [ "$status" -eq 5 ] || exit "$status"
 if [ -n "$cancelled" ] || [ -z "$warned" ]; then

@@ -27,6 +27,7 @@
 #include "weights.h"
 
 #define CKPT_LATEST "latest"
+#define CKPT_STOPPED "STOPPED"
 
 /* --- /state: one scalar dataset per field, and a checksum over all of them ----------- */
 
@@ -435,6 +436,40 @@ void ckpt_signals_training(int on_signal_ckpt) {
   }
 }
 
+/* --- the stop record ------------------------------------------------------------------- */
+
+/* Rank 0, after a signal checkpoint was published: DIR/STOPPED (three lines: the signal, the
+ * step, the checkpoint's name), written as `latest` is (a .tmp, fsync, rename), so that a job
+ * script sees the stop although the launcher's status may not be 5 (MPICH's mpiexec returns
+ * 0 after forwarding a signal). A failed write is a warning: the exit status still says 5. */
+static void stop_record_write(const char *dir, int sig, int64_t step) {
+  char tmp[KD_PATH_MAX + 32], path[KD_PATH_MAX + 32];
+  snprintf(tmp, sizeof tmp, "%s/" CKPT_STOPPED ".tmp", dir);
+  snprintf(path, sizeof path, "%s/" CKPT_STOPPED, dir);
+  FILE *f = fopen(tmp, "w");
+  int ok = f && fprintf(f, "signal %d\nstep %lld\ncheckpoint step_%08lld.h5\n", sig,
+                        (long long)step, (long long)step) > 0;
+  if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+  if (f) ok &= fclose(f) == 0;
+  if (!ok || rename(tmp, path) != 0) {
+    kd_warn("cannot write the stop record %s: %s (the exit status 5 still says it)\n", path,
+            strerror(errno));
+    unlink(tmp);
+    return;
+  }
+  sync_path(dir);
+}
+
+/* Rank 0, when a run starts: an earlier run's stop record no longer holds. */
+static void stop_record_clear(const char *dir) {
+  char path[KD_PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/" CKPT_STOPPED, dir);
+  if (unlink(path) == 0)
+    sync_path(dir);
+  else if (errno != ENOENT)
+    kd_warn("cannot remove the stop record %s: %s\n", path, strerror(errno));
+}
+
 int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64_t step,
                   int64_t consumed, int64_t updates, const struct kd_scaler *scaler,
                   MPI_Comm comm) {
@@ -451,10 +486,11 @@ int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64
   if (rc) kd_exit_agreed(rc, "checkpoint at step %lld: %s", (long long)step, err);
   kd_info("kdtrain: checkpoint %s/step_%08lld.h5 written in %.2f s%s\n", cfg->ckpt_dir,
           (long long)step, kd_now() - t0, sig ? " (stopping on a signal)" : "");
+  if (sig && kd_rank() == 0) stop_record_write(cfg->ckpt_dir, sig, step);
   if (sig)
-    kd_info("kdtrain: stopped by signal %d after step %lld: exit status 5, resume "
-            "with checkpoint%%resume='auto'\n",
-            sig, (long long)step);
+    kd_info("kdtrain: stopped by signal %d after step %lld: exit status 5 (%s/" CKPT_STOPPED
+            " records it), resume with checkpoint%%resume='auto'\n",
+            sig, (long long)step, cfg->ckpt_dir);
   return sig != 0;
 }
 
@@ -462,6 +498,9 @@ int ckpt_resume(const struct kd_config *cfg, const char *path, struct kd_model *
                 struct ckpt_state *st, MPI_Comm comm) {
   char err[1024];
   memset(st, 0, sizeof *st);
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) stop_record_clear(cfg->ckpt_dir);
   if (!path[0]) return 0;
   const int rc = ckpt_load(path, mdl, st, comm, err, sizeof err);
   if (rc) {

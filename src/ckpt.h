@@ -1,7 +1,8 @@
 /* ckpt.h: universal checkpoints (doc/checkpoint.md): one parallel-HDF5 file per
  * checkpoint holding the weights file of the student (FP32 master in /params), the
  * AdamW moments (/optim/exp_avg, /optim/exp_avg_sq) at global shape, and the run
- * state (/state); atomic publication through DIR/latest; resume; signal stops. */
+ * state (/state); atomic publication through DIR/latest; resume; signal stops (and
+ * their record DIR/STOPPED). */
 #ifndef KD_CKPT_H
 #define KD_CKPT_H
 
@@ -58,14 +59,16 @@ void ckpt_test_delay(const char *var);
 
 /* End-of-step hook, collective: agree whether any rank got a signal; write a
  * checkpoint when one did or when checkpoint%every divides `step`. Returns 1 when
- * the run must stop (a signal checkpoint was written), 0 to go on; a failed save
- * ends the run with KD_EXIT_IO. */
+ * the run must stop (a signal checkpoint was written, then the stop record
+ * checkpoint%dir/STOPPED: doc/checkpoint.md), 0 to go on; a failed save ends the run
+ * with KD_EXIT_IO. */
 int ckpt_step_end(const struct kd_config *cfg, const struct kd_model *mdl, int64_t step,
                   int64_t consumed, int64_t updates, const struct kd_scaler *scaler, MPI_Comm comm);
 
-/* Startup hook, collective: load checkpoint `path` (checkpoint%resume as ckpt_resolve gave
- * it) into `mdl` and `st` and return 1; '' is a fresh start: 0, st zeroed. A refused
- * checkpoint ends the run with its status. */
+/* Startup hook, collective: remove an earlier run's stop record (checkpoint%dir/STOPPED),
+ * load checkpoint `path` (checkpoint%resume as ckpt_resolve gave it) into `mdl` and `st`
+ * and return 1; '' is a fresh start: 0, st zeroed. A refused checkpoint ends the run
+ * with its status. */
 int ckpt_resume(const struct kd_config *cfg, const char *path, struct kd_model *mdl,
                 struct ckpt_state *st, MPI_Comm comm);
 

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdio.h>
 
+#include "backend/cpu_hw.h"
 #include "util.h"
 
 int grid_layout(int world, int tp, int pp, int dp, int *dp_out, char *err, size_t errlen) {
@@ -69,12 +70,34 @@ void grid_free(struct kd_grid *g) {
   MPI_Comm_free(&g->node_comm);
 }
 
-double grid_node_cores_per_rank(const struct kd_grid *g) {
+/* CPUs of the union of the affinity masks of node's ranks. Collective over node. */
+static int node_cpu_union(MPI_Comm node) {
   cpu_set_t mine, all;
   CPU_ZERO(&mine);
   if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_SET(0, &mine);
-  MPI_Allreduce(&mine, &all, (int)sizeof mine, MPI_BYTE, MPI_BOR, g->node_comm);
-  return (double)CPU_COUNT(&all) / g->node_size;
+  MPI_Allreduce(&mine, &all, (int)sizeof mine, MPI_BYTE, MPI_BOR, node);
+  return CPU_COUNT(&all);
+}
+
+double grid_node_cores_per_rank(const struct kd_grid *g) {
+  double cpus = node_cpu_union(g->node_comm);
+  char where[256];
+  const double cg = kd_cgroup_cpus("", where, sizeof where);
+  if (cg > 0 && cg < cpus) cpus = cg;
+  return cpus / g->node_size;
+}
+
+int grid_node_setup(void) {
+  MPI_Comm node;
+  int r, size;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_size(node, &size);
+  kd_threads_init(size, node_cpu_union(node));
+  MPI_Comm_free(&node);
+  char warn[1024];
+  if (r == 0 && kd_threads_oversubscribed(kd_threads(), warn, sizeof warn)) kd_warn("%s\n", warn);
+  return r;
 }
 
 MPI_Comm grid_kv_comm(const struct kd_grid *g, int kv_split, int kv_rep) {

@@ -42,10 +42,17 @@ void grid_free(struct kd_grid *g);
  * (grid->node_rank after). Collective over MPI_COMM_WORLD. */
 int grid_node_rank(void);
 
-/* CPUs per rank on this node: the union of the affinity masks of the node's ranks over
- * their number (ranks bound to one core each, or all unbound, both count right).
- * Collective over g->node_comm. */
+/* CPUs per rank on this node: the union of the affinity masks of the node's ranks,
+ * capped by the cgroup's CPU limit, over their number (ranks bound to one core each, or
+ * all unbound, both count right). Collective over g->node_comm. */
 double grid_node_cores_per_rank(const struct kd_grid *g);
+
+/* First thing after MPI_Init in every program that computes: this rank's compute threads
+ * set to its share of its node's CPUs (kd_threads_init: the node's ranks, the union of
+ * their affinity masks, the cgroup limit; a user's OMP_NUM_THREADS wins), a warning from
+ * the node's first rank when the node is oversubscribed; returns this rank's index on
+ * its node. Collective over MPI_COMM_WORLD. */
+int grid_node_setup(void);
 
 /* The group of the tp ranks holding the same replicated kv heads (tp rank r in group
  * r / kv_rep): their kv gradients are partial sums. MPI_COMM_NULL when tp == 1 or the kv

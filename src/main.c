@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "config.h"
+#include "grid.h"
 #include "plan.h"
 #include "selftest.h"
 #include "tcache.h"
@@ -172,6 +173,7 @@ int main(int argc, char **argv) {
   if (!product) {
     MPI_Init(&argc, &argv);
     refuse_copies(lsize, lrank);
+    grid_node_setup(); /* the threads per rank, before any OpenMP parallel region */
   }
   static struct kd_config cfg;
   config_without_files(no_files);

@@ -124,12 +124,15 @@ static void cpu_copy_wait(struct kd_backend *be) {
 /* --- dense algebra ------------------------------------------------------------------------ */
 
 /* One thread pool: the BLAS runs single-threaded and cpu_gemm splits a product over
- * the OpenMP threads itself. A threaded OpenBLAS next to OpenMP leaves two pools
- * on the same cores; each spins while the other works (measured on 2 cores: 70%
- * of a quick-start distillation step in libgomp's spin-wait). */
+ * the OpenMP threads itself (as many as kd_threads_init chose). A threaded OpenBLAS
+ * next to OpenMP leaves two pools on the same cores; each spins while the other works
+ * (measured on 2 cores: 70% of a quick-start distillation step in libgomp's spin-wait).
+ * An OpenMP-built OpenBLAS sets OpenMP's count with its own: the count is put back. */
 static void blas_single_thread(void) {
 #ifdef OPENBLAS_VERSION
+  const int nt = omp_get_max_threads();
   openblas_set_num_threads(1);
+  omp_set_num_threads(nt);
 #endif
 }
 

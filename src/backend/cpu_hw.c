@@ -1,4 +1,11 @@
-/* cpu_hw.c: CPU features, the BLAS kernel choice, the CPU's peak FP32 rate.
+/* cpu_hw.c: CPU features, the BLAS kernel choice, the CPU's peak FP32 rate, the
+ * compute threads of a rank.
+ *
+ * Why kdtrain chooses the threads: MPICH's mpiexec gives every rank the whole machine,
+ * and OpenMP starts one thread per CPU in each: 2 ranks x 2 threads on 2 cores ran the
+ * quick-start teacher at tp 2 ten times slower than 1 thread per rank (libgomp's
+ * threads spin while the other rank's hold the cores). Each rank takes its share of the
+ * CPUs its node's ranks may use; a user's OMP_NUM_THREADS or OPENBLAS_NUM_THREADS wins.
  *
  * Why kdtrain chooses the OpenBLAS kernel: a DYNAMIC_ARCH OpenBLAS picks its kernels
  * from the CPU model number when it loads, and a model it does not know (any CPU newer
@@ -17,6 +24,9 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* Provided by the BLAS that is linked, if it is that one (weak: any CBLAS links). */
 extern char *openblas_get_corename(void) __attribute__((weak));
@@ -218,11 +228,12 @@ static void blas_name(char *buf, size_t n, const struct kd_cpu *c) {
 void kd_blas_describe(char *buf, size_t n) {
   struct kd_cpu c;
   kd_cpu_detect(&c);
-  char blas[768];
+  char blas[768], threads[192];
   blas_name(blas, sizeof blas, &c);
-  snprintf(buf, n, "CPU %s (%s family %d model %d, %s%s, %d CPUs usable) | BLAS %s",
+  kd_threads_describe(threads, sizeof threads);
+  snprintf(buf, n, "CPU %s (%s family %d model %d, %s%s, %d CPUs usable) | %s | BLAS %s",
            c.model_name[0] ? c.model_name : "?", c.vendor, c.family, c.model, kd_isa_name(c.isa),
-           c.amx ? ", AMX" : "", kd_cpu_count(), blas);
+           c.amx ? ", AMX" : "", kd_cpu_count(), threads, blas);
 }
 
 double kd_cpu_flops_per_cycle(const struct kd_cpu *c, char *how, size_t n) {
@@ -312,4 +323,202 @@ int kd_cpu_count(void) {
   if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
   const long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
+}
+
+/* --- the cgroup CPU limit ---------------------------------------------------------- */
+
+/* Limit in CPUs set in directory dir ("quota period" of v2 cpu.max, or v1's two files);
+ * 0 when none or unreadable. */
+static double cgroup_dir_limit(const char *dir, int v2) {
+  char path[4096 + 32];
+  double quota = 0, period = 0;
+  if (v2) {
+    snprintf(path, sizeof path, "%s/cpu.max", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char q[32] = "";
+    const int got = fscanf(f, "%31s %lf", q, &period);
+    fclose(f);
+    if (got != 2 || strcmp(q, "max") == 0) return 0;
+    quota = atof(q);
+  } else {
+    snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    const int got = fscanf(f, "%lf", &quota);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
+    if (got != 1 || !(f = fopen(path, "r"))) return 0;
+    if (fscanf(f, "%lf", &period) != 1) period = 0;
+    fclose(f);
+  }
+  return quota > 0 && period > 0 ? quota / period : 0;
+}
+
+/* The smallest limit from base + path up to base (a cgroup inherits its parents'
+ * limits); where: the file that set it. */
+static double cgroup_walk(const char *base, const char *path, int v2, double best, char *where,
+                          size_t n) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s%s", base, strcmp(path, "/") == 0 ? "" : path);
+  const size_t stop = strlen(base);
+  for (;;) {
+    const double lim = cgroup_dir_limit(dir, v2);
+    if (lim > 0 && (best == 0 || lim < best)) {
+      best = lim;
+      snprintf(where, n, "%s/%s", dir, v2 ? "cpu.max" : "cpu.cfs_quota_us");
+    }
+    char *slash = strrchr(dir, '/');
+    if (strlen(dir) <= stop || !slash || (size_t)(slash - dir) < stop) break;
+    *slash = '\0';
+  }
+  return best;
+}
+
+double kd_cgroup_cpus(const char *root, char *where, size_t n) {
+  char path[4096];
+  if (n) where[0] = '\0';
+  snprintf(path, sizeof path, "%s/proc/self/cgroup", root);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  double best = 0;
+  char line[4096];
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = '\0';
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    *c1 = *c2 = '\0'; /* line: the hierarchy's id */
+    const char *ctrl = c1 + 1, *cg = c2 + 1;
+    char base[4096];
+    if (strcmp(line, "0") == 0 && !*ctrl) { /* v2: unified, or beside v1 (hybrid) */
+      snprintf(base, sizeof base, "%s/sys/fs/cgroup/cgroup.controllers", root);
+      const int unified = access(base, F_OK) == 0;
+      snprintf(base, sizeof base, "%s/sys/fs/cgroup%s", root, unified ? "" : "/unified");
+      best = cgroup_walk(base, cg, 1, best, where, n);
+      continue;
+    }
+    char list[256]; /* v1: the hierarchy whose controllers include cpu */
+    snprintf(list, sizeof list, ",%s,", ctrl);
+    if (!strstr(list, ",cpu,")) continue;
+    snprintf(base, sizeof base, "%s/sys/fs/cgroup/cpu", root);
+    best = cgroup_walk(base, cg, 0, best, where, n);
+  }
+  fclose(f);
+  return best;
+}
+
+/* --- compute threads per rank ------------------------------------------------------ */
+
+static struct kd_threads threads_now = {.n = 1, .node_ranks = 1};
+
+/* A thread count set in variable `name` (a positive integer, or a list whose first entry
+ * is one, as OpenMP reads OMP_NUM_THREADS); 0 when unset or not a count. */
+static int env_threads(const char *name) {
+  const char *v = getenv(name);
+  if (!v) return 0;
+  char *end;
+  const long t = strtol(v, &end, 10);
+  if (end == v || t < 1 || (*end && *end != ',')) return 0;
+  return t > 1 << 16 ? 1 << 16 : (int)t;
+}
+
+void kd_threads_choose(struct kd_threads *t, int node_ranks, int node_cpus, int own,
+                       double cgroup) {
+  memset(t, 0, sizeof *t);
+  t->own = own > 0 ? own : 1;
+  t->node_ranks = node_ranks > 0 ? node_ranks : 1;
+  t->node_cpus = node_cpus > 0 ? node_cpus : t->own;
+  t->cgroup = cgroup > 0 ? cgroup : 0;
+  t->cpus = t->node_cpus;
+  if (t->cgroup > 0 && t->cgroup < t->cpus) t->cpus = t->cgroup >= 1 ? (int)t->cgroup : 1;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  t->online = online > 0 ? (int)online : t->node_cpus;
+  int share = t->cpus / t->node_ranks;
+  if (share > t->own) share = t->own;
+  t->n = share > 0 ? share : 1;
+  static const char *const vars[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0] && !t->env; i++)
+    if ((t->env_value = env_threads(vars[i])) > 0) {
+      t->env = vars[i];
+      t->n = t->env_value;
+    }
+}
+
+void kd_threads_init(int node_ranks, int node_cpus) {
+  char where[256];
+  kd_threads_choose(&threads_now, node_ranks, node_cpus, kd_cpu_count(),
+                    kd_cgroup_cpus("", where, sizeof where));
+#ifdef _OPENMP
+  omp_set_num_threads(threads_now.n);
+#endif
+}
+
+const struct kd_threads *kd_threads(void) {
+  if (threads_now.cpus == 0) { /* kd_threads_init not called: OpenMP's own count */
+    threads_now.own = threads_now.node_cpus = threads_now.cpus = threads_now.online =
+        kd_cpu_count();
+#ifdef _OPENMP
+    threads_now.n = omp_get_max_threads();
+#endif
+    threads_now.env = "OpenMP's default";
+  }
+  return &threads_now;
+}
+
+static const char *plural(int k) {
+  return k == 1 ? "" : "s";
+}
+
+void kd_threads_describe(char *buf, size_t n) {
+  kd_threads_text(kd_threads(), buf, n);
+}
+
+void kd_threads_text(const struct kd_threads *t, char *buf, size_t n) {
+  if (t->env && t->env_value == 0) { /* not chosen (kd_threads) */
+    snprintf(buf, n, "threads per rank %d (%s)", t->n, t->env);
+    return;
+  }
+  if (t->env) {
+    snprintf(buf, n, "threads per rank %d (%s=%d)", t->n, t->env, t->env_value);
+    return;
+  }
+  char cpus[96];
+  if (t->cpus < t->node_cpus)
+    snprintf(cpus, sizeof cpus, "cgroup limit %.3g CPUs of %d", t->cgroup, t->node_cpus);
+  else
+    snprintf(cpus, sizeof cpus, "%d CPU%s", t->cpus, plural(t->cpus));
+  snprintf(buf, n, "threads per rank %d (%s / %d rank%s on this node%s)", t->n, cpus, t->node_ranks,
+           plural(t->node_ranks),
+           t->n < t->cpus / t->node_ranks ? ", capped by this rank's affinity mask" : "");
+}
+
+int kd_threads_oversubscribed(const struct kd_threads *t, char *buf, size_t n) {
+  const long long all = (long long)t->n * t->node_ranks;
+  if (all <= t->cpus) return 0;
+  char fix[320];
+  if (t->node_cpus < t->online) /* the masks, not the counts, are what to change */
+    snprintf(fix, sizeof fix,
+             "the affinity masks of the node's ranks cover only %d of its %d CPUs: a "
+             "launcher's binding, or OMP_PROC_BIND / OMP_PLACES on ranks the launcher did not "
+             "bind (each binds its first thread to the machine's first core); unset those or "
+             "bind each rank to cores of its own",
+             t->node_cpus, t->online);
+  else if (t->env)
+    snprintf(fix, sizeof fix, "unset %s to take %d per rank", t->env,
+             t->cpus / t->node_ranks > 0 ? t->cpus / t->node_ranks : 1);
+  else
+    snprintf(fix, sizeof fix, "start at most %d rank%s per node", t->cpus, plural(t->cpus));
+  if (t->env)
+    snprintf(buf, n,
+             "WARNING: %s=%d x %d rank%s on this node = %lld threads on %d CPU%s: "
+             "oversubscribed, each rank's threads wait for CPUs the others hold (several "
+             "times slower); %s",
+             t->env, t->env_value, t->node_ranks, plural(t->node_ranks), all, t->cpus,
+             plural(t->cpus), fix);
+  else
+    snprintf(buf, n,
+             "WARNING: %d ranks on this node share %d CPU%s (1 thread each): oversubscribed, "
+             "the ranks wait for each other's CPUs; %s",
+             t->node_ranks, t->cpus, plural(t->cpus), fix);
+  return 1;
 }

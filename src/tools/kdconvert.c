@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grid.h"
 #include "tools/convert.h"
 #include "util.h"
 
@@ -36,6 +37,7 @@ static const char usage[] =
 int main(int argc, char **argv) {
   kd_set_program("kdconvert");
   MPI_Init(&argc, &argv);
+  grid_node_setup(); /* the threads: this process's share of its node's CPUs */
   int st = KD_EXIT_INPUT, size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {

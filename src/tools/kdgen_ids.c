@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_hw.h"
 #include "comm.h"
 #include "config.h"
 #include "generate.h"
@@ -198,7 +199,7 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   struct kd_backend be;
   char err[1024], note[512];
-  const int node_rank = grid_node_rank(); /* collective */
+  const int node_rank = grid_node_setup(); /* collective: the threads per rank too */
   if (backend_select(&be, device, bf16, node_rank, note, sizeof note, err, sizeof err))
     kd_fail(KD_EXIT_INPUT, "--device %s: %s", kd_device_names[device], err);
   struct kd_card card;
@@ -247,11 +248,13 @@ int main(int argc, char **argv) {
     }
     if (fflush(f) != 0 || ferror(f) || (out_path && fclose(f) != 0))
       kd_fail(KD_EXIT_IO, "writing %s failed", out_path ? out_path : "to standard output");
+    char threads[192];
+    kd_threads_describe(threads, sizeof threads);
     fprintf(stderr,
             "kdgen: %llu tokens for %d prompt(s) in %.2f s: %.1f tokens/s (%d rank(s): tp %d, "
-            "pp %d, dp %d; %s, %s)\n",
+            "pp %d, dp %d; %s, %s; %s)\n",
             sum, B, dt, sum / (dt > 0 ? dt : 1e-9), world, g.tp, g.pp, g.dp, be.name,
-            bf16 ? "bf16" : "fp32");
+            bf16 ? "bf16" : "fp32", threads);
   }
   const int rank = g.rank;
   model_free(&m, &be);

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "config.h"
+#include "grid.h"
 #include "layers.h"
 #include "model.h"
 #include "util.h"
@@ -105,6 +106,7 @@ int main(int argc, char **argv) {
     return KD_EXIT_INPUT;
   }
   MPI_Init(&argc, &argv);
+  grid_node_setup(); /* the threads: this process's share of its node's CPUs */
   struct kd_backend be;
   backend_cpu_init(&be, 0);
   struct kd_card card;
