@@ -11,7 +11,7 @@ set -u
 KDTRAIN_MOD_PATH="$KD_SRCDIR/mod"; export KDTRAIN_MOD_PATH
 run() { "$KDTRAIN" "$@"; }
 
-printf 'some bytes for the data file\n' > train.bin
+head -c 3000 "$KD_SRCDIR/input/corpus/kjv-train.txt" > train.bin # windows for --dry-run's data summary
 cp train.bin valid.bin
 cp train.bin second.bin
 cat > in.nml <<'NML'
