@@ -49,7 +49,7 @@ static const struct namelist_key cfg_keys[] = {
     NAMELIST_LIST(kd_config, data, weights, NL_REAL, data_weights, data_nweights, "1.0", NL_GT, 0,
                   0, NULL),
     CS(data, valid, data_valid, "''", NULL, NL_PATH),
-    CW(data, format, data_format, "'bytes'", KD_DATA_FORMAT_WORDS),
+    CW(data, format, data_format, "'auto'", KD_DATA_FORMAT_WORDS),
     CI(data, seq_len, data_seq_len, "256", NL_GE, 1, 0),
     CI(data, valid_every, data_valid_every, "0", NL_GE, 0, 0),
     CI(data, valid_batches, data_valid_batches, "8", NL_GE, 0, 0),
@@ -580,7 +580,9 @@ static int check_data_path(struct namelist_ctx *c, size_t i, size_t e) {
   const char *p = namelist_field(&c->keys[i], c->base, e);
   char bin[KD_PATH_MAX + 8];
   snprintf(bin, sizeof bin, "%s.bin", p);
-  if (cfg->data_format == KD_DATA_MEGATRON && !kd_is_file(p) && kd_is_file(bin)) return 0;
+  if ((cfg->data_format == KD_DATA_MEGATRON || cfg->data_format == KD_DATA_AUTO) &&
+      !kd_is_file(p) && kd_is_file(bin))
+    return 0;
   return check_exists_at(c, i, e, "data file", 0);
 }
 

@@ -135,7 +135,8 @@ struct kd_config {
   double data_weights[KD_DATA_MAX]; /* data_nweights blend weights (one per train path) */
   int data_nweights;
   char data_valid[KD_PATH_MAX];
-  enum kd_data_format data_format; /* 'bytes' | 'u16' | 'u32' | 'h5' | 'megatron' | 'llmc' */
+  enum kd_data_format data_format; /* 'auto' | 'bytes' | 'u16' | 'u32' | 'h5' | 'megatron' |
+                                      'llmc' | 'rollouts' */
   int data_seq_len, data_valid_every, data_valid_batches; /* valid_batches 0: the whole file */
   enum kd_samples data_samples; /* 'auto' | 'stream' | 'documents' (data.c) */
   int data_pack;                /* documents: several per window (1) or one, padded (0) */

@@ -4,11 +4,15 @@
  * uses (tokens and mask of a range). The only file that knows every reader. */
 #include "data_source.h"
 
+#include <hdf5.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "data_reader.h"
+#include "h5attr.h"
+#include "rollouts.h"
 #include "util.h"
 
 /* Per format: its reader, and the element type of a headerless stream (0: the file's
@@ -24,6 +28,7 @@ static const struct data_format {
     [KD_DATA_MEGATRON] = {data_megatron_open, 0},  /* the index's dtype code */
     [KD_DATA_LLMC] = {data_llmc_open, 0},          /* the header's model */
     [KD_DATA_ROLLOUTS] = {data_rollouts_open, 0},  /* rows of rollouts.h5, as int64 */
+    [KD_DATA_AUTO] = {NULL, 0},                    /* resolved by data_format_detect */
 };
 _Static_assert(sizeof data_formats / sizeof data_formats[0] == KD_DATA_NFORMATS,
                "one data_formats entry per enum kd_data_format");
@@ -92,9 +97,67 @@ static int data_source_check(const struct data_source *s, int vocab_size, char *
   return KD_EXIT_OK;
 }
 
+/* The first `n` bytes of `path` into buf; the bytes read (0 when it cannot be read). */
+static size_t head_bytes(const char *path, unsigned char *buf, size_t n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  const size_t got = fread(buf, 1, n, f);
+  fclose(f);
+  return got;
+}
+
+int data_format_detect(const char *path, enum kd_data_format *format, char *err, size_t errlen) {
+  static const unsigned char megatron[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+  char idx[1040];
+  const size_t l = strlen(path);
+  if (l > 4 && (!strcmp(path + l - 4, ".bin") || !strcmp(path + l - 4, ".idx")))
+    snprintf(idx, sizeof idx, "%.*s.idx", (int)(l - 4), path);
+  else
+    snprintf(idx, sizeof idx, "%s.idx", path);
+  unsigned char h[16];
+  if (head_bytes(idx, h, 9) == 9 && !memcmp(h, megatron, 9)) return *format = KD_DATA_MEGATRON, 0;
+  if (!kd_is_file(path)) {
+    kd_seterr(err, errlen, "%s: no such data file (nor a Megatron dataset %s)", path, idx);
+    return KD_EXIT_INPUT;
+  }
+  const size_t n = head_bytes(path, h, 8);
+  int32_t magic = 0;
+  if (n >= 4) memcpy(&magic, h, 4);
+  if (magic == 20240520 || magic == 20240801) return *format = KD_DATA_LLMC, 0;
+  htri_t is_h5 = 0;
+  H5E_BEGIN_TRY {
+    is_h5 = H5Fis_hdf5(path);
+  }
+  H5E_END_TRY;
+  if (is_h5 > 0) {
+    char fmt[64] = "", why[256];
+    hid_t f = -1;
+    H5E_BEGIN_TRY {
+      f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    }
+    H5E_END_TRY;
+    const int ro = f >= 0 && h5attr_exists(f, "format") &&
+                   !h5attr_get_string(f, "format", fmt, sizeof fmt, why, sizeof why) &&
+                   !strcmp(fmt, ROLLOUTS_FORMAT);
+    if (f >= 0) H5Fclose(f);
+    return *format = ro ? KD_DATA_ROLLOUTS : KD_DATA_H5, 0;
+  }
+  kd_seterr(err, errlen,
+            "%s: data%%format = 'auto' cannot tell this file's format (no Megatron index %s, no "
+            "llm.c header, not HDF5), and a raw token stream is never guessed; expected "
+            "data%%format = 'bytes' (one byte per token), 'u16' or 'u32' (little-endian ids), "
+            "or another of %s",
+            path, idx, KD_DATA_FORMAT_WORDS);
+  return KD_EXIT_INPUT;
+}
+
 int data_source_open(struct data_source *s, const char *path, enum kd_data_format format,
                      int vocab_size, char *err, size_t errlen) {
   memset(s, 0, sizeof *s);
+  if (format == KD_DATA_AUTO) {
+    const int rc = data_format_detect(path, &format, err, errlen);
+    if (rc) return rc;
+  }
   KD_CHECK((unsigned)format < KD_DATA_NFORMATS && data_formats[format].open,
            "data_source_open: format %d has no reader in data_formats", (int)format);
   if (strlen(path) + 16 >= sizeof s->path) {

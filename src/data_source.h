@@ -11,11 +11,18 @@
 #include "data_reader.h"
 #include "words.h"
 
-/* Open `path` in `format` and check every token: an id outside [0, vocab_size) (or not an
+/* Open `path` in `format` ('auto': data_format_detect) and check every token: an id outside [0, vocab_size) (or not an
  * integer) is KD_EXIT_INPUT with file and position in err; so are missing, truncated or
  * foreign files (a message naming the file and what is wrong). Not collective. */
 int data_source_open(struct data_source *s, const char *path, enum kd_data_format format,
                      int vocab_size, char *err, size_t errlen);
+
+/* The format of the file at `path` (data%format = 'auto'): 'megatron' (PATH, PATH.bin or
+ * PATH.idx beside an index with Megatron's MMIDIDX magic), 'llmc' (an llm.c header's
+ * magic), 'rollouts' (HDF5 with the rollouts format attribute), 'h5' (any other HDF5 file).
+ * A raw stream is never guessed: KD_EXIT_INPUT with a message asking for data%format =
+ * 'bytes', 'u16' or 'u32'. Not collective. */
+int data_format_detect(const char *path, enum kd_data_format *format, char *err, size_t errlen);
 
 /* Release everything a reader mapped or allocated. */
 void data_source_close(struct data_source *s);

@@ -47,7 +47,8 @@ enum tcache_select { KD_CACHE_SELECT_LIST(KD_WORD_ENUM) TCACHE_NSELECT };
 #define KD_CACHE_SELECT_WORDS KD_WORDS_OF(KD_CACHE_SELECT_LIST)
 extern const char *const kd_cache_select_names[TCACHE_NSELECT];
 
-/* &data format: one reader per format (data_source.c's table is indexed by this enum) */
+/* &data format: one reader per format (data_source.c's table is indexed by this enum);
+ * 'auto' (no reader): the format the file shows (data_source.c, data_format_detect) */
 #define KD_DATA_FORMAT_LIST(X)                                                                     \
   X(KD_DATA_BYTES, "bytes")                                                                        \
   X(KD_DATA_U16, "u16")                                                                            \
@@ -55,7 +56,8 @@ extern const char *const kd_cache_select_names[TCACHE_NSELECT];
   X(KD_DATA_H5, "h5")                                                                              \
   X(KD_DATA_MEGATRON, "megatron")                                                                  \
   X(KD_DATA_LLMC, "llmc")                                                                          \
-  X(KD_DATA_ROLLOUTS, "rollouts")
+  X(KD_DATA_ROLLOUTS, "rollouts")                                                                  \
+  X(KD_DATA_AUTO, "auto")
 enum kd_data_format { KD_DATA_FORMAT_LIST(KD_WORD_ENUM) KD_DATA_NFORMATS };
 #define KD_DATA_FORMAT_WORDS KD_WORDS_OF(KD_DATA_FORMAT_LIST)
 extern const char *const kd_data_format_names[KD_DATA_NFORMATS];

@@ -56,7 +56,7 @@ kd_layout_nml() {
 &teacher card = 'test-teacher', init = 'teacher/final.h5'${2:-} /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 8 /
-&data train = '$1', seq_len = 16 /
+&data format = 'bytes', train = '$1', seq_len = 16 /
 &loss kind = 'fkl', alpha = 0.5, temperature = 2.0 /
 &optim lr = 1e-2, warmup = 1 /
 &precision compute = 'fp32' /
@@ -91,7 +91,7 @@ kd_family_nml() {
 &teacher card = '$1', init = 'teacher/final.h5' /
 &student card = '$2', init = 'random' /
 &parallel micro_batch = 1, global_batch = 4 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
 &loss kind = 'fkl', alpha = 0.5, temperature = 2.0 /
 &optim lr = 1e-2, warmup = 1 /
 &precision compute = 'fp32' /

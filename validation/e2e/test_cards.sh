@@ -23,7 +23,7 @@ cat > base.nml <<EOF2
 &run mode = 'train', steps = 1, out_dir = 'o' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 1 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
 &optim lr = 1e-3 /
 EOF2
 

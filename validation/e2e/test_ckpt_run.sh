@@ -10,7 +10,7 @@ cat > base.nml <<EOF2
 &run mode = 'train', steps = 10, seed = 5, out_dir = 'ref' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 2, global_batch = 4 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 32 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 32 /
 &optim lr = 1e-2, warmup = 2 /
 &precision compute = 'fp32', loss_scale = 0 /
 &checkpoint every = 5, keep = 2 /

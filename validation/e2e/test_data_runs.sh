@@ -50,6 +50,24 @@ l3=$(val e_s.l3.llmc) u32=$(val e_s.u32)
 [ "$l3" = "$u32" ] || fail "llm.c LLaMA-3 shard: val_loss $l3 != $u32 of the same tokens as 'u32'"
 echo "   all formats: val_loss $ref (llm.c LLaMA-3 shard $l3, 'u32' $u32)"
 
+echo "== data%format = 'auto': the format each file shows, a raw stream refused"
+for f in megatron:s megatron:s.bin megatron:s.idx llmc:s.llmc llmc:s.l3.llmc h5:s.h5; do
+  fmt=${f%%:*} file=${f#*:}
+  kd 1 student%init="'$W'" data%format="'auto'" data%valid="'$file'" run%out_dir="'a_$file'" \
+    > log.txt 2>&1 || { cat log.txt; fail "eval of $file with format 'auto'"; }
+  want=$(val "e_$file" 2> /dev/null || :)
+  [ -n "$want" ] || want=$(val e_s)
+  [ "$(val "a_$file")" = "$want" ] || fail "$file as 'auto': val_loss $(val "a_$file") != $want as '$fmt'"
+done
+for file in s.u16 s.u32; do
+  st=0
+  kd_log="" kd 1 student%init="'$W'" data%format="'auto'" data%valid="'$file'" \
+    run%out_dir="'a_$file'" > log.txt 2>&1 || st=$?
+  [ "$st" = 2 ] && grep -q "$file: data%format = 'auto' cannot tell this file's format .*a raw token stream is never guessed; expected data%format = 'bytes'" log.txt \
+    || { cat log.txt; fail "$file as 'auto': status $st, expected 2 asking for the raw format"; }
+done
+echo "   'auto' gives each format's loss; raw streams: exit 2 asking for 'bytes', 'u16' or 'u32'"
+
 echo "== a loss mask counts exactly the unmasked labels"
 $MPIEXEC -n 1 "$KD_BUILDDIR/src/tools/kdlogits" "$W" windows.txt logits.npy > log.txt 2>&1 || { cat log.txt; fail "kdlogits"; }
 want_all=$("$py" "$KD_SRCDIR/validation/ref/data_runs_expect.py" logits.npy windows.txt mask.txt all)

@@ -17,7 +17,7 @@ cat > base.nml <<EOF2
 &teacher card = 'test-teacher', init = 'teacher/final.h5' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 4 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16,
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16,
       valid = '$KD_SRCDIR/input/corpus/kjv-valid.txt', valid_batches = 2, valid_every = 2 /
 &loss kind = 'fkl', alpha = 0.5, temperature = 2.0 /
 &optim lr = 1e-2, warmup = 1 /

@@ -18,7 +18,7 @@ cat > base.nml <<EOF2
 &teacher card = 'test-teacher', init = 't/final.h5' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 8 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
 &loss kind = 'fkl', alpha = 0.5 /
 &optim lr = 1e-2, warmup = 1 /
 &precision compute = 'fp32' /

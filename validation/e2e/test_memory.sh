@@ -17,7 +17,7 @@ cat > base.nml <<EOF2
 &teacher card = 'test-teacher', init = 't/final.h5' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 2, global_batch = 4 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 37 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 37 /
 &optim lr = 1e-2, warmup = 1 /
 &precision compute = 'fp32' /
 EOF2

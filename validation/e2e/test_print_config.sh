@@ -20,7 +20,7 @@ cat > in.nml <<'NML'
 &teacher card = 'test-teacher' /
 &student card = "test-student", init = 'RANDOM' /
 &parallel micro_batch = 2, global_batch = 8 /
-&data train = 'train.bin', 'second.bin' valid = './valid.bin'
+&data format = 'bytes', train = 'train.bin', 'second.bin' valid = './valid.bin'
       weights = 0.7, 0.3, seq_len = 64, valid_every = 10 /
 &loss kind = 'JSD' temperature = 2.D0 alpha = .5 beta = 0.25 t2_scale = F /
 &optim lr = 1.5E-03, min_lr = 1*1e-5 warmup = 5 eps = 1.0d-8 /

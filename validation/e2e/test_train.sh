@@ -10,7 +10,7 @@ cat > base.nml <<EOF2
 &teacher card = 'test-teacher', init = 'teacher/final.h5' /
 &student card = 'test-teacher', init = 'random' /
 &parallel micro_batch = 2, global_batch = 4 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', valid = '$KD_SRCDIR/input/corpus/kjv-valid.txt',
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', valid = '$KD_SRCDIR/input/corpus/kjv-valid.txt',
       seq_len = 32, valid_batches = 4 /
 &optim lr = 1e-2, warmup = 2 /
 &precision compute = 'fp32' /

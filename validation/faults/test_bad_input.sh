@@ -34,7 +34,7 @@ extra=""
 cat > base.nml <<'NML'
 &teacher card = 'test-teacher' /
 &student card = 'test-student' /
-&data train = 'train.bin' /
+&data format = 'bytes', train = 'train.bin' /
 NML
 b() { cat base.nml - > "$1"; } # a valid file, the defect from line 4 on
 
@@ -87,7 +87,7 @@ check beta.nml "beta.nml:4:" "&loss beta" "0 < beta < 1"
 cat > seq.nml <<'NML'
 &teacher card = 'test-teacher' /
 &student card = 'test-student' /
-&data train = 'train.bin'
+&data format = 'bytes', train = 'train.bin'
       seq_len = 0 /
 NML
 check seq.nml "seq.nml:4:" "&data seq_len" "seq_len >= 1"
@@ -188,44 +188,44 @@ check mdir.nml "mdir.nml:4:" "&log metrics" "does not exist"
 cat > teach.nml <<'NML'
 &run mode = 'distill' /
 &student card = 'test-student' /
-&data train = 'train.bin' /
+&data format = 'bytes', train = 'train.bin' /
 NML
 check teach.nml "teach.nml:1:" "&teacher card" "missing"
 cat > stud.nml <<'NML'
 &run mode = 'train' /
 &student init = 'random' /
-&data train = 'train.bin' /
+&data format = 'bytes', train = 'train.bin' /
 NML
 check stud.nml "stud.nml:2:" "&student card" "missing"
 cat > train.nml <<'NML'
 &teacher card = 'test-teacher' /
 &student card = 'test-student' /
-&data seq_len = 64 /
+&data format = 'bytes', seq_len = 64 /
 NML
 check train.nml "train.nml:3:" "&data train" "missing"
 cat > nodata.nml <<'NML'
 &teacher card = 'test-teacher' /
 &student card = 'test-student' /
-&data train = 'nope.bin' /
+&data format = 'bytes', train = 'nope.bin' /
 NML
 check nodata.nml "nodata.nml:3:" "&data train" "nope.bin" "not found"
 cat > maxpos.nml <<'NML'
 &teacher card = 'test-teacher' /
 &student card = 'test-student' /
-&data train = 'train.bin', seq_len = 512 /
+&data format = 'bytes', train = 'train.bin', seq_len = 512 /
 NML
 check maxpos.nml "maxpos.nml:3:" "&data seq_len" "max_position_embeddings = 256"
 cat > nocard.nml <<'NML'
 &teacher card = 'test-teacher' /
 &student card = 'tset-student' /
-&data train = 'train.bin' /
+&data format = 'bytes', train = 'train.bin' /
 NML
 check nocard.nml "nocard.nml:2:" "&student card" "not found" "did you mean 'test-student'" "$KD_SRCDIR/mod"
 
 # bad model cards: the message names the card file and line
 card() { # FILE then the &model body on stdin
   { echo '&model'; cat; echo '/'; } > "$1"
-  printf "&teacher card = 'test-teacher' /\n&student card = '%s' /\n&data train = 'train.bin' /\n" \
+  printf "&teacher card = 'test-teacher' /\n&student card = '%s' /\n&data format = 'bytes', train = 'train.bin' /\n" \
     "$1" > "use_$1"
 }
 card kv.nml <<'NML'

@@ -16,7 +16,7 @@ cat > base.nml <<EOF2
 &teacher source = 'cache', cache = 'tc.h5' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 2 /
-&data train = 'train.txt', seq_len = 16 /
+&data format = 'bytes', train = 'train.txt', seq_len = 16 /
 &precision compute = 'fp32' /
 EOF2
 kd_log=log.txt

@@ -32,7 +32,7 @@ cat > base.nml <<EOF2
 &run mode = 'train', steps = 2, seed = 5, out_dir = 'out' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 4 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
 &optim lr = 1e-2, warmup = 1 /
 &precision compute = 'fp32', loss_scale = 0 /
 &checkpoint every = 1, keep = 3 /

@@ -14,7 +14,7 @@ cat > base.nml <<EOF2
 &run mode = 'train', steps = 1, seed = 5, out_dir = 'out' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 2 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 8 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 8 /
 &precision compute = 'fp32' /
 &checkpoint every = 1, keep = 1 /
 EOF2

@@ -14,7 +14,7 @@ cat > base.nml << EOF2
 &teacher card = 'test-teacher' /
 &student card = 'test-student' /
 &parallel micro_batch = 1, global_batch = 2 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
 EOF2
 ncase=0
 # case KEY VALUE WORD...: kdtrain base.nml KEY=VALUE exits 2 within 60 s, its message names

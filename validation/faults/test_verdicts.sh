@@ -16,7 +16,7 @@ corpus=$KD_SRCDIR/input/corpus/kjv-train.txt
 cat > base.nml << EOF2
 &run mode = 'train', steps = 2, out_dir = 'out' /
 &student card = 'test-student' /
-&data train = '$corpus', seq_len = 16 /
+&data format = 'bytes', train = '$corpus', seq_len = 16 /
 &parallel micro_batch = 1, global_batch = 2 /
 &checkpoint every = 2 /
 EOF2

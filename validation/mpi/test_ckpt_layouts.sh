@@ -17,7 +17,7 @@ cat > base.nml <<EOF2
 &teacher card = 'test-teacher', init = 'teacher/final.h5' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 4 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
 &optim lr = 1e-2, warmup = 2 /
 &precision compute = 'fp32' /
 &checkpoint every = 5, keep = 0 /

@@ -18,7 +18,7 @@ cat > base.nml <<EOF2
 &teacher card = 'test-teacher-pad', init = 'tpad/final.h5' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 4 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
 &loss kind = 'jsd', alpha = 0.7, temperature = 2.0 /
 &optim lr = 1e-2, warmup = 1 /
 &precision compute = 'fp32' /

@@ -26,7 +26,7 @@ cat > scale.nml <<EOF2
 &teacher card = '$S/teacher.nml', init = 'teacher/final.h5' /
 &student card = '$S/student.nml', init = 'random' /
 &parallel micro_batch = 1, global_batch = 32 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
 &loss kind = 'fkl', alpha = 0.5, temperature = 2.0 /
 &optim lr = 1e-2, warmup = 1 /
 &precision compute = 'fp32' /
