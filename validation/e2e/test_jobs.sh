@@ -189,7 +189,7 @@ cat > in.nml <<EOF2
 &run mode = 'train', steps = 500, seed = 1, out_dir = 'o' /
 &student card = 'test-student', init = 'random' /
 &parallel micro_batch = 1, global_batch = 2 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 16 /
 &precision compute = 'fp32' /
 EOF2
 mkdir bin

@@ -23,7 +23,7 @@ cat > base.nml <<EOF2
 &run mode = 'train', steps = 8, seed = 3, out_dir = 'o' /
 &student card = 'test-teacher', init = 'random' /
 &parallel tp = 2, micro_batch = 4, global_batch = 8 /
-&data train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 64 /
+&data format = 'bytes', train = '$KD_SRCDIR/input/corpus/kjv-train.txt', seq_len = 64 /
 &optim lr = 1e-3, warmup = 1 /
 &precision compute = 'fp32' /
 EOF2
