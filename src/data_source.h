@@ -11,9 +11,9 @@
 #include "data_reader.h"
 #include "words.h"
 
-/* Open `path` in `format` ('auto': data_format_detect) and check every token: an id outside [0, vocab_size) (or not an
- * integer) is KD_EXIT_INPUT with file and position in err; so are missing, truncated or
- * foreign files (a message naming the file and what is wrong). Not collective. */
+/* Open `path` in `format` ('auto': data_format_detect) and check every token: an id outside [0,
+ * vocab_size) (or not an integer) is KD_EXIT_INPUT with file and position in err; so are missing,
+ * truncated or foreign files (a message naming the file and what is wrong). Not collective. */
 int data_source_open(struct data_source *s, const char *path, enum kd_data_format format,
                      int vocab_size, char *err, size_t errlen);
 

@@ -201,9 +201,12 @@ START_TEST(threads_share) {
                "this node)",
                NULL);
   threads_case(2, 64, 64, 100, 32, "threads per rank 32 (64 CPUs / 2 ranks on this node)", NULL);
-  /* more ranks than CPUs: 1 each, and a warning */
-  threads_case(4, 2, 2, 0, 1, "threads per rank 1 (2 CPUs / 4 ranks on this node)",
-               "WARNING: 4 ranks on this node share 2 CPUs (1 thread each)");
+  /* more ranks than CPUs: 1 each, no warning (the launcher's rank count, which no thread
+   * setting changes; also with OMP_NUM_THREADS=1) */
+  threads_case(4, 2, 2, 0, 1, "threads per rank 1 (2 CPUs / 4 ranks on this node)", NULL);
+  setenv("OMP_NUM_THREADS", "1", 1);
+  threads_case(3, 2, 2, 0, 1, "threads per rank 1 (OMP_NUM_THREADS=1)", NULL);
+  unsetenv("OMP_NUM_THREADS");
   /* the user's variables win, OMP_NUM_THREADS first; forced oversubscription warns */
   setenv("OPENBLAS_NUM_THREADS", "3", 1);
   threads_case(2, 8, 8, 0, 3, "threads per rank 3 (OPENBLAS_NUM_THREADS=3)", NULL);
