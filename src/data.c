@@ -97,11 +97,6 @@ int data_use_documents(struct kd_data *d, enum kd_samples samples, int pack, uin
                 s->src.ndocs);
       rc = KD_EXIT_INPUT;
     }
-    if (!rc && s->pack.nwin > UINT32_MAX) {
-      kd_seterr(err, errlen, "%s: %zu samples exceed the supported 2^32 - 1", s->src.path,
-                s->pack.nwin);
-      rc = KD_EXIT_INPUT;
-    }
     if (rc) return rc;
     s->nsamples = s->pack.nwin;
     free(s->perm);
@@ -231,10 +226,7 @@ static size_t data_window_start(const struct data_source *src, size_t w, size_t 
   return w * (src->row ? src->row : T);
 }
 
-/* Window w of file `set` into inputs/labels/pos (seq_len each; pos may be NULL); masked
- * labels become -1. w = SIZE_MAX: an empty window (token 0, every label -1). */
-static void data_copy_window(struct kd_data *d, int set, size_t w, int *inputs, int *labels,
-                             int *pos) {
+void data_window(struct kd_data *d, int set, size_t w, int *inputs, int *labels, int *pos) {
   const struct data_source *src = &d->set[set].src;
   const struct data_pack *pk = &d->set[set].pack;
   const size_t T = (size_t)d->seq_len;
@@ -257,10 +249,6 @@ static void data_copy_window(struct kd_data *d, int set, size_t w, int *inputs, 
   data_source_mask(src, base + 1, T, d->mbuf);
   for (size_t t = 0; t < T; t++)
     if (!d->mbuf[t]) labels[t] = -1;
-}
-
-void data_window(struct kd_data *d, int set, size_t w, int *inputs, int *labels, int *pos) {
-  data_copy_window(d, set, w, inputs, labels, pos);
 }
 
 /* Counted labels of window w of file `set` (SIZE_MAX: an empty window). */
@@ -297,8 +285,8 @@ void data_batch_pos(struct kd_data *d, int64_t g0, int mb, int *inputs, int *lab
     int set;
     size_t w;
     data_draw(d, g0 + j, &set, &w);
-    data_copy_window(d, set, w, inputs + (size_t)j * T, labels + (size_t)j * T,
-                     pos ? pos + (size_t)j * T : NULL);
+    data_window(d, set, w, inputs + (size_t)j * T, labels + (size_t)j * T,
+                pos ? pos + (size_t)j * T : NULL);
   }
 }
 
@@ -310,36 +298,14 @@ void data_batch_sequential(struct kd_data *d, int64_t i0, int mb, int *inputs, i
                            int *pos) {
   const size_t T = (size_t)d->seq_len;
   for (int j = 0; j < mb; j++)
-    data_copy_window(d, 0, data_sequential_window(d, i0 + j), inputs + (size_t)j * T,
-                     labels + (size_t)j * T, pos ? pos + (size_t)j * T : NULL);
+    data_window(d, 0, data_sequential_window(d, i0 + j), inputs + (size_t)j * T,
+                labels + (size_t)j * T, pos ? pos + (size_t)j * T : NULL);
 }
 
-void data_count_docs(struct kd_data *d, int64_t g0, int64_t n, int64_t *docs, int64_t *tokens) {
-  *docs = 0;
-  *tokens = d->docs ? 0 : n * (d->seq_len + 1);
-  if (!d->docs) return;
-  const int64_t at_g = d->blend_g;
-  int64_t at_n[DATA_MAX_SETS];
-  memcpy(at_n, d->blend_n, sizeof at_n);
-  for (int64_t j = 0; j < n; j++) {
-    int set;
-    size_t w;
-    data_draw(d, g0 + j, &set, &w);
-    const struct data_pack *pk = &d->set[set].pack;
-    *docs += (int64_t)data_pack_docs(pk, w);
-    for (size_t k = pk->off[w]; k < pk->off[w + 1]; k++) {
-      const uint64_t *o = d->set[set].src.doc + pk->ids[k];
-      *tokens += (int64_t)(o[1] - o[0] < (uint64_t)pk->T1 ? o[1] - o[0] : (uint64_t)pk->T1);
-    }
-  }
-  if (at_g <= g0) { /* keep the blend cursor where the batches that follow want it */
-    d->blend_g = at_g;
-    memcpy(d->blend_n, at_n, sizeof at_n);
-  }
-}
-
-int64_t data_count_labels(struct kd_data *d, int64_t g0, int64_t n) {
-  if ((!d->has_mask && !d->docs) || n <= 0) return n > 0 ? n * d->seq_len : 0;
+/* Sum over global samples g0 .. g0+n-1 (n > 0) of f(d, file, window, arg). The blend
+ * cursor is left at g0, where the batches that follow start (data_blend walks it forward). */
+static int64_t data_sum_drawn(struct kd_data *d, int64_t g0, int64_t n,
+                              int64_t (*f)(struct kd_data *, int, size_t, void *), void *arg) {
   int64_t c = 0, at_g = 0, at_n[DATA_MAX_SETS];
   for (int64_t j = 0; j < n; j++) {
     int set;
@@ -347,11 +313,34 @@ int64_t data_count_labels(struct kd_data *d, int64_t g0, int64_t n) {
     data_draw(d, g0 + j, &set, &w);
     if (j == 0) /* the blend cursor now stands at g0: keep it for the batches that follow */
       at_g = d->blend_g, memcpy(at_n, d->blend_n, sizeof at_n);
-    c += data_window_counted(d, set, w);
+    c += f(d, set, w, arg);
   }
   d->blend_g = at_g;
   memcpy(d->blend_n, at_n, sizeof at_n);
   return c;
+}
+
+/* data_sum_drawn terms: a window's counted labels; its documents (their tokens added to
+ * *(int64_t *)tokens). */
+static int64_t counted_term(struct kd_data *d, int set, size_t w, void *unused) {
+  (void)unused;
+  return data_window_counted(d, set, w);
+}
+static int64_t docs_term(struct kd_data *d, int set, size_t w, void *tokens) {
+  const struct data_set *s = &d->set[set];
+  *(int64_t *)tokens += (int64_t)data_pack_tokens(&s->pack, &s->src, w);
+  return (int64_t)data_pack_docs(&s->pack, w);
+}
+
+void data_count_docs(struct kd_data *d, int64_t g0, int64_t n, int64_t *docs, int64_t *tokens) {
+  *docs = 0;
+  *tokens = d->docs ? 0 : n * (d->seq_len + 1);
+  if (d->docs && n > 0) *docs = data_sum_drawn(d, g0, n, docs_term, tokens);
+}
+
+int64_t data_count_labels(struct kd_data *d, int64_t g0, int64_t n) {
+  if ((!d->has_mask && !d->docs) || n <= 0) return n > 0 ? n * d->seq_len : 0;
+  return data_sum_drawn(d, g0, n, counted_term, NULL);
 }
 
 int64_t data_count_labels_sequential(struct kd_data *d, int64_t i0, int64_t n) {
@@ -362,13 +351,12 @@ int64_t data_count_labels_sequential(struct kd_data *d, int64_t i0, int64_t n) {
   return c;
 }
 
-int data_open_train(struct kd_data *d, const struct kd_config *cfg, int vocab_size, char *err,
-                    size_t errlen) {
-  const char *paths[KD_DATA_MAX];
-  for (int i = 0; i < cfg->data_ntrain; i++)
-    paths[i] = cfg->data_train[i];
-  int rc = data_open_blend(d, cfg->data_ntrain, paths, cfg->data_weights, cfg->data_format,
-                           cfg->data_seq_len, vocab_size, (uint64_t)cfg->run_seed, err, errlen);
+/* data_open_blend of `n` files of the run, then its &data samples and pack. */
+static int data_open_run(struct kd_data *d, const struct kd_config *cfg, int n,
+                         const char *const *paths, const double *weights, int vocab_size, char *err,
+                         size_t errlen) {
+  int rc = data_open_blend(d, n, paths, weights, cfg->data_format, cfg->data_seq_len, vocab_size,
+                           (uint64_t)cfg->run_seed, err, errlen);
   if (!rc)
     rc = data_use_documents(d, cfg->data_samples, cfg->data_pack, (uint64_t)cfg->run_seed, err,
                             errlen);
@@ -376,17 +364,18 @@ int data_open_train(struct kd_data *d, const struct kd_config *cfg, int vocab_si
   return rc;
 }
 
+int data_open_train(struct kd_data *d, const struct kd_config *cfg, int vocab_size, char *err,
+                    size_t errlen) {
+  const char *paths[KD_DATA_MAX];
+  for (int i = 0; i < cfg->data_ntrain; i++)
+    paths[i] = cfg->data_train[i];
+  return data_open_run(d, cfg, cfg->data_ntrain, paths, cfg->data_weights, vocab_size, err, errlen);
+}
+
 int data_open_valid(struct kd_data *d, const struct kd_config *cfg, int vocab_size, char *err,
                     size_t errlen) {
-  int rc = data_open(d, cfg->data_valid, cfg->data_format, cfg->data_seq_len, vocab_size,
-                     (uint64_t)cfg->run_seed, err, errlen);
-  if (!rc)
-    rc = data_use_documents(d, cfg->data_samples, cfg->data_pack, (uint64_t)cfg->run_seed, err,
-                            errlen);
-  if (rc) {
-    data_close(d);
-    return rc;
-  }
-  d->once = cfg->data_valid_batches == 0;
-  return KD_EXIT_OK;
+  const char *path = cfg->data_valid;
+  const int rc = data_open_run(d, cfg, 1, &path, NULL, vocab_size, err, errlen);
+  if (!rc) d->once = cfg->data_valid_batches == 0;
+  return rc;
 }

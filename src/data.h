@@ -84,7 +84,8 @@ int data_open_valid(struct kd_data *d, const struct kd_config *cfg, int vocab_si
 void data_draw(struct kd_data *d, int64_t g, int *set, size_t *sample);
 
 /* Window w of file `set` (in file order) into inputs, labels and pos (seq_len each; pos may
- * be NULL), as data_batch_pos gives it. */
+ * be NULL), as data_batch_pos gives it; masked labels are -1. w = SIZE_MAX: an empty window
+ * (token 0, every label -1; position -1 in documents mode). */
 void data_window(struct kd_data *d, int set, size_t w, int *inputs, int *labels, int *pos);
 
 /* The window of file 0 drawn as global sample g (single-file use and tests). */

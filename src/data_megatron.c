@@ -6,7 +6,6 @@
  * picked up when present (as kdprep writes it). */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "data_reader.h"
@@ -118,21 +117,19 @@ static int megatron_map(struct data_source *s, const char *prefix, struct megatr
 
 /* The document index of m in tokens: document j is sequences idx[j] .. idx[j+1]-1 (Megatron's
  * document_indices, checked by megatron_map), or every sequence its own document when the
- * index is empty. */
+ * index is empty; a sequence starts at token pointer / element size (megatron_map checked
+ * that the pointers lie back to back). */
 static int megatron_docs(struct data_source *s, const struct megatron_ds *m, const char *prefix,
                          char *err, size_t errlen) {
   const int byseq = m->ndoc < 2;
-  const uint64_t nd = byseq ? m->nseq : m->ndoc - 1;
+  const uint64_t nd = byseq ? m->nseq : m->ndoc - 1, es = data_dtype_size(m->dtype);
   if (nd == 0) return KD_EXIT_OK; /* no documents: samples = 'documents' refuses the file */
-  uint64_t *seq = kd_malloc((size_t)(m->nseq + 1) * sizeof *seq);
-  seq[0] = 0;
-  for (uint64_t i = 0; i < m->nseq; i++)
-    seq[i + 1] = seq[i] + (uint64_t)len_at(m, i);
+  const unsigned char *ptr = m->idx + MEGATRON_HEADER + 4 * m->nseq, *di = ptr + 8 * m->nseq;
   uint64_t *doc = kd_malloc((size_t)(nd + 1) * sizeof *doc);
-  const unsigned char *di = m->idx + MEGATRON_HEADER + 12 * m->nseq;
-  for (uint64_t j = 0; j <= nd; j++)
-    doc[j] = seq[byseq ? j : rd_u64(di + 8 * j)];
-  free(seq);
+  for (uint64_t j = 0; j <= nd; j++) {
+    const uint64_t q = byseq ? j : rd_u64(di + 8 * j); /* the document's first sequence */
+    doc[j] = q < m->nseq ? rd_u64(ptr + 8 * q) / es : (uint64_t)m->ntok;
+  }
   data_reader_keep(s, doc);
   s->doc = doc;
   s->ndocs = (size_t)nd;

@@ -79,7 +79,7 @@ int data_pack_build(struct data_pack *p, const struct data_source *src, int T1, 
     const uint64_t l = src->doc[i + 1] - src->doc[i];
     if (l == 0) continue;
     order[n++] = (uint32_t)i;
-    p->tok_docs += l > (uint64_t)T1 ? (uint64_t)T1 : l;
+    p->tok_docs += doc_len(src, i, T1);
     if (l > (uint64_t)T1) p->ntrunc++, p->tok_cut += l - (uint64_t)T1;
   }
   p->ndocs = n;
@@ -166,8 +166,8 @@ void data_pack_free(struct data_pack *p) {
   memset(p, 0, sizeof *p);
 }
 
-size_t data_pack_window(const struct data_pack *p, const struct data_source *src, size_t w,
-                        int *inputs, int *labels, int *pos, unsigned char *mbuf) {
+void data_pack_window(const struct data_pack *p, const struct data_source *src, size_t w,
+                      int *inputs, int *labels, int *pos, unsigned char *mbuf) {
   const size_t T = (size_t)p->T1 - 1;
   size_t t = 0; /* the window's tokens so far */
   for (size_t k = p->off[w]; k < p->off[w + 1]; k++) {
@@ -192,11 +192,16 @@ size_t data_pack_window(const struct data_pack *p, const struct data_source *src
         pos[t + j] = (int)j;
     t += l;
   }
-  const size_t used = t;
   for (size_t j = t; j < T; j++) { /* padding: never counted, never computed */
     inputs[j] = 0;
     labels[j] = -1;
     if (pos) pos[j] = -1;
   }
-  return used;
+}
+
+size_t data_pack_tokens(const struct data_pack *p, const struct data_source *src, size_t w) {
+  size_t t = 0;
+  for (size_t k = p->off[w]; k < p->off[w + 1]; k++)
+    t += doc_len(src, p->ids[k], p->T1);
+  return t;
 }

@@ -37,10 +37,12 @@ void data_pack_free(struct data_pack *p);
 /* Window w of src into inputs, labels and pos (T1 - 1 each; pos may be NULL): the
  * documents back to back, then padding (token 0, label -1, position -1); label t is
  * token t + 1 when it belongs to the same document and counts (mask), else -1; pos t is
- * t's position in its document. mbuf: T1 bytes of scratch. Returns the window's tokens that
- * are not padding. */
-size_t data_pack_window(const struct data_pack *p, const struct data_source *src, size_t w,
-                        int *inputs, int *labels, int *pos, unsigned char *mbuf);
+ * t's position in its document. mbuf: T1 bytes of scratch. */
+void data_pack_window(const struct data_pack *p, const struct data_source *src, size_t w,
+                      int *inputs, int *labels, int *pos, unsigned char *mbuf);
+
+/* Tokens of window w that are not padding (its documents as cut). */
+size_t data_pack_tokens(const struct data_pack *p, const struct data_source *src, size_t w);
 
 /* Documents in window w. */
 static inline size_t data_pack_docs(const struct data_pack *p, size_t w) {

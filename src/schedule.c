@@ -138,9 +138,10 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   struct kd_acts *sa = &p->sacts[k];
   const size_t N = (size_t)p->B * p->T, cs = (size_t)s->card.hidden_size;
   const size_t ct = p->teacher ? (size_t)p->teacher->card.hidden_size : 0;
-  fetch(arg, m, p->inputs[k], p->labels[k], p->docs ? p->pos[k] : NULL);
-  acts_set_pos(be, sa, p->docs ? p->pos[k] : NULL); /* kept for the backward */
-  if (t) acts_set_pos(be, &p->tacts, p->docs ? p->pos[k] : NULL);
+  int *pos = p->docs ? p->pos[k] : NULL; /* packed documents: each row's position */
+  fetch(arg, m, p->inputs[k], p->labels[k], pos);
+  acts_set_pos(be, sa, pos); /* kept for the backward */
+  if (t) acts_set_pos(be, &p->tacts, pos);
   if (!s->has_embed) { /* unpack [teacher | student] hidden states | load-balancing sums */
     if (t) be->copy(be, acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
     be->copy(be, acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
