@@ -828,6 +828,12 @@ int config_teacher_cached(const struct kd_config *cfg) {
   return cfg->run_mode == KD_MODE_DISTILL && cfg->teacher_source == KD_TEACHER_CACHE;
 }
 
+int config_data_vocab(const struct kd_config *cfg) {
+  const int vs = cfg->student.vocab_size, vt = cfg->teacher.vocab_size;
+  const int teacher = cfg->run_mode == KD_MODE_DISTILL || cfg->run_mode == KD_MODE_CACHE;
+  return teacher && vt > 0 && vt < vs ? vt : vs;
+}
+
 int config_student_random(const struct kd_config *cfg) {
   return strcmp(cfg->student_init, "random") == 0;
 }

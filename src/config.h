@@ -236,6 +236,9 @@ int config_teacher_model(const struct kd_config *cfg);
 int config_teacher_live(const struct kd_config *cfg);
 int config_teacher_cached(const struct kd_config *cfg);
 int config_student_random(const struct kd_config *cfg);
+/* The ids a run's token data must lie below: the student card's vocabulary, or the smaller of
+ * it and the teacher card's in modes 'distill' and 'cache' (when a teacher card is known). */
+int config_data_vocab(const struct kd_config *cfg);
 enum kd_resume { KD_RESUME_AUTO, KD_RESUME_NONE, KD_RESUME_PATH };
 enum kd_resume config_resume(const struct kd_config *cfg);
 

@@ -287,8 +287,7 @@ static int64_t make_setup(struct cmake *s, const struct kd_config *cfg, struct k
   s->cfg = cfg, s->be = be, s->grid = grid;
   s->T = cfg->data_seq_len, s->mb = cfg->par_micro_batch, s->gb = cfg->par_global_batch;
   s->share = s->gb / grid->dp, s->nmicro = s->share / s->mb;
-  const int Vt = cfg->teacher.vocab_size, Vs = cfg->student.vocab_size;
-  s->vc = Vt < Vs ? Vt : Vs, s->k = cfg->teacher_cache_k;
+  s->vc = config_data_vocab(cfg), s->k = cfg->teacher_cache_k; /* mode 'cache': a teacher card */
   s->inv_t = 1.0f / (float)cfg->loss_temperature;
   if (model_check_layout(&cfg->teacher, "teacher", grid->tp, grid->pp, err, sizeof err))
     kd_fail(KD_EXIT_INPUT, "%s", err);
@@ -526,8 +525,7 @@ int tcache_make_run(const struct kd_config *cfg, struct kd_backend *be,
 
 void tcache_plan_print(const struct kd_config *cfg) {
   if (cfg->run_mode != KD_MODE_CACHE && cfg->teacher_source != KD_TEACHER_CACHE) return;
-  const int Vs = cfg->student.vocab_size, Vt = cfg->teacher.vocab_size;
-  const int vc = Vt && Vt < Vs ? Vt : Vs, T = cfg->data_seq_len, k = cfg->teacher_cache_k;
+  const int vc = config_data_vocab(cfg), T = cfg->data_seq_len, k = cfg->teacher_cache_k;
   struct kd_data d;
   char err[1024];
   if (config_without_files(-1)) {

@@ -591,9 +591,7 @@ int train_run(const struct kd_config *cfg) {
  * the run will (0, or KD_EXIT_INPUT with the message printed). */
 static int dry_run_data(const struct kd_config *cfg) {
   if (config_without_files(-1)) return KD_EXIT_OK;
-  int vc = cfg->student.vocab_size; /* ids must lie below both models' vocabularies */
-  if (config_teacher_live(cfg) && cfg->teacher.vocab_size > 0 && cfg->teacher.vocab_size < vc)
-    vc = cfg->teacher.vocab_size;
+  const int vc = config_data_vocab(cfg);
   char err[1024];
   struct kd_data d;
   if (cfg->data_ntrain > 0 && cfg->data_train[0][0]) {
