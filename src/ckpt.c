@@ -224,14 +224,65 @@ static int read_latest(const char *dir, char *path, size_t pathlen, char *err, s
   return 0;
 }
 
-static int resolve_rank0(const struct kd_config *cfg, char *path, size_t pathlen, char *err,
-                         size_t errlen) {
+/* The checkpoint's step and its run's configuration against this run's (rank 0, serial
+ * reads): resumed automatically, a change of what is computed is exit 2 naming each key with
+ * both values; other changes are said. A checkpoint named explicitly is resumed whatever
+ * changed (the changes are said). 0 or KD_EXIT_INPUT. */
+static int judge(const struct kd_config *cfg, const char *path, int automatic, int64_t *step,
+                 char *err, size_t errlen) {
+  static struct kd_card card;
+  char *text = NULL;
+  int rc = weights_read_config(path, &card, &text, err, errlen);
+  hid_t file = rc ? -1 : H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  struct ckpt_state st;
+  if (!rc && file < 0) {
+    kd_seterr(err, errlen, "%s cannot be opened as HDF5", path);
+    rc = KD_EXIT_INPUT;
+  }
+  if (!rc) rc = state_read(file, path, 0, &st, err, errlen);
+  if (file >= 0) H5Fclose(file);
+  if (rc) {
+    free(text);
+    return rc;
+  }
+  *step = st.step;
+  static char lines[KD_CHANGE_NKINDS][KD_CHANGE_LINE];
+  char why[1024];
+  const int n = text ? config_compare(cfg, text, path, lines, why, sizeof why) : 0;
+  free(text);
+  if (n < 0)
+    kd_warn("the configuration stored in %s cannot be compared with this run's (%s): resuming "
+            "without comparing\n",
+            path, why);
+  if (n <= 0) return 0;
+  if (lines[KD_CHANGE_COMPUTED][0] && automatic) {
+    kd_seterr(err, errlen,
+              "checkpoint%%resume = 'auto' found %s (step %lld), written by a run that computed "
+              "something else: %s. To start this run afresh set checkpoint%%resume = 'none' (its "
+              "checkpoints then replace those in %s) or use another run%%out_dir or "
+              "checkpoint%%dir; to continue from that checkpoint anyway name it: "
+              "checkpoint%%resume = '%s'",
+              path, (long long)st.step, lines[KD_CHANGE_COMPUTED], cfg->ckpt_dir, path);
+    return KD_EXIT_INPUT;
+  }
+  static const char *const what[KD_CHANGE_NKINDS] = {
+      "of what is computed (named explicitly by checkpoint%resume)", "that extend the run",
+      "of how it is computed"};
+  for (int k = 0; k < KD_CHANGE_NKINDS; k++)
+    if (lines[k][0]) kd_info("kdtrain: resuming %s with changes %s: %s\n", path, what[k], lines[k]);
+  return 0;
+}
+
+static int resolve_rank0(const struct kd_config *cfg, char *path, size_t pathlen, int64_t *step,
+                         char *err, size_t errlen) {
   path[0] = '\0';
+  *step = 0;
   const char *r = cfg->ckpt_resume;
   if (config_resume(cfg) == KD_RESUME_NONE) return 0;
   if (config_resume(cfg) == KD_RESUME_AUTO) {
     int rc = read_latest(cfg->ckpt_dir, path, pathlen, err, errlen);
     if (rc == 1) path[0] = '\0';
+    if (rc == 0) rc = judge(cfg, path, 1, step, err, errlen);
     return rc == 1 ? 0 : rc;
   }
   struct stat sb;
@@ -239,20 +290,21 @@ static int resolve_rank0(const struct kd_config *cfg, char *path, size_t pathlen
     int rc = read_latest(r, path, pathlen, err, errlen);
     if (rc == 1)
       kd_seterr(err, errlen, "checkpoint%%resume: directory %s holds no '" CKPT_LATEST "' file", r);
-    return rc ? KD_EXIT_INPUT : 0;
+    return rc ? KD_EXIT_INPUT : judge(cfg, path, 0, step, err, errlen);
   }
   snprintf(path, pathlen, "%s", r);
   return 0;
 }
 
-int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Comm comm, char *err,
-                 size_t errlen) {
+int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, int64_t *step,
+                 MPI_Comm comm, char *err, size_t errlen) {
   int rank;
   MPI_Comm_rank(comm, &rank);
   if (errlen > 0) err[0] = '\0';
-  int rc = rank == 0 ? resolve_rank0(cfg, path, pathlen, err, errlen) : 0;
+  int rc = rank == 0 ? resolve_rank0(cfg, path, pathlen, step, err, errlen) : 0;
   rc = kd_agree(rc, err, errlen, comm);
   if (pathlen <= INT_MAX) MPI_Bcast(path, (int)pathlen, MPI_CHAR, 0, comm);
+  MPI_Bcast(step, 1, MPI_INT64_T, 0, comm);
   return rc;
 }
 

@@ -26,11 +26,14 @@ struct ckpt_state {
 };
 
 /* Resolve checkpoint%resume ('auto' | 'none' | a file | a directory with `latest`)
- * to a checkpoint file in `path` ('' = start fresh). Collective: rank 0 decides.
- * 0 or KD_EXIT_INPUT (a named checkpoint that does not exist, a .tmp file, a broken
- * latest), with the message in err on every rank. */
-int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, MPI_Comm comm, char *err,
-                 size_t errlen);
+ * to a checkpoint file in `path` ('' = start fresh) and its step (*step; 0 when none or a
+ * file named directly, read at load). A checkpoint found by 'auto' or by its directory is
+ * compared with this run's configuration (config_compare): found by 'auto', a change of what
+ * is computed is refused; other changes are said. Collective: rank 0 decides. 0 or
+ * KD_EXIT_INPUT (a named checkpoint that does not exist, a .tmp file, a broken latest, a
+ * checkpoint of another run), with the message in err on every rank. */
+int ckpt_resolve(const struct kd_config *cfg, char *path, size_t pathlen, int64_t *step,
+                 MPI_Comm comm, char *err, size_t errlen);
 
 /* Load master weights, moments and state from checkpoint `path` into `mdl` (not
  * frozen) and `st`. Collective; any layout reads by hyperslab. 0, KD_EXIT_INPUT

@@ -925,6 +925,78 @@ int config_is_set(const struct kd_config *cfg, const char *group, const char *ke
 
 /* ---- printing and broadcast ---------------------------------------------------------------- */
 
+/* What changing a key means for a run resumed from a checkpoint written with another value:
+ * keys of what is computed (the models, the data and how it is cut, the loss, the seed), of
+ * how long the run goes and what it records, and of how it is computed (layout, precision,
+ * memory, optimizer); the resume key itself is never compared. */
+static int change_kind(const struct namelist_key *k) {
+  static const char *const computed[] = {
+      "run%mode",       "run%seed",      "teacher%card",    "teacher%init",
+      "teacher%source", "teacher%cache", "teacher%cache_k", "teacher%cache_select",
+      "student%card",   "student%init",  "data%train",      "data%weights",
+      "data%format",    "data%seq_len",  "data%samples",    "data%pack",
+      "loss%"};
+  static const char *const extends[] = {"run%steps",
+                                        "log%",
+                                        "checkpoint%every",
+                                        "checkpoint%keep",
+                                        "checkpoint%on_signal",
+                                        "data%valid",
+                                        "data%valid_every",
+                                        "data%valid_batches",
+                                        "generate%save"};
+  char name[96];
+  snprintf(name, sizeof name, "%s%%%s", k->group, k->key);
+  if (!strcmp(name, "checkpoint%resume")) return -1;
+  for (size_t i = 0; i < sizeof computed / sizeof *computed; i++)
+    if (!strncmp(name, computed[i], strlen(computed[i])) &&
+        (computed[i][strlen(computed[i]) - 1] == '%' || !strcmp(name, computed[i])))
+      return KD_CHANGE_COMPUTED;
+  for (size_t i = 0; i < sizeof extends / sizeof *extends; i++)
+    if (!strncmp(name, extends[i], strlen(extends[i])) &&
+        (extends[i][strlen(extends[i]) - 1] == '%' || !strcmp(name, extends[i])))
+      return KD_CHANGE_EXTENDS;
+  return KD_CHANGE_HOW;
+}
+
+int config_compare(const struct kd_config *cfg, const char *text, const char *name,
+                   char lines[KD_CHANGE_NKINDS][KD_CHANGE_LINE], char *err, size_t errlen) {
+  struct kd_config *old = kd_malloc(sizeof *old);
+  config_defaults(old);
+  struct namelist_ctx c = {.keys = cfg_keys,
+                           .n = NKEYS(cfg_keys),
+                           .base = old,
+                           .file = name,
+                           .err = err,
+                           .errlen = errlen};
+  for (int k = 0; k < KD_CHANGE_NKINDS; k++)
+    lines[k][0] = '\0';
+  if (namelist_read_text(&c, text)) {
+    free(old);
+    return -1;
+  }
+  int changed = 0;
+  for (size_t i = 0; i < NKEYS(cfg_keys); i++) {
+    const struct namelist_key *k = &cfg_keys[i];
+    const int kind = change_kind(k);
+    char was[512], now[512];
+    namelist_value_text(k, old, was, sizeof was);
+    namelist_value_text(k, cfg, now, sizeof now);
+    if (kind < 0 || !strcmp(was, now)) continue;
+    /* 'auto' data words: the file decides, as it did for the checkpoint */
+    if (k->type == NL_WORD && (!strcmp(was, "'auto'") || !strcmp(now, "'auto'")) &&
+        !strcmp(k->group, "data"))
+      continue;
+    char *l = lines[kind];
+    const size_t n = strlen(l);
+    snprintf(l + n, KD_CHANGE_LINE - n, "%s%s%%%s %s -> %s", n ? ", " : "", k->group, k->key, was,
+             now);
+    changed++;
+  }
+  free(old);
+  return changed;
+}
+
 void config_print(FILE *f, const struct kd_config *cfg) {
   fprintf(f, "! kdtrain configuration: every key, defaults filled in, paths made absolute\n");
   namelist_print(f, cfg_keys, NKEYS(cfg_keys), cfg);

@@ -218,6 +218,21 @@ const char *card_check(const struct kd_card *card, char *why, size_t whylen);
 /* Every card key at its default (keys without one zero). */
 void card_defaults(struct kd_card *card);
 
+/* What a changed key means for a resumed run (config_compare): a change of what is computed
+ * (the models, the data files and how they are cut, the loss, seq_len, the seed, the mode),
+ * one that extends or records the run (steps, log, checkpoint cadence, validation), or one
+ * of how it is computed (layout, precision, memory, optimizer). */
+enum { KD_CHANGE_COMPUTED, KD_CHANGE_EXTENDS, KD_CHANGE_HOW, KD_CHANGE_NKINDS };
+#define KD_CHANGE_LINE 4096
+
+/* Compare the configuration `text` (a checkpoint's /config/namelist, as config_print wrote
+ * it; `name` says where it is in messages) with cfg: each key whose value differs goes into
+ * lines[kind] as "group%key OLD -> NOW", comma-separated ('auto' data words are the file's
+ * choice and not compared). The number of differing keys, or -1 when the text is not a
+ * configuration of this version (why in err). Not collective. */
+int config_compare(const struct kd_config *cfg, const char *text, const char *name,
+                   char lines[KD_CHANGE_NKINDS][KD_CHANGE_LINE], char *err, size_t errlen);
+
 /* Print a model card as a &model namelist. */
 void card_print(FILE *f, const struct kd_card *card);
 

@@ -615,6 +615,10 @@ int namelist_read_file(struct namelist_ctx *c, const char *path) {
   return rc;
 }
 
+int namelist_read_text(struct namelist_ctx *c, const char *text) {
+  return parse_text(c, text, strlen(text));
+}
+
 /* A command-line word group%key=value. */
 static int apply_override(struct namelist_ctx *c, const char *word) {
   char g[64], k[64];
@@ -726,6 +730,18 @@ static void print_list(FILE *f, const struct namelist_key *k, const void *base, 
     print_value(f, k, base, e);
     items++;
   }
+}
+
+void namelist_value_text(const struct namelist_key *k, const void *base, char *out, size_t n) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  KD_CHECK(f, "open_memstream failed");
+  size_t count = namelist_count(k, base);
+  print_list(f, k, base, count ? count : 1);
+  fclose(f);
+  snprintf(out, n, "%s", text);
+  free(text);
 }
 
 void namelist_print(FILE *f, const struct namelist_key *keys, size_t n, const void *base) {

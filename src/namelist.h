@@ -85,6 +85,10 @@ void namelist_defaults(const struct namelist_key *keys, size_t n, void *base, si
  * once, unknown groups and keys are errors. 0 or KD_EXIT_INPUT with the message in c->err. */
 int namelist_read_file(struct namelist_ctx *c, const char *path);
 
+/* Parse a whole namelist text (NUL-terminated; c->file names it in messages) as
+ * namelist_read_file parses a file. 0 or KD_EXIT_INPUT with the message in c->err. */
+int namelist_read_text(struct namelist_ctx *c, const char *text);
+
 /* Apply one command-line word `group%key=value` (strings may be unquoted). 0 or
  * KD_EXIT_INPUT; `word` must outlive c (c->setby keeps it). */
 int namelist_override(struct namelist_ctx *c, const char *word);
@@ -122,6 +126,10 @@ char *namelist_field(const struct namelist_key *k, void *base, size_t e);
 
 /* Number of values of key k in the struct at base (1 for scalar keys). */
 size_t namelist_count(const struct namelist_key *k, const void *base);
+
+/* Key k's value(s) in the struct at base as namelist_print writes them ("'fkl'", "1.0, 2.0"),
+ * cut to n - 1 characters. */
+void namelist_value_text(const struct namelist_key *k, const void *base, char *out, size_t n);
 
 /* Print the table's struct at `base` as namelist groups that read back to the same values. */
 void namelist_print(FILE *f, const struct namelist_key *keys, size_t n, const void *base);

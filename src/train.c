@@ -151,7 +151,7 @@ static int common_vocab(struct run *r) {
 /* The student: built for its role (mode 'eval': weights only, in the compute precision, no
  * gradients or optimizer), filled from the checkpoint to resume (its path into `resumed`,
  * '' for a fresh start), else random values or its init file; the optimizer state. */
-static void student_setup(struct run *r, int vc, char *resumed, size_t n) {
+static void student_setup(struct run *r, int vc, const char *resumed) {
   const struct kd_config *cfg = r->cfg;
   char err[1024];
   const int zero = cfg->par_zero && !r->eval;
@@ -161,12 +161,9 @@ static void student_setup(struct run *r, int vc, char *resumed, size_t n) {
                            : MODEL_TRAIN,
                    vc, &r->grid);
   float *dst = r->eval ? r->student.w : r->student.master;
-  /* checkpoint%resume, resolved once. A checkpoint to resume from replaces every tensor:
-   * no random values are drawn and no init file is read for it (on a 0.5B student the draw
-   * alone takes seconds of the restart) */
-  resumed[0] = '\0';
-  if (!r->eval)
-    kd_agree_or_fail(ckpt_resolve(cfg, resumed, n, MPI_COMM_WORLD, err, sizeof err), err);
+  /* A checkpoint to resume from replaces every tensor: no random values are drawn and no
+   * init file is read for it (on a 0.5B student the draw alone takes seconds of the
+   * restart) */
   if (resumed[0]) {
     /* filled by ckpt_resume below */
   } else if (config_student_random(cfg)) {
@@ -257,7 +254,7 @@ static void pipe_setup(struct run *r, int dp) {
 
 /* Everything a run needs, checked before anything is written: the layout, the backend, the
  * models, the data, the pipeline, the MFU terms. Collective. */
-static void run_setup(struct run *r, const struct kd_config *cfg) {
+static void run_setup(struct run *r, const struct kd_config *cfg, const char *resumed) {
   char err[1024];
   memset(r, 0, sizeof *r);
   r->cfg = cfg;
@@ -281,8 +278,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg) {
   r->distill = cfg->run_mode == KD_MODE_DISTILL;
   r->eval = cfg->run_mode == KD_MODE_EVAL;
   const int vc = common_vocab(r);
-  char resumed[KD_PATH_MAX + 300];
-  student_setup(r, vc, resumed, sizeof resumed);
+  student_setup(r, vc, resumed);
   teacher_setup(r, vc);
   if (!r->eval) tokenizer_setup(r, resumed);
   data_setup(r, vc);
@@ -541,8 +537,23 @@ int train_run(const struct kd_config *cfg) {
   if (cfg->run_mode == KD_MODE_CACHE) return cache_make(cfg);
   struct run r;
   ckpt_signals_install(); /* SIGTERM while loading stops at once */
-  run_setup(&r, cfg);     /* every input is checked before out_dir is created */
-  char err[KD_PATH_MAX + 128] = "";
+  /* checkpoint%resume, resolved once, before anything is loaded: a run already complete
+   * ends here, writing nothing */
+  char resumed[KD_PATH_MAX + 300] = "", err[KD_PATH_MAX + 128] = "";
+  int64_t at = 0;
+  if (cfg->run_mode != KD_MODE_EVAL) {
+    char why[KD_CHANGE_LINE + 2048];
+    kd_agree_or_fail(
+        ckpt_resolve(cfg, resumed, sizeof resumed, &at, MPI_COMM_WORLD, why, sizeof why), why);
+  }
+  if (resumed[0] && at >= cfg->run_steps && config_resume(cfg) == KD_RESUME_AUTO) {
+    kd_info("kdtrain: %s is at step %lld and run%%steps = %lld: the run is complete, nothing "
+            "to do (raise run%%steps to extend it; checkpoint%%resume = 'none' starts it "
+            "again)\n",
+            resumed, (long long)at, (long long)cfg->run_steps);
+    return KD_EXIT_OK;
+  }
+  run_setup(&r, cfg, resumed); /* every input is checked before out_dir is created */
   int st = 0;
   if (kd_rank() == 0 && kd_mkdir_p(cfg->run_out_dir) != 0) {
     snprintf(err, sizeof err, "cannot create run%%out_dir '%s': %s", cfg->run_out_dir,

@@ -225,7 +225,8 @@ int weights_load(const char *path, const struct kd_model *mdl, float *buf, MPI_C
   return weights_close(&io, st, err, errlen);
 }
 
-int weights_read_card(const char *path, struct kd_card *card, char *err, size_t errlen) {
+int weights_read_config(const char *path, struct kd_card *card, char **namelist, char *err,
+                        size_t errlen) {
   H5E_auto2_t efunc;
   void *edata;
   H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
@@ -241,6 +242,7 @@ int weights_read_card(const char *path, struct kd_card *card, char *err, size_t 
     st = KD_EXIT_INPUT;
   }
   if (!st) st = weights_card_read(cfg, path, card, err, errlen);
+  if (!st && namelist) st = weights_card_namelist(cfg, path, namelist, err, errlen);
   if (!st) {
     snprintf(card->path, sizeof card->path, "%s", path);
     if (!card->name[0]) snprintf(card->name, sizeof card->name, "%s", path);
@@ -249,4 +251,8 @@ int weights_read_card(const char *path, struct kd_card *card, char *err, size_t 
   if (file >= 0) H5Fclose(file);
   H5Eset_auto2(H5E_DEFAULT, efunc, edata);
   return st;
+}
+
+int weights_read_card(const char *path, struct kd_card *card, char *err, size_t errlen) {
+  return weights_read_config(path, card, NULL, err, errlen);
 }

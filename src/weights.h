@@ -93,6 +93,11 @@ int weights_close(struct weights_io *io, int st, char *err, size_t errlen);
 /* Read the model card stored in a weights file (/config attributes) into `card`
  * (card->path is set to `path`). Not collective. 0 or KD_EXIT_INPUT. */
 int weights_read_card(const char *path, struct kd_card *card, char *err, size_t errlen);
+/* weights_read_card, and the run's namelist stored in the file (/config/namelist: a
+ * checkpoint's or final.h5's configuration) into *namelist, which the caller frees (NULL when
+ * the file has none). Not collective. 0 or KD_EXIT_INPUT. */
+int weights_read_config(const char *path, struct kd_card *card, char **namelist, char *err,
+                        size_t errlen);
 
 /* Rank 0 after a complete write: fsync `tmp`, rename it to `path`, fsync the directory.
  * 0, or KD_EXIT_IO with a message (the .tmp removed). Not collective. */

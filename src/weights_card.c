@@ -364,9 +364,12 @@ int weights_card_write(hid_t cfg, const struct kd_card *card, const char *nameli
 }
 
 /* Check /config/namelist when present: a scalar fixed-length string of at most
- * NAMELIST_MAX bytes whose checksum (required when `all`, checked when present) holds.
- * Every rank reads it. 0 or KD_EXIT_INPUT. */
-static int namelist_check(hid_t cfg, const char *path, int all, char *err, size_t errlen) {
+ * NAMELIST_MAX bytes whose checksum (required when `all`, checked when present) holds; its
+ * text into *out when out is not NULL (left NULL when the file has none). Every rank reads
+ * it. 0 or KD_EXIT_INPUT. */
+static int namelist_check(hid_t cfg, const char *path, int all, char **out, char *err,
+                          size_t errlen) {
+  if (out) *out = NULL;
   if (H5Lexists(cfg, "namelist", H5P_DEFAULT) <= 0) return 0;
   H5O_info_t oi;
   hid_t d =
@@ -402,6 +405,10 @@ static int namelist_check(hid_t cfg, const char *path, int all, char *err, size_
       st = checksum_verify(stored, namelist_sum(text), path, "/config/namelist",
                            "the run's namelist stored in the file was changed", err, errlen);
     }
+  }
+  if (!st && out) {
+    *out = text;
+    text = NULL;
   }
   free(text);
   if (t >= 0) H5Tclose(t);
@@ -487,7 +494,11 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *e
                       "the model card in the file is corrupted", err, errlen))
     return KD_EXIT_INPUT;
   int st = all || h5attr_exists(cfg, CHECKSUM_CARD) ? card_check_text(cfg, path, err, errlen) : 0;
-  return st ? st : namelist_check(cfg, path, all, err, errlen);
+  return st ? st : namelist_check(cfg, path, all, NULL, err, errlen);
+}
+
+int weights_card_namelist(hid_t cfg, const char *path, char **text, char *err, size_t errlen) {
+  return namelist_check(cfg, path, 0, text, err, errlen);
 }
 
 int weights_card_compare(const struct kd_card *file, const struct kd_card *model, const char *path,

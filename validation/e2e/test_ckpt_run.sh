@@ -110,6 +110,31 @@ for g in /params /optim; do
     || fail "re-saved $g differs after a SIGTERM stop"
 done
 
+echo "== a rerun in the same out_dir: another run's checkpoint refused, a longer run resumes, a complete run writes nothing"
+snap() { (cd "$1" && find . -type f -exec cksum {} + | sort -k3); }
+snap ref > before
+kd 1 > again.log 2>&1 || { cat again.log; fail "rerun of a complete run"; }
+grep -q "step_00000010.h5 is at step 10 and run%steps = 10: the run is complete" again.log \
+  || { cat again.log; fail "a complete run does not say so"; }
+snap ref > after
+cmp -s before after || { diff before after; fail "rerunning a complete run changed its files"; }
+set +e
+kd 1 loss%kind="'rkl'" data%train="'$KD_SRCDIR/input/corpus/kjv-valid.txt'" > other.log 2>&1; st=$?
+set -e
+[ $st -eq 2 ] || { cat other.log; fail "resume of another run's checkpoint: exit $st, expected 2"; }
+for needle in "loss%kind 'fkl' -> 'rkl'" "data%train '.*kjv-train.txt' -> '.*kjv-valid.txt'" \
+  "checkpoint%resume = 'none'" "checkpoint%resume = '.*step_00000010.h5'"; do
+  grep -q "$needle" other.log || { cat other.log; fail "refused resume: message lacks '$needle'"; }
+done
+snap ref > after
+cmp -s before after || { diff before after; fail "a refused resume changed the run's files"; }
+cp -r ref ext
+kd 1 run%out_dir="'ext'" run%steps=12 > ext.log 2>&1 || { cat ext.log; fail "extending run%steps"; }
+grep -q "with changes that extend the run: run%steps 10 -> 12" ext.log || { cat ext.log; fail "no extension line"; }
+grep -q "resumed from .*step_00000010.h5 at step 10" ext.log || fail "the extended run did not resume"
+[ "$(rows ext/metrics.csv 11 | wc -l)" -eq 2 ] || fail "the extended run did not log steps 11-12"
+[ "$(cat ext/checkpoints/latest)" = step_00000012.h5 ] || fail "the extended run ends on no step 12 checkpoint"
+
 echo "== refused checkpoints: exit 2, one message each"
 refuse() { what=$1; file=$2; needle=$3; shift 3
   set +e; kd 1 run%out_dir="'bad'" checkpoint%resume="'$file'" "$@" > bad.log 2>&1; st=$?; set -e

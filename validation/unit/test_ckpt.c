@@ -58,6 +58,7 @@ static const struct ckpt_state state7 = {7, 7 * 64, 6, 32768.0, 5, 1, 17};
 static void save_at(struct kd_config *cfg, struct kd_model *m, int64_t step) {
   struct ckpt_state st = state7;
   st.step = step;
+  if (st.updates > step) st.updates = step; /* possible values: resolving reads them */
   char err[1024];
   int rc = ckpt_save(cfg, m, &st, MPI_COMM_WORLD, err, sizeof err);
   ck_assert_msg(rc == 0, "save: %s", err);
@@ -70,7 +71,9 @@ START_TEST(test_round_trip) {
   filled_model(&a, 1);
   save_at(&cfg, &a, 7);
   char path[1024], err[1024];
-  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, MPI_COMM_WORLD, err, sizeof err), 0);
+  int64_t step = -1;
+  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, &step, MPI_COMM_WORLD, err, sizeof err),
+                   0);
   ck_assert_str_eq(path + strlen(cfg.ckpt_dir), "/step_00000007.h5");
   filled_model(&b, 2);
   struct ckpt_state st;
@@ -89,30 +92,51 @@ START_TEST(test_resolve) {
   struct kd_config cfg;
   config_for(&cfg, "resolve");
   char path[1024], err[1024];
+  int64_t step = -1;
   snprintf(cfg.ckpt_resume, sizeof cfg.ckpt_resume, "auto");
-  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, MPI_COMM_WORLD, err, sizeof err), 0);
+  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, &step, MPI_COMM_WORLD, err, sizeof err),
+                   0);
   ck_assert_str_eq(path, ""); /* no latest yet: a fresh start */
   struct kd_model a;
   filled_model(&a, 3);
   for (int64_t s = 1; s <= 4; s++)
     save_at(&cfg, &a, s);
-  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, MPI_COMM_WORLD, err, sizeof err), 0);
+  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, &step, MPI_COMM_WORLD, err, sizeof err),
+                   0);
   ck_assert_msg(strstr(path, "/step_00000004.h5") != NULL, "%s", path);
+  ck_assert_int_eq(step, 4);
+  /* found by 'auto': a checkpoint of a run that computed something else is refused, naming
+   * the keys; a longer run resumes */
+  struct kd_config other = cfg;
+  other.loss_kind = LOSS_RKL;
+  other.data_seq_len = cfg.data_seq_len + 1;
+  ck_assert_int_eq(ckpt_resolve(&other, path, sizeof path, &step, MPI_COMM_WORLD, err, sizeof err),
+                   KD_EXIT_INPUT);
+  ck_assert_msg(strstr(err, "loss%kind 'fkl' -> 'rkl'") && strstr(err, "data%seq_len") &&
+                    strstr(err, "checkpoint%resume = 'none'"),
+                "%s", err);
+  other = cfg;
+  other.run_steps = cfg.run_steps + 10;
+  ck_assert_int_eq(ckpt_resolve(&other, path, sizeof path, &step, MPI_COMM_WORLD, err, sizeof err),
+                   0);
+  ck_assert_int_eq(step, 4);
   char p[1024]; /* keep = 2: steps 1 and 2 are gone */
   snprintf(p, sizeof p, "%s/step_00000002.h5", cfg.ckpt_dir);
   ck_assert_int_ne(access(p, F_OK), 0);
   snprintf(p, sizeof p, "%s/step_00000003.h5", cfg.ckpt_dir);
   ck_assert_int_eq(access(p, F_OK), 0);
   snprintf(cfg.ckpt_resume, sizeof cfg.ckpt_resume, "none");
-  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, MPI_COMM_WORLD, err, sizeof err), 0);
+  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, &step, MPI_COMM_WORLD, err, sizeof err),
+                   0);
   ck_assert_str_eq(path, "");
   snprintf(cfg.ckpt_resume, sizeof cfg.ckpt_resume, "%s", cfg.ckpt_dir); /* a directory */
-  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, MPI_COMM_WORLD, err, sizeof err), 0);
+  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, &step, MPI_COMM_WORLD, err, sizeof err),
+                   0);
   ck_assert_msg(strstr(path, "/step_00000004.h5") != NULL, "%s", path);
   /* latest naming a file that is gone */
   snprintf(p, sizeof p, "%s/step_00000004.h5", cfg.ckpt_dir);
   unlink(p);
-  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, MPI_COMM_WORLD, err, sizeof err),
+  ck_assert_int_eq(ckpt_resolve(&cfg, path, sizeof path, &step, MPI_COMM_WORLD, err, sizeof err),
                    KD_EXIT_INPUT);
   ck_assert_msg(strstr(err, "names ") && strstr(err, "cannot be read"), "%s", err);
   /* a failed save publishes nothing */
