@@ -138,6 +138,29 @@ static void plan_gen(const struct kd_config *cfg, const struct cut *s, struct ge
   if (d.has_head) g->logits = B * (size_t)s->vocab * sizeof(float);
 }
 
+/* Mode 'cache' (tcache_make.c): the teacher alone, frozen in the compute precision, its
+ * forward working set for one micro-batch, the experts' exchanges of a frozen model, and on
+ * the last stage the logits of one chunk of at most 256 rows over this rank's slice of the
+ * ids the cache covers. */
+static void plan_cache(const struct kd_config *cfg, int tp_rank, int stage, int worst,
+                       size_t bytes[KD_MEM_NCAT]) {
+  const int vc = config_data_vocab(cfg), ep = cfg->par_ep > 1 ? cfg->par_ep : 1;
+  struct cut t;
+  cut_model(&t, &cfg->teacher, 1, vc, cfg->par_tp, tp_rank, cfg->par_pp, stage, ep);
+  plan_policy(&t.d.pol, cfg, 1);
+  t.d.B = cfg->par_micro_batch;
+  t.d.T = cfg->data_seq_len;
+  bytes[KD_MEM_WEIGHTS] = frozen_bytes(&t, cfg->prec_compute == KD_PREC_BF16);
+  acts_plan(&t.d, 1, bytes);
+  plan_ep(&t, ep, 1, worst, bytes);
+  if (t.d.has_head) {
+    const size_t N = (size_t)t.d.B * (size_t)t.d.T, rows = N < 256 ? N : 256;
+    struct loss_vocab voc;
+    loss_vocab_slice(&voc, cfg->teacher.vocab_size, vc, cfg->par_tp, tp_rank);
+    bytes[KD_MEM_LOSS] = rows * (size_t)voc.common * sizeof(float);
+  }
+}
+
 /* plan_rank, with the experts' exchanges for balanced routing (worst = 0) or their bound
  * (plan_ep); gen (NULL: not wanted) gets the on-policy generation's terms (plan_gen). */
 static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int worst,
@@ -149,6 +172,10 @@ static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int 
   const int dp = cfg->par_dp > 0 ? cfg->par_dp : nranks / (tp * pp);
   if (dp < 1) return;
   const int tp_rank = rank % tp, stage = rank / (tp * dp);
+  if (cfg->run_mode == KD_MODE_CACHE) {
+    plan_cache(cfg, tp_rank, stage, worst, bytes);
+    return;
+  }
   const int distill = cfg->run_mode == KD_MODE_DISTILL;
   const int train = cfg->run_mode != KD_MODE_EVAL, zero = cfg->par_zero && train;
   const int bf16 = cfg->prec_compute == KD_PREC_BF16;
@@ -313,10 +340,15 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
           nranks, tp, pp, dp, cfg->par_ep, cfg->par_zero, kd_recompute_names[cfg->mem_recompute],
           cfg->mem_recompute_every, cfg->mem_offload, cfg->mem_tiled_mlp);
   if (config_without_files(-1)) files_unopened(cfg);
-  kd_info("  student %s: %lld parameters", cfg->student_card,
-          (long long)model_count_params(&cfg->student));
-  if (config_teacher_live(cfg))
-    kd_info("; teacher %s: %lld parameters, held in %s", cfg->teacher_card,
+  const int cache = cfg->run_mode == KD_MODE_CACHE; /* the teacher alone */
+  if (cache)
+    kd_info("  mode 'cache': the teacher's forward only (no student, gradients or optimizer)");
+  else
+    kd_info("  student %s: %lld parameters", cfg->student_card,
+            (long long)model_count_params(&cfg->student));
+  if (config_teacher_live(cfg) || cache)
+    kd_info("; teacher %s: %lld parameters, held in %s",
+            cfg->teacher_card[0] ? cfg->teacher_card : cfg->teacher_init,
             (long long)model_count_params(&cfg->teacher),
             cfg->prec_compute == KD_PREC_BF16 ? "BF16 (2 bytes each; norms and biases FP32)"
                                               : "FP32");
@@ -349,8 +381,11 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   kd_info("  per pipeline stage (%d ranks each: tp %d x dp %d):\n", tp * dp, tp, dp);
   for (int st = 0; st < pp; st++) {
     int f, ls, lt = 0;
-    grid_stage_layers(cfg->student.num_hidden_layers, pp, st, &f, &ls);
-    if (cfg->run_mode == KD_MODE_DISTILL)
+    if (cache)
+      ls = 0;
+    else
+      grid_stage_layers(cfg->student.num_hidden_layers, pp, st, &f, &ls);
+    if (cfg->run_mode == KD_MODE_DISTILL || cache)
       grid_stage_layers(cfg->teacher.num_hidden_layers, pp, st, &f, &lt);
     size_t lo = (size_t)-1, hi = 0;
     for (int t = 0; t < tp; t++) {

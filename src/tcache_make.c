@@ -228,6 +228,7 @@ static void make_teacher(struct cmake *s) {
   const int Vt = cfg->teacher.vocab_size;
   model_build_grid(&s->t, be, &cfg->teacher, be->bf16 ? MODEL_FROZEN16 : MODEL_FROZEN, s->vc,
                    s->grid);
+  s->t.mem.tiled_mlp = cfg->mem_tiled_mlp; /* a frozen model's policy, as a live teacher's */
   if (weights_load(cfg->teacher_init, &s->t, s->t.w, MPI_COMM_WORLD, err, sizeof err))
     kd_fail(KD_EXIT_INPUT, "%s", err);
   const struct kd_model *t = &s->t;

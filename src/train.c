@@ -521,12 +521,15 @@ static int cache_make(const struct kd_config *cfg) {
   char err[1024];
   memset(&r, 0, sizeof r);
   r.cfg = cfg;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &r.nranks);
   kd_agree_or_fail(grid_init(&r.grid, cfg->par_tp, cfg->par_pp, cfg->par_dp, err, sizeof err), err);
   if (config_check_batch(cfg, r.grid.dp, err, sizeof err)) kd_fail_all(KD_EXIT_INPUT, "%s", err);
   if (config_check_ep(cfg, r.grid.dp, err, sizeof err)) kd_fail_all(KD_EXIT_INPUT, "%s", err);
   kd_agree_or_fail(grid_ep_init(&r.grid, cfg->par_ep, 0, err, sizeof err), err);
   backend_start(&r, cfg);
   const int status = tcache_make_run(cfg, &r.be, &r.grid);
+  run_report_peaks(&r); /* what --dry-run planned */
   comm_release(&r.be);
   r.be.release(&r.be);
   grid_free(&r.grid);
