@@ -111,20 +111,27 @@ static void backend_start(struct run *r, const struct kd_config *cfg) {
  * teacher's: a random student learns the teacher's ids) are held in memory and written into
  * every checkpoint and final.h5; a teacher whose tokenizer differs from the student's is
  * refused (cross-tokenizer distillation is not supported). Collective. */
+static void tokenizer_mismatch(char *out, size_t n, const struct kd_config *cfg, const char *own,
+                               const char *which) {
+  snprintf(out, n,
+           "the teacher's tokenizer (%s) differs from the student's (%s) in %s: both models must "
+           "use the same tokenizer (cross-tokenizer distillation is not supported)",
+           cfg->teacher_init, own, which);
+}
+
 static void tokenizer_setup(struct run *r, const char *resumed) {
   const struct kd_config *cfg = r->cfg;
-  char err[1024];
+  char err[3 * KD_PATH_MAX + 512];
   const char *own = resumed[0] ? resumed : !config_student_random(cfg) ? cfg->student_init : "";
   struct tokset *ts = NULL, *tt = NULL;
   if (own[0]) kd_agree_or_fail(tokfiles_load(own, MPI_COMM_WORLD, &ts, err, sizeof err), err);
   if (r->distill && cfg->teacher_init[0])
     kd_agree_or_fail(tokfiles_load(cfg->teacher_init, MPI_COMM_WORLD, &tt, err, sizeof err), err);
   const char *which = ts && tt ? tokfiles_differ(ts, tt) : NULL; /* every rank holds both */
-  if (which)
-    kd_fail_all(KD_EXIT_INPUT,
-                "the teacher's tokenizer (%s) differs from the student's (%s) in %s: both models "
-                "must use the same tokenizer (cross-tokenizer distillation is not supported)",
-                cfg->teacher_init, own, which);
+  if (which) {
+    tokenizer_mismatch(err, sizeof err, cfg, own, which);
+    kd_fail_all(KD_EXIT_INPUT, "%s", err);
+  }
   r->tok = ts ? ts : tt;
   tokfiles_free(ts ? tt : NULL);
   r->student.tokenizer = r->tok;
@@ -628,7 +635,31 @@ static int dry_run_data(const struct kd_config *cfg) {
   return KD_EXIT_OK;
 }
 
+/* --dry-run's tokenizer check (not with --without-files): a live teacher's tokenizer files and
+ * the student's init file's compared as the run compares them (0, or KD_EXIT_INPUT with the
+ * message printed). */
+static int dry_run_tokenizers(const struct kd_config *cfg) {
+  if (config_without_files(-1) || !config_teacher_live(cfg) || !cfg->teacher_init[0] ||
+      config_student_random(cfg) || cfg->run_mode != KD_MODE_DISTILL)
+    return KD_EXIT_OK;
+  char which[64] = "", err[2048] = "";
+  int equal = 1, st = 0;
+  const int nt = tokfiles_count(cfg->teacher_init, err, sizeof err);
+  const int ns = nt < 0 ? -1 : tokfiles_count(cfg->student_init, err, sizeof err);
+  if (nt < 0 || ns < 0) st = KD_EXIT_INPUT;
+  if (!st && nt > 0 && ns > 0) /* a model without tokenizer files is not compared */
+    st = tokfiles_equal(cfg->teacher_init, cfg->student_init, &equal, which, sizeof which, err,
+                        sizeof err);
+  if (!st && !equal) {
+    tokenizer_mismatch(err, sizeof err, cfg, cfg->student_init, which);
+    st = KD_EXIT_INPUT;
+  }
+  if (st) fprintf(stderr, "kdtrain: %s\n", err);
+  return st;
+}
+
 int train_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
-  const int st = dry_run_data(cfg);
+  int st = dry_run_tokenizers(cfg);
+  if (!st) st = dry_run_data(cfg);
   return st ? st : plan_dry_run(cfg, nranks, device_bytes);
 }

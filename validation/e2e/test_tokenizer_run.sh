@@ -2,7 +2,8 @@
 # The tokenizer travels with the model through kdtrain: a teacher whose weights file
 # carries /tokenizer gives a randomly initialised student its tokenizer, which every
 # checkpoint and final.h5 carry (byte for byte), also after a resume; a student whose
-# tokenizer differs from the teacher's is refused (exit 2, naming the file that differs).
+# tokenizer differs from the teacher's is refused (exit 2, naming the file that differs), by
+# the run and by --dry-run.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
 kd_python_or_skip h5py numpy
@@ -77,4 +78,15 @@ set -e
 [ "$rc" -eq 2 ] || { cat log.txt; fail "differing tokenizers: exit $rc, expected 2"; }
 grep -q "differs from the student's .*other.h5) in tokenizer.json" log.txt || { cat log.txt; fail "message"; }
 [ ! -e x/final.h5 ] || fail "a refused run wrote x/final.h5"
+
+echo "== --dry-run reads the tokenizers (not the weights) and refuses the same pair"
+set +e
+"$KDTRAIN" --dry-run base.nml run%mode="'distill'" student%card="'test-student'" \
+  student%init="'other.h5'" > dry.txt 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || { cat dry.txt; fail "--dry-run of differing tokenizers: exit $rc, expected 2"; }
+grep -q "differs from the student's .*other.h5) in tokenizer.json" dry.txt || { cat dry.txt; fail "dry-run message"; }
+"$KDTRAIN" --dry-run base.nml run%mode="'distill'" student%card="'test-student'" \
+  student%init="'s/final.h5'" > dry.txt 2>&1 || { cat dry.txt; fail "--dry-run of equal tokenizers"; }
 echo PASS
