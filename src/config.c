@@ -94,7 +94,7 @@ static const struct namelist_key cfg_keys[] = {
     CI(generate, top_k, gen_top_k, "0", NL_GE, 0, 0),
     CR(generate, top_p, gen_top_p, "1.0", NL_GT | NL_LE, 0, 1),
     CB(generate, save, gen_save, ".false."),
-    NAMELIST_LIST(kd_config, generate, eos, NL_INT, gen_eos, gen_neos, "-1", NL_GE, -1, 0, NULL),
+    NAMELIST_LIST(kd_config, generate, eos, NL_INT, gen_eos, gen_neos, "-2", NL_GE, -2, 0, NULL),
 };
 
 #define MI(k, d, fl, lo, hi) NAMELIST_KEY(kd_card, model, k, NL_INT, k, d, fl, lo, hi, NULL)

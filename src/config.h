@@ -179,7 +179,7 @@ struct kd_config {
   int gen_top_k;          /* 0: no top-k filter */
   double gen_top_p;       /* 1: no top-p filter */
   int gen_save;           /* every generated batch into run%out_dir/rollouts.h5 */
-  int gen_eos[8];         /* end-of-sequence ids (-1: none) */
+  int gen_eos[8];         /* end-of-sequence ids (-1: none; -2: the model's, from its files) */
   int gen_neos;
 
   /* Every path above is absolute after config_load (relative ones are taken from the

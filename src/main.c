@@ -18,30 +18,33 @@
 #include "weights.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: kdtrain [options] INPUT.nml [group%%key=value ...]\n"
-          "\n"
-          "Distil a teacher language model into a student (or train one) as set by the\n"
-          "Fortran namelist INPUT.nml; trailing group%%key=value words override the file.\n"
-          "\n"
-          "options:\n"
-          "  --print-config  print the complete effective configuration as a namelist, exit\n"
-          "  --dry-run       check the input as the run does and print the parallel layout,\n"
-          "                  the per-rank memory plan and a summary for the ranks of the\n"
-          "                  launch (mpiexec -n N), exit; no data or checkpoint is touched\n"
-          "  --ranks N       with --dry-run: plan for N ranks from this one process\n"
-          "  --device-mem SIZE  with --dry-run: say whether the largest rank fits in SIZE\n"
-          "                  per device (80GiB, 141GB, 40960MiB; default memory%%budget_mb)\n"
-          "  --without-files with --dry-run: plan from the model cards and the input alone,\n"
-          "                  without opening the weights, cache, data or checkpoint files\n"
-          "  --search        with --dry-run: list the layouts (tp, pp, dp, micro_batch,\n"
-          "                  recompute) that fit the ranks and --device-mem, most headroom first\n"
-          "  --selftest      compare every op of the selected backend with the CPU op\n"
-          "  --version       print the version\n"
-          "  --help          this text\n"
-          "\n"
-          "exit status: 0 done, 2 bad input, 3 I/O failure, 4 diverged, 5 stopped by a signal\n"
-          "documentation: doc/user-guide.md, doc/input.md\n");
+  fprintf(f, "usage: kdtrain [options] INPUT.nml [group%%key=value ...]\n"
+             "\n"
+             "Distil a teacher language model into a student (or train one) as set by the\n"
+             "Fortran namelist INPUT.nml; group%%key=value words override the file (in the\n"
+             "order given). Options, the input and the overrides may come in any order.\n"
+             "\n"
+             "options:\n"
+             "  --print-config  print the complete effective configuration as a namelist, exit\n"
+             "  --dry-run       check the input as the run does and print the parallel layout,\n"
+             "                  the per-rank memory plan (MiB) and a summary for the ranks of\n"
+             "                  the launch (mpiexec -n N), exit; reads the data, the tokenizers\n"
+             "                  and the model cards, never the weights; writes nothing\n"
+             "  --bytes         with --dry-run: the memory plan in exact bytes (for scripts)\n"
+             "  --ranks N       with --dry-run: plan for N ranks from this one process\n"
+             "  --device-mem SIZE  with --dry-run: say whether the largest rank fits in SIZE\n"
+             "                  per device (80GiB, 141GB, 40960MiB; default memory%%budget_mb)\n"
+             "  --without-files with --dry-run: plan from the model cards and the input alone,\n"
+             "                  without opening the weights, cache, data or checkpoint files\n"
+             "  --search        with --dry-run: list the layouts (tp, pp, dp, micro_batch,\n"
+             "                  recompute) that fit the ranks and --device-mem: a first choice\n"
+             "                  for speed, then the others, fastest first\n"
+             "  --selftest      compare every op of the selected backend with the CPU op\n"
+             "  --version       print the version\n"
+             "  --help          this text\n"
+             "\n"
+             "exit status: 0 done, 2 bad input, 3 I/O failure, 4 diverged, 5 stopped by a signal\n"
+             "documentation: doc/user-guide.md, doc/input.md\n");
 }
 
 /* This process's rank and the world size of the launch (MPICH/Hydra and Slurm's PMI,
@@ -103,15 +106,22 @@ int main(int argc, char **argv) {
   int lrank;
   const int lsize = launch_size(&lrank);
   int print_config = 0, dry_run = 0, selftest = 0, plan_ranks = 0, no_files = 0, search = 0;
+  int exact = 0;
   double device_bytes = 0;
   const char *input = NULL;
-  int first_override = argc;
+  /* options, the input file and group%key=value words, in any order (overrides apply in
+   * the order given) */
+  char **overrides = calloc((size_t)argc, sizeof *overrides);
+  int noverrides = 0;
+  if (!overrides) return KD_EXIT_IO;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--print-config") == 0)
       print_config = 1;
     else if (strcmp(a, "--dry-run") == 0)
       dry_run = 1;
+    else if (strcmp(a, "--bytes") == 0)
+      exact = 1;
     else if (strcmp(a, "--without-files") == 0)
       no_files = 1;
     else if (strcmp(a, "--search") == 0)
@@ -145,18 +155,23 @@ int main(int argc, char **argv) {
         usage(stderr);
       }
       return KD_EXIT_INPUT;
-    } else if (!input && !strchr(a, '%')) {
+    } else if (strchr(a, '%')) {
+      overrides[noverrides++] = argv[i];
+    } else if (!input) {
       input = a;
     } else {
-      first_override = i;
-      break;
+      if (lrank == 0)
+        fprintf(stderr,
+                "kdtrain: '%s': a second input file (the first is '%s'); expected one INPUT.nml, "
+                "options (--help) and group%%key=value words, in any order\n",
+                a, input);
+      return KD_EXIT_INPUT;
     }
   }
-  if ((plan_ranks || device_bytes > 0 || no_files || search) && !dry_run) {
+  if ((plan_ranks || device_bytes > 0 || no_files || search || exact) && !dry_run) {
     if (lrank == 0)
-      fprintf(stderr,
-              "kdtrain: --ranks, --device-mem, --without-files and --search plan a job: add "
-              "--dry-run\n");
+      fprintf(stderr, "kdtrain: --ranks, --device-mem, --without-files, --search and --bytes "
+                      "plan a job: add --dry-run\n");
     return KD_EXIT_INPUT;
   }
   if (!input) {
@@ -177,7 +192,7 @@ int main(int argc, char **argv) {
   }
   static struct kd_config cfg;
   config_without_files(no_files);
-  config_load_bcast(&cfg, input, argc - first_override, argv + first_override);
+  config_load_bcast(&cfg, input, noverrides, overrides);
   if ((cfg.run_mode == KD_MODE_DISTILL || cfg.run_mode == KD_MODE_CACHE) &&
       cfg.teacher.hidden_size == 0 && cfg.teacher_init[0] &&
       !(no_files && config_teacher_cached(&cfg))) {
@@ -199,11 +214,12 @@ int main(int argc, char **argv) {
     config_print(stdout, &cfg);
   else if (dry_run)
     status = search ? plan_search(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes)
-                    : train_dry_run(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes);
+                    : train_dry_run(&cfg, plan_ranks ? plan_ranks : lsize, device_bytes, exact);
   else if (selftest)
     status = selftest_run(&cfg);
   else
     status = train_run(&cfg);
+  free(overrides);
   if (!product)
     MPI_Finalize();
   else if (fflush(stdout) != 0 || ferror(stdout))

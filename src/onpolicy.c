@@ -11,13 +11,43 @@
 #include <string.h>
 
 #include "sample.h"
+#include "tokfiles.h"
 #include "util.h"
 
 _Static_assert(sizeof((struct kd_config *)0)->gen_eos / sizeof(int) <= KD_GEN_MAX_EOS,
                "generate%eos holds at most the end ids generate.c knows");
 
+/* generate%eos into op->opts.eos: the ids given, -1 none, -2 the model's (its tokenizer files:
+ * tokfiles_eos); `note` says where they came from. */
+static void eos_setup(struct onpolicy *op, const struct kd_config *cfg, const struct tokset *tok,
+                      char *note, size_t n) {
+  int model[KD_GEN_MAX_EOS], nmodel = 0, asked = 0;
+  const char *from = NULL;
+  note[0] = '\0';
+  for (int e = 0; e < cfg->gen_neos; e++)
+    asked |= cfg->gen_eos[e] == -2;
+  if (asked) nmodel = tokfiles_eos(tok, model, KD_GEN_MAX_EOS, &from);
+  for (int e = 0; e < cfg->gen_neos; e++) {
+    const int id = cfg->gen_eos[e];
+    for (int m = 0; id == -2 && m < nmodel; m++)
+      if (op->opts.neos < KD_GEN_MAX_EOS && model[m] < op->vocab)
+        op->opts.eos[op->opts.neos++] = model[m];
+    if (id >= 0 && op->opts.neos < KD_GEN_MAX_EOS) op->opts.eos[op->opts.neos++] = id;
+  }
+  size_t k = 0;
+  for (int e = 0; e < op->opts.neos && k < n; e++)
+    k += (size_t)snprintf(note + k, n - k, "%s%d", e ? ", " : " (", op->opts.eos[e]);
+  if (k && k < n) k += (size_t)snprintf(note + k, n - k, ")");
+  if (asked && k < n)
+    snprintf(note + k, n - k, "%s",
+             from ? (strstr(from, "generation") ? " from the student's generation_config.json"
+                                                : " from the student's tokenizer_config.json")
+                  : "; generate%eos = -2 (the model's) but the student has no tokenizer files "
+                    "naming one: continuations run to max_new_tokens");
+}
+
 void onpolicy_setup(struct onpolicy *op, const struct kd_config *cfg, const struct kd_grid *grid,
-                    const struct kd_data *train, int vocab) {
+                    const struct kd_data *train, int vocab, const struct tokset *tok) {
   memset(op, 0, sizeof *op);
   if (cfg->loss_onpolicy <= 0) return;
   if (!train->has_mask) {
@@ -42,12 +72,12 @@ void onpolicy_setup(struct onpolicy *op, const struct kd_config *cfg, const stru
   op->opts.s.top_k = cfg->gen_top_k;
   op->opts.s.top_p = (float)cfg->gen_top_p;
   op->opts.seed = (uint64_t)cfg->run_seed;
-  for (int e = 0; e < cfg->gen_neos; e++)
-    if (cfg->gen_eos[e] >= 0) op->opts.eos[op->opts.neos++] = cfg->gen_eos[e];
+  char eos[256];
+  eos_setup(op, cfg, tok, eos, sizeof eos);
   kd_info("kdtrain: on-policy: %ld of each %d samples continued by the student (loss%%onpolicy "
-          "= %g), up to %d new tokens, temperature %g, top_k %d, top_p %g, %d end id(s)%s\n",
+          "= %g), up to %d new tokens, temperature %g, top_k %d, top_p %g, %d end id(s)%s%s\n",
           lround(cfg->loss_onpolicy * op->gb), op->gb, cfg->loss_onpolicy, cfg->gen_max_new_tokens,
-          cfg->gen_temperature, cfg->gen_top_k, cfg->gen_top_p, op->opts.neos,
+          cfg->gen_temperature, cfg->gen_top_k, cfg->gen_top_p, op->opts.neos, eos,
           op->save ? "; rollouts to run%out_dir/rollouts.h5" : "");
   const size_t T = (size_t)op->T, S = (size_t)op->share, mb = (size_t)op->mb;
   op->inputs = kd_malloc(S * T * sizeof(int));

@@ -21,6 +21,8 @@
 #include "model.h"
 #include "rollouts.h"
 
+struct tokset; /* tokfiles.h */
+
 struct onpolicy {
   int on; /* loss%onpolicy > 0 */
   const struct kd_config *cfg;
@@ -45,10 +47,11 @@ struct onpolicy {
 
 /* Set up on-policy training when loss%onpolicy > 0 (else op->on = 0 and nothing else):
  * refuses (exit 2, naming loss%onpolicy) training data without a loss mask. `vocab`: the
- * ids the teacher has. Collective over MPI_COMM_WORLD. With generate%save, rollouts.h5 is
+ * ids the teacher has; `tok`: the student's tokenizer files (NULL: none), whose end ids
+ * generate%eos = -2 takes. Collective over MPI_COMM_WORLD. With generate%save, rollouts.h5 is
  * opened at the run's first step (created, or cut after the resumed step). */
 void onpolicy_setup(struct onpolicy *op, const struct kd_config *cfg, const struct kd_grid *grid,
-                    const struct kd_data *train, int vocab);
+                    const struct kd_data *train, int vocab, const struct tokset *tok);
 void onpolicy_free(struct onpolicy *op);
 
 /* Whether global sample `sample` of the step's global batch starting at `first` is generated:

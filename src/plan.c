@@ -327,7 +327,9 @@ static void files_unopened(const struct kd_config *cfg) {
   kd_info("  not looked at (--without-files):%s\n", n ? line : " no file is named");
 }
 
-int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
+#define MIB 1048576.0
+
+int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes, int exact) {
   const int tp = cfg->par_tp, pp = cfg->par_pp;
   char err[2048], m1[32], m2[32], m3[32];
   int dp = 0;
@@ -357,14 +359,18 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
   for (int st = 0; st < pp; st++)
     for (int t = 0; t < tp; t++)
       plan_rank(cfg, nranks, t + tp * dp * st, cut[st * tp + t]);
-  kd_info("\n  predicted per-rank memory (bytes; doc/memory.md):\n  %4s", "rank");
+  kd_info("\n  predicted per-rank memory (%s; doc/memory.md):\n  %4s",
+          exact ? "bytes" : "MiB; --bytes for exact integers", "rank");
   static const int cols[] = {KD_MEM_WEIGHTS, KD_MEM_GRADS, KD_MEM_OPTIM, KD_MEM_ACTS,
                              KD_MEM_LOSS,    KD_MEM_COMM,  KD_MEM_HOST};
   const char *heads[] = {"weights",    "gradients",     "optimizer",     "activations",
                          "loss chunk", "communication", "host (offload)"};
   for (int k = 0; k < 7; k++)
     kd_info(" %14s", heads[k]);
-  kd_info(" %14s %10s\n", "device total", "MiB");
+  if (exact)
+    kd_info(" %14s %10s\n", "device total", "MiB");
+  else
+    kd_info(" %14s\n", "device total");
   int big = 0;
   double sum = 0, host = 0;
   for (int r = 0; r < nranks; r++) {
@@ -372,8 +378,12 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
     char row[256];
     int n = snprintf(row, sizeof row, "  %4d", r);
     for (int k = 0; k < 7; k++)
-      n += snprintf(row + n, sizeof row - (size_t)n, " %14zu", b[cols[k]]);
-    kd_info("%s %14zu %10.1f\n", row, total_of(b), (double)total_of(b) / 1048576.0);
+      n += exact ? snprintf(row + n, sizeof row - (size_t)n, " %14zu", b[cols[k]])
+                 : snprintf(row + n, sizeof row - (size_t)n, " %14.1f", (double)b[cols[k]] / MIB);
+    if (exact)
+      kd_info("%s %14zu %10.1f\n", row, total_of(b), (double)total_of(b) / MIB);
+    else
+      kd_info("%s %14.1f\n", row, (double)total_of(b) / MIB);
     if (total_of(b) > total_of(cut[(big / (tp * dp)) * tp + big % tp])) big = r;
     sum += (double)total_of(b);
     host += (double)b[KD_MEM_HOST];
@@ -458,8 +468,11 @@ static double speed_cost(const struct layout *f) {
   return ((double)f->tp * f->pp * 3 + rc) * 1e9 - f->micro;
 }
 
-static int by_need(const void *a, const void *b) {
+/* Fastest first by speed_cost; of equal cost, the most headroom first. */
+static int by_speed(const void *a, const void *b) {
   const struct layout *x = a, *y = b;
+  const double cx = speed_cost(x), cy = speed_cost(y);
+  if (cx != cy) return cx < cy ? -1 : 1;
   return x->need < y->need ? -1 : x->need > y->need;
 }
 
@@ -502,15 +515,24 @@ int plan_search(const struct kd_config *cfg, int nranks, double device_bytes) {
           fit[n++] = (struct layout){tp, pp, dp, micro, recomputes[r], need};
         }
   free(x);
-  qsort(fit, n, sizeof *fit, by_need);
+  qsort(fit, n, sizeof *fit, by_speed);
   kd_info("kdtrain --dry-run --search: %d rank(s), %s per rank (%s), zero=%d, offload %d, "
           "tiled_mlp %d, global_batch %d, seq_len %d\n",
           nranks, kd_fmt_bytes(m1, sizeof m1, have),
           device_bytes > 0 ? "--device-mem" : "memory%budget_mb", cfg->par_zero, cfg->mem_offload,
           cfg->mem_tiled_mlp, cfg->par_global_batch, cfg->data_seq_len);
   if (config_without_files(-1)) files_unopened(cfg);
-  kd_info("  %zu of %zu layouts the run accepts fit; most headroom first (fewer recomputed "
-          "layers, larger micro-batches and fewer pipeline stages run faster):\n",
+  /* a first guess at the fastest: the fewest model-parallel ranks, then the least
+   * recompute, then the largest micro-batch */
+  if (n)
+    kd_info("  first choice for speed (fewest model-parallel ranks, least recompute, largest "
+            "micro_batch): tp = %d, pp = %d, micro_batch = %d, recompute = '%s' (%s of %s)\n",
+            fit[0].tp, fit[0].pp, fit[0].micro, kd_recompute_names[fit[0].recompute],
+            kd_fmt_bytes(m1, sizeof m1, (double)fit[0].need), kd_fmt_bytes(m2, sizeof m2, have));
+  else
+    kd_info("  none fits: more ranks, --device-mem, memory%%offload or memory%%tiled_mlp\n");
+  kd_info("  %zu of %zu layouts the run accepts fit; fastest first by that guess, equal ones "
+          "with the most headroom first:\n",
           n, tried);
   if (n)
     kd_info("  %4s %4s %5s %12s %10s %16s %12s %12s\n", "tp", "pp", "dp", "micro_batch",
@@ -521,17 +543,6 @@ int plan_search(const struct kd_config *cfg, int nranks, double device_bytes) {
             cfg->par_global_batch / (fit[i].dp * fit[i].micro),
             kd_fmt_bytes(m1, sizeof m1, (double)fit[i].need),
             kd_fmt_bytes(m2, sizeof m2, have - (double)fit[i].need));
-  /* a first guess at the fastest: the fewest model-parallel ranks, then the least
-   * recompute, then the largest micro-batch */
-  const struct layout *best = NULL;
-  for (size_t i = 0; i < n; i++)
-    if (!best || speed_cost(&fit[i]) < speed_cost(best)) best = &fit[i];
-  if (best)
-    kd_info("  a first choice for speed (fewest model-parallel ranks, least recompute, largest "
-            "micro_batch): tp = %d, pp = %d, micro_batch = %d, recompute = '%s'\n",
-            best->tp, best->pp, best->micro, kd_recompute_names[best->recompute]);
-  else
-    kd_info("  none fits: more ranks, --device-mem, memory%%offload or memory%%tiled_mlp\n");
   free(fit);
   return KD_EXIT_OK;
 }

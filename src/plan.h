@@ -24,8 +24,9 @@ int plan_check(const struct kd_config *cfg, int nranks, int *dp, char *err, size
 /* Check `cfg` on `nranks` ranks as the run does, then print the parallel layout, every
  * rank's predicted memory, a table per pipeline stage and a summary (the largest rank,
  * the total, whether it fits in `device_bytes`, else memory%budget_mb) on stdout; one
- * process, no MPI call. Returns the exit status (KD_EXIT_INPUT: what the run refuses). */
-int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes);
+ * process, no MPI call. Returns the exit status (KD_EXIT_INPUT: what the run refuses).
+ * The per-rank table is in MiB, or with `exact` in bytes (and MiB). */
+int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes, int exact);
 
 /* --dry-run --search: every layout of `nranks` ranks (tp, pp, dp, micro_batch, recompute;
  * the other keys as cfg sets them) that the run accepts and whose largest rank fits in

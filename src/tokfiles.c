@@ -12,6 +12,8 @@
 
 #include "agree.h"
 #include "checksum.h"
+#include <cjson/cJSON.h>
+
 #include "h5attr.h"
 #include "util.h"
 #include "util_mpi.h"
@@ -361,4 +363,84 @@ void tokfiles_free(struct tokset *t) {
   if (!t) return;
   tokset_free(t);
   free(t);
+}
+
+/* --- what the files say about ids ------------------------------------------------------- */
+
+/* The parsed JSON file `name` of the set (NULL when absent or not JSON). */
+static cJSON *json_of(const struct tokset *t, const char *name) {
+  for (int i = 0; t && i < NNAMES; i++)
+    if (t->present[i] && !strcmp(tokfiles_names[i], name))
+      return cJSON_ParseWithLength((const char *)t->data[i], t->len[i]);
+  return NULL;
+}
+
+/* The id of token text `tok` in tokenizer.json (an added token, else the model's vocabulary);
+ * -1 when not found. */
+static int token_id(const cJSON *tj, const char *tok) {
+  const cJSON *a, *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens");
+  cJSON_ArrayForEach(a, added) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(a, "content");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
+    if (cJSON_IsString(c) && cJSON_IsNumber(id) && !strcmp(c->valuestring, tok))
+      return (int)id->valuedouble;
+  }
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(model, "vocab"), tok); /* BPE / WordPiece: {token: id} */
+  return cJSON_IsNumber(id) ? (int)id->valuedouble : -1;
+}
+
+int tokfiles_eos(const struct tokset *t, int *eos, int max, const char **from) {
+  int n = 0;
+  *from = NULL;
+  cJSON *gc = json_of(t, "generation_config.json");
+  const cJSON *e = cJSON_GetObjectItemCaseSensitive(gc, "eos_token_id"), *x;
+  if (cJSON_IsNumber(e) && e->valuedouble >= 0) {
+    eos[n++] = (int)e->valuedouble;
+  } else if (cJSON_IsArray(e)) {
+    cJSON_ArrayForEach(x, e) {
+      if (n < max && cJSON_IsNumber(x) && x->valuedouble >= 0) eos[n++] = (int)x->valuedouble;
+    }
+  }
+  cJSON_Delete(gc);
+  if (n) {
+    *from = "generation_config.json eos_token_id";
+    return n;
+  }
+  /* the tokenizer's: tokenizer_config.json's eos_token (a string, or {"content": ...}) looked
+   * up in tokenizer.json */
+  cJSON *tc = json_of(t, "tokenizer_config.json"), *tj = json_of(t, "tokenizer.json");
+  const cJSON *tok = cJSON_GetObjectItemCaseSensitive(tc, "eos_token");
+  if (cJSON_IsObject(tok)) tok = cJSON_GetObjectItemCaseSensitive(tok, "content");
+  const int id = cJSON_IsString(tok) && tj ? token_id(tj, tok->valuestring) : -1;
+  if (id >= 0 && max > 0) {
+    eos[n++] = id;
+    *from = "tokenizer_config.json eos_token";
+  }
+  cJSON_Delete(tc);
+  cJSON_Delete(tj);
+  return n;
+}
+
+int tokfiles_max_id(const struct tokset *t) {
+  cJSON *tj = json_of(t, "tokenizer.json");
+  if (!tj) return -1;
+  int top = -1;
+  const cJSON *x,
+      *vocab =
+          cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"), "vocab");
+  if (cJSON_IsObject(vocab)) {
+    cJSON_ArrayForEach(x, vocab) {
+      if (cJSON_IsNumber(x) && x->valuedouble > top) top = (int)x->valuedouble;
+    }
+  } else if (cJSON_IsArray(vocab)) { /* Unigram: [[piece, score], ...], ids by position */
+    top = cJSON_GetArraySize(vocab) - 1;
+  }
+  cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(x, "id");
+    if (cJSON_IsNumber(id) && id->valuedouble > top) top = (int)id->valuedouble;
+  }
+  cJSON_Delete(tj);
+  return top;
 }

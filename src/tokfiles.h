@@ -60,6 +60,16 @@ void tokfiles_free(struct tokset *t);
  * tokenizers differ, or NULL when they agree (NULL sets hold no files). Not collective. */
 const char *tokfiles_differ(const struct tokset *a, const struct tokset *b);
 
+/* The end-of-sequence ids a held tokenizer's files give (at most max into eos): the
+ * generation_config.json eos_token_id (a number or a list), else tokenizer_config.json's
+ * eos_token looked up in tokenizer.json; *from names the source (NULL when none). The count,
+ * 0 when the files say nothing. Not collective. */
+int tokfiles_eos(const struct tokset *t, int *eos, int max, const char **from);
+
+/* The largest id tokenizer.json of a held tokenizer gives (its vocabulary and added tokens),
+ * -1 when it has no readable tokenizer.json. Not collective. */
+int tokfiles_max_id(const struct tokset *t);
+
 /* Number of tokenizer files stored in the weights file `path` (0: none), or -1 with a
  * message when it cannot be read. Not collective. */
 int tokfiles_count(const char *path, char *err, size_t errlen);

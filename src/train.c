@@ -289,7 +289,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg, const char *re
   teacher_setup(r, vc);
   if (!r->eval) tokenizer_setup(r, resumed);
   data_setup(r, vc);
-  if (!r->eval) onpolicy_setup(&r->onp, cfg, &r->grid, &r->train, vc);
+  if (!r->eval) onpolicy_setup(&r->onp, cfg, &r->grid, &r->train, vc, r->tok);
   pipe_setup(r, dp);
   run_rate_setup(r);
 }
@@ -658,8 +658,8 @@ static int dry_run_tokenizers(const struct kd_config *cfg) {
   return st;
 }
 
-int train_dry_run(const struct kd_config *cfg, int nranks, double device_bytes) {
+int train_dry_run(const struct kd_config *cfg, int nranks, double device_bytes, int exact) {
   int st = dry_run_tokenizers(cfg);
   if (!st) st = dry_run_data(cfg);
-  return st ? st : plan_dry_run(cfg, nranks, device_bytes);
+  return st ? st : plan_dry_run(cfg, nranks, device_bytes, exact);
 }

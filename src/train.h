@@ -11,6 +11,6 @@ int train_run(const struct kd_config *cfg);
 /* Check `cfg` on `nranks` ranks as the run does and print the parallel layout, the
  * per-rank memory plan and its summary (fit against `device_bytes`, 0: against
  * memory%budget_mb); touches no data and needs no MPI (one process prints it). */
-int train_dry_run(const struct kd_config *cfg, int nranks, double device_bytes);
+int train_dry_run(const struct kd_config *cfg, int nranks, double device_bytes, int exact);
 
 #endif

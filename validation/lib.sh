@@ -118,7 +118,7 @@ kd_plan_exact() {
   awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $3, $4, $5, $6, $7, $8 }' \
     log.txt > measured.txt
   if [ "$np" -eq 1 ]; then launch=""; else launch="$MPIEXEC -n $np"; fi
-  $launch "$KDTRAIN" --dry-run --ranks "$np" base.nml "$@" > plan.txt 2>&1 || { cat plan.txt; fail "dry run $np $*"; }
+  $launch "$KDTRAIN" --dry-run --bytes --ranks "$np" base.nml "$@" > plan.txt 2>&1 || { cat plan.txt; fail "dry run $np $*"; }
   awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5, $6, $7 }' \
     plan.txt > predicted.txt
   [ "$(wc -l < measured.txt)" -eq "$np" ] || { cat log.txt; fail "$name: no per-rank memory table"; }

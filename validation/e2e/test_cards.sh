@@ -32,7 +32,7 @@ echo "== kdtrain --dry-run on every card of mod/"
 n=0
 for f in "$KD_SRCDIR"/mod/*.nml; do
   name=$(basename "$f" .nml)
-  "$KDTRAIN" --dry-run base.nml student%card="'$name'" > plan.txt 2>&1 \
+  "$KDTRAIN" --dry-run --bytes base.nml student%card="'$name'" > plan.txt 2>&1 \
     || { cat plan.txt; fail "card $name: --dry-run exit status $?"; }
   count=$(sed -n "s/^  student $name: \([0-9]*\) parameters.*/\1/p" plan.txt)
   [ -n "$count" ] || { cat plan.txt; fail "card $name: no parameter count in the plan"; }
@@ -144,7 +144,7 @@ echo "== the worked examples plan with the cards of mod/"
 for nml in "$KD_SRCDIR"/input/*-to-*/distill.nml; do
   set -- $(sed -n "s/^ *card = '\([^']*\)\.nml'.*/\1/p" "$nml")
   [ $# -eq 2 ] || fail "$nml: expected a teacher and a student card"
-  "$KDTRAIN" --dry-run --ranks 8 --device-mem 80GiB "$nml" teacher%card="'$1'" teacher%init="''" \
+  "$KDTRAIN" --dry-run --bytes --ranks 8 --device-mem 80GiB "$nml" teacher%card="'$1'" teacher%init="''" \
     student%card="'$2'" student%init="'random'" data%train="'$KD_SRCDIR/input/corpus/kjv-train.txt'" \
     data%format="'bytes'" data%valid="''" > plan.txt 2>&1 || { cat plan.txt; fail "$nml: --dry-run"; }
   grep -q "^  fit: .*: fits$" plan.txt || { cat plan.txt; fail "$nml: does not fit 80 GiB"; }

@@ -34,7 +34,7 @@ run() {
   $MPIEXEC -n "$np" "$KDTRAIN" base.nml run%out_dir="'$name'" "$@" > "$name.log" 2>&1 \
     || { cat "$name.log"; fail "run $name"; }
   if [ "$np" -eq 1 ]; then launch=""; else launch="$MPIEXEC -n $np"; fi
-  $launch "$KDTRAIN" --dry-run base.nml "$@" > "$name.plan" 2>&1 \
+  $launch "$KDTRAIN" --dry-run --bytes base.nml "$@" > "$name.plan" 2>&1 \
     || { cat "$name.plan"; fail "dry run $name"; }
 }
 # same A B TOL: losses and gradient norms equal (TOL 0: bitwise, else relative)

@@ -54,7 +54,7 @@ kd_log=log.txt
 # lambda = 0 plan + 33 k + 11 w + 8.
 plan_rows() { # FILE OVERRIDES...: --dry-run on $np ranks into FILE, its per-rank rows into FILE.rows
   f=$1; shift
-  "$KDTRAIN" --dry-run --ranks "$np" base.nml "$@" > "$f" 2>&1 || { cat "$f"; fail "$f: dry run"; }
+  "$KDTRAIN" --dry-run --bytes --ranks "$np" base.nml "$@" > "$f" 2>&1 || { cat "$f"; fail "$f: dry run"; }
   awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5, $6, $7 }' \
     "$f" > "$f.rows"
 }
@@ -130,6 +130,19 @@ kd 1 loss%onpolicy=0 run%out_dir="'off'"
 [ ! -e off/rollouts.h5 ] || fail "onpolicy 0 wrote rollouts.h5"
 g=$(col off/metrics.csv gen_tok_per_s)
 awk -F, -v g="$g" 'NR > 1 && $2 != "" && $g $(g + 1) $(g + 2) != "" { exit 1 }' off/metrics.csv || fail "gen_* columns filled"
+
+echo "== generate%eos = -2 (the default): the end ids of the student's generation_config.json"
+rm -rf hf_eos && "$conv" to-hf student.h5 hf_eos > conv_eos.txt 2>&1 || { cat conv_eos.txt; fail "to-hf"; }
+printf '{"bos_token_id": 1, "eos_token_id": [3, 17, 29, 41, 53, 65, 77, 89]}' > hf_eos/generation_config.json
+"$conv" from-hf hf_eos student_eos.h5 student_eos.nml > conv_eos.txt 2>&1 || { cat conv_eos.txt; fail "from-hf"; }
+kd 1 loss%kind="'rkl'" loss%beta=0.5 generate%eos=-2 student%init="'student_eos.h5'" \
+  run%out_dir="'eos_model'"
+grep -q "8 end id(s) (3, 17, 29, 41, 53, 65, 77, 89) from the student's generation_config.json" \
+  log.txt || { cat log.txt; fail "the start line does not list the model's end ids"; }
+ref same a_rkl eos_model > /dev/null || fail "the model's end ids generated other rows"
+kd 1 loss%kind="'rkl'" loss%beta=0.5 generate%eos=-2 run%out_dir="'eos_none'"
+grep -q "0 end id(s); generate%eos = -2 (the model's) but the student has no tokenizer files" \
+  log.txt || { cat log.txt; fail "no note that the student names no end id"; }
 
 echo "== refusals"
 refused() { # WHAT PATTERN OVERRIDES...: exit 2 and PATTERN in the message

@@ -148,7 +148,7 @@ echo "   measured device bytes within the bound it prints for unbalanced routing
 set -- teacher%card="'test-qwen3-teacher'" teacher%init="'dense/final.h5'" \
   student%card="'moe-student.nml'" parallel%ep=2 parallel%zero=1
 kd 2 run%out_dir="'pl'" "$@"
-$MPIEXEC -n 2 "$KDTRAIN" --dry-run --ranks 2 base.nml "$@" > plan.txt 2>&1 || { cat plan.txt; fail "dry run"; }
+$MPIEXEC -n 2 "$KDTRAIN" --dry-run --bytes --ranks 2 base.nml "$@" > plan.txt 2>&1 || { cat plan.txt; fail "dry run"; }
 awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $3, $4, $5 }' log.txt > m.txt
 awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4 }' plan.txt > p.txt
 [ "$(wc -l < m.txt)" -eq 2 ] && cmp -s m.txt p.txt || { paste m.txt p.txt; fail "ep 2: plan != peaks"; }

@@ -32,7 +32,7 @@ same() { kd_same_metrics "$1" "$2" "$3" 4; }
 plan_exact() {
   awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $3, $4, $5, $6, $7, $8 }' \
     log.txt > measured.txt
-  $MPIEXEC -n 4 "$KDTRAIN" --dry-run base.nml parallel%tp=2 parallel%pp=2 "$@" > plan.txt 2>&1 ||
+  $MPIEXEC -n 4 "$KDTRAIN" --dry-run --bytes base.nml parallel%tp=2 parallel%pp=2 "$@" > plan.txt 2>&1 ||
     { cat plan.txt; fail "dry run $*"; }
   awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5, $6, $7 }' \
     plan.txt > predicted.txt

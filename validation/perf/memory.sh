@@ -89,7 +89,7 @@ EOF
       d="$W/T${T}_$t"
       cmd="$KDTRAIN $W/mem.nml data%seq_len=$T run%steps=$steps run%out_dir='$d' $(techargs "$t")"
       eval "nice -n 10 $cmd" > "$d.log" 2>&1 || { tail -5 "$d.log"; echo "FAILED: $cmd"; continue; }
-      eval "$KDTRAIN --dry-run $W/mem.nml data%seq_len=$T $(techargs "$t")" > "$d.plan" 2>&1
+      eval "$KDTRAIN --dry-run --bytes $W/mem.nml data%seq_len=$T $(techargs "$t")" > "$d.plan" 2>&1
       # shellcheck disable=SC2046 # the peaks are split into $1 .. $9 on purpose
       set -- $(peaks "$d.log")
       acts=$4 loss=$5 host=$7 total=$9
@@ -130,7 +130,7 @@ echo "budget: MemTotal $(mib $((mem_kb * 1024))) MiB - ${MARGIN} GiB margin (OS,
 # need T TECH: predicted device total + host bytes at seq_len T
 # shellcheck disable=SC2046 # the &memory overrides are separate words on purpose
 # (the plan needs the teacher's card, not its weights: init='' before they exist)
-need() { $KDTRAIN --dry-run "$W/long.nml" teacher%init="''" data%seq_len="$1" $(techargs "$2") 2>&1 |
+need() { $KDTRAIN --dry-run --bytes "$W/long.nml" teacher%init="''" data%seq_len="$1" $(techargs "$2") 2>&1 |
          awk '/^  rank/ { on = 1; next } on && $1 == "0" { printf "%.0f\n", $8 + $9; exit }'; }
 printf '%-6s %10s %14s %14s   %s\n' tech seq_len "needed MiB" "at +1 MiB" "command"
 for t in none sel all1 all2 all4; do
@@ -142,7 +142,7 @@ for t in none sel all1 all2 all4; do
     if [ "$(need $mid "$t")" -le "$budget" ]; then lo=$mid; else hi=$mid; fi
   done
   printf '%-6s %10s %14s %14s   %s\n' "$t" "$lo" "$(mib "$(need $lo "$t")")" "$(mib "$(need $hi "$t")")" \
-    "$KDTRAIN --dry-run $W/long.nml teacher%init=\"''\" data%seq_len=$lo $(techargs "$t")"
+    "$KDTRAIN --dry-run --bytes $W/long.nml teacher%init=\"''\" data%seq_len=$lo $(techargs "$t")"
 done
 [ "$VERIFY" -gt 0 ] || exit 0
 echo
@@ -154,7 +154,7 @@ for t in none all1; do
   start=$(date +%s)
   eval "nice -n 10 $cmd" > "$d.log" 2>&1 || { tail -5 "$d.log"; echo "FAILED: $cmd"; continue; }
   secs=$(($(date +%s) - start))
-  eval "$KDTRAIN --dry-run $W/long.nml data%seq_len=$VERIFY $(techargs "$t")" > "$d.plan" 2>&1
+  eval "$KDTRAIN --dry-run --bytes $W/long.nml data%seq_len=$VERIFY $(techargs "$t")" > "$d.plan" 2>&1
   m=$(peaks "$d.log" | awk '{ print $1, $2, $3, $4, $5, $6, $7, $9 }')
   p=$(plan "$d.plan")
   echo "$t measured: $m   (scratch $(peaks "$d.log" | awk '{ print $8 }'), ${secs} s wall)"

@@ -35,7 +35,7 @@ for pair in "qwen3-8b qwen3-0.6b" "llama3.1-8b llama3.2-1b" "gemma3-4b gemma3-1b
   set -- $pair
   for layout in "1 1 1" "4 2 2"; do
     set -- "$1" "$2" $layout
-    "$KDTRAIN" --dry-run --ranks "$3" "$W/plan.nml" teacher%card="'$1'" student%card="'$2'" \
+    "$KDTRAIN" --dry-run --bytes --ranks "$3" "$W/plan.nml" teacher%card="'$1'" student%card="'$2'" \
       parallel%tp="$4" parallel%pp="$5" > "$W/plan.txt" 2>&1 || { cat "$W/plan.txt"; exit 1; }
     awk '/^  rank / { on = 1; next } on && $1 ~ /^[0-9]+$/ { print } /^  per pipeline/ { on = 0 }' \
       "$W/plan.txt" | while read -r r wt gr op ac lc cm ho tot mib; do

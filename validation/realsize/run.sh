@@ -82,10 +82,10 @@ cat > distill.nml <<EOF2
 &log every = 1 /
 EOF2
 
-"$KDTRAIN" --dry-run distill.nml > plan.txt 2>&1 || { cat plan.txt; exit 1; }
+"$KDTRAIN" --dry-run --bytes distill.nml > plan.txt 2>&1 || { cat plan.txt; exit 1; }
 cat plan.txt
 planned=$(awk '/^  rank/ { on = 1; next } on && $1 == 0 { print $(NF - 1); exit }' plan.txt)
-stage "dry-run" "-" "$KDTRAIN" --dry-run distill.nml
+stage "dry-run" "-" "$KDTRAIN" --dry-run --bytes distill.nml
 stage "distill 2 steps (bf16)" "$(mib "$planned")" "$KDTRAIN" distill.nml
 stage "eval (bf16)" "-" "$KDTRAIN" distill.nml run%mode="'eval'" student%init="'out/final.h5'" run%out_dir="'ev'"
 stage "export to-hf" "-" "$KDCONVERT" to-hf out/final.h5 student-hf

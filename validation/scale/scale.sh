@@ -45,7 +45,7 @@ run teacher 1 run%mode="'train'" student%card="'$S/teacher.nml'" run%steps=1 run
   checkpoint%every=0
 run ref 1 run%steps=2
 run ref_resume 1
-"$KDTRAIN" --dry-run --ranks "$N" scale.nml parallel%tp=2 parallel%pp=4 > plan.txt \
+"$KDTRAIN" --dry-run --bytes --ranks "$N" scale.nml parallel%tp=2 parallel%pp=4 > plan.txt \
   || { cat plan.txt; fail "--dry-run --ranks $N"; }
 run big "$N" parallel%tp=2 parallel%pp=4 run%steps=2 run%out_dir="'big'" checkpoint%dir="'big/ck'"
 run resume "$M" parallel%tp=1 parallel%pp=2 run%out_dir="'big'" checkpoint%dir="'big/ck'"
