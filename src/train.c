@@ -108,7 +108,8 @@ static void backend_start(struct run *r, const struct kd_config *cfg) {
 }
 
 /* The student's tokenizer files (the resumed checkpoint's, else its init file's, else the
- * teacher's: a random student learns the teacher's ids) are held in memory and written into
+ * teacher's when its ids fit the student's vocabulary: a random student learns the teacher's
+ * ids) are held in memory and written into
  * every checkpoint and final.h5; a teacher whose tokenizer differs from the student's is
  * refused (cross-tokenizer distillation is not supported). Collective. */
 static void tokenizer_mismatch(char *out, size_t n, const struct kd_config *cfg, const char *own,
@@ -131,6 +132,14 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
   if (which) {
     tokenizer_mismatch(err, sizeof err, cfg, own, which);
     kd_fail_all(KD_EXIT_INPUT, "%s", err);
+  }
+  const int top = !ts && tt ? tokfiles_max_id(tt) : -1; /* a student taking the teacher's */
+  if (top >= cfg->student.vocab_size) {
+    kd_info("kdtrain: the teacher's tokenizer (%s) is not carried into the student's files: it "
+            "gives ids up to %d, the student's vocabulary has %d\n",
+            cfg->teacher_init, top, cfg->student.vocab_size);
+    tokfiles_free(tt);
+    tt = NULL;
   }
   r->tok = ts ? ts : tt;
   tokfiles_free(ts ? tt : NULL);

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The tokenizer travels with the model through kdtrain: a teacher whose weights file
-# carries /tokenizer gives a randomly initialised student its tokenizer, which every
+# carries /tokenizer gives a randomly initialised student its tokenizer (when its ids fit the
+# student's vocabulary), which every
 # checkpoint and final.h5 carry (byte for byte), also after a resume; a student whose
 # tokenizer differs from the teacher's is refused (exit 2, naming the file that differs), by
 # the run and by --dry-run.
@@ -58,6 +59,15 @@ grep -q "tokenizer files of .*t/final.h5 travel" log.txt || { cat log.txt; fail 
 for f in s/final.h5 s/checkpoints/step_00000002.h5; do
   [ "$(tok "$f" digest)" = "$want" ] || fail "$f does not carry the teacher's tokenizer"
 done
+
+echo "== a teacher tokenizer whose ids do not fit the student's vocabulary is not carried"
+cp t/final.h5 wide.h5
+give wide.h5 '{"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": 300, "content": "<x>"}]}'
+kd 1 run%mode="'distill'" student%card="'test-student'" teacher%init="'wide.h5'" \
+  run%out_dir="'w'" > log.txt 2>&1 || { cat log.txt; fail "distill from wide.h5"; }
+grep -q "tokenizer (.*wide.h5) is not carried .*ids up to 300, the student's vocabulary has 256" \
+  log.txt || { cat log.txt; fail "no line saying the tokenizer is not carried"; }
+[ "$(tok w/final.h5 digest)" = "-" ] || fail "w/final.h5 carries a tokenizer whose ids it lacks"
 
 echo "== resumed: the checkpoint's tokenizer goes on"
 kd 1 run%mode="'distill'" student%card="'test-student'" run%out_dir="'s'" run%steps=3 \
