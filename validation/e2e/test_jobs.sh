@@ -137,6 +137,27 @@ grep -q "2 job(s) in a row wrote no checkpoint" job.log || { cat job.log; fail "
 FAKE_NOCKPT=1 signalled USR1
 grep -q "^--export=ALL,KD_STALLS=1 " rec/sbatch.args || { cat rec/sbatch.args; fail "the stall count is not passed on"; }
 echo "ok"
+echo "== the worked examples' job.slurm: jobs/slurm.sh with their input, resubmitting jobs/slurm.sh"
+for ex in qwen3-8b-to-0.6b qwen2.5-7b-to-0.5b; do
+  rm -f rec/*.args job.log
+  FAKE=wait SLURM_JOB_ID=42 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 KDTRAIN=$PWD/bin/kdtrain \
+    KDTRAIN_SRC=$KD_SRCDIR bash "$KD_SRCDIR/input/$ex/job.slurm" run%steps=7 > job.log 2>&1 &
+  job=$!
+  i=0
+  until grep -q '^kdtrain: fake start' job.log 2> /dev/null; do
+    i=$((i + 1)); [ $i -lt 100 ] || { kill $job; fail "$ex: kdtrain did not start"; }
+    sleep 0.1
+  done
+  kill -USR1 $job
+  rc=0; wait $job || rc=$?
+  [ "$rc" -eq 5 ] || { cat job.log; fail "$ex/job.slurm after SIGUSR1: exit $rc, expected 5"; }
+  grep -q "^kdtrain: fake start $KD_SRCDIR/input/$ex/distill.nml run%steps=7\$" job.log \
+    || { cat job.log; fail "$ex/job.slurm: kdtrain not started on its input"; }
+  grep -q " $KD_SRCDIR/jobs/slurm.sh $KD_SRCDIR/input/$ex/distill.nml run%steps=7\$" rec/sbatch.args \
+    || { cat job.log rec/sbatch.args; fail "$ex/job.slurm: not resubmitted as jobs/slurm.sh with its input"; }
+done
+echo "ok"
+
 echo "== Slurm: no kdtrain found -> exit 3 with how to point at it (not 2: bad input)"
 mkdir -p empty
 rc=0
