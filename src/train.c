@@ -18,6 +18,7 @@
 
 #include "adamw.h"
 #include "backend/backend.h"
+#include "backend/cpu_hw.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
@@ -94,12 +95,16 @@ static void backend_start(struct run *r, const struct kd_config *cfg) {
   if (backend_select(&r->be, dev, bf16, r->grid.node_rank, note, sizeof note, err, sizeof err) != 0)
     kd_fail_all(KD_EXIT_INPUT, "%s: run%%device='cuda' but %s; use run%%device='cpu' or 'auto'",
                 cfg->source, err);
-  char hw[1024], where[1100] = "";
+  char hw[1024], where[1700] = "";
   r->be.describe(&r->be, hw, sizeof hw);
-  if (!r->be.device)
+  if (!r->be.device) {
     kd_info("kdtrain: %s\n", hw);
-  else if (hw[0])
-    snprintf(where, sizeof where, " (rank 0: %s)", hw);
+  } else { /* the host's threads (data, loss rows on the host, BLAS calls) still count */
+    char threads[512];
+    kd_threads_describe(threads, sizeof threads);
+    snprintf(where, sizeof where, " (%s%s%shost %s)", hw[0] ? "rank 0: " : "", hw,
+             hw[0] ? "; " : "", threads);
+  }
   if (note[0]) snprintf(where, sizeof where, " (%s)", note);
   kd_info("kdtrain: backend %s%s | MPI %s\n", r->be.name, where,
           !r->be.device      ? "on host memory"

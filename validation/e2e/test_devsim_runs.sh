@@ -39,8 +39,8 @@ same() {
 both() { np=$1; name=$2; shift 2
   kd "$np" run%device="'cpu'" run%out_dir="'${name}_cpu'" "$@"
   kd "$np" run%device="'devsim'" run%out_dir="'${name}_sim'" "$@"
-  grep -q "backend devsim | MPI staged through pinned host buffers" log.txt \
-    || { cat log.txt; fail "$name: the devsim run did not report its backend"; }
+  grep -q "backend devsim (host threads per rank [0-9]* (.*)) | MPI staged through pinned host buffers" log.txt \
+    || { cat log.txt; fail "$name: the devsim run did not report its backend and host threads"; }
   same "${name}_cpu" "${name}_sim" "$name ($np ranks: $*)"
 }
 
