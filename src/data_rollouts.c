@@ -49,13 +49,13 @@ int data_rollouts_open(struct data_source *s, char *err, size_t errlen) {
     if (H5Fis_hdf5(s->path) > 0) f = H5Fopen(s->path, H5F_ACC_RDONLY, H5P_DEFAULT);
   }
   H5E_END_TRY;
-  char fmt[64] = "", why[512];
+  char fmt[64] = "", why[512] = "";
   if (f < 0 || h5attr_get_string(f, "format", fmt, sizeof fmt, why, sizeof why) ||
       strcmp(fmt, ROLLOUTS_FORMAT) != 0) {
     kd_seterr(err, errlen,
               "%s: not a rollouts file; expected the out_dir/rollouts.h5 of a run "
-              "with generate%%save (attribute format = '%s')",
-              s->path, ROLLOUTS_FORMAT);
+              "with generate%%save (attribute format = '%s')%s%s",
+              s->path, ROLLOUTS_FORMAT, why[0] ? ": " : "", why);
     if (f >= 0) H5Fclose(f);
     return KD_EXIT_INPUT;
   }

@@ -160,57 +160,65 @@ int h5attr_get_double(hid_t obj, const char *name, double *v, char *err, size_t 
   return rc ? KD_EXIT_INPUT : 0;
 }
 
-/* A variable-length string: HDF5 allocates it; its length is checked after the read. */
-static int read_vlen(hid_t a, char *out, size_t outlen, char *why, size_t whylen) {
-  hid_t mt = H5Tcopy(H5T_C_S1);
-  H5Tset_size(mt, H5T_VARIABLE);
-  char *s = NULL;
-  int rc = -1;
-  if (H5Aread(a, mt, &s) >= 0 && s) {
-    const size_t n = strnlen(s, H5ATTR_STR_MAX + 1);
-    if (n >= outlen)
-      snprintf(why, whylen, "is a string of %s%zu characters, expected at most %zu",
-               n > H5ATTR_STR_MAX ? "more than " : "",
-               n > H5ATTR_STR_MAX ? (size_t)H5ATTR_STR_MAX : n, outlen - 1);
-    else {
-      memcpy(out, s, n + 1);
-      rc = 0;
-    }
-    H5free_memory(s);
-  } else {
-    snprintf(why, whylen, "cannot be read as a string");
-  }
-  H5Tclose(mt);
-  return rc;
+/* The character set of stored string type `t` when kdtrain reads it (ASCII or UTF-8, the
+ * two HDF5 knows), else -1. */
+static int str_cset(hid_t t) {
+  const H5T_cset_t c = H5Tget_cset(t);
+  return c == H5T_CSET_ASCII || c == H5T_CSET_UTF8 ? (int)c : -1;
 }
 
-/* A fixed-length string of `size` bytes (at most H5ATTR_STR_MAX, checked): read into a
- * buffer of that size, NUL padding only, then copied when it fits. */
-static int read_fixed(hid_t a, size_t size, char *out, size_t outlen, char *why, size_t whylen) {
-  char *s = kd_calloc(size + 1, 1);
-  hid_t mt = H5Tcopy(H5T_C_S1);
-  H5Tset_size(mt, size > 0 ? size : 1);
-  H5Tset_strpad(mt, H5T_STR_NULLPAD);
-  int rc = -1;
-  if (size > 0 && H5Aread(a, mt, s) >= 0) {
-    const size_t n = strnlen(s, size);
-    rc = 0;
-    for (size_t i = n; i < size; i++) /* a NUL followed by other bytes is not a string */
-      if (s[i]) rc = -1;
-    if (rc) {
-      snprintf(why, whylen, "holds a NUL byte inside the string");
-    } else if (n >= outlen) {
-      snprintf(why, whylen, "is a string of %zu characters, expected at most %zu", n, outlen - 1);
-      rc = -1;
-    } else {
-      memcpy(out, s, n);
-      out[n] = '\0';
-    }
-  } else {
-    snprintf(why, whylen, "cannot be read as a string");
+/* Read the one value of attribute or dataset `obj` as memory type `mt` into `buf`. */
+static herr_t read_value(hid_t obj, hid_t mt, void *buf) {
+  return H5Iget_type(obj) == H5I_ATTR ? H5Aread(obj, mt, buf)
+                                      : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+}
+
+/* Read the one string of attribute or dataset `obj`, of stored string type `t` (a
+ * fixed-length one of a size the caller bounded), into a new buffer *text (free it) when it
+ * holds at most `max` bytes. The memory type is a C string in the stored character set:
+ * HDF5 converts no string between ASCII and UTF-8, and h5py writes a Python str as a
+ * variable-length UTF-8 string. Fixed length: NUL padding only, no NUL inside.
+ * Variable length: HDF5 allocates the value, copied and freed here (a null value, which
+ * h5py reads as '', is the empty string). 0, or -1 with `why`. */
+static int read_text(hid_t obj, hid_t t, size_t max, char **text, char *why, size_t whylen) {
+  const int cset = str_cset(t), var = H5Tis_variable_str(t) > 0;
+  *text = NULL;
+  if (cset < 0) {
+    snprintf(why, whylen, "is a string in character set %d, expected ASCII or UTF-8",
+             (int)H5Tget_cset(t));
+    return -1;
   }
+  const size_t size = var ? 0 : H5Tget_size(t);
+  hid_t mt = H5Tcopy(H5T_C_S1);
+  char *vs = NULL, *fs = var ? NULL : kd_calloc(size + 1, 1);
+  const char *s = NULL;
+  H5Tset_cset(mt, (H5T_cset_t)cset);
+  if (var) {
+    H5Tset_size(mt, H5T_VARIABLE);
+    if (read_value(obj, mt, &vs) >= 0) s = vs ? vs : "";
+  } else if (size > 0) {
+    H5Tset_size(mt, size);
+    H5Tset_strpad(mt, H5T_STR_NULLPAD);
+    if (read_value(obj, mt, fs) >= 0) s = fs;
+  }
+  int rc = -1, inside = 0;
+  const size_t n = s ? strlen(s) : 0;
+  for (size_t i = n; s && !var && i < size; i++) /* a NUL followed by other bytes */
+    inside |= fs[i] != '\0';
+  if (!s) {
+    snprintf(why, whylen, "cannot be read as a string");
+  } else if (inside) {
+    snprintf(why, whylen, "holds a NUL byte inside the string");
+  } else if (n > max) {
+    snprintf(why, whylen, "is a string of %zu characters, expected at most %zu", n, max);
+  } else {
+    *text = kd_malloc(n + 1);
+    memcpy(*text, s, n + 1);
+    rc = 0;
+  }
+  if (vs) H5free_memory(vs);
+  free(fs);
   H5Tclose(mt);
-  free(s);
   return rc;
 }
 
@@ -222,11 +230,30 @@ int h5attr_get_string(hid_t obj, const char *name, char *out, size_t outlen, cha
   }
   hid_t t, a = open_one(obj, name, H5T_STRING, &t, err, errlen);
   if (a < 0) return KD_EXIT_INPUT;
-  char why[160];
-  int rc = H5Tis_variable_str(t) > 0 ? read_vlen(a, out, outlen, why, sizeof why)
-                                     : read_fixed(a, H5Tget_size(t), out, outlen, why, sizeof why);
-  if (rc) attr_err(obj, name, err, errlen, why);
+  char why[160], *text = NULL;
+  const int rc = read_text(a, t, outlen - 1, &text, why, sizeof why);
+  if (rc)
+    attr_err(obj, name, err, errlen, why);
+  else
+    memcpy(out, text, strlen(text) + 1);
+  free(text);
   close_one(a, t);
+  return rc ? KD_EXIT_INPUT : 0;
+}
+
+int h5attr_read_text(hid_t d, size_t max, char **text, char *why, size_t whylen) {
+  hid_t t = H5Dget_type(d), s = H5Dget_space(d);
+  int rc = -1;
+  *text = NULL;
+  if (t < 0 || s < 0 || H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_type(s) != H5S_SCALAR)
+    snprintf(why, whylen, "is not a scalar string dataset");
+  else if (H5Tis_variable_str(t) <= 0 && (H5Tget_size(t) == 0 || H5Tget_size(t) > max + 1))
+    snprintf(why, whylen, "is a fixed-length string of %zu bytes, expected 1 to %zu",
+             H5Tget_size(t), max + 1);
+  else
+    rc = read_text(d, t, max, text, why, whylen);
+  if (t >= 0) H5Tclose(t);
+  if (s >= 0) H5Sclose(s);
   return rc ? KD_EXIT_INPUT : 0;
 }
 

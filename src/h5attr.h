@@ -26,10 +26,16 @@ int h5attr_get_int(hid_t obj, const char *name, long long *v, char *err, size_t 
 int h5attr_get_u64(hid_t obj, const char *name, uint64_t *v, char *err, size_t errlen);
 /* Read one real value (a stored integer is converted). 0 or KD_EXIT_INPUT. */
 int h5attr_get_double(hid_t obj, const char *name, double *v, char *err, size_t errlen);
-/* Read one string (fixed or variable length; fixed length NUL-padded, no NUL inside) into
- * `out` when it fits (outlen - 1 characters at most). 0 or KD_EXIT_INPUT. */
+/* Read one string into `out` when it fits (outlen - 1 bytes at most): fixed length
+ * (NUL-padded, no NUL inside) or variable length (h5py's default for a Python str), ASCII
+ * or UTF-8, the bytes as stored. 0 or KD_EXIT_INPUT. */
 int h5attr_get_string(hid_t obj, const char *name, char *out, size_t outlen, char *err,
                       size_t errlen);
+/* The same for the one string of dataset `d` (a scalar string dataset, e.g.
+ * /config/namelist) of at most `max` bytes: a new NUL-terminated buffer in *text (free it).
+ * 0, or KD_EXIT_INPUT with `why`, to follow the dataset's name ("is not a scalar string
+ * dataset"). */
+int h5attr_read_text(hid_t d, size_t max, char **text, char *why, size_t whylen);
 
 /* Write (or replace) a scalar attribute: an integer as H5T_STD_I64LE, an unsigned 64-bit
  * value as H5T_STD_U64LE, a real as H5T_IEEE_F64LE, a string as a fixed-length

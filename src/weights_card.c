@@ -363,10 +363,10 @@ int weights_card_write(hid_t cfg, const struct kd_card *card, const char *nameli
   return ok ? 0 : -1;
 }
 
-/* Check /config/namelist when present: a scalar fixed-length string of at most
- * NAMELIST_MAX bytes whose checksum (required when `all`, checked when present) holds; its
- * text into *out when out is not NULL (left NULL when the file has none). Every rank reads
- * it. 0 or KD_EXIT_INPUT. */
+/* Check /config/namelist when present: a scalar string dataset (fixed or variable length,
+ * ASCII or UTF-8) of at most NAMELIST_MAX bytes whose checksum (required when `all`, checked
+ * when present) holds; its text into *out when out is not NULL (left NULL when the file has
+ * none). Every rank reads it. 0 or KD_EXIT_INPUT. */
 static int namelist_check(hid_t cfg, const char *path, int all, char **out, char *err,
                           size_t errlen) {
   if (out) *out = NULL;
@@ -376,24 +376,14 @@ static int namelist_check(hid_t cfg, const char *path, int all, char **out, char
       H5Oget_info_by_name(cfg, "namelist", &oi, H5P_DEFAULT) >= 0 && oi.type == H5O_TYPE_DATASET
           ? H5Dopen2(cfg, "namelist", H5P_DEFAULT)
           : -1;
-  hid_t t = d >= 0 ? H5Dget_type(d) : -1, s = d >= 0 ? H5Dget_space(d) : -1;
-  size_t size = t >= 0 ? H5Tget_size(t) : 0;
-  char *text = NULL;
+  char *text = NULL, why[200] = "is not a scalar string dataset";
   int st = 0;
-  if (t < 0 || s < 0 || H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) != 0 ||
-      H5Sget_simple_extent_type(s) != H5S_SCALAR || size == 0 || size > NAMELIST_MAX) {
+  if (d < 0 || h5attr_read_text(d, NAMELIST_MAX - 1, &text, why, sizeof why) != 0) {
     kd_seterr(err, errlen,
-              "%s: /config/namelist is not a scalar fixed-length string dataset of at most %zu "
-              "bytes (the run's namelist): the file is damaged",
-              path, NAMELIST_MAX);
+              "%s: /config/namelist %s (the run's namelist, at most %zu bytes): the file is "
+              "damaged",
+              path, why, NAMELIST_MAX - 1);
     st = KD_EXIT_INPUT;
-  }
-  if (!st) {
-    text = kd_calloc(size + 1, 1);
-    if (H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) < 0) {
-      kd_seterr(err, errlen, "%s: /config/namelist cannot be read: the file is damaged", path);
-      st = KD_EXIT_INPUT;
-    }
   }
   if (!st && (all || h5attr_exists(d, CHECKSUM_BOUND))) {
     uint64_t stored = 0;
@@ -411,8 +401,6 @@ static int namelist_check(hid_t cfg, const char *path, int all, char **out, char
     text = NULL;
   }
   free(text);
-  if (t >= 0) H5Tclose(t);
-  if (s >= 0) H5Sclose(s);
   if (d >= 0) H5Dclose(d);
   return st;
 }

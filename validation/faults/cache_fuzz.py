@@ -3,13 +3,15 @@
 usage: cache_fuzz.py KDTRAIN BASE.nml CACHE.h5
 
 Every root attribute of a real cache made by kdtrain is replaced by a 64-element array, an
-over-long string and a value of the wrong class, and deleted; some get a value out of
+over-long string (a string one also by an over-long Python str, h5py's variable-length
+UTF-8) and a value of the wrong class, and deleted; some get a value out of
 range. Each dataset is deleted, cut to half its windows, flattened and retyped. The
 entries get token ids out of range and NaN or infinite log-probabilities and tails, with
 the window checksums and the file checksum recomputed as kdtrain computes them (so only
 the entry checks can catch them); a damaged window and a wrong file checksum are left for
 the checksums. The file is truncated at several points and replaced by bytes that are not
-HDF5. Each mutant is read by `kdtrain BASE.nml teacher%cache='mN/mutant.h5'` (a one-step
+HDF5. The cache with every string attribute rewritten as a Python str must train as the
+original. Each mutant is read by `kdtrain BASE.nml teacher%cache='mN/mutant.h5'` (a one-step
 distillation from the cache). The only allowed outcome is exit 2 with a message that names
 the file and the field, and no sanitizer report: a signal, an I/O status, a hang (60 s), a
 silent run all fail. The unmutated cache must first train (exit 0). Prints the counts."""
@@ -61,6 +63,8 @@ def attr_case(name, kind):
             f.attrs[name] = (np.array([np.bytes_(v)] * 64) if is_str(v) else np.full(64, v))
         elif kind == "long string":
             f.attrs[name] = np.bytes_(b"x" * 60000)
+        elif kind == "long str":  # as h5py writes a Python str: variable-length UTF-8
+            f.attrs[name] = "\u00e9" * 30000
         elif kind == "missing":
             del f.attrs[name]
         elif kind == "class":  # the same value in another type class
@@ -114,6 +118,7 @@ def set_entries(name, index, value):
 
 with h5py.File(cache, "r") as f:
     attrs = sorted(f.attrs)
+    f0_attrs = {a: f.attrs[a] for a in attrs}
     vocab, k, nw = int(f.attrs["vocab"]), int(f.attrs["k"]), int(f.attrs["nwindows"])
     assert f.attrs["select"] in (b"topk", "topk")
     assert "checksum" in attrs
@@ -126,6 +131,8 @@ for a in attrs:
     for kind in ("array", "long string", "missing", "class"):
         if not (kind == "missing" and a in OPTIONAL):
             cases.append(attr_case(a, kind))
+    if is_str(f0_attrs[a]):
+        cases.append(attr_case(a, "long str"))
 cases.append(value_case("samples", np.bytes_(b"documents, packed"), "other windows"))
 cases += [value_case("format_version", np.int32(2), "2"),
           value_case("k", np.int32(0), "0"),
@@ -177,6 +184,26 @@ st, out = run(cache, "fz")
 if st != 0:
     print(out[-3000:])
     sys.exit("cache_fuzz: the unmutated cache does not train (exit %s)" % st)
+# the same cache with every string attribute rewritten by h5py as a Python str (variable-length
+# UTF-8): the same run
+shutil.copy(cache, "str.h5")
+with h5py.File("str.h5", "r+") as f:
+    nstr = sum(1 for a in attrs if is_str(f.attrs[a]))
+    for a in attrs:
+        if is_str(f.attrs[a]):
+            f.attrs[a] = f.attrs[a].decode()
+st, out = run("str.h5", "fzs")
+
+
+def losses(run_dir):
+    with open(os.path.join(run_dir, "metrics.csv")) as m:
+        return [",".join(line.split(",")[:6]) for line in m]
+
+
+if st != 0 or losses("fz") != losses("fzs"):
+    print(out[-3000:])
+    sys.exit(f"cache_fuzz: the cache with str attributes: exit {st}, or other losses")
+print(f"cache_fuzz: the cache with its {nstr} string attributes as h5py's str trains as the original")
 
 # the mutants are made one after another (h5py), read 2 at a time (a run mostly waits on
 # process and MPI start-up, slow under the sanitizers)
@@ -204,7 +231,7 @@ for (what, mutate, fields, raw), path, (st, out) in zip(cases, mutants, results)
         why = "no file or field named" if st == 2 and clean else f"exit {st}"
         bad.append(f"{what}: {why}\n" + out[-1500:])
 
-print(f"cache_fuzz: {len(cases)} hostile caches ({len(attrs)} root attributes x 4 kinds but a missing optional one, "
+print(f"cache_fuzz: {len(cases)} hostile caches ({len(attrs)} root attributes x 4 kinds but a missing optional one, over-long str for the strings, "
       f"values out of range, 4 datasets x 4 kinds, bad entries, checksums, truncations, "
       f"not HDF5): {refused} refused with exit 2 naming file and field, {len(bad)} failures")
 for b in bad:

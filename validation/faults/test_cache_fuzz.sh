@@ -1,11 +1,13 @@
 #!/bin/sh
 # Hostile teacher caches (doc/cache.md, "What is tested"): validation/faults/cache_fuzz.py makes
-# every root attribute an array, an over-long string, of the wrong class or missing (and
+# every root attribute an array, an over-long string (a string one also an over-long Python
+# str, h5py's variable-length UTF-8), of the wrong class or missing (and
 # some out of range), each dataset missing, half length, flattened or retyped, entries with
 # token ids out of range and NaN or infinite log-probabilities (checksums resealed), a
 # damaged window, a wrong file checksum, truncated files and a file that is not HDF5; a
 # one-step distillation from each must end with exit 2 naming the file and the field, with
-# no signal, sanitizer report, hang or silent run.
+# no signal, sanitizer report, hang or silent run. The cache with its string attributes
+# rewritten as Python str must train as the original.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
 kd_python_or_skip h5py numpy

@@ -38,7 +38,7 @@ $2" "$1.h5"
 }
 weights_case namelist_array "del f['config/namelist']
 f['config/namelist'] = np.zeros((300, 300), dtype=np.uint8)" \
-  "namelist_array.h5: /config/namelist is not a scalar fixed-length string dataset"
+  "namelist_array.h5: /config/namelist is not a scalar string dataset"
 weights_case namelist_text "d = f['config/namelist']; b = bytearray(d[()]); b[5] ^= 1; d[()] = bytes(b)" \
   "/config/namelist fails its checksum"
 weights_case card_text "f['config'].attrs.modify('card', np.bytes_(f['config'].attrs['card'][:-1] + b' '))" \

@@ -717,6 +717,17 @@ static void h5attr_cases(const char *path) {
   H5Tset_size(tv, H5T_VARIABLE);
   const char *vs = "variable";
   put_attr(g, "vs", tv, scalar, &vs);
+  /* what h5py writes for a Python str: variable-length UTF-8; and fixed-length UTF-8 */
+  hid_t tvu = H5Tcopy(tv), t6u = H5Tcopy(H5T_C_S1);
+  H5Tset_cset(tvu, H5T_CSET_UTF8);
+  H5Tset_size(t6u, 6);
+  H5Tset_strpad(t6u, H5T_STR_NULLPAD);
+  H5Tset_cset(t6u, H5T_CSET_UTF8);
+  const char *vu = "h\xc3\xa9llo", *vnull = NULL, *vlong = longs;
+  put_attr(g, "vu", tvu, scalar, &vu);
+  put_attr(g, "fu", t6u, scalar, vu);
+  put_attr(g, "vnull", tvu, scalar, &vnull); /* h5py reads it as '' */
+  put_attr(g, "vlong", tvu, scalar, &vlong);
   double real = 2.5;
   put_attr(g, "real", H5T_NATIVE_DOUBLE, scalar, &real);
   uint64_t big = ~0ull;
@@ -752,8 +763,17 @@ static void h5attr_cases(const char *path) {
           "is a string of 11 characters, expected at most 7");
   REFUSED(h5attr_get_string(g, "vs", small, 8, err, sizeof err), "vs",
           "is a string of 8 characters, expected at most 7");
+  REFUSED(h5attr_get_string(g, "vu", small, 6, err, sizeof err), "vu",
+          "is a string of 6 characters, expected at most 5");
+  REFUSED(h5attr_get_string(g, "vlong", out, H5ATTR_STR_MAX + 1, err, sizeof err), "vlong",
+          "is a string of 70000 characters, expected at most 65536");
+  REFUSED(h5attr_get_int(g, "vu", &iv, err, sizeof err), "vu", "is a string, expected an integer");
   for (int i = 8; i < 16; i++)
     R0(small[i] == '#');
+  /* UTF-8, variable or fixed length: the bytes as stored */
+  R0(h5attr_get_string(g, "vu", out, 7, err, sizeof err) == 0 && !strcmp(out, vu));
+  R0(h5attr_get_string(g, "fu", out, 7, err, sizeof err) == 0 && !strcmp(out, vu));
+  R0(h5attr_get_string(g, "vnull", out, 7, err, sizeof err) == 0 && !strcmp(out, ""));
   /* the ones that fit */
   R0(h5attr_get_int(g, "i", &iv, err, sizeof err) == 0 && iv == -7);
   R0(h5attr_get_double(g, "i", &dv, err, sizeof err) == 0 && dv == -7.0);
@@ -768,7 +788,7 @@ static void h5attr_cases(const char *path) {
   snprintf(want, sizeof want, "%s: / attribute 'absent' is missing", path);
   R0(strstr(err, want) != NULL);
   free(out), free(longs);
-  H5Tclose(t70k), H5Tclose(t5), H5Tclose(tv);
+  H5Tclose(t70k), H5Tclose(t5), H5Tclose(tv), H5Tclose(tvu), H5Tclose(t6u);
   H5Sclose(scalar), H5Sclose(null), H5Sclose(s64);
   H5Gclose(g), H5Fclose(f);
 }
@@ -865,7 +885,7 @@ START_TEST(test_all_checksums) {
     void (*edit)(hid_t);
     const char *needle;
   } cases[] = {
-      {namelist_bytes, "/config/namelist is not a scalar fixed-length string dataset"},
+      {namelist_bytes, "/config/namelist is not a scalar string dataset"},
       {namelist_text, "/config/namelist fails its checksum"},
       {namelist_nosum, "/config/namelist attribute 'checksum_bound64' is missing"},
       {card_text, "/config attribute 'card' fails its checksum"},
