@@ -100,6 +100,10 @@ int grid_node_setup(void) {
   return r;
 }
 
+void grid_threads_describe(char *buf, size_t n) {
+  kd_threads_describe(buf, n);
+}
+
 MPI_Comm grid_kv_comm(const struct kd_grid *g, int kv_split, int kv_rep) {
   MPI_Comm c = MPI_COMM_NULL;
   if (g->tp > 1 && !kv_split) MPI_Comm_split(g->tp_comm, g->tp_rank / kv_rep, g->tp_rank, &c);

@@ -54,6 +54,9 @@ double grid_node_cores_per_rank(const struct kd_grid *g);
  * its node. Collective over MPI_COMM_WORLD. */
 int grid_node_setup(void);
 
+/* "threads per rank N (why)": the compute threads grid_node_setup chose, for start lines. */
+void grid_threads_describe(char *buf, size_t n);
+
 /* The group of the tp ranks holding the same replicated kv heads (tp rank r in group
  * r / kv_rep): their kv gradients are partial sums. MPI_COMM_NULL when tp == 1 or the kv
  * heads are split. Collective over g->tp_comm. The caller frees it (grid_comm_free). */

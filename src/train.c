@@ -18,7 +18,6 @@
 
 #include "adamw.h"
 #include "backend/backend.h"
-#include "backend/cpu_hw.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
@@ -101,7 +100,7 @@ static void backend_start(struct run *r, const struct kd_config *cfg) {
     kd_info("kdtrain: %s\n", hw);
   } else { /* the host's threads (data, loss rows on the host, BLAS calls) still count */
     char threads[512];
-    kd_threads_describe(threads, sizeof threads);
+    grid_threads_describe(threads, sizeof threads);
     snprintf(where, sizeof where, " (%s%s%shost %s)", hw[0] ? "rank 0: " : "", hw,
              hw[0] ? "; " : "", threads);
   }
