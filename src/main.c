@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
         usage(stderr);
       }
       return KD_EXIT_INPUT;
-    } else if (strchr(a, '%')) {
+    } else if (strchr(a, '%') || strchr(a, '=')) { /* an override (a malformed one is named) */
       overrides[noverrides++] = argv[i];
     } else if (!input) {
       input = a;
