@@ -151,6 +151,8 @@ def load_tokenizer(weights, tokenizer=None):
     file, and the model's max_position_embeddings (/config; None when not stated)."""
     try:
         import h5py
+        # the tokenizer alone: no notice that PyTorch is not installed (tools-env has none)
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         from transformers import AutoTokenizer
     except ImportError as e:
         fail(EXIT_INPUT, f"kdgen needs h5py and transformers ({e}); `make tools-env` "
