@@ -50,18 +50,31 @@ void kd_set_program(const char *name) {
   prog = name;
 }
 
-/* One console line "PROGRAM: rank R: MESSAGE[SUFFIX]\n" (newline added where missing). */
+/* The size of MPI_COMM_WORLD while MPI runs; 0 before MPI_Init and after MPI_Finalize. */
+static int mpi_live_size(void) {
+  int init = 0, fin = 0, size = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+int kd_msg_prefix(char *buf, size_t n) {
+  const int m = mpi_live_size() > 1 ? snprintf(buf, n, "%s: rank %d: ", prog, kd_rank())
+                                    : snprintf(buf, n, "%s: ", prog);
+  return m < 0 ? 0 : (size_t)m < n ? m : n > 0 ? (int)n - 1 : 0;
+}
+
+/* One console line "PROGRAM: [rank R: ]MESSAGE[SUFFIX]\n" (newline added where missing). */
 static void line_out(const char *suffix, const char *fmt, va_list ap) {
   char buf[4096];
-  int n = snprintf(buf, sizeof buf, "%s: rank %d: ", prog, kd_rank());
-  if (n >= 0 && (size_t)n < sizeof buf) {
-    int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+  int n = kd_msg_prefix(buf, sizeof buf);
+  int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+  n = m < 0 ? n : n + m;
+  if (n > 0 && (size_t)n < sizeof buf && buf[n - 1] == '\n') n--;
+  if ((size_t)n < sizeof buf) {
+    m = snprintf(buf + n, sizeof buf - (size_t)n, "%s", suffix);
     n = m < 0 ? n : n + m;
-    if (n > 0 && (size_t)n < sizeof buf && buf[n - 1] == '\n') n--;
-    if ((size_t)n < sizeof buf) {
-      m = snprintf(buf + n, sizeof buf - (size_t)n, "%s", suffix);
-      n = m < 0 ? n : n + m;
-    }
   }
   line_write(buf, n, sizeof buf);
 }
@@ -72,26 +85,12 @@ void kd_mark_abandoned(void) {
   abandoned = 1;
 }
 
-/* The size of MPI_COMM_WORLD while MPI runs; 0 before MPI_Init and after MPI_Finalize. */
-static int mpi_live_size(void) {
-  int init = 0, fin = 0, size = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-/* "PROGRAM: rank R: MESSAGE (file:line)" */
-static void line_at(const char *file, int line, const char *fmt, va_list ap) {
-  char where[512];
-  snprintf(where, sizeof where, " (%s:%d)", file, line);
-  line_out(where, fmt, ap);
-}
-
 void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
+  char where[512] = "";
+  if (file) snprintf(where, sizeof where, " (%s:%d)", file, line);
   va_list ap;
   va_start(ap, fmt);
-  line_at(file, line, fmt, ap);
+  line_out(where, fmt, ap);
   va_end(ap);
   const int size = mpi_live_size();
   if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
@@ -103,15 +102,26 @@ void kd_fail_at(const char *file, int line, int status, const char *fmt, ...) {
   exit(status);
 }
 
+/* One console line "PROGRAM: MESSAGE\n" without a rank: the verdict of every rank. */
+static void line_all(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void line_all(const char *fmt, ...) {
+  char buf[4096];
+  const int n = snprintf(buf, sizeof buf, "%s: ", prog);
+  va_list ap;
+  va_start(ap, fmt);
+  const int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+  va_end(ap);
+  line_write(buf, m < 0 ? n : n + m, sizeof buf);
+}
+
 void kd_fail_all(int status, const char *fmt, ...) {
   if (kd_rank() == 0) {
     char buf[4096];
-    int n = snprintf(buf, sizeof buf, "%s: ", prog);
     va_list ap;
     va_start(ap, fmt);
-    const int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    line_write(buf, m < 0 ? n : n + m, sizeof buf);
+    line_all("%s", buf);
   }
   if (mpi_live_size() > 0) MPI_Finalize();
   exit(status);
@@ -126,7 +136,8 @@ int kd_agree_from(int st, char *err, size_t errlen, MPI_Comm comm, int *from_out
       MPI_Comm_rank(comm, &rank);
       const int mine = st == worst ? rank : INT_MAX;
       MPI_Allreduce(&mine, &from, 1, MPI_INT, MPI_MIN, comm);
-      if (rank == from && worst == KD_EXIT_IO && errlen > 0 && !strstr(err, "(rank ")) {
+      if (rank == from && worst == KD_EXIT_IO && errlen > 0 && mpi_live_size() > 1 &&
+          !strstr(err, "(rank ")) {
         size_t n = strnlen(err, errlen);
         snprintf(err + n, errlen - n, " (rank %d)", kd_rank());
       }
@@ -150,7 +161,13 @@ void kd_agree_or_fail(int status, const char *msg) {
   int from = 0;
   const int worst = kd_agree_from(status, err, sizeof err, MPI_COMM_WORLD, &from);
   if (worst == 0) return;
-  if (kd_rank() == from) kd_warn("%s", msg);
+  /* a verdict that every rank reached alike names no rank */
+  int alike = status == worst, ranks = 1, size = mpi_live_size();
+  if (size > 1) MPI_Allreduce(&alike, &ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (kd_rank() == from && ranks == (size > 1 ? size : 1))
+    line_all("%s", msg);
+  else if (kd_rank() == from)
+    kd_warn("%s", msg);
   if (mpi_live_size() > 0) MPI_Finalize();
   exit(worst);
 }
@@ -173,14 +190,16 @@ void kd_abort_after_line(const char *line, size_t len, int status) {
   _exit(status);
 }
 
-void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...) {
+void kd_exit_agreed(int status, const char *fmt, ...) {
   kd_io_guard_disarm();
   fflush(stdout);
   if (kd_rank() == 0) {
+    char buf[4096];
     va_list ap;
     va_start(ap, fmt);
-    line_at(file, line, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    line_all("%s", buf);
   }
   const int size = mpi_live_size();
   if (size > 0) {
@@ -222,11 +241,12 @@ void kd_io_guard_arm(const char *path) {
   long secs = env && atol(env) > 0 ? atol(env) : 60L * mpi_yield_share();
   if (strcmp(path, guard_path) != 0) {
     snprintf(guard_path, sizeof guard_path, "%s", path);
-    int n =
-        snprintf(guard_msg, sizeof guard_msg,
-                 "%s: rank %d: %s: a collective write made no progress for %ld s (a write "
-                 "failed on another rank, or the file system hangs): giving up, exit status 3\n",
-                 prog, kd_rank(), path, secs);
+    const int p = kd_msg_prefix(guard_msg, sizeof guard_msg);
+    int n = snprintf(guard_msg + p, sizeof guard_msg - (size_t)p,
+                     "%s: a collective write made no progress for %ld s (a write failed on "
+                     "another rank, or the file system hangs): giving up, exit status 3\n",
+                     path, secs);
+    n = n < 0 ? p : p + n;
     guard_len = n < 0 ? 0 : (size_t)n < sizeof guard_msg ? (size_t)n : sizeof guard_msg - 1;
     guard_unlink = kd_rank() == 0;
   }

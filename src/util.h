@@ -22,12 +22,19 @@ int kd_rank(void);
  * tool sets its own, at the start of its main). */
 void kd_set_program(const char *name);
 
-/* Print "kdtrain: rank R: message (file:line)" to stderr (one write(2)) and end every
- * rank with `status` (MPI_Abort when MPI is running with more than one rank, exit
- * otherwise): a run-time fault that one rank may meet alone. */
+/* The beginning of every message of the functions below: "kdtrain: ", and "rank R: " after
+ * it while MPI runs with more than one rank (a serial tool or a 1-rank run names no rank),
+ * into buf (n bytes, NUL-terminated). Returns its length. */
+int kd_msg_prefix(char *buf, size_t n);
+
+/* Print "kdtrain: [rank R: ]message" to stderr (one write(2)), with " (file:line)" after it
+ * where file is not NULL, and end every rank with `status` (MPI_Abort when MPI is running
+ * with more than one rank, exit otherwise): a run-time fault that one rank may meet alone.
+ * kd_fail is the user's error (bad input, a file that cannot be written: the message says
+ * what to do, no source location); KD_CHECK is an internal one (with its location). */
 void kd_fail_at(const char *file, int line, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
-#define kd_fail(status, ...) kd_fail_at(__FILE__, __LINE__, (status), __VA_ARGS__)
+#define kd_fail(status, ...) kd_fail_at(NULL, 0, (status), __VA_ARGS__)
 
 /* Bad input that every rank detects alike (the same configuration, the same world
  * size): rank 0 prints "kdtrain: message" (start it with the user's "FILE:LINE: "),
@@ -36,9 +43,9 @@ void kd_fail_all(int status, const char *fmt, ...) __attribute__((format(printf,
 
 /* Every rank calls it with its own verdict (status 0: fine; msg its error text). Returns
  * when every status is 0; otherwise the lowest rank with the worst status prints
- * "kdtrain: rank R: msg", and every rank finalizes MPI and exits with that status: no
- * MPI_Abort, whose kill can lose a line still in the launcher's pipes. Collective over
- * MPI_COMM_WORLD. */
+ * "kdtrain: msg" where every rank has that status, else "kdtrain: rank R: msg", and every
+ * rank finalizes MPI and exits with that status: no MPI_Abort, whose kill can lose a line
+ * still in the launcher's pipes. Collective over MPI_COMM_WORLD. */
 void kd_agree_or_fail(int status, const char *msg);
 
 /* A rank that must end the job alone (a signal handler: async-signal-safe): write the
@@ -48,15 +55,15 @@ void kd_abort_after_line(const char *line, size_t len, int status) __attribute__
 
 /* End every rank with `status` after a failure that every rank of MPI_COMM_WORLD knows
  * about (an agreed error: every rank calls this with the same status and message).
- * Collective: rank 0 prints "kdtrain: rank 0: message (file:line)". Every rank then
+ * Collective: rank 0 prints "kdtrain: message" for them all (the message names a rank
+ * where one rank's failure is agreed on, see kd_agree). Every rank then
  * finalizes MPI and exits with `status`; where a parallel HDF5 file was abandoned after a
  * failed write (kd_mark_abandoned on any rank), which MPI_Finalize would flush, the ranks
  * meet in a barrier instead and rank 0 ends them all with MPI_Abort(status) 0.5 s later
  * (its line forwarded by then): a rank exiting without MPI_Finalize would let MPICH's
  * Hydra SIGKILL the others and report status 9. */
-void kd_exit_agreed_at(const char *file, int line, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5), noreturn));
-#define kd_exit_agreed(status, ...) kd_exit_agreed_at(__FILE__, __LINE__, (status), __VA_ARGS__)
+void kd_exit_agreed(int status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
 
 /* What kind of file `mode` (struct stat's st_mode) is, for messages: "a FIFO", ... */
 const char *kd_file_kind(mode_t mode);
@@ -76,7 +83,8 @@ void kd_io_guard_rearm(void);
  * the process without MPI_Finalize (which would flush, and crash in, that file). */
 void kd_mark_abandoned(void);
 
-/* Check a condition that only a bug or a broken system can violate. */
+/* Check a condition that only a bug or a broken system can violate (the message names
+ * its source file and line). */
 #define KD_CHECK(cond, ...)                                                                        \
   do {                                                                                             \
     if (!(cond)) kd_fail_at(__FILE__, __LINE__, KD_EXIT_IO, __VA_ARGS__);                          \
@@ -84,7 +92,7 @@ void kd_mark_abandoned(void);
 
 /* printf on rank 0 only (console output of the run). */
 void kd_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* printf to stderr with a "kdtrain: rank R: " prefix, on any rank (one write(2)). */
+/* printf to stderr after kd_msg_prefix's "kdtrain: [rank R: ]", on any rank (one write(2)). */
 void kd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* malloc/calloc that fail loudly; host memory outside the arena (tables, strings). */

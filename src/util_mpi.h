@@ -8,7 +8,8 @@
 
 /* An agreed verdict: every rank of `comm` returns the worst status, with the message
  * (err) of the lowest rank that has it (an I/O failure's message gets "(rank R)"
- * appended, naming the world rank where it happened); *from (may be NULL): that rank in
+ * appended, naming the world rank where it happened, when the world has more than one);
+ * *from (may be NULL): that rank in
  * `comm`. Collective (nothing when MPI is not running). */
 int kd_agree_from(int st, char *err, size_t errlen, MPI_Comm comm, int *from);
 int kd_agree(int st, char *err, size_t errlen, MPI_Comm comm);

@@ -1,6 +1,8 @@
 #!/bin/sh
-# python-env.sh [LINK]: create (once) the virtual environment of the test suite's Python
-# reference stack, validation/requirements.txt, and point LINK (default .venv) at it.
+# python-env.sh [-r REQUIREMENTS] [LINK]: create (once) the virtual environment of the test
+# suite's Python reference stack, validation/requirements.txt (or of REQUIREMENTS: `make
+# tools-env` gives src/tools/requirements.txt, the packages of kdprep, kdgen and kdplot),
+# and point LINK (default .venv) at it.
 # The environment lives in a cache keyed by the requirements and the Python version,
 # ${KD_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kdtrain}/venv-KEY, so rebuilds, other
 # checkouts and `make clean` reuse it; a second call returns at once. The system Python
@@ -10,6 +12,11 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 req=$here/requirements.txt
+if [ "${1:-}" = -r ]; then
+  [ $# -ge 2 ] && [ -f "$2" ] || { echo "python-env: -r needs a requirements file" >&2; exit 1; }
+  req=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+  shift 2
+fi
 link=${1:-.venv}
 base=${KD_PYTHON_BASE:-python3}
 torch_index=${KD_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
@@ -37,8 +44,10 @@ if ! ready "$dir"; then
     rm -rf "$dir"
     "$base" -m venv "$dir"
     pip="$dir/bin/python -m pip --disable-pip-version-check --no-input"
-    torch=$(grep '^torch[=<>~ ]' "$req" || echo torch)
-    if [ -n "$torch_index" ] && "$dir/bin/python" -c "import sys, urllib.request
+    torch=$(grep '^torch\([=<>~ ]\|$\)' "$req" || :)
+    if [ -z "$torch" ]; then
+      : # no torch asked for
+    elif [ -n "$torch_index" ] && "$dir/bin/python" -c "import sys, urllib.request
 urllib.request.urlopen(sys.argv[1] + '/torch/', timeout=10)" "$torch_index" > /dev/null 2>&1; then
       say "CPU-only torch from $torch_index"
       $pip install -q --index-url "$torch_index" "$torch" \
@@ -51,7 +60,7 @@ urllib.request.urlopen(sys.argv[1] + '/torch/', timeout=10)" "$torch_index" > /d
     mods=$(sed -e 's/#.*//' -e 's/[=<>~ ].*//' -e '/^$/d' -e 's/^megatron-core$/megatron.core/' "$req" \
       | tr '\n' ',' | sed 's/,$//')
     printf 'import warnings; warnings.simplefilter("ignore"); import %s\n' "$mods" > "$dir/check.py"
-    "$dir/bin/python" "$dir/check.py" || { say "the new environment cannot import $mods" >&2; exit 1; }
+    TRANSFORMERS_VERBOSITY=error "$dir/bin/python" "$dir/check.py" || { say "the new environment cannot import $mods" >&2; exit 1; }
     mv "$dir/check.py" "$dir/kdtrain-ready"
     say "ready after $(($(date +%s) - t0)) s ($(du -sh "$dir" | cut -f1))"
   fi

@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
 """kdgen: sample text from a kdtrain weights file (or checkpoint) with the tokenizer the
-file carries (its /tokenizer group, as kdconvert from-hf stores it).
+file carries (its /tokenizer group, as kdconvert from-hf stores it), or the one
+--tokenizer names.
 
     kdgen WEIGHTS.h5 [--prompt TEXT]... [--prompts FILE] [--max-new-tokens N]
           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--jsonl OUT]
+          [--tokenizer DIR|FILE.h5]
           [--tp N] [--pp N] [--dp N] [--device auto|cpu|cuda] [--precision fp32|bf16]
+
+--tokenizer DIR takes a Hugging Face tokenizer directory (tokenizer.json,
+tokenizer_config.json, ... as save_pretrained writes them), --tokenizer FILE.h5 the
+/tokenizer group of another kdtrain weights file, e.g. the teacher's for a student trained
+from student%init = 'random', whose final.h5 carries none. The tokenizer must not hold ids
+beyond the model's vocab_size.
 
 Prompts come from the command line, or from FILE: one prompt per line, or JSONL (the first
 non-blank line starts with '{') whose objects hold a "prompt" string or a "messages" chat
@@ -27,7 +35,8 @@ device of every rank where kdtrain was built with CUDA and the node has one, els
 tokens/s, the backend and the precision on stderr.
 
 Exit status: 0 done, 2 bad input (the file or option named: an unreadable or malformed
-prompt file, a weights file without /tokenizer, an empty prompt), 3 I/O failure.
+prompt file, a weights file without /tokenizer and no --tokenizer, a --tokenizer that
+cannot be loaded or exceeds the vocabulary, an empty prompt), 3 I/O failure.
 """
 import argparse
 import json
@@ -121,37 +130,71 @@ def read_prompts(args):
     return out
 
 
-def load_tokenizer(weights):
-    """The Hugging Face tokenizer stored under /tokenizer of the weights file, and the
-    model's max_position_embeddings (/config; None when not stated)."""
+def tokenizer_files(path, tmp, hint):
+    """Write the files of the /tokenizer group of kdtrain weights file `path` into tmp
+    (exit 2 naming the file, and `hint`, where it has none)."""
+    import h5py
+    try:
+        with h5py.File(path, "r") as f:
+            if "tokenizer" not in f:
+                fail(EXIT_INPUT, f"{path}: no /tokenizer group; {hint}")
+            for name, ds in f["tokenizer"].items():
+                with open(os.path.join(tmp, name), "wb") as out:
+                    out.write(bytes(ds[()].tobytes()))
+    except OSError as e:
+        fail(EXIT_INPUT, f"{path}: cannot read as HDF5 ({e}); expected a kdtrain weights file")
+
+
+def load_tokenizer(weights, tokenizer=None):
+    """The Hugging Face tokenizer of --tokenizer (a tokenizer directory, or the /tokenizer
+    group of another weights file) or else the one stored under /tokenizer of the weights
+    file, and the model's max_position_embeddings (/config; None when not stated)."""
     try:
         import h5py
+        # the tokenizer alone: no notice that PyTorch is not installed (tools-env has none)
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         from transformers import AutoTokenizer
     except ImportError as e:
-        fail(EXIT_INPUT, f"kdgen needs h5py and transformers ({e})")
+        fail(EXIT_INPUT, f"kdgen needs h5py and transformers ({e}); `make tools-env` "
+             "installs them (README.md)")
+    try:
+        with h5py.File(weights, "r") as f:
+            cfg = f["config"].attrs if "config" in f else {}
+            npos, vocab = cfg.get("max_position_embeddings"), cfg.get("vocab_size")
+    except OSError as e:
+        fail(EXIT_INPUT, f"{weights}: cannot read as HDF5 ({e}); expected a kdtrain weights "
+             "file")
     tmp = tempfile.mkdtemp(prefix="kdgen_tok_")
     try:
-        try:
-            with h5py.File(weights, "r") as f:
-                npos = f["config"].attrs.get("max_position_embeddings") if "config" in f else None
-                if "tokenizer" not in f:
-                    fail(EXIT_INPUT, f"{weights}: no /tokenizer group; expected the tokenizer "
-                         "files kdconvert from-hf stores (convert the model with its "
-                         "tokenizer files in the Hugging Face directory)")
-                for name, ds in f["tokenizer"].items():
-                    with open(os.path.join(tmp, name), "wb") as out:
-                        out.write(bytes(ds[()].tobytes()))
-        except OSError as e:
-            fail(EXIT_INPUT, f"{weights}: cannot read as HDF5 ({e}); expected a kdtrain "
-                 "weights file")
+        if tokenizer is None:
+            where = weights
+            tokenizer_files(weights, tmp, "name a tokenizer with --tokenizer DIR (a Hugging "
+                            "Face tokenizer directory) or --tokenizer FILE.h5 (a weights file "
+                            "that carries one, e.g. the teacher's)")
+            src = tmp
+        elif os.path.isdir(tokenizer):
+            where = src = tokenizer
+        elif os.path.isfile(tokenizer):
+            where = tokenizer
+            tokenizer_files(tokenizer, tmp, "expected a weights file that carries a tokenizer "
+                            "(--tokenizer FILE.h5) or a tokenizer directory (--tokenizer DIR)")
+            src = tmp
+        else:
+            fail(EXIT_INPUT, f"--tokenizer {tokenizer}: no such directory or file; expected a "
+                 "Hugging Face tokenizer directory or a kdtrain weights file")
         import warnings
         warnings.filterwarnings("ignore")
         try:
-            return AutoTokenizer.from_pretrained(tmp), None if npos is None else int(npos)
+            tok = AutoTokenizer.from_pretrained(src)
         except Exception as e:  # noqa: BLE001 (any tokenizer file the library refuses)
-            fail(EXIT_INPUT, f"{weights}: cannot load the tokenizer of /tokenizer ({e})")
+            fail(EXIT_INPUT, f"{where}: cannot load the tokenizer"
+                 f"{' of /tokenizer' if src == tmp else ''} ({e})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if tokenizer is not None and vocab is not None and len(tok) > int(vocab):
+        fail(EXIT_INPUT, f"--tokenizer {tokenizer}: {len(tok)} tokens, more than the "
+             f"vocab_size = {int(vocab)} of {weights}; expected the model's own tokenizer")
+    return tok, None if npos is None else int(npos)
 
 
 def prompt_text(tok, p, where):
@@ -178,7 +221,8 @@ def encode(tok, p, text):
 def parse(argv):
     ap = argparse.ArgumentParser(prog="kdgen", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("weights", help="kdtrain weights file or checkpoint (with /tokenizer)")
+    ap.add_argument("weights", help="kdtrain weights file or checkpoint (with /tokenizer, "
+                    "or give --tokenizer)")
     ap.add_argument("--prompt", action="append", help="a prompt (may be given again)")
     ap.add_argument("--prompts", help="prompt file: one per line, or JSONL with \"prompt\" "
                     "or \"messages\", or a kdprep masked dataset PREFIX")
@@ -188,6 +232,9 @@ def parse(argv):
     ap.add_argument("--top-p", type=float, default=1.0, help="1 (default): no top-p filter")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jsonl", help="write JSONL (prompt, text, ids) here instead of text")
+    ap.add_argument("--tokenizer", metavar="DIR|FILE.h5",
+                    help="the tokenizer to use instead of the weights file's: a Hugging Face "
+                    "tokenizer directory or a kdtrain weights file with /tokenizer")
     ap.add_argument("--tp", type=int, help="tensor-parallel ranks (default: the ranks left)")
     ap.add_argument("--pp", type=int, help="pipeline stages (default 1)")
     ap.add_argument("--dp", type=int, help="data-parallel replicas (default 1)")
@@ -208,7 +255,7 @@ def parse(argv):
 def start(args, argv):
     """Tokenise, then become the engine (whose rank 0 comes back as finish())."""
     prompts = read_prompts(args)
-    tok, npos = load_tokenizer(args.weights)
+    tok, npos = load_tokenizer(args.weights, args.tokenizer)
     where = args.prompts or "--prompt"
     ids = []
     for i, p in enumerate(prompts):
@@ -259,7 +306,7 @@ def finish(args):
             raise ValueError(f"{len(made)} lines of ids for {len(prompts)} prompts")
     except (OSError, ValueError) as e:
         fail(EXIT_IO, f"cannot read the engine's ids {args.finish} ({e})")
-    tok = load_tokenizer(args.weights)[0]
+    tok = load_tokenizer(args.weights, args.tokenizer)[0]
     where = args.prompts or "--prompt"
     rows = []
     for p, ids in zip(prompts, made):

@@ -67,7 +67,8 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        fail("needs matplotlib (Debian: apt-get install python3-matplotlib; pip install matplotlib)", 3)
+        fail("needs matplotlib (`make tools-env` installs the tools' packages: README.md; "
+             "or Debian: apt-get install python3-matplotlib)", 3)
 
     fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
     panels = [(ax[0][0], "loss_ce", "cross entropy (nats/token): training, validation dashed"),

@@ -79,7 +79,8 @@ def tokenizer_dir(args, keep):
     try:
         import h5py
     except ImportError:
-        fail(EXIT_INPUT, "--weights needs the h5py package")
+        fail(EXIT_INPUT, "--weights needs the h5py package (`make tools-env` installs the "
+             "tools' packages: README.md)")
     tmp = tempfile.mkdtemp(prefix="kdprep_tok_")
     keep.append(tmp)
     try:
@@ -97,7 +98,13 @@ def tokenizer_dir(args, keep):
 
 
 def load_tokenizer(path):
-    from transformers import AutoTokenizer
+    # the tokenizer alone: no notice that PyTorch is not installed (tools-env has none)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        fail(EXIT_INPUT, f"kdprep needs transformers ({e}); `make tools-env` installs the "
+             "tools' packages (README.md)")
     return AutoTokenizer.from_pretrained(path)
 
 

@@ -7,7 +7,10 @@
 # transformers' generate() ids and the tokenizer's decoded text, as do the prompt parts
 # of a kdprep chat dataset of that chat, written as JSONL
 # (prompt, text, ids) or as text; the same under mpiexec on 2 pipeline stages and on 2
-# data-parallel replicas; bad prompt files, a weights file without a tokenizer and a
+# data-parallel replicas; a weights file without a tokenizer gives the same JSONL with
+# --tokenizer naming the Hugging Face directory or a weights file that carries it; bad
+# prompt files, a weights file without a tokenizer and no --tokenizer (the option named),
+# a --tokenizer that is missing, carries none or holds ids beyond the vocabulary, and a
 # continuation beyond max_position_embeddings exit 2 naming the file.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
@@ -61,6 +64,19 @@ kdgen m.h5 --prompt "$(head -n 1 prompts.txt)" --max-new-tokens $NEW > t.txt 2> 
 cmp -s t.txt want_stdout.txt || { cat t.txt want_stdout.txt; fail "text output"; }
 [ -z "$(ls tmp | grep kdgen_)" ] || { ls tmp; fail "temporary files left behind"; }
 
+echo "== a weights file without /tokenizer: --tokenizer DIR (Hugging Face) or FILE.h5"
+mkdir -p notok && cp hf/config.json hf/*.safetensors notok/
+"$conv" from-hf notok notok.h5 > conv.txt 2>&1 || { cat conv.txt; fail "kdconvert from-hf notok"; }
+kdgen notok.h5 --tokenizer hf --prompts prompts.txt --max-new-tokens $NEW --jsonl n1.jsonl \
+  2> n1.err || { cat n1.err; fail "kdgen --tokenizer hf"; }
+same_jsonl n1.jsonl want_prompts.jsonl
+kdgen notok.h5 --tokenizer m.h5 --prompts chat.jsonl --max-new-tokens $NEW --jsonl n2.jsonl \
+  2> n2.err || { cat n2.err; fail "kdgen --tokenizer m.h5"; }
+same_jsonl n2.jsonl want_chat.jsonl
+kdgen notok.h5 --tokenizer m.h5 --prompt "$(head -n 1 prompts.txt)" --max-new-tokens $NEW \
+  > n3.txt 2> n3.err || { cat n3.err; fail "kdgen --tokenizer m.h5 --prompt"; }
+cmp -s n3.txt want_stdout.txt || { cat n3.txt want_stdout.txt; fail "text output with --tokenizer"; }
+
 echo "== refusals (exit 2, the file named)"
 expect2() { # expect2 PATTERN ARGS...: kdgen exits 2 and says PATTERN
   pat=$1
@@ -74,9 +90,14 @@ printf '{"prompt": "a"}\n{"text": "b"}\n' > bad.jsonl
 expect2 "bad.jsonl:2: expected an object" m.h5 --prompts bad.jsonl
 printf '{"prompt": "a"}\n{"prompt": \n' > bad2.jsonl
 expect2 "bad2.jsonl:2: not JSON" m.h5 --prompts bad2.jsonl
-mkdir -p notok && cp hf/config.json hf/*.safetensors notok/
-"$conv" from-hf notok notok.h5 > conv.txt 2>&1 || { cat conv.txt; fail "kdconvert from-hf notok"; }
-expect2 "notok.h5: no /tokenizer" notok.h5 --prompt hello
+expect2 "notok.h5: no /tokenizer group; name a tokenizer with --tokenizer" notok.h5 --prompt hello
+expect2 "--tokenizer nothere: no such directory or file" notok.h5 --prompt hello --tokenizer nothere
+expect2 "notok.h5: no /tokenizer group; expected a weights file that carries" m.h5 --prompt hello \
+  --tokenizer notok.h5
+"$KD_PYTHON" -c "import sys; from transformers import AutoTokenizer
+t = AutoTokenizer.from_pretrained(sys.argv[1]); t.add_tokens(['<extra>']); t.save_pretrained(sys.argv[2])" \
+  hf bigtok 2> /dev/null || fail "a tokenizer with one token more"
+expect2 "--tokenizer bigtok: .* tokens, more than the vocab_size" notok.h5 --prompt hello --tokenizer bigtok
 expect2 "prompt" m.h5
 expect2 "prompts.txt: prompt 1 of .* exceed max_position_embeddings = 128" m.h5 --prompts prompts.txt \
   --max-new-tokens 125
