@@ -79,7 +79,7 @@ static void cache_fetch(void *arg, int m, struct tcache_rows *rows) {
 }
 
 /* Bytes for the loss chunk buffers: what memory%budget_mb leaves after everything
- * already allocated, or 1 GiB on the CPU when there is no budget. */
+ * already allocated, or 1 GiB on every backend when there is none (budget_mb = 0). */
 static size_t loss_budget(const struct run *r) {
   if (r->cfg->mem_budget_mb == 0) return (size_t)1 << 30;
   const size_t budget = (size_t)r->cfg->mem_budget_mb << 20, used = r->be.arena.live_total;
