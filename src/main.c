@@ -110,10 +110,10 @@ int main(int argc, char **argv) {
   double device_bytes = 0;
   const char *input = NULL;
   /* options, the input file and group%key=value words, in any order (overrides apply in
-   * the order given) */
-  char **overrides = calloc((size_t)argc, sizeof *overrides);
+   * the order given): the override words are gathered at the front of argv[1..], a slot
+   * the loop has already read */
+  char **overrides = argv + 1;
   int noverrides = 0;
-  if (!overrides) return KD_EXIT_IO;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--print-config") == 0)
@@ -219,7 +219,6 @@ int main(int argc, char **argv) {
     status = selftest_run(&cfg);
   else
     status = train_run(&cfg);
-  free(overrides);
   if (!product)
     MPI_Finalize();
   else if (fflush(stdout) != 0 || ferror(stdout))
