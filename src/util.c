@@ -382,7 +382,9 @@ void kd_progress(const char *what, double done, double total, double t0, double 
   *last = now;
   char a[32], b[32];
   const double left = (now - t0) / (done > 0 ? done : 1) * (total - done);
-  kd_info("%s: %s: %.0f%% (%s of %s), about %.0f s left\n", prog, what, 100 * done / total,
+  if (kd_rank() != 0) return;
+  /* standard error: a tool's standard output is its product (kdgen-ids writes ids there) */
+  fprintf(stderr, "%s: %s: %.0f%% (%s of %s), about %.0f s left\n", prog, what, 100 * done / total,
           kd_fmt_bytes(a, sizeof a, done), kd_fmt_bytes(b, sizeof b, total), left);
 }
 

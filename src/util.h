@@ -109,9 +109,9 @@ int kd_mkdir_p(const char *path);
 /* "1.23 GiB", "45.6 MiB", "7.8 KiB" or "512 B" into buf (n bytes); returns buf. */
 const char *kd_fmt_bytes(char *buf, size_t n, double bytes);
 
-/* Progress of a long load on rank 0: "kdtrain: WHAT: P% (DONE of TOTAL), about S s left",
- * at most every 10 s (*last: the time of the previous line, start it at t0), nothing
- * when the whole load takes less than 10 s. */
+/* Progress of a long load on rank 0, on standard error: "kdtrain: WHAT: P% (DONE of TOTAL), about S
+ * s left", at most every 10 s (*last: the time of the previous line, start it at t0), nothing when
+ * the whole load takes less than 10 s. */
 void kd_progress(const char *what, double done, double total, double t0, double *last);
 
 /* Wall clock in seconds. */
