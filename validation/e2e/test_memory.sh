@@ -133,14 +133,16 @@ w_eval=$(peak eval 0 3) w_train=$(peak none 0 3)
 echo "eval weights peak $w_eval bytes"
 
 echo "== mode 'cache' holds the teacher alone (forward only), as planned"
-run cache 1 run%mode=cache teacher%cache="'c1.h5'"
+head -c 8000 "$KD_SRCDIR/input/corpus/kjv-train.txt" > small.txt # a cache covers the whole file
+cw="data%train='small.txt'"
+run cache 1 run%mode=cache teacher%cache="'c1.h5'" "$cw"
 plan_ok cache 1
 grep -q "teacher layers 2" cache.plan && grep -q "student layers 0" cache.plan \
   || { cat cache.plan; fail "cache: --dry-run does not plan the teacher's layers"; }
 [ "$(peak cache 0 4)" -eq 0 ] && [ "$(peak cache 0 5)" -eq 0 ] \
   || fail "cache: gradient/optimizer bytes, expected none"
 run cachebf 1 run%mode=cache teacher%cache="'c2.h5'" precision%compute="'bf16'" \
-  memory%tiled_mlp=.true.
+  memory%tiled_mlp=.true. "$cw"
 plan_ok cachebf 1
 
 for par in "parallel%tp=2" "parallel%pp=2"; do
@@ -152,7 +154,7 @@ for par in "parallel%tp=2" "parallel%pp=2"; do
   run ${n}bf16 2 run%mode=distill $par precision%compute="'bf16'"
   same ${n}none ${n}full 0
   same ${n}none ${n}all 1e-4
-  run ${n}cache 2 run%mode=cache teacher%cache="'${n}c.h5'" $par
+  run ${n}cache 2 run%mode=cache teacher%cache="'${n}c.h5'" "$cw" $par
   for v in none full all bf16 cache; do plan_ok ${n}$v 2; done
 done
 echo "PASS"
