@@ -96,13 +96,16 @@ grep -q '^#SBATCH --signal=B:USR1@[0-9]' "$KD_SRCDIR/jobs/slurm.sh" || fail "no 
 grep -q '^#SBATCH --nodes\|^#SBATCH --ntasks' "$KD_SRCDIR/jobs/slurm.sh" && fail "slurm.sh hard-codes nodes or tasks"
 echo "ok"
 
-# signalled SIG: start slurm.sh with FAKE=wait, send SIG to the script once kdtrain's first
-# line is in the job log (live output), expect exit 5
+# signalled SIG [SCRIPT WORDS...]: start SCRIPT (default: slurm.sh in.nml and two words)
+# with FAKE=wait, send SIG to it once kdtrain's first line is in the job log (live output),
+# expect exit 5
 signalled() {
+  sig=$1; shift
+  [ $# -gt 0 ] || set -- "$KD_SRCDIR/jobs/slurm.sh" in.nml optim%lr=1e-4 run%steps=7
   rm -f rec/*.args
   rm -f job.log # else the wait below can see the last job's line before this job starts
   FAKE=wait SLURM_JOB_ID=42 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 KDTRAIN=$PWD/bin/kdtrain \
-    bash "$KD_SRCDIR/jobs/slurm.sh" in.nml optim%lr=1e-4 run%steps=7 > job.log 2>&1 &
+    KDTRAIN_SRC=$KD_SRCDIR bash "$@" > job.log 2>&1 &
   job=$!
   i=0
   until grep -q '^kdtrain: fake start' job.log 2> /dev/null; do
@@ -110,9 +113,9 @@ signalled() {
     sleep 0.1
   done
   kill -0 $job || fail "the job ended before the signal"
-  kill -"$1" $job
+  kill -"$sig" $job
   rc=0; wait $job || rc=$?
-  [ "$rc" -eq 5 ] || { cat job.log; fail "slurm.sh after SIG$1: exit $rc, expected 5"; }
+  [ "$rc" -eq 5 ] || { cat job.log; fail "$1 after SIG$sig: exit $rc, expected 5"; }
 }
 echo "== Slurm: SIGUSR1 -> kdtrain exits 5 -> resubmitted with the same options and words"
 signalled USR1
@@ -139,18 +142,7 @@ grep -q "^--export=ALL,KD_STALLS=1 " rec/sbatch.args || { cat rec/sbatch.args; f
 echo "ok"
 echo "== the worked examples' job.slurm: jobs/slurm.sh with their input, resubmitting jobs/slurm.sh"
 for ex in qwen3-8b-to-0.6b qwen2.5-7b-to-0.5b; do
-  rm -f rec/*.args job.log
-  FAKE=wait SLURM_JOB_ID=42 SLURM_SUBMIT_DIR=$PWD SLURM_NTASKS=8 KDTRAIN=$PWD/bin/kdtrain \
-    KDTRAIN_SRC=$KD_SRCDIR bash "$KD_SRCDIR/input/$ex/job.slurm" run%steps=7 > job.log 2>&1 &
-  job=$!
-  i=0
-  until grep -q '^kdtrain: fake start' job.log 2> /dev/null; do
-    i=$((i + 1)); [ $i -lt 100 ] || { kill $job; fail "$ex: kdtrain did not start"; }
-    sleep 0.1
-  done
-  kill -USR1 $job
-  rc=0; wait $job || rc=$?
-  [ "$rc" -eq 5 ] || { cat job.log; fail "$ex/job.slurm after SIGUSR1: exit $rc, expected 5"; }
+  signalled USR1 "$KD_SRCDIR/input/$ex/job.slurm" run%steps=7
   grep -q "^kdtrain: fake start $KD_SRCDIR/input/$ex/distill.nml run%steps=7\$" job.log \
     || { cat job.log; fail "$ex/job.slurm: kdtrain not started on its input"; }
   grep -q " $KD_SRCDIR/jobs/slurm.sh $KD_SRCDIR/input/$ex/distill.nml run%steps=7\$" rec/sbatch.args \
