@@ -220,7 +220,7 @@ int weights_open(struct weights_io *io, const char *path, const struct kd_model 
       kd_seterr(err, errlen, "%s has no /config group (not a complete kdtrain weights file)", path);
       st = KD_EXIT_INPUT;
     }
-    if (!st) st = weights_card_read(cfg, path, &fc, err, errlen);
+    if (!st) st = weights_card_read(cfg, path, &fc, NULL, err, errlen);
     if (!st) st = weights_card_compare(&fc, &mdl->card, path, err, errlen);
   }
   if (cfg >= 0) H5Gclose(cfg);
@@ -251,8 +251,7 @@ int weights_read_config(const char *path, struct kd_card *card, char **namelist,
     kd_seterr(err, errlen, "%s has no /config group (not a complete kdtrain weights file)", path);
     st = KD_EXIT_INPUT;
   }
-  if (!st) st = weights_card_read(cfg, path, card, err, errlen);
-  if (!st && namelist) st = weights_card_namelist(cfg, path, namelist, err, errlen);
+  if (!st) st = weights_card_read(cfg, path, card, namelist, err, errlen);
   if (!st) {
     snprintf(card->path, sizeof card->path, "%s", path);
     if (!card->name[0]) snprintf(card->name, sizeof card->name, "%s", path);

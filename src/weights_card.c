@@ -422,7 +422,9 @@ static int card_check_text(hid_t cfg, const char *path, char *err, size_t errlen
   return st;
 }
 
-int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *err, size_t errlen) {
+int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char **namelist, char *err,
+                      size_t errlen) {
+  if (namelist) *namelist = NULL;
   card_defaults(card);                   /* what a key the file lacks means (the RoPE keys) */
   card->hidden_activation = KD_ACT_SILU; /* no table default (follows arch): a gemma3 file has it */
   card->norm_topk_prob = 0;              /* no table default either: an MoE file has it */
@@ -482,11 +484,7 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *e
                       "the model card in the file is corrupted", err, errlen))
     return KD_EXIT_INPUT;
   int st = all || h5attr_exists(cfg, CHECKSUM_CARD) ? card_check_text(cfg, path, err, errlen) : 0;
-  return st ? st : namelist_check(cfg, path, all, NULL, err, errlen);
-}
-
-int weights_card_namelist(hid_t cfg, const char *path, char **text, char *err, size_t errlen) {
-  return namelist_check(cfg, path, 0, text, err, errlen);
+  return st ? st : namelist_check(cfg, path, all, namelist, err, errlen);
 }
 
 int weights_card_compare(const struct kd_card *file, const struct kd_card *model, const char *path,

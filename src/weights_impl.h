@@ -29,11 +29,11 @@ int weights_card_write(hid_t cfg, const struct kd_card *card, const char *nameli
                        MPI_Comm comm);
 /* Read the card keys of group `cfg` into `card` and verify /config's checksums (keys, card
  * text) and /config/namelist (a scalar string dataset), each checksum required when the
- * file carries all (format 1.2), checked when present: 0 or KD_EXIT_INPUT. */
-int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char *err, size_t errlen);
-/* The text of /config/namelist (checked as weights_card_read does) into *text, which the
- * caller frees; NULL when the file has none. 0 or KD_EXIT_INPUT. */
-int weights_card_namelist(hid_t cfg, const char *path, char **text, char *err, size_t errlen);
+ * file carries all (format 1.2), checked when present; the namelist's text into *namelist
+ * when it is not NULL (the caller frees it; NULL when the file has none): 0 or
+ * KD_EXIT_INPUT. */
+int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char **namelist, char *err,
+                      size_t errlen);
 /* Refuse a file whose card differs from the model's in any key that changes the
  * computation (every key but the name), naming the key and both values. */
 int weights_card_compare(const struct kd_card *file, const struct kd_card *model, const char *path,
