@@ -337,18 +337,30 @@ int tokfiles_count(const char *path, char *err, size_t errlen) {
   return n;
 }
 
+/* A read set handed out: NULL when the read failed (st) or found no file. */
+static struct tokset *held(struct tokset *t, int st) {
+  if (st || tokset_count(t) == 0) {
+    tokset_free(t);
+    free(t);
+    t = NULL;
+  }
+  return t;
+}
+
 int tokfiles_load(const char *path, MPI_Comm comm, struct tokset **out, char *err, size_t errlen) {
   int rank;
   MPI_Comm_rank(comm, &rank);
   struct tokset *t = kd_calloc(1, sizeof *t);
   int st = kd_agree(rank == 0 ? read_path(t, path, err, errlen) : 0, err, errlen, comm);
   if (!st) bcast(t, comm);
-  if (st || tokset_count(t) == 0) {
-    tokset_free(t);
-    free(t);
-    t = NULL;
-  }
-  *out = t;
+  *out = held(t, st);
+  return st;
+}
+
+int tokfiles_read(const char *path, struct tokset **out, char *err, size_t errlen) {
+  struct tokset *t = kd_calloc(1, sizeof *t);
+  const int st = read_path(t, path, err, errlen);
+  *out = held(t, st);
   return st;
 }
 

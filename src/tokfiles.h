@@ -50,6 +50,10 @@ struct tokset;
  * rank. */
 int tokfiles_load(const char *path, MPI_Comm comm, struct tokset **out, char *err, size_t errlen);
 
+/* tokfiles_load in one process, without MPI (--dry-run): *out is NULL when the file has no
+ * tokenizer. Not collective; 0 or KD_EXIT_INPUT. */
+int tokfiles_read(const char *path, struct tokset **out, char *err, size_t errlen);
+
 /* Write a held tokenizer as /tokenizer of `dst` (open for writing over `comm`); NULL writes
  * nothing. Collective (every rank passes the same set or NULL); 0 or KD_EXIT_IO. */
 int tokfiles_put(const struct tokset *t, hid_t dst, MPI_Comm comm, char *err, size_t errlen);

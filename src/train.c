@@ -655,18 +655,17 @@ static int dry_run_tokenizers(const struct kd_config *cfg) {
   if (config_without_files(-1) || !config_teacher_live(cfg) || !cfg->teacher_init[0] ||
       config_student_random(cfg) || cfg->run_mode != KD_MODE_DISTILL)
     return KD_EXIT_OK;
-  char which[64] = "", err[2048] = "";
-  int equal = 1, st = 0;
-  const int nt = tokfiles_count(cfg->teacher_init, err, sizeof err);
-  const int ns = nt < 0 ? -1 : tokfiles_count(cfg->student_init, err, sizeof err);
-  if (nt < 0 || ns < 0) st = KD_EXIT_INPUT;
-  if (!st && nt > 0 && ns > 0) /* a model without tokenizer files is not compared */
-    st = tokfiles_equal(cfg->teacher_init, cfg->student_init, &equal, which, sizeof which, err,
-                        sizeof err);
-  if (!st && !equal) {
+  char err[3 * KD_PATH_MAX + 512] = "";
+  struct tokset *ts = NULL, *tt = NULL;
+  int st = tokfiles_read(cfg->teacher_init, &tt, err, sizeof err);
+  if (!st) st = tokfiles_read(cfg->student_init, &ts, err, sizeof err);
+  const char *which = ts && tt ? tokfiles_differ(ts, tt) : NULL; /* as tokenizer_setup */
+  if (which) {
     tokenizer_mismatch(err, sizeof err, cfg, cfg->student_init, which);
     st = KD_EXIT_INPUT;
   }
+  tokfiles_free(ts);
+  tokfiles_free(tt);
   if (st) fprintf(stderr, "kdtrain: %s\n", err);
   return st;
 }
