@@ -925,6 +925,15 @@ int config_is_set(const struct kd_config *cfg, const char *group, const char *ke
 
 /* ---- printing and broadcast ---------------------------------------------------------------- */
 
+/* Whether "group%key" is one of list's names, or in one of its groups (an entry "group%"). */
+static int key_listed(const char *name, const char *const *list, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const size_t l = strlen(list[i]);
+    if (list[i][l - 1] == '%' ? !strncmp(name, list[i], l) : !strcmp(name, list[i])) return 1;
+  }
+  return 0;
+}
+
 /* What changing a key means for a run resumed from a checkpoint written with another value:
  * keys of what is computed (the models, the data and how it is cut, the loss, the seed), of
  * how long the run goes and what it records, and of how it is computed (layout, precision,
@@ -948,15 +957,9 @@ static int change_kind(const struct namelist_key *k) {
   char name[96];
   snprintf(name, sizeof name, "%s%%%s", k->group, k->key);
   if (!strcmp(name, "checkpoint%resume")) return -1;
-  for (size_t i = 0; i < sizeof computed / sizeof *computed; i++)
-    if (!strncmp(name, computed[i], strlen(computed[i])) &&
-        (computed[i][strlen(computed[i]) - 1] == '%' || !strcmp(name, computed[i])))
-      return KD_CHANGE_COMPUTED;
-  for (size_t i = 0; i < sizeof extends / sizeof *extends; i++)
-    if (!strncmp(name, extends[i], strlen(extends[i])) &&
-        (extends[i][strlen(extends[i]) - 1] == '%' || !strcmp(name, extends[i])))
-      return KD_CHANGE_EXTENDS;
-  return KD_CHANGE_HOW;
+  return key_listed(name, computed, sizeof computed / sizeof *computed) ? KD_CHANGE_COMPUTED
+         : key_listed(name, extends, sizeof extends / sizeof *extends)  ? KD_CHANGE_EXTENDS
+                                                                        : KD_CHANGE_HOW;
 }
 
 int config_compare(const struct kd_config *cfg, const char *text, const char *name,
