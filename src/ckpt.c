@@ -468,15 +468,10 @@ void ckpt_signals_install(void) {
   static const int sigs[2] = {SIGTERM, SIGUSR1};
   static const char *const names[2] = {"SIGTERM", "SIGUSR1"};
   for (int i = 0; i < 2; i++) {
-    const int p = kd_msg_prefix(early_msg[i], sizeof early_msg[i]);
-    int n = snprintf(early_msg[i] + p, sizeof early_msg[i] - (size_t)p,
-                     "%s before training started (while loading): stopped, nothing written; "
-                     "exit status %d (not 5: there is no new checkpoint)\n",
-                     names[i], 128 + sigs[i]);
-    n = n < 0 ? p : p + n;
-    early_len[i] = n < 0                             ? 0
-                   : (size_t)n < sizeof early_msg[i] ? (size_t)n
-                                                     : sizeof early_msg[i] - 1;
+    early_len[i] = kd_msg_line(early_msg[i], sizeof early_msg[i],
+                               "%s before training started (while loading): stopped, nothing "
+                               "written; exit status %d (not 5: there is no new checkpoint)\n",
+                               names[i], 128 + sigs[i]);
   }
   training = 0;
   kd_stop_signals(on_signal); /* SA_RESTART: a checkpoint write must not fail on EINTR */

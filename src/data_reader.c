@@ -74,15 +74,11 @@ static void bus_register(const void *m, size_t len, const char *path) {
   }
   for (int i = 0; i < BUS_MAPS; i++)
     if (!bus_map[i].lo) {
-      const int p = kd_msg_prefix(bus_map[i].line, sizeof bus_map[i].line);
-      int n = snprintf(bus_map[i].line + p, sizeof bus_map[i].line - (size_t)p,
-                       "%s: the data file changed under the run (truncated or rewritten "
-                       "while mapped: SIGBUS reading it); exit status 3\n",
-                       path);
-      n = n < 0 ? p : p + n;
-      bus_map[i].line_len = n < 0                                ? 0
-                            : (size_t)n < sizeof bus_map[i].line ? (size_t)n
-                                                                 : sizeof bus_map[i].line - 1;
+      bus_map[i].line_len = kd_msg_line(bus_map[i].line, sizeof bus_map[i].line,
+                                        "%s: the data file changed under the run (truncated or "
+                                        "rewritten while mapped: SIGBUS reading it); exit "
+                                        "status 3\n",
+                                        path);
       bus_map[i].len = len;
       bus_map[i].lo = m;
       return;

@@ -59,16 +59,27 @@ static int mpi_live_size(void) {
   return size;
 }
 
-int kd_msg_prefix(char *buf, size_t n) {
+/* "PROGRAM: [rank R: ]" into buf (n bytes); its length, cut to what fits. */
+static int msg_prefix(char *buf, size_t n) {
   const int m = mpi_live_size() > 1 ? snprintf(buf, n, "%s: rank %d: ", prog, kd_rank())
                                     : snprintf(buf, n, "%s: ", prog);
   return m < 0 ? 0 : (size_t)m < n ? m : n > 0 ? (int)n - 1 : 0;
 }
 
+size_t kd_msg_line(char *buf, size_t n, const char *fmt, ...) {
+  const int p = msg_prefix(buf, n);
+  va_list ap;
+  va_start(ap, fmt);
+  const int m = vsnprintf(buf + p, n - (size_t)p, fmt, ap);
+  va_end(ap);
+  const size_t len = (size_t)p + (m < 0 ? 0 : (size_t)m);
+  return len < n ? len : n > 0 ? n - 1 : 0;
+}
+
 /* One console line "PROGRAM: [rank R: ]MESSAGE[SUFFIX]\n" (newline added where missing). */
 static void line_out(const char *suffix, const char *fmt, va_list ap) {
   char buf[4096];
-  int n = kd_msg_prefix(buf, sizeof buf);
+  int n = msg_prefix(buf, sizeof buf);
   int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
   n = m < 0 ? n : n + m;
   if (n > 0 && (size_t)n < sizeof buf && buf[n - 1] == '\n') n--;
@@ -241,13 +252,11 @@ void kd_io_guard_arm(const char *path) {
   long secs = env && atol(env) > 0 ? atol(env) : 60L * mpi_yield_share();
   if (strcmp(path, guard_path) != 0) {
     snprintf(guard_path, sizeof guard_path, "%s", path);
-    const int p = kd_msg_prefix(guard_msg, sizeof guard_msg);
-    int n = snprintf(guard_msg + p, sizeof guard_msg - (size_t)p,
-                     "%s: a collective write made no progress for %ld s (a write failed on "
-                     "another rank, or the file system hangs): giving up, exit status 3\n",
-                     path, secs);
-    n = n < 0 ? p : p + n;
-    guard_len = n < 0 ? 0 : (size_t)n < sizeof guard_msg ? (size_t)n : sizeof guard_msg - 1;
+    guard_len = kd_msg_line(guard_msg, sizeof guard_msg,
+                            "%s: a collective write made no progress for %ld s (a write failed "
+                            "on another rank, or the file system hangs): giving up, exit status "
+                            "3\n",
+                            path, secs);
     guard_unlink = kd_rank() == 0;
   }
   struct sigaction sa;

@@ -22,10 +22,11 @@ int kd_rank(void);
  * tool sets its own, at the start of its main). */
 void kd_set_program(const char *name);
 
-/* The beginning of every message of the functions below: "kdtrain: ", and "rank R: " after
- * it while MPI runs with more than one rank (a serial tool or a 1-rank run names no rank),
- * into buf (n bytes, NUL-terminated). Returns its length. */
-int kd_msg_prefix(char *buf, size_t n);
+/* Every message of the functions below begins "kdtrain: ", and "rank R: " after it while
+ * MPI runs with more than one rank (a serial tool or a 1-rank run names no rank).
+ * kd_msg_line formats such a message into buf (n bytes, NUL-terminated, cut to fit) ahead of
+ * time, for a signal handler to write(2) as it is; returns its length. */
+size_t kd_msg_line(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Print "kdtrain: [rank R: ]message" to stderr (one write(2)), with " (file:line)" after it
  * where file is not NULL, and end every rank with `status` (MPI_Abort when MPI is running
@@ -92,7 +93,7 @@ void kd_mark_abandoned(void);
 
 /* printf on rank 0 only (console output of the run). */
 void kd_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* printf to stderr after kd_msg_prefix's "kdtrain: [rank R: ]", on any rank (one write(2)). */
+/* printf to stderr after the prefix "kdtrain: [rank R: ]", on any rank (one write(2)). */
 void kd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* malloc/calloc that fail loudly; host memory outside the arena (tables, strings). */
