@@ -297,18 +297,19 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
       return namelist_key_err(&c, i, -1, "missing; a model card must give %s (%s)",
                               card_keys[i].key, namelist_type_words(card_keys[i].type));
   size_t ab = (size_t)namelist_find_key(&c, "model", "attention_bias");
-  if (!c.line[ab]) card->attention_bias = card->arch == KD_ARCH_QWEN2;
+  if (!c.line[ab]) card->attention_bias = card_traits(card)->attention_bias;
   size_t ha = (size_t)namelist_find_key(&c, "model", "hidden_activation");
-  if (!c.line[ha]) card->hidden_activation = card_gemma(card) ? KD_ACT_GELU_TANH : KD_ACT_SILU;
+  if (!c.line[ha]) card->hidden_activation = card_traits(card)->act;
   size_t nt = (size_t)namelist_find_key(&c, "model", "norm_topk_prob");
-  if (!c.line[nt]) card->norm_topk_prob = card->arch == KD_ARCH_MIXTRAL;
-  if (!card_moe(card)) /* another family: the MoE keys must not be given */
+  if (!c.line[nt]) card->norm_topk_prob = card_traits(card)->norm_topk_prob;
+  char archs[256];
+  if (!card_traits(card)->moe) /* a dense family: the MoE keys must not be given */
     for (size_t i = 0; i < c.n; i++)
       if (c.line[i] && card_key_moe(card_keys[i].off))
         return namelist_key_err(&c, i, -1,
                                 "a mixture-of-experts key on a '%s' card; expected it on "
-                                "qwen3_moe and mixtral cards only",
-                                kd_arch_names[card->arch]);
+                                "the cards of a mixture of experts only (arch %s)",
+                                kd_arch_names[card->arch], arch_moe_names(archs, sizeof archs));
   size_t sw = (size_t)namelist_find_key(&c, "model", "sliding_window");
   if (c.line[sw] && card->sliding_window < 1)
     return namelist_key_err(&c, sw, -1,
@@ -341,17 +342,17 @@ static const char *card_check_rope(const struct kd_card *card, char *why, size_t
 /* Whether the card's family switches its window with use_sliding_window (and places it
  * with max_window_layers): qwen2, qwen3. */
 static int card_window_switched(const struct kd_card *c) {
-  return c->arch == KD_ARCH_QWEN2 || c->arch == KD_ARCH_QWEN3 || c->arch == KD_ARCH_QWEN3_MOE;
+  return card_traits(c)->window != KD_WINDOW_EVERY_LAYER;
 }
 
 int card_layer_window(const struct kd_card *c, int layer) {
   const int qwen = card_window_switched(c);
   const int w = qwen && !c->use_sliding_window ? 0 : c->sliding_window;
   if (w <= 0 || layer < 0 || layer >= c->num_hidden_layers) return 0;
-  if (c->arch == KD_ARCH_QWEN3_MOE)
-    return w; /* Qwen3MoeConfig: every layer (no max_window_layers) */
-  if (c->arch == KD_ARCH_GEMMA3 && c->n_layer_types == 0) /* Gemma3TextConfig's default */
-    return (layer + 1) % 6 ? w : 0;                       /* sliding_window_pattern 6 */
+  const struct kd_arch_traits *t = card_traits(c);
+  if (t->window == KD_WINDOW_SWITCHED_ALL) return w; /* Qwen3MoeConfig: no max_window_layers */
+  if (t->window_period && c->n_layer_types == 0)     /* Gemma3TextConfig's sliding_window_pattern */
+    return (layer + 1) % t->window_period ? w : 0;
   if (c->n_layer_types > 0)
     return layer < c->n_layer_types && c->layer_types[layer] == KD_LAYER_SLIDING ? w : 0;
   return !qwen || layer >= c->max_window_layers ? w : 0;
@@ -388,7 +389,8 @@ static const char *card_check_window(const struct kd_card *card, char *why, size
 }
 
 int card_layer_sparse(const struct kd_card *c, int layer) {
-  if (!card_moe(c) || c->num_experts <= 0 || layer < 0 || layer >= c->num_hidden_layers) return 0;
+  if (!card_traits(c)->moe || c->num_experts <= 0 || layer < 0 || layer >= c->num_hidden_layers)
+    return 0;
   for (int i = 0; i < c->n_mlp_only_layers; i++)
     if (c->mlp_only_layers[i] == layer) return 0;
   return (layer + 1) % (c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1) == 0;
@@ -403,42 +405,41 @@ int card_sparse_layers(const struct kd_card *c) {
 
 /* The mixture-of-experts keys of a card together: the key at fault, or NULL. */
 static const char *card_check_moe(const struct kd_card *c, char *why, size_t whylen) {
-  if (!card_moe(c)) return NULL;
-  const int mixtral = c->arch == KD_ARCH_MIXTRAL;
+  if (!card_traits(c)->moe) return NULL;
+  const int every = card_traits(c)->moe == KD_MOE_EVERY_LAYER;
+  const char *arch = kd_arch_names[c->arch];
   if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts) {
     snprintf(why, whylen, "%d experts per token of %d; expected at most num_experts",
              c->num_experts_per_tok, c->num_experts);
     return "num_experts_per_tok";
   }
-  if (mixtral && c->moe_intermediate_size) {
+  if (every && c->moe_intermediate_size) {
     snprintf(why, whylen,
-             "%d on a mixtral card; expected it left out (Mixtral's experts take "
-             "intermediate_size)",
-             c->moe_intermediate_size);
+             "%d on a %s card; expected it left out (its experts take intermediate_size)",
+             c->moe_intermediate_size, arch);
     return "moe_intermediate_size";
   }
-  if (!mixtral && card_sparse_layers(c) > 0 && c->moe_intermediate_size < 1) {
+  if (!every && card_sparse_layers(c) > 0 && c->moe_intermediate_size < 1) {
     snprintf(why, whylen,
-             "missing or 0; a qwen3_moe card with experts must give an expert's "
-             "intermediate size (at least 1)");
+             "missing or 0; a %s card with experts must give an expert's "
+             "intermediate size (at least 1)",
+             arch);
     return "moe_intermediate_size";
   }
-  if (mixtral && !c->norm_topk_prob) {
+  if (every && !c->norm_topk_prob) {
     snprintf(why, whylen,
-             ".false. on a mixtral card; expected .true. (Mixtral always "
-             "renormalises its top-k probabilities)");
+             ".false. on a %s card; expected .true. (it always renormalises its top-k "
+             "probabilities)",
+             arch);
     return "norm_topk_prob";
   }
-  if (mixtral && (c->decoder_sparse_step != 1 || c->n_mlp_only_layers)) {
-    snprintf(why, whylen,
-             "given on a mixtral card; expected every layer sparse (keys of "
-             "qwen3_moe cards)");
+  if (every && (c->decoder_sparse_step != 1 || c->n_mlp_only_layers)) {
+    snprintf(why, whylen, "given on a %s card; expected every layer sparse", arch);
     return c->n_mlp_only_layers ? "mlp_only_layers" : "decoder_sparse_step";
   }
-  if (mixtral && c->attention_bias) {
-    snprintf(why, whylen,
-             ".true. on a mixtral card; expected .false. (Mistral attention has "
-             "no biases)");
+  if (every && c->attention_bias) {
+    snprintf(why, whylen, ".true. on a %s card; expected .false. (its attention has no biases)",
+             arch);
     return "attention_bias";
   }
   for (int i = 0; i < c->n_mlp_only_layers; i++)
@@ -484,7 +485,7 @@ const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
              card_head_dim(card));
     return card->head_dim ? "head_dim" : "hidden_size";
   }
-  const enum kd_act act = card_gemma(card) ? KD_ACT_GELU_TANH : KD_ACT_SILU;
+  const enum kd_act act = card_traits(card)->act;
   if (card->hidden_activation != act) {
     snprintf(why, whylen, "'%s' is not computed for arch '%s'; expected '%s'",
              kd_act_names[card->hidden_activation], kd_arch_names[card->arch], kd_act_names[act]);
@@ -1037,7 +1038,8 @@ void card_print(FILE *f, const struct kd_card *card) {
       continue;
     if (!(i >= rope0 && card->rope_type == KD_ROPE_DEFAULT) &&
         !(off == offsetof(struct kd_card, head_dim) && card->head_dim == 0) &&
-        !(card_key_gemma(off) && !card_gemma(card)) && !(card_key_moe(off) && !card_moe(card)) &&
+        !(card_key_gemma(off) && !card_traits(card)->attn_keys) &&
+        !(card_key_moe(off) && !card_traits(card)->moe) &&
         !(k->maxn && off == offsetof(struct kd_card, mlp_only_layers) &&
           card->n_mlp_only_layers == 0))
       keys[n++] = *k;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "arch.h"
 #include "words.h"
 
 #define KD_PATH_MAX 512
@@ -66,21 +67,16 @@ static inline int card_head_dim(const struct kd_card *c) {
   return c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_attention_heads;
 }
 
-/* Whether the card's family normalises each query and key head (RMSNorm, weights q_norm
- * and k_norm of head_dim) before the rotary embedding: qwen3, gemma3. */
-static inline int card_qk_norm(const struct kd_card *c) {
-  return c->arch == KD_ARCH_QWEN3 || c->arch == KD_ARCH_GEMMA3 || c->arch == KD_ARCH_QWEN3_MOE;
+/* The traits of a card's family (arch.h): what its layers compute. */
+static inline const struct kd_arch_traits *card_traits(const struct kd_card *c) {
+  return &kd_arch_traits[c->arch];
 }
 
-/* Whether the card's family is a mixture of experts (its MoE keys are read): qwen3_moe,
- * mixtral. */
-static inline int card_moe(const struct kd_card *c) {
-  return c->arch == KD_ARCH_QWEN3_MOE || c->arch == KD_ARCH_MIXTRAL;
-}
-
-/* The intermediate size of one expert: moe_intermediate_size, mixtral's intermediate_size. */
+/* The intermediate size of one expert: moe_intermediate_size, or intermediate_size for a
+ * family whose experts are every layer's MLP (KD_MOE_EVERY_LAYER). */
 static inline int card_expert_ffn(const struct kd_card *c) {
-  return c->arch == KD_ARCH_MIXTRAL ? c->intermediate_size : c->moe_intermediate_size;
+  return card_traits(c)->moe == KD_MOE_EVERY_LAYER ? c->intermediate_size
+                                                   : c->moe_intermediate_size;
 }
 
 /* Whether global layer `layer` of a card is a sparse (mixture-of-experts) layer, as
@@ -90,13 +86,6 @@ int card_layer_sparse(const struct kd_card *c, int layer);
 
 /* Sparse layers of a card. */
 int card_sparse_layers(const struct kd_card *c);
-
-/* Whether the card is Gemma 3's decoder: (1 + w) RMSNorm weights, the attention and MLP
- * outputs normed before their residual adds, the embedding scaled by sqrt(hidden_size),
- * the keys above. */
-static inline int card_gemma(const struct kd_card *c) {
-  return c->arch == KD_ARCH_GEMMA3;
-}
 
 /* The sliding window of global layer `layer` of a card (tokens; 0: full causal attention),
  * as transformers 5 reads the config: qwen2 / qwen3 have a window only with

@@ -11,7 +11,8 @@
  * gemma3) on each rank's own heads, so their weight gradients are partial sums over TP
  * (summed in zero.c).
  *
- * Gemma 3 (card_gemma): every norm scales by 1 + w; the attention output (after o_proj and
+ * Traits (arch.h) as Gemma 3 has them: every norm scales by 1 + w (norm_offset); the
+ * sandwich norms (KD_NORM_SANDWICH): the attention output (after o_proj and
  * its all-reduce) and the MLP output (after down_proj and its all-reduce) are normed before
  * their residual adds, so both are kept (ao, mo) with their rstd; the MLP is GeGLU; the
  * embedding is scaled by sqrt(hidden_size); the sliding-window layers take the local RoPE. */
@@ -32,7 +33,7 @@
 static void norm_fwd(struct kd_backend *be, const struct kd_model *mdl, float *out, float *rstd,
                      const float *x, const float *w, size_t N, int C) {
   const float eps = (float)mdl->card.rms_norm_eps;
-  if (card_gemma(&mdl->card))
+  if (card_traits(&mdl->card)->norm_offset)
     be->rmsnorm1p_forward(be, out, rstd, x, w, N, C, eps);
   else
     be->rmsnorm_forward(be, out, rstd, x, w, N, C, eps);
@@ -41,7 +42,7 @@ static void norm_fwd(struct kd_backend *be, const struct kd_model *mdl, float *o
 static void norm_bwd(struct kd_backend *be, const struct kd_model *mdl, float *dx, float *dw,
                      const float *dout, const float *x, const float *w, const float *rstd, size_t N,
                      int C) {
-  if (card_gemma(&mdl->card))
+  if (card_traits(&mdl->card)->norm_offset)
     be->rmsnorm1p_backward(be, dx, dw, dout, x, w, rstd, N, C);
   else
     be->rmsnorm_backward(be, dx, dw, dout, x, w, rstd, N, C);
@@ -71,9 +72,11 @@ static float embed_scale(const struct kd_backend *be, const struct kd_model *mdl
   return be->bf16 ? kd_round_bf16(s) : s;
 }
 
-/* The rotary embedding of layer i: gemma3's sliding-window layers have their own base. */
+/* The rotary embedding of layer i: the sliding-window layers of a card with
+ * rope_local_base_freq (arch.h attn_keys) have their own base. */
 static const struct kd_rope *layer_rope(const struct kd_model *mdl, int i) {
-  return card_gemma(&mdl->card) && mdl->attn[i].window > 0 ? &mdl->rope_local : &mdl->rope;
+  return card_traits(&mdl->card)->attn_keys && mdl->attn[i].window > 0 ? &mdl->rope_local
+                                                                       : &mdl->rope;
 }
 
 /* --- layout: what is kept per micro-batch, what is shared and recomputed ---------------
@@ -161,10 +164,10 @@ static size_t field_width(const struct acts_dims *d, int f) {
     return d->qk_norm ? (size_t)d->heads + (size_t)d->kv_heads : 0;
   case F_AO:
   case F_MO:
-    return d->gemma ? (size_t)d->C : 0;
+    return d->sandwich ? (size_t)d->C : 0;
   case F_RSTDA:
   case F_RSTDF:
-    return d->gemma ? 1 : 0;
+    return d->sandwich ? 1 : 0;
   case F_RSTD1:
   case F_RSTD2:
     return 1;
@@ -314,7 +317,7 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
   a->dmlp = take(s, KD_MEM_ACTS, rows_mlp * field_width(d, F_MLP), sizeof(float));
   if (d->has_head) a->dhn = take(s, KD_MEM_ACTS, N * C, sizeof(float));
   if (d->qk_norm) a->dqk = take(s, KD_MEM_ACTS, N * (size_t)d->q_dim, sizeof(float));
-  if (d->gemma) a->dsw = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  if (d->sandwich) a->dsw = take(s, KD_MEM_ACTS, N * C, sizeof(float));
   if (d->nsparse) {
     const size_t n = N * (size_t)d->topk;
     a->aux_w = take(s, KD_MEM_ACTS, (size_t)d->E, sizeof(float));
@@ -336,8 +339,8 @@ void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T)
   d->kv_dim = mdl->kv_dim;
   d->heads = mdl->heads;
   d->kv_heads = mdl->kv_heads;
-  d->qk_norm = card_qk_norm(&mdl->card);
-  d->gemma = card_gemma(&mdl->card);
+  d->qk_norm = card_traits(&mdl->card)->qk_norm != KD_QKN_NONE;
+  d->sandwich = card_traits(&mdl->card)->norm_place == KD_NORM_SANDWICH;
   d->layers = mdl->nlayers;
   d->frozen = mdl->frozen;
   d->has_head = mdl->has_head;
@@ -621,7 +624,7 @@ void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd
     else
       be->embedding_forward(be, x0, a->tokens, mdl->pw.wte, N, C, mdl->vocab_lo, mdl->vocab);
     tp_allreduce(be, mdl, x0, N * C);
-    if (card_gemma(c)) {
+    if (card_traits(c)->embed_scale) {
       be->scale(be, x0, embed_scale(be, mdl), N * C);
       maybe_round(be, x0, N * C);
     }
@@ -773,7 +776,7 @@ void layers_backward(struct kd_backend *be, struct kd_model *mdl, struct kd_acts
     }
   }
   if (mdl->has_embed) {
-    if (card_gemma(c)) be->scale(be, a->dres, embed_scale(be, mdl), N * C);
+    if (card_traits(c)->embed_scale) be->scale(be, a->dres, embed_scale(be, mdl), N * C);
     embedding_backward(be, mdl, a, N, C);
   }
 }

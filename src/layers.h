@@ -49,8 +49,8 @@ struct layer_acts {
  * stage's layers). */
 struct acts_dims {
   int B, T, C, ffn, q_dim, kv_dim, heads, kv_heads, layers;
-  int qk_norm; /* per-head q/k norms (card_qk_norm) */
-  int gemma;   /* gemma3's norms of the attention and MLP outputs (card_gemma) */
+  int qk_norm;  /* per-head q/k norms (arch.h qk_norm) */
+  int sandwich; /* norms of the attention and MLP outputs (KD_NORM_SANDWICH) */
   int frozen, has_head;
   struct kd_mem_policy pol;
   /* mixture of experts (acts_dims_experts): the card whose layers layer0 .. layer0 + layers - 1

@@ -82,6 +82,7 @@ static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float 
   const struct kd_card *c = &mdl->card;
   const struct kd_param *p = mdl->params;
   const int tied = c->tie_word_embeddings;
+  const int sandwich = card_traits(c)->norm_place == KD_NORM_SANDWICH;
   memset(v->layer, 0, (size_t)mdl->nlayers * sizeof *v->layer);
   v->wte = p->local ? vf(&s, p) : NULL;
   v->wte16 = p->local ? vh(&s, p) : NULL;
@@ -102,11 +103,11 @@ static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float 
     L->wo = vf(&s, p);
     L->wo16 = vh(&s, p++);
     L->qn = L->kn = NULL;
-    if (card_qk_norm(c)) {
+    if (card_traits(c)->qk_norm) {
       L->qn = vf(&s, p++);
       L->kn = vf(&s, p++);
     }
-    L->lna = card_gemma(c) ? vf(&s, p++) : NULL;
+    L->lna = sandwich ? vf(&s, p++) : NULL;
     L->ln2 = vf(&s, p++);
     if (card_layer_sparse(c, l)) { /* router, then gate, up, down of each expert */
       L->wr = vf(&s, p);
@@ -121,7 +122,7 @@ static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float 
       L->wd = vf(&s, p);
       L->wd16 = vh(&s, p++);
     }
-    L->lnf = card_gemma(c) ? vf(&s, p++) : NULL;
+    L->lnf = sandwich ? vf(&s, p++) : NULL;
   }
   v->norm = mdl->has_head ? vf(&s, p) : NULL;
   p++;
@@ -209,6 +210,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   const int nkv = card->num_key_value_heads, tied = card->tie_word_embeddings;
   const int64_t C = card->hidden_size, I = card->intermediate_size, V = card->vocab_size;
   const int hd = card_head_dim(card);
+  const int sandwich = card_traits(card)->norm_place == KD_NORM_SANDWICH;
   mdl->tp = tp;
   mdl->tp_rank = r;
   mdl->tp_comm = g ? g->tp_comm : MPI_COMM_SELF;
@@ -224,7 +226,8 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
     mdl->attn[i] = kd_attn_plain(hd);
     mdl->attn[i].window = card_layer_window(card, mdl->layer0 + i);
   }
-  if (card_gemma(card)) { /* query_pre_attn_scalar^-1/2 as Python computes it, then FP32 */
+  if (card_traits(card)
+          ->attn_keys) { /* query_pre_attn_scalar^-1/2 as Python computes it, then FP32 */
     mdl->rope_local = kd_rope_plain((float)card->rope_local_base_freq);
     for (int i = 0; i < mdl->nlayers; i++) {
       mdl->attn[i].scale = (float)pow(card->query_pre_attn_scalar, -0.5);
@@ -289,7 +292,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
       table_add(mdl, cap, ROLE_BIAS, l, KV, 0, kc, "model.layers.%d.self_attn.v_proj.bias", l);
     }
     table_add(mdl, cap, ROLE_LINEAR, l, C, Q, oc, "model.layers.%d.self_attn.o_proj.weight", l);
-    if (card_qk_norm(card)) {
+    if (card_traits(card)->qk_norm) {
       table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, "model.layers.%d.self_attn.q_norm.weight", l);
       table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, "model.layers.%d.self_attn.k_norm.weight", l);
     }
@@ -297,7 +300,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
      * norm of its own (pre_feedforward_layernorm) and the MLP output another one */
     table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, "model.layers.%d.post_attention_layernorm.weight",
               l);
-    if (card_gemma(card))
+    if (sandwich)
       table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
                 "model.layers.%d.pre_feedforward_layernorm.weight", l);
     if (card_layer_sparse(card, l)) { /* the router, replicated; experts cut as the dense MLP,
@@ -320,7 +323,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
       table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.up_proj.weight", l);
       table_add(mdl, cap, ROLE_LINEAR, l, C, I, dc, "model.layers.%d.mlp.down_proj.weight", l);
     }
-    if (card_gemma(card))
+    if (sandwich)
       table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
                 "model.layers.%d.post_feedforward_layernorm.weight", l);
   }
@@ -404,7 +407,7 @@ void model_init_random(struct kd_model *mdl, struct kd_backend *be, uint64_t see
   for (int k = 0; k < mdl->nparams; k++) {
     const struct kd_param *p = &mdl->params[k];
     if (!p->local) continue;
-    init_values(p, x, std, resid_std, seed, card_gemma(&mdl->card) ? 0.0f : 1.0f);
+    init_values(p, x, std, resid_std, seed, card_traits(&mdl->card)->norm_offset ? 0.0f : 1.0f);
     if (mdl->w16)
       model_store_packed(mdl, p, x);
     else
@@ -454,8 +457,9 @@ int64_t model_count_params(const struct kd_card *c) {
   const int64_t Q = c->num_attention_heads * hd, KV = c->num_key_value_heads * hd;
   int64_t layer = 2 * C + Q * C + 2 * KV * C + C * Q;
   if (c->attention_bias) layer += Q + 2 * KV;
-  if (card_qk_norm(c)) layer += 2 * hd;
-  if (card_gemma(c)) layer += 2 * C; /* pre_feedforward_layernorm, post_feedforward_layernorm */
+  if (card_traits(c)->qk_norm) layer += 2 * hd;
+  if (card_traits(c)->norm_place == KD_NORM_SANDWICH)
+    layer += 2 * C; /* pre_feedforward_layernorm, post_feedforward_layernorm */
   const int64_t sparse = card_sparse_layers(c), dense = c->num_hidden_layers - sparse;
   const int64_t E = c->num_experts, EI = card_expert_ffn(c);
   return V * C + c->num_hidden_layers * layer + dense * 3 * I * C +

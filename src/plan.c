@@ -46,8 +46,8 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   d->q_dim = d->heads * hd;
   d->kv_heads = nkv % tp == 0 ? nkv / tp : 1;
   d->kv_dim = d->kv_heads * hd;
-  d->qk_norm = card_qk_norm(c);
-  d->gemma = card_gemma(c);
+  d->qk_norm = card_traits(c)->qk_norm != KD_QKN_NONE;
+  d->sandwich = card_traits(c)->norm_place == KD_NORM_SANDWICH;
   grid_block(c->intermediate_size, tp, tp_rank, &s0, &n);
   d->ffn = (int)n;
   grid_vocab_block(c->vocab_size, vocab_common, tp, tp_rank, &s0, &n);
@@ -58,7 +58,7 @@ static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vo
   const size_t C = (size_t)d->C, QKV = (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
   const size_t emb = (size_t)m->vocab * C;
   const size_t norms = (d->qk_norm ? 2 * (size_t)hd : 0) /* q_norm, k_norm */
-                       + (d->gemma ? 2 * C : 0);         /* gemma3's two more norms */
+                       + (d->sandwich ? 2 * C : 0);      /* the sandwich's two more norms */
   const size_t layer = 2 * C + QKV * C + (c->attention_bias ? QKV : 0) + C * (size_t)d->q_dim +
                        norms + 3 * (size_t)d->ffn * C;
   const int tied = c->tie_word_embeddings;

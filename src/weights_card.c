@@ -36,9 +36,10 @@ struct card_key {
   int newer; /* a key newer than the format: written and checksummed only when it differs from
                 its card default (config.c), so that a file without it (the default, the old
                 behaviour) keeps its checksum */
-  int gemma; /* a Gemma 3 key: written and checksummed only for an arch 'gemma3' card */
+  int attn;  /* an attention-scaling key: written and checksummed only for a card whose family
+                has them (arch.h attn_keys) */
   int moe;   /* a mixture-of-experts key: written and checksummed only for an MoE card
-                (card_moe; KEY_INTS mlp_only_layers only when it has values) */
+                (arch.h moe; KEY_INTS mlp_only_layers only when it has values) */
 };
 #define CARD_KEY(f, kind, cmp, req)                                                                \
   {                                                                                                \
@@ -55,7 +56,7 @@ struct card_key {
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_PARAM,     \
         NULL, NULL, 0, 0, 0, 0                                                                     \
   }
-#define CARD_GEMMA(f, kind, list, names, n)                                                        \
+#define CARD_ATTN(f, kind, list, names, n)                                                         \
   {                                                                                                \
 #f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_NO, list,  \
         names, n, 0, 1, 0                                                                          \
@@ -104,11 +105,11 @@ static const struct card_key card_keys[] = {
     {"layer_types", KEY_WORDS, offsetof(struct kd_card, layer_types),
      sizeof(((struct kd_card *)0)->layer_types[0]), 0, 0, ROPE_NO, KD_LAYER_TYPE_WORDS,
      kd_layer_type_names, KD_LAYER_TYPE_N, 1, 0, 0},
-    CARD_GEMMA(hidden_activation, KEY_WORD, KD_ACT_WORDS, kd_act_names, KD_ACT_N),
-    CARD_GEMMA(query_pre_attn_scalar, KEY_REAL, NULL, NULL, 0),
-    CARD_GEMMA(rope_local_base_freq, KEY_REAL, NULL, NULL, 0),
-    CARD_GEMMA(final_logit_softcapping, KEY_REAL, NULL, NULL, 0),
-    CARD_GEMMA(attn_logit_softcapping, KEY_REAL, NULL, NULL, 0),
+    CARD_ATTN(hidden_activation, KEY_WORD, KD_ACT_WORDS, kd_act_names, KD_ACT_N),
+    CARD_ATTN(query_pre_attn_scalar, KEY_REAL, NULL, NULL, 0),
+    CARD_ATTN(rope_local_base_freq, KEY_REAL, NULL, NULL, 0),
+    CARD_ATTN(final_logit_softcapping, KEY_REAL, NULL, NULL, 0),
+    CARD_ATTN(attn_logit_softcapping, KEY_REAL, NULL, NULL, 0),
     /* which layers are sparse is compared layer by layer (card_layer_sparse) */
     CARD_MOE(num_experts, KEY_INT, 1),
     CARD_MOE(num_experts_per_tok, KEY_INT, 1),
@@ -131,8 +132,9 @@ static const char *card_word(const struct card_key *ck, const void *field) {
  * key at its default, `dflt` being the card defaults, a Gemma key of another family). */
 static int card_key_absent(const struct card_key *ck, const struct kd_card *card,
                            const struct kd_card *dflt) {
-  if (ck->gemma) return !card_gemma(card);
-  if (ck->moe) return !card_moe(card) || (ck->kind == KEY_INTS && card->n_mlp_only_layers == 0);
+  if (ck->attn) return !card_traits(card)->attn_keys;
+  if (ck->moe)
+    return !card_traits(card)->moe || (ck->kind == KEY_INTS && card->n_mlp_only_layers == 0);
   if (ck->kind == KEY_WORDS) return card->n_layer_types == 0;
   if (ck->newer)
     return *(const int *)((const char *)card + ck->off) ==
@@ -492,8 +494,9 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
   for (size_t k = 0; k < NCARD_KEYS; k++) {
     const struct card_key *ck = &card_keys[k];
     if (!ck->compare || (ck->rope == ROPE_PARAM && card_key_absent(ck, model, NULL)) ||
-        (ck->gemma && !card_gemma(model)) || /* arch, compared first, differs otherwise */
-        (ck->moe && !card_moe(model)))
+        (ck->attn &&
+         !card_traits(model)->attn_keys) || /* arch, compared first, differs otherwise */
+        (ck->moe && !card_traits(model)->moe))
       continue;
     const char *fa = (const char *)file + ck->off, *fb = (const char *)model + ck->off;
     char va[80], vb[80];

@@ -577,7 +577,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   if (!st) st = read_pad(&r, a, c);
   if (!st) st = read_rope(&r, c);
   if (!st && a->arch == KD_ARCH_GEMMA3) st = read_gemma(&r, c);
-  if (!st && card_moe(c)) st = read_moe(&r, a, c);
+  if (!st && card_traits(c)->moe) st = read_moe(&r, a, c);
   if (!st) { /* qwen2: q/k/v biases always (the key is not read by transformers) */
     c->attention_bias = a->qkv_bias;
     if (a->bias_key) {
@@ -726,7 +726,7 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
   }
   if (a->bias_key) cJSON_AddBoolToObject(o, "attention_bias", c->attention_bias);
   if (a->arch == KD_ARCH_LLAMA) cJSON_AddBoolToObject(o, "mlp_bias", 0);
-  if (card_moe(c)) { /* the Hub's spelling of the expert count (transformers maps both) */
+  if (card_traits(c)->moe) { /* the Hub's spelling of the expert count (transformers maps both) */
     const int mixtral = c->arch == KD_ARCH_MIXTRAL;
     cJSON_AddNumberToObject(o, mixtral ? "num_local_experts" : "num_experts", c->num_experts);
     cJSON_AddNumberToObject(o, "num_experts_per_tok", c->num_experts_per_tok);

@@ -136,7 +136,7 @@ static void check_gradients(struct kd_card sc, struct kd_card tc, int distill, i
       /* q/k norms near 1 as trained ones are: scaled by 8 twice, the scores would saturate
        * the softmax beyond what central differences resolve */
       const int qk = strstr(f.s.params[k].name, "self_attn.") != NULL;
-      const double one = card_gemma(&sc) ? 0.0 : 1.0; /* Gemma's norms scale by 1 + w */
+      const double one = card_traits(&sc)->norm_offset ? 0.0 : 1.0; /* (1 + w) norms */
       for (size_t i = 0; i < f.s.params[k].numel; i++)
         f.s.master[f.s.params[k].offset + i] =
             (float)(qk ? one : f.s.master[f.s.params[k].offset + i]) +
