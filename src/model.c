@@ -17,9 +17,20 @@ struct cut {
   int local, primary, tp_partial;
 };
 
+/* Where a tensor's views go (kd_param.view, view16): a field of struct layer_ptrs (a layer's
+ * tensor) or of struct model_ptrs (layer -1), or none. */
+struct view_at {
+  int f32, f16;
+};
+#define LV(f) ((int)offsetof(struct layer_ptrs, f))
+#define MV(f) ((int)offsetof(struct model_ptrs, f))
+#define VIEW(f) ((struct view_at){LV(f), -1})
+#define VIEW2(f) ((struct view_at){LV(f), LV(f##16)})
+#define NOVIEW ((struct view_at){-1, -1})
+
 /* Append one tensor to the table. */
 static void table_add(struct kd_model *mdl, int cap, enum param_role role, int layer, int64_t rows,
-                      int64_t cols, struct cut c, const char *fmt, int idx) {
+                      int64_t cols, struct cut c, struct view_at view, const char *fmt, int idx) {
   KD_CHECK(mdl->nparams < cap, "parameter table overflow (%d entries)", cap);
   struct kd_param *p = &mdl->params[mdl->nparams++];
   memset(p, 0, sizeof *p);
@@ -43,6 +54,8 @@ static void table_add(struct kd_model *mdl, int cap, enum param_role role, int l
   p->layer = layer;
   p->expert = -1;
   p->decay = (role == ROLE_LINEAR || role == ROLE_EMBED || role == ROLE_HEAD);
+  p->view = view.f32;
+  p->view16 = view.f16;
   mdl->numel += p->numel;
 }
 
@@ -74,61 +87,26 @@ static uint16_t *vh(const struct view_src *s, const struct kd_param *p) {
   return s->buf16 ? s->buf16 + p->offset : NULL;
 }
 
-/* Point a model_ptrs view at a buffer (see struct view_src), following the table order
- * over the tensors this rank holds. */
+/* Point a model_ptrs view at a buffer (see struct view_src): each tensor this rank holds
+ * sets the field its table entry names (kd_param.view, view16); a tied head is the
+ * embedding. */
 static void model_views(const struct kd_model *mdl, struct model_ptrs *v, float *buf,
                         uint16_t *buf16) {
   const struct view_src s = {mdl, buf, buf16};
-  const struct kd_card *c = &mdl->card;
-  const struct kd_param *p = mdl->params;
-  const int tied = c->tie_word_embeddings;
-  const int sandwich = card_traits(c)->norm_place == KD_NORM_SANDWICH;
   memset(v->layer, 0, (size_t)mdl->nlayers * sizeof *v->layer);
-  v->wte = p->local ? vf(&s, p) : NULL;
-  v->wte16 = p->local ? vh(&s, p) : NULL;
-  p++;
-  for (int l = 0; l < c->num_hidden_layers; l++) {
-    const int li = l - mdl->layer0;
-    const int mine = li >= 0 && li < mdl->nlayers;
-    struct layer_ptrs dummy, *L = mine ? &v->layer[li] : &dummy;
-    L->ln1 = vf(&s, p++);
-    L->wqkv = vf(&s, p);
-    L->wqkv16 = vh(&s, p);
-    p += 3;
-    L->bqkv = NULL;
-    if (c->attention_bias) {
-      L->bqkv = vf(&s, p);
-      p += 3;
-    }
-    L->wo = vf(&s, p);
-    L->wo16 = vh(&s, p++);
-    L->qn = L->kn = NULL;
-    if (card_traits(c)->qk_norm) {
-      L->qn = vf(&s, p++);
-      L->kn = vf(&s, p++);
-    }
-    L->lna = sandwich ? vf(&s, p++) : NULL;
-    L->ln2 = vf(&s, p++);
-    if (card_layer_sparse(c, l)) { /* router, then gate, up, down of each expert */
-      L->wr = vf(&s, p);
-      L->wr16 = vh(&s, p++);
-      L->wx = vf(&s, p + 3 * (size_t)mdl->exp0); /* the first held expert's gate_proj */
-      L->wx16 = vh(&s, p + 3 * (size_t)mdl->exp0);
-      p += 3 * (size_t)c->num_experts;
-    } else {
-      L->wgu = vf(&s, p);
-      L->wgu16 = vh(&s, p);
-      p += 2;
-      L->wd = vf(&s, p);
-      L->wd16 = vh(&s, p++);
-    }
-    L->lnf = sandwich ? vf(&s, p++) : NULL;
+  v->wte = v->norm = v->head = NULL;
+  v->wte16 = v->head16 = NULL;
+  for (int k = 0; k < mdl->nparams; k++) {
+    const struct kd_param *p = &mdl->params[k];
+    if (!p->local) continue;
+    char *at = p->layer < 0 ? (char *)v : (char *)&v->layer[p->layer - mdl->layer0];
+    if (p->view >= 0) *(float **)(void *)(at + p->view) = vf(&s, p);
+    if (p->view16 >= 0) *(uint16_t **)(void *)(at + p->view16) = vh(&s, p);
   }
-  v->norm = mdl->has_head ? vf(&s, p) : NULL;
-  p++;
-  const struct kd_param *h = tied ? &mdl->params[0] : p;
-  v->head = mdl->has_head ? vf(&s, h) : NULL;
-  v->head16 = mdl->has_head ? vh(&s, h) : NULL;
+  if (mdl->card.tie_word_embeddings && mdl->has_head) {
+    v->head = vf(&s, &mdl->params[0]);
+    v->head16 = vh(&s, &mdl->params[0]);
+  }
 }
 
 int model_check_layout(const struct kd_card *c, const char *who, int tp, int pp, char *err,
@@ -198,24 +176,26 @@ static void model_alloc(struct kd_model *mdl, struct kd_backend *be, int kind) {
   if (mdl->grad) model_views(mdl, &mdl->pg, mdl->grad, NULL);
 }
 
-void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
-                      int kind, int vocab_common, const struct kd_grid *g) {
+void model_table(struct kd_model *mdl, const struct kd_card *card, int kind, int vocab_common,
+                 const struct model_cut *cut) {
   memset(mdl, 0, sizeof *mdl);
   mdl->card = *card;
   const int frozen = kind == MODEL_FROZEN || kind == MODEL_TABLE || kind == MODEL_FROZEN16;
   mdl->frozen = frozen;
-  const int tp = g ? g->tp : 1, r = g ? g->tp_rank : 0;
-  const int pp = g ? g->pp : 1, stage = g ? g->pp_rank : 0;
+  const int tp = cut ? cut->tp : 1, r = cut ? cut->tp_rank : 0;
+  const int pp = cut ? cut->pp : 1, stage = cut ? cut->stage : 0;
   const int L = card->num_hidden_layers, nh = card->num_attention_heads;
   const int nkv = card->num_key_value_heads, tied = card->tie_word_embeddings;
   const int64_t C = card->hidden_size, I = card->intermediate_size, V = card->vocab_size;
   const int hd = card_head_dim(card);
-  const int sandwich = card_traits(card)->norm_place == KD_NORM_SANDWICH;
+  const struct kd_arch_traits *tr = card_traits(card);
+  const int sandwich = tr->norm_place == KD_NORM_SANDWICH;
   mdl->tp = tp;
   mdl->tp_rank = r;
-  mdl->tp_comm = g ? g->tp_comm : MPI_COMM_SELF;
+  mdl->tp_comm = MPI_COMM_SELF;
   mdl->kv_comm = MPI_COMM_NULL;
   mdl->emb_comm = MPI_COMM_NULL;
+  mdl->ep_comm = MPI_COMM_NULL;
   grid_stage_layers(L, pp, stage, &mdl->layer0, &mdl->nlayers);
   mdl->has_embed = stage == 0;
   mdl->has_head = stage == pp - 1;
@@ -226,8 +206,7 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
     mdl->attn[i] = kd_attn_plain(hd);
     mdl->attn[i].window = card_layer_window(card, mdl->layer0 + i);
   }
-  if (card_traits(card)
-          ->attn_keys) { /* query_pre_attn_scalar^-1/2 as Python computes it, then FP32 */
+  if (tr->attn_keys) { /* query_pre_attn_scalar^-1/2 as Python computes it, then FP32 */
     mdl->rope_local = kd_rope_plain((float)card->rope_local_base_freq);
     for (int i = 0; i < mdl->nlayers; i++) {
       mdl->attn[i].scale = (float)pow(card->query_pre_attn_scalar, -0.5);
@@ -240,8 +219,8 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   mdl->kv_heads = kv_split ? nkv / tp : 1;
   mdl->q_dim = mdl->heads * hd;
   mdl->kv_dim = mdl->kv_heads * hd;
-  KD_CHECK(vocab_common <= V, "model_build_grid: %d common ids exceed vocab_size %lld",
-           vocab_common, (long long)V);
+  KD_CHECK(vocab_common <= V, "model_table: %d common ids exceed vocab_size %lld", vocab_common,
+           (long long)V);
   mdl->vocab_common = vocab_common > 0 ? vocab_common : (int)V;
   long long s0, n0;
   grid_vocab_block(V, mdl->vocab_common, tp, r, &s0, &n0);
@@ -256,10 +235,10 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   const int64_t EI = nsparse ? card_expert_ffn(card) : 0;
   mdl->effn = (int)en;
   /* expert parallelism: this rank holds experts exp0 .. of its ep rank (contiguous) */
-  const int ep = g && nsparse ? g->ep : 1, ep_rank = ep > 1 ? g->ep_rank : 0;
-  KD_CHECK(!nsparse || E % ep == 0, "model_build_grid: %d experts over ep %d", E, ep);
+  const int ep = cut && nsparse && cut->ep > 1 ? cut->ep : 1;
+  const int ep_rank = ep > 1 ? cut->ep_rank : 0;
+  KD_CHECK(!nsparse || E % ep == 0, "model_table: %d experts over ep %d", E, ep);
   mdl->ep = ep;
-  mdl->ep_comm = ep > 1 ? g->ep_comm : MPI_COMM_NULL;
   mdl->exp0 = nsparse ? ep_rank * (E / ep) : 0;
   mdl->nexp = nsparse ? E / ep : 0;
   const int64_t Q = (int64_t)nh * hd, KV = (int64_t)nkv * hd;
@@ -268,9 +247,11 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
   int cap = 3 + 16 * L + nsparse * (1 + 3 * E);
   mdl->params = kd_calloc((size_t)cap, sizeof *mdl->params);
 
-  /* The table, written once, in Hugging Face order. q/k/v and gate/up stay adjacent. */
+  /* The table, written once, in Hugging Face order, each tensor with the view it sets
+   * (model_views). q/k/v and gate/up stay adjacent: one view each (wqkv, wgu). */
   const struct cut emb = {0, s0, n0, mdl->has_embed || (tied && mdl->has_head), mdl->has_embed, 0};
-  table_add(mdl, cap, ROLE_EMBED, -1, V, C, emb, "model.embed_tokens.weight", 0);
+  table_add(mdl, cap, ROLE_EMBED, -1, V, C, emb, (struct view_at){MV(wte), MV(wte16)},
+            "model.embed_tokens.weight", 0);
   for (int l = 0; l < L; l++) {
     const int mine = l >= mdl->layer0 && l < mdl->layer0 + mdl->nlayers;
     const struct cut rep = {-1, 0, 0, mine, r == 0, 0};
@@ -282,30 +263,41 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
     const struct cut oc = {1, q0, mdl->q_dim, mine, 1, 0};
     const struct cut fc = {0, f0, fn, mine, 1, 0};
     const struct cut dc = {1, f0, fn, mine, 1, 0};
-    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, "model.layers.%d.input_layernorm.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, Q, C, qc, "model.layers.%d.self_attn.q_proj.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, KV, C, kc, "model.layers.%d.self_attn.k_proj.weight", l);
-    table_add(mdl, cap, ROLE_LINEAR, l, KV, C, kc, "model.layers.%d.self_attn.v_proj.weight", l);
+    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, VIEW(ln1),
+              "model.layers.%d.input_layernorm.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, Q, C, qc, VIEW2(wqkv),
+              "model.layers.%d.self_attn.q_proj.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, KV, C, kc, NOVIEW,
+              "model.layers.%d.self_attn.k_proj.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, KV, C, kc, NOVIEW,
+              "model.layers.%d.self_attn.v_proj.weight", l);
     if (card->attention_bias) {
-      table_add(mdl, cap, ROLE_BIAS, l, Q, 0, qc, "model.layers.%d.self_attn.q_proj.bias", l);
-      table_add(mdl, cap, ROLE_BIAS, l, KV, 0, kc, "model.layers.%d.self_attn.k_proj.bias", l);
-      table_add(mdl, cap, ROLE_BIAS, l, KV, 0, kc, "model.layers.%d.self_attn.v_proj.bias", l);
+      table_add(mdl, cap, ROLE_BIAS, l, Q, 0, qc, VIEW(bqkv),
+                "model.layers.%d.self_attn.q_proj.bias", l);
+      table_add(mdl, cap, ROLE_BIAS, l, KV, 0, kc, NOVIEW, "model.layers.%d.self_attn.k_proj.bias",
+                l);
+      table_add(mdl, cap, ROLE_BIAS, l, KV, 0, kc, NOVIEW, "model.layers.%d.self_attn.v_proj.bias",
+                l);
     }
-    table_add(mdl, cap, ROLE_LINEAR, l, C, Q, oc, "model.layers.%d.self_attn.o_proj.weight", l);
-    if (card_traits(card)->qk_norm) {
-      table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, "model.layers.%d.self_attn.q_norm.weight", l);
-      table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, "model.layers.%d.self_attn.k_norm.weight", l);
+    table_add(mdl, cap, ROLE_LINEAR, l, C, Q, oc, VIEW2(wo),
+              "model.layers.%d.self_attn.o_proj.weight", l);
+    if (tr->qk_norm == KD_QKN_HEAD) {
+      table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, VIEW(qn),
+                "model.layers.%d.self_attn.q_norm.weight", l);
+      table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, VIEW(kn),
+                "model.layers.%d.self_attn.k_norm.weight", l);
     }
-    /* Gemma 3: post_attention_layernorm norms the attention output, the MLP input has a
+    /* the sandwich: post_attention_layernorm norms the attention output, the MLP input has a
      * norm of its own (pre_feedforward_layernorm) and the MLP output another one */
-    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, "model.layers.%d.post_attention_layernorm.weight",
-              l);
+    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, sandwich ? VIEW(lna) : VIEW(ln2),
+              "model.layers.%d.post_attention_layernorm.weight", l);
     if (sandwich)
-      table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
+      table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, VIEW(ln2),
                 "model.layers.%d.pre_feedforward_layernorm.weight", l);
     if (card_layer_sparse(card, l)) { /* the router, replicated; experts cut as the dense MLP,
                                          each held by its ep rank's ranks only */
-      table_add(mdl, cap, ROLE_LINEAR, l, E, C, rep, "model.layers.%d.mlp.gate.weight", l);
+      table_add(mdl, cap, ROLE_LINEAR, l, E, C, rep, VIEW2(wr), "model.layers.%d.mlp.gate.weight",
+                l);
       for (int e = 0; e < E; e++) {
         const int held = mine && e >= mdl->exp0 && e < mdl->exp0 + mdl->nexp;
         const struct cut ec = {0, e0, en, held, 1, 0}, edc = {1, e0, en, held, 1, 0};
@@ -313,31 +305,47 @@ void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct 
         for (int j = 0; j < 3; j++) {
           char fmt[96];
           snprintf(fmt, sizeof fmt, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, part[j]);
-          table_add(mdl, cap, ROLE_LINEAR, l, j < 2 ? EI : C, j < 2 ? C : EI, j < 2 ? ec : edc, fmt,
-                    0);
+          /* wx: the first held expert's gate_proj; the others follow it */
+          table_add(mdl, cap, ROLE_LINEAR, l, j < 2 ? EI : C, j < 2 ? C : EI, j < 2 ? ec : edc,
+                    j == 0 && e == mdl->exp0 ? VIEW2(wx) : NOVIEW, fmt, 0);
           mdl->params[mdl->nparams - 1].expert = e;
         }
       }
     } else {
-      table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.gate_proj.weight", l);
-      table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, "model.layers.%d.mlp.up_proj.weight", l);
-      table_add(mdl, cap, ROLE_LINEAR, l, C, I, dc, "model.layers.%d.mlp.down_proj.weight", l);
+      table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, VIEW2(wgu),
+                "model.layers.%d.mlp.gate_proj.weight", l);
+      table_add(mdl, cap, ROLE_LINEAR, l, I, C, fc, NOVIEW, "model.layers.%d.mlp.up_proj.weight",
+                l);
+      table_add(mdl, cap, ROLE_LINEAR, l, C, I, dc, VIEW2(wd),
+                "model.layers.%d.mlp.down_proj.weight", l);
     }
     if (sandwich)
-      table_add(mdl, cap, ROLE_NORM, l, C, 0, rep,
+      table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, VIEW(lnf),
                 "model.layers.%d.post_feedforward_layernorm.weight", l);
   }
   const struct cut normc = {-1, 0, 0, mdl->has_head, r == 0, 0};
-  table_add(mdl, cap, ROLE_NORM, -1, C, 0, normc, "model.norm.weight", 0);
+  table_add(mdl, cap, ROLE_NORM, -1, C, 0, normc, (struct view_at){MV(norm), -1},
+            "model.norm.weight", 0);
   if (!tied) {
     const struct cut headc = {0, s0, n0, mdl->has_head, 1, 0};
-    table_add(mdl, cap, ROLE_HEAD, -1, V, C, headc, "lm_head.weight", 0);
+    table_add(mdl, cap, ROLE_HEAD, -1, V, C, headc, (struct view_at){MV(head), MV(head16)},
+              "lm_head.weight", 0);
   }
+}
 
-  /* groups whose gradients are partial sums */
-  if (g) mdl->kv_comm = grid_kv_comm(g, kv_split, kv_rep);
-  if (g) mdl->emb_comm = grid_embedding_comm(g, tied);
-
+void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
+                      int kind, int vocab_common, const struct kd_grid *g) {
+  const struct model_cut cut =
+      g ? (struct model_cut){g->tp, g->tp_rank, g->pp, g->pp_rank, g->ep, g->ep_rank}
+        : (struct model_cut){1, 0, 1, 0, 1, 0};
+  model_table(mdl, card, kind, vocab_common, &cut);
+  if (g) { /* the communicators of this cut; groups whose gradients are partial sums */
+    const int nkv = card->num_key_value_heads, kv_split = nkv % g->tp == 0;
+    mdl->tp_comm = g->tp_comm;
+    if (mdl->ep > 1) mdl->ep_comm = g->ep_comm;
+    mdl->kv_comm = grid_kv_comm(g, kv_split, kv_split ? 1 : g->tp / nkv);
+    mdl->emb_comm = grid_embedding_comm(g, card->tie_word_embeddings);
+  }
   mdl->be = be;
   if (kind != MODEL_TABLE) model_alloc(mdl, be, kind);
 }
@@ -452,16 +460,31 @@ const struct kd_param *model_find(const struct kd_model *mdl, const char *name) 
 }
 
 int64_t model_count_params(const struct kd_card *c) {
-  const int64_t C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
-  const int64_t hd = card_head_dim(c);
-  const int64_t Q = c->num_attention_heads * hd, KV = c->num_key_value_heads * hd;
-  int64_t layer = 2 * C + Q * C + 2 * KV * C + C * Q;
-  if (c->attention_bias) layer += Q + 2 * KV;
-  if (card_traits(c)->qk_norm) layer += 2 * hd;
-  if (card_traits(c)->norm_place == KD_NORM_SANDWICH)
-    layer += 2 * C; /* pre_feedforward_layernorm, post_feedforward_layernorm */
-  const int64_t sparse = card_sparse_layers(c), dense = c->num_hidden_layers - sparse;
-  const int64_t E = c->num_experts, EI = card_expert_ffn(c);
-  return V * C + c->num_hidden_layers * layer + dense * 3 * I * C +
-         sparse * (E * C + E * 3 * EI * C) + C + (c->tie_word_embeddings ? 0 : V * C);
+  struct kd_model m;
+  model_table(&m, c, MODEL_TABLE, 0, NULL);
+  int64_t n = 0;
+  for (int k = 0; k < m.nparams; k++)
+    n += m.params[k].shape[0] * m.params[k].shape[1];
+  model_table_free(&m);
+  return n;
+}
+
+double model_token_params(const struct kd_card *c) {
+  struct kd_model m;
+  model_table(&m, c, MODEL_TABLE, 0, NULL);
+  double n = 0;
+  const double reach = c->num_experts > 0 ? (double)c->num_experts_per_tok / c->num_experts : 1;
+  for (int k = 0; k < m.nparams; k++) {
+    const struct kd_param *p = &m.params[k];
+    if (p->role == ROLE_EMBED && !c->tie_word_embeddings) continue; /* a lookup */
+    n += (double)(p->shape[0] * p->shape[1]) * (p->expert >= 0 ? reach : 1.0);
+  }
+  model_table_free(&m);
+  return n;
+}
+
+void model_table_free(struct kd_model *mdl) {
+  free(mdl->params);
+  free(mdl->attn);
+  memset(mdl, 0, sizeof *mdl);
 }

@@ -39,9 +39,12 @@ struct kd_param {
   size_t numel;      /* elements held by this rank */
   size_t offset;     /* element offset into the model's buffers */
   enum param_role role;
-  int layer;  /* global decoder layer index, -1 for embedding/final norm/head */
-  int expert; /* expert index of an expert tensor (mlp.experts.E.*), -1 otherwise */
-  int decay;  /* 1: weight decay applies (matrices), 0: norms, biases */
+  int layer;        /* global decoder layer index, -1 for embedding/final norm/head */
+  int expert;       /* expert index of an expert tensor (mlp.experts.E.*), -1 otherwise */
+  int decay;        /* 1: weight decay applies (matrices), 0: norms, biases */
+  int view, view16; /* byte offset of the pointer this tensor's view sets in struct layer_ptrs
+                       (a layer's tensor) or struct model_ptrs (layer -1), FP32 and packed BF16;
+                       -1: none (k, v, up: adjacent to the one before) */
 };
 
 /* Pointers into a parameter-sized buffer (weights, gradients, ...) for one layer.
@@ -143,6 +146,19 @@ enum model_kind {
 void model_build_grid(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
                       int kind, int vocab_common, const struct kd_grid *grid);
 
+/* Where one rank sits in a layout (the cut, without communicators). */
+struct model_cut {
+  int tp, tp_rank, pp, stage, ep, ep_rank;
+};
+
+/* The parameter table alone, as model_build_grid cuts it for `cut` (NULL: one rank holds
+ * everything): every tensor, this rank's slices and views' places, the per-rank widths; no
+ * buffers, no communicators, not collective (the memory plan, parameter and FLOP counts).
+ * Free with model_table_free. */
+void model_table(struct kd_model *mdl, const struct kd_card *card, int kind, int vocab_common,
+                 const struct model_cut *cut);
+void model_table_free(struct kd_model *mdl);
+
 /* model_build_grid for one rank holding the whole model (not collective). */
 void model_build(struct kd_model *mdl, struct kd_backend *be, const struct kd_card *card,
                  int frozen);
@@ -172,7 +188,12 @@ static inline size_t model_expert_stride(const struct kd_model *mdl) {
 /* Find a parameter by name, or NULL. */
 const struct kd_param *model_find(const struct kd_model *mdl, const char *name);
 
-/* Total parameter count of the global model described by a card. */
+/* Total parameter count of the global model described by a card (its table). */
 int64_t model_count_params(const struct kd_card *card);
+
+/* Parameters one token's forward multiplies by (its table): every tensor but the embedding
+ * lookup (the tied head counts once), an expert's tensors by num_experts_per_tok /
+ * num_experts. */
+double model_token_params(const struct kd_card *card);
 
 #endif

@@ -23,62 +23,35 @@ void plan_policy(struct kd_mem_policy *pol, const struct kd_config *cfg, int fro
   pol->offload = cfg->mem_offload;
 }
 
-/* The per-rank cut of one model (mirrors model_build_grid). */
+/* The per-rank cut of one model: its parameter table as the run builds it (model_table). */
 struct cut {
   struct acts_dims d;
   int vocab, has_embed;
-  size_t numel, maxblock;
-  size_t nvec;    /* elements of the 1-D tensors (norms, biases) */
-  size_t nexpert; /* elements of the experts' tensors held here (ZeRO-1 shards them over
-                     edp = dp / ep ranks, the others over dp) */
+  size_t numel, maxblock; /* elements held here; of the largest tensor held (ZeRO's gather) */
+  size_t nvec;            /* elements of the 1-D tensors (norms, biases) */
+  size_t nexpert;         /* elements of the experts' tensors held here (ZeRO-1 shards them over
+                             edp = dp / ep ranks, the others over dp) */
 };
 
 static void cut_model(struct cut *m, const struct kd_card *c, int frozen, int vocab_common, int tp,
                       int tp_rank, int pp, int stage, int ep) {
   memset(m, 0, sizeof *m);
-  struct acts_dims *d = &m->d;
-  const int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = card_head_dim(c);
-  long long s0, n;
-  int first;
-  grid_stage_layers(c->num_hidden_layers, pp, stage, &first, &d->layers);
-  d->C = c->hidden_size;
-  d->heads = nh / tp;
-  d->q_dim = d->heads * hd;
-  d->kv_heads = nkv % tp == 0 ? nkv / tp : 1;
-  d->kv_dim = d->kv_heads * hd;
-  d->qk_norm = card_traits(c)->qk_norm != KD_QKN_NONE;
-  d->sandwich = card_traits(c)->norm_place == KD_NORM_SANDWICH;
-  grid_block(c->intermediate_size, tp, tp_rank, &s0, &n);
-  d->ffn = (int)n;
-  grid_vocab_block(c->vocab_size, vocab_common, tp, tp_rank, &s0, &n);
-  m->vocab = (int)n;
-  d->frozen = frozen;
-  d->has_head = stage == pp - 1;
-  m->has_embed = stage == 0;
-  const size_t C = (size_t)d->C, QKV = (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
-  const size_t emb = (size_t)m->vocab * C;
-  const size_t norms = (d->qk_norm ? 2 * (size_t)hd : 0) /* q_norm, k_norm */
-                       + (d->sandwich ? 2 * C : 0);      /* the sandwich's two more norms */
-  const size_t layer = 2 * C + QKV * C + (c->attention_bias ? QKV : 0) + C * (size_t)d->q_dim +
-                       norms + 3 * (size_t)d->ffn * C;
-  const int tied = c->tie_word_embeddings;
-  /* sparse layers: the router and every expert's three matrices instead of the dense MLP */
-  long long e0 = 0, en = 0;
-  if (card_sparse_layers(c)) grid_block(card_expert_ffn(c), tp, tp_rank, &e0, &en);
-  acts_dims_experts(d, c, first, (int)en);
-  /* expert parallelism: E / ep experts of each sparse layer here (model_build_grid) */
-  const size_t E = (size_t)d->E, held = d->nsparse && ep > 1 ? E / (size_t)ep : E;
-  const size_t moe = E * C + held * 3 * (size_t)en * C;
-  m->nexpert = (size_t)d->nsparse * held * 3 * (size_t)en * C;
-  m->numel = (m->has_embed || (tied && d->has_head) ? emb : 0) + (size_t)d->layers * layer +
-             (size_t)d->nsparse * moe - (size_t)d->nsparse * 3 * (size_t)d->ffn * C +
-             (d->has_head ? C + (tied ? 0 : emb) : 0);
-  m->maxblock = emb > 2 * (size_t)d->ffn * C ? emb : 3 * (size_t)d->ffn * C;
-  if ((size_t)d->q_dim * C > m->maxblock) /* q_proj, o_proj: head_dim apart from C / heads */
-    m->maxblock = (size_t)d->q_dim * C;
-  if (card_sparse_layers(c) && E * C > m->maxblock) m->maxblock = E * C; /* a router */
-  m->nvec =
-      (size_t)d->layers * (2 * C + (c->attention_bias ? QKV : 0) + norms) + (d->has_head ? C : 0);
+  struct kd_model mdl;
+  const struct model_cut mc = {tp, tp_rank, pp, stage, ep, 0};
+  model_table(&mdl, c, MODEL_TABLE, vocab_common, &mc);
+  mdl.frozen = frozen;
+  acts_dims_of(&m->d, &mdl, 0, 0);
+  m->d.card = c; /* the caller's, which outlives the table */
+  m->vocab = mdl.vocab;
+  m->has_embed = mdl.has_embed;
+  for (int k = 0; k < mdl.nparams; k++) {
+    const struct kd_param *p = &mdl.params[k];
+    m->numel += p->numel;
+    if (p->ndim == 1) m->nvec += p->numel;
+    if (p->expert >= 0) m->nexpert += p->numel;
+    if (p->numel > m->maxblock) m->maxblock = p->numel;
+  }
+  model_table_free(&mdl);
 }
 
 /* The experts' token exchanges of model m's sparse layers at ep > 1 (layers_moe.c): per

@@ -79,10 +79,7 @@ static double measure_gemm_rate(struct kd_backend *be) {
 /* Matmul FLOPs of a forward pass over `tokens` tokens of sequences of length T (an MoE
  * layer counts the num_experts_per_tok experts a token goes to, not all of them). */
 static double forward_flops(const struct kd_card *c, double tokens, int T) {
-  double p = (double)model_count_params(c);
-  p -= (double)c->vocab_size * c->hidden_size * (c->tie_word_embeddings ? 0 : 1); /* lookup */
-  p -= (double)card_sparse_layers(c) * (c->num_experts - c->num_experts_per_tok) * 3.0 *
-       c->hidden_size * card_expert_ffn(c); /* experts a token does not reach */
+  const double p = model_token_params(c);
   const double q = (double)c->num_attention_heads * card_head_dim(c); /* = hidden but Qwen3 */
   const double attn = 2.0 * c->num_hidden_layers * (double)T * q;     /* causal QK,PV */
   return 2.0 * p * tokens + attn * tokens;
