@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "comm.h"
-#include "layers_impl.h"
+#include "linear.h"
 #include "moe.h"
 #include "util.h"
 
@@ -286,15 +286,15 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
   a->tokens = take(s, KD_MEM_ACTS, N, sizeof(int));
   a->pos = take(s, KD_MEM_ACTS, N, sizeof(int));
   if (d->nsparse && s->be) { /* host: the routing plans and their staging */
-    a->nplans = d->frozen ? 1 : d->layers;
-    a->plans = kd_calloc((size_t)a->nplans, sizeof *a->plans);
-    a->hidx = kd_malloc(N * (size_t)d->topk * sizeof *a->hidx);
-    a->hprobs = kd_malloc(N * (size_t)d->E * sizeof *a->hprobs);
+    a->moe.nplans = d->frozen ? 1 : d->layers;
+    a->moe.plans = kd_calloc((size_t)a->moe.nplans, sizeof *a->moe.plans);
+    a->moe.hidx = kd_malloc(N * (size_t)d->topk * sizeof *a->moe.hidx);
+    a->moe.hprobs = kd_malloc(N * (size_t)d->E * sizeof *a->moe.hprobs);
   }
   if (aux_floats(d) && s->be) { /* host: the load-balancing sums (also of a dense stage) */
-    a->aux_E = d->card->num_experts;
-    a->aux_cnt = kd_calloc((size_t)a->aux_E, sizeof *a->aux_cnt);
-    a->aux_ps = kd_calloc((size_t)a->aux_E, sizeof *a->aux_ps);
+    a->moe.aux_E = d->card->num_experts;
+    a->moe.aux_cnt = kd_calloc((size_t)a->moe.aux_E, sizeof *a->moe.aux_cnt);
+    a->moe.aux_ps = kd_calloc((size_t)a->moe.aux_E, sizeof *a->moe.aux_ps);
   }
   if (!owns_ws) return;
   a->nwork = segment(d);
@@ -320,12 +320,12 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
   if (d->sandwich) a->dsw = take(s, KD_MEM_ACTS, N * C, sizeof(float));
   if (d->nsparse) {
     const size_t n = N * (size_t)d->topk;
-    a->aux_w = take(s, KD_MEM_ACTS, (size_t)d->E, sizeof(float));
-    a->dey = take(s, KD_MEM_ACTS, n * C, sizeof(float));
-    a->dewts = take(s, KD_MEM_ACTS, n, sizeof(float));
-    a->demlp = take(s, KD_MEM_ACTS, n * (size_t)d->effn, sizeof(float));
-    a->degu = take(s, KD_MEM_ACTS, n * 2 * (size_t)d->effn, sizeof(float));
-    a->delog = take(s, KD_MEM_ACTS, N * (size_t)d->E, sizeof(float));
+    a->moe.aux_w = take(s, KD_MEM_ACTS, (size_t)d->E, sizeof(float));
+    a->moe.dey = take(s, KD_MEM_ACTS, n * C, sizeof(float));
+    a->moe.dewts = take(s, KD_MEM_ACTS, n, sizeof(float));
+    a->moe.demlp = take(s, KD_MEM_ACTS, n * (size_t)d->effn, sizeof(float));
+    a->moe.degu = take(s, KD_MEM_ACTS, n * 2 * (size_t)d->effn, sizeof(float));
+    a->moe.delog = take(s, KD_MEM_ACTS, N * (size_t)d->E, sizeof(float));
   }
 }
 
@@ -394,12 +394,12 @@ void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd
   a->dhn = share->dhn;
   a->dqk = share->dqk;
   a->dsw = share->dsw;
-  a->aux_w = share->aux_w;
-  a->dey = share->dey;
-  a->dewts = share->dewts;
-  a->demlp = share->demlp;
-  a->degu = share->degu;
-  a->delog = share->delog;
+  a->moe.aux_w = share->moe.aux_w;
+  a->moe.dey = share->moe.dey;
+  a->moe.dewts = share->moe.dewts;
+  a->moe.demlp = share->moe.demlp;
+  a->moe.degu = share->moe.degu;
+  a->moe.delog = share->moe.delog;
 }
 
 void acts_build(struct kd_acts *a, struct kd_backend *be, const struct kd_model *mdl, int B,
@@ -414,13 +414,13 @@ void acts_free(struct kd_acts *a, struct kd_backend *be) {
   free(a->keep);
   if (a->owns_ws) free(a->work);
   moe_xchg_free(be, a);
-  for (int i = 0; i < a->nplans; i++)
-    moe_plan_free(&a->plans[i]);
-  free(a->plans);
-  free(a->hidx);
-  free(a->hprobs);
-  free(a->aux_cnt);
-  free(a->aux_ps);
+  for (int i = 0; i < a->moe.nplans; i++)
+    moe_plan_free(&a->moe.plans[i]);
+  free(a->moe.plans);
+  free(a->moe.hidx);
+  free(a->moe.hprobs);
+  free(a->moe.aux_cnt);
+  free(a->moe.aux_ps);
   memset(a, 0, sizeof *a);
 }
 
@@ -610,11 +610,11 @@ void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd
   const struct kd_card *c = &mdl->card;
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = c->hidden_size, L = mdl->nlayers;
-  if (a->aux_cnt && mdl->has_embed) { /* this micro-batch's load-balancing sums start here
+  if (a->moe.aux_cnt && mdl->has_embed) { /* this micro-batch's load-balancing sums start here
                                           (later stages: acts_aux_get from the message) */
-    memset(a->aux_cnt, 0, (size_t)a->aux_E * sizeof *a->aux_cnt);
-    memset(a->aux_ps, 0, (size_t)a->aux_E * sizeof *a->aux_ps);
-    a->aux_rows = 0;
+    memset(a->moe.aux_cnt, 0, (size_t)a->moe.aux_E * sizeof *a->moe.aux_cnt);
+    memset(a->moe.aux_ps, 0, (size_t)a->moe.aux_E * sizeof *a->moe.aux_ps);
+    a->moe.aux_rows = 0;
   }
   if (mdl->has_embed) {
     float *x0 = acts_stage_input(a);

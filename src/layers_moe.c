@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers_impl.h"
+#include "acts.h"
+#include "layers_moe.h"
+#include "linear.h"
 #include "moe.h"
 #include "moe_ep.h"
 #include "util.h"
@@ -37,7 +39,7 @@ struct moe_xchg {
 
 /* The routing plan of layer i (one shared plan in a frozen model). */
 static struct moe_plan *plan_of(struct kd_acts *a, int i) {
-  return &a->plans[a->nplans == 1 ? 0 : i];
+  return &a->moe.plans[a->moe.nplans == 1 ? 0 : i];
 }
 
 /* Expert e's gate|up (2 Ie, C) and down (C, Ie) weights in a layer view (FP32 or packed). */
@@ -52,20 +54,20 @@ static const uint16_t *expert_w16(const struct kd_model *mdl, const uint16_t *wx
   return wx + (size_t)(e - mdl->exp0) * model_expert_stride(mdl) + (down ? gu : 0);
 }
 
-/* With a->moe_clock the experts' GEMMs are clocked (the grouped-GEMM rate of the metrics):
- * FLOPs and the seconds between two device synchronisations into a->moe_flops,
- * a->moe_secs. Only then: on a device the two waits stall the queue, in the backward
+/* With a->stats.clock the experts' GEMMs are clocked (the grouped-GEMM rate of the metrics):
+ * FLOPs and the seconds between two device synchronisations into a->stats.flops,
+ * a->stats.secs. Only then: on a device the two waits stall the queue, in the backward
  * too, where nothing else waits for the device. */
 static double gemm_clock_start(struct kd_backend *be, const struct kd_acts *a) {
-  if (!a->moe_clock) return 0.0;
+  if (!a->stats.clock) return 0.0;
   be->sync(be);
   return kd_now();
 }
 static void gemm_clock_stop(struct kd_backend *be, struct kd_acts *a, double t0, double flops) {
-  if (!a->moe_clock) return;
+  if (!a->stats.clock) return;
   be->sync(be);
-  a->moe_secs += kd_now() - t0;
-  a->moe_flops += flops;
+  a->stats.secs += kd_now() - t0;
+  a->stats.flops += flops;
 }
 
 /* The experts exp0 .. exp0 + nexp - 1, each over its block of rows (expert exp0 + j: rows
@@ -144,19 +146,19 @@ static void xchg_release(struct kd_backend *be, struct moe_xchg *q) {
 }
 
 void moe_xchg_free(struct kd_backend *be, struct kd_acts *a) {
-  for (int i = 0; a->xchg && i < a->nplans; i++)
-    xchg_release(be, &a->xchg[i]);
-  free(a->xchg);
-  a->xchg = NULL;
+  for (int i = 0; a->moe.xchg && i < a->moe.nplans; i++)
+    xchg_release(be, &a->moe.xchg[i]);
+  free(a->moe.xchg);
+  a->moe.xchg = NULL;
 }
 
 void acts_moe_stats(struct kd_acts *a, double *imb, double *bytes, double gemm[2]) {
-  if (a->moe_imb > *imb) *imb = a->moe_imb;
-  *bytes += a->ep_bytes;
-  gemm[0] += a->moe_flops;
-  gemm[1] += a->moe_secs;
-  a->moe_imb = 0;
-  a->ep_bytes = a->moe_flops = a->moe_secs = 0;
+  if (a->stats.imb > *imb) *imb = a->stats.imb;
+  *bytes += a->stats.ep_bytes;
+  gemm[0] += a->stats.flops;
+  gemm[1] += a->stats.secs;
+  a->stats.imb = 0;
+  a->stats.ep_bytes = a->stats.flops = a->stats.secs = 0;
 }
 
 /* The experts of layer i at ep > 1: l->exs (plan p's rows sorted by expert) to the ranks of
@@ -166,8 +168,8 @@ static void experts_fwd_ep(struct kd_backend *be, const struct kd_model *mdl, in
                            struct kd_acts *a, const struct moe_plan *p) {
   const size_t n = p->N * (size_t)p->k;
   const int C = mdl->card.hidden_size, I = mdl->effn;
-  if (!a->xchg) a->xchg = kd_calloc((size_t)a->nplans, sizeof *a->xchg);
-  struct moe_xchg *q = &a->xchg[a->nplans == 1 ? 0 : i];
+  if (!a->moe.xchg) a->moe.xchg = kd_calloc((size_t)a->moe.nplans, sizeof *a->moe.xchg);
+  struct moe_xchg *q = &a->moe.xchg[a->moe.nplans == 1 ? 0 : i];
   xchg_release(be, q);
   moe_ep_plan(&q->x, be, mdl->ep_comm, p->count, p->E, C);
   q->live = 1;
@@ -180,32 +182,32 @@ static void experts_fwd_ep(struct kd_backend *be, const struct kd_model *mdl, in
   experts_fwd(be, mdl, w, q->x.count, q->x.offset, r, q->xr, q->egu, q->emlp, yr, a);
   moe_ep_return(&q->x, be, l->ey, yr);
   be->free(be, yr);
-  a->ep_bytes += (double)q->x.bytes;
+  a->stats.ep_bytes += (double)q->x.bytes;
   q->x.bytes = 0;
   if (mdl->frozen) xchg_release(be, q); /* no backward */
 }
 
-/* experts_fwd_ep's backward: a->dey (dL/d(the returned outputs)) to the experts, dL/d(their
- * inputs) back into a->dey. */
+/* experts_fwd_ep's backward: a->moe.dey (dL/d(the returned outputs)) to the experts, dL/d(their
+ * inputs) back into a->moe.dey. */
 static void experts_bwd_ep(struct kd_backend *be, const struct kd_model *mdl, int i,
                            const struct layer_ptrs *w, const struct layer_ptrs *g,
                            struct kd_acts *a, size_t n) {
   const int C = mdl->card.hidden_size, I = mdl->effn;
-  struct moe_xchg *q = &a->xchg[i];
+  struct moe_xchg *q = &a->moe.xchg[i];
   KD_CHECK(q->live, "moe_backward: layer %d has no exchange from its forward", i);
   const size_t r = q->x.nrecv;
   int made = 0;
   float *dyr = be->alloc(be, KD_MEM_ACTS, (r + 1) * (size_t)C * sizeof(float));
-  float *demlp = rows_block(be, a->demlp, n, r, (size_t)I, 1, &made);
-  float *degu = rows_block(be, a->degu, n, r, 2 * (size_t)I, 2, &made);
-  moe_ep_dispatch(&q->x, be, dyr, a->dey);
+  float *demlp = rows_block(be, a->moe.demlp, n, r, (size_t)I, 1, &made);
+  float *degu = rows_block(be, a->moe.degu, n, r, 2 * (size_t)I, 2, &made);
+  moe_ep_dispatch(&q->x, be, dyr, a->moe.dey);
   experts_bwd(be, mdl, w, g, q->x.count, q->x.offset, r, q->xr, q->egu, q->emlp, dyr, demlp, degu,
               a);
-  moe_ep_return(&q->x, be, a->dey, dyr);
+  moe_ep_return(&q->x, be, a->moe.dey, dyr);
   be->free(be, dyr);
   if (made & 1) be->free(be, demlp);
   if (made & 2) be->free(be, degu);
-  a->ep_bytes += (double)q->x.bytes;
+  a->stats.ep_bytes += (double)q->x.bytes;
   xchg_release(be, q);
 }
 
@@ -233,22 +235,22 @@ void moe_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
   be->moe_route(be, idx, l->ewts, l->eprobs, l->elog, N, E, k, mdl->card.norm_topk_prob);
   /* plan on the host, its rows and positions back to the device */
   struct moe_plan *p = plan_of(a, i);
-  be->download(be, a->hidx, idx, n * sizeof(int));
+  be->download(be, a->moe.hidx, idx, n * sizeof(int));
   moe_plan_free(p);
-  moe_plan_make(p, a->hidx, N, E, k);
+  moe_plan_make(p, a->moe.hidx, N, E, k);
   be->upload(be, rows, p->rows, n * sizeof(int));
   be->upload(be, pos, p->pos, n * sizeof(int));
   if (!mdl->frozen) { /* the load-balancing sums: routed rows and probabilities per expert */
-    be->download(be, a->hprobs, l->eprobs, N * (size_t)E * sizeof(float));
+    be->download(be, a->moe.hprobs, l->eprobs, N * (size_t)E * sizeof(float));
     for (int e = 0; e < E; e++)
-      a->aux_cnt[e] += p->count[e];
+      a->moe.aux_cnt[e] += p->count[e];
     for (size_t t = 0; t < N; t++)
       for (int e = 0; e < E; e++)
-        a->aux_ps[e] += a->hprobs[t * (size_t)E + (size_t)e];
-    a->aux_rows += (double)N;
+        a->moe.aux_ps[e] += a->moe.hprobs[t * (size_t)E + (size_t)e];
+    a->moe.aux_rows += (double)N;
   }
   const double imb = plan_imbalance(p);
-  if (imb > a->moe_imb) a->moe_imb = imb;
+  if (imb > a->stats.imb) a->stats.imb = imb;
   /* the experts: one GEMM per expert over its block of gathered rows (at ep > 1 the rows
    * its ep rank received) */
   be->gather_rows(be, l->exs, l->h2, rows, n, C);
@@ -271,65 +273,65 @@ void moe_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
   const int *pos = (const int *)(const void *)l->epos;
   const struct moe_plan *p = plan_of(a, i);
   /* combine: the routed rows' gradients and the weights' (complete over TP once summed) */
-  be->moe_combine_backward(be, a->dey, a->dewts, dout, l->ey, pos, l->ewts, N, k, C);
-  tp_allreduce(be, mdl, a->dewts, n);
+  be->moe_combine_backward(be, a->moe.dey, a->moe.dewts, dout, l->ey, pos, l->ewts, N, k, C);
+  tp_allreduce(be, mdl, a->moe.dewts, n);
   /* the experts, each over its block: down, SwiGLU, gate|up; dL/d(gathered rows) into dey */
   if (mdl->ep > 1) {
     experts_bwd_ep(be, mdl, i, w, g, a, n);
   } else {
     be->gather_rows(be, l->exs, l->h2, rows, n, C); /* the gathered inputs again */
     experts_bwd(be, mdl, w, g, p->count + mdl->exp0, p->offset + mdl->exp0, n, l->exs, l->egu,
-                l->emlp, a->dey, a->demlp, a->degu, a);
+                l->emlp, a->moe.dey, a->moe.demlp, a->moe.degu, a);
   }
-  be->moe_combine(be, a->dh, a->dey, pos, NULL, N, k, C, 0); /* the gather's backward */
+  be->moe_combine(be, a->dh, a->moe.dey, pos, NULL, N, k, C, 0); /* the gather's backward */
   /* the router: through the weights, and through the probabilities (load-balancing loss) */
-  be->zero(be, a->delog, N * (size_t)E);
-  be->moe_route_backward(be, a->delog, a->dewts, l->eprobs, idx, l->ewts,
-                         a->aux_weight != 0.0f ? a->aux_w : NULL, N, E, k,
+  be->zero(be, a->moe.delog, N * (size_t)E);
+  be->moe_route_backward(be, a->moe.delog, a->moe.dewts, l->eprobs, idx, l->ewts,
+                         a->moe.aux_weight != 0.0f ? a->moe.aux_w : NULL, N, E, k,
                          mdl->card.norm_topk_prob);
-  be->gemm(be, 1, 0, E, C, (int)N, 1.0f, a->delog, E, l->h2, C, 1.0f, g->wr, C);
+  be->gemm(be, 1, 0, E, C, (int)N, 1.0f, a->moe.delog, E, l->h2, C, 1.0f, g->wr, C);
   if (mdl->tp_rank == 0) /* the same on every rank: counted once in the all-reduce of dh */
-    be->gemm(be, 0, 0, (int)N, C, E, 1.0f, a->delog, E, w->wr, C, 1.0f, a->dh, C);
+    be->gemm(be, 0, 0, (int)N, C, E, 1.0f, a->moe.delog, E, w->wr, C, 1.0f, a->dh, C);
 }
 
 void moe_aux_prepare(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a) {
   (void)mdl;
   const int E = a->d.E;
-  if (a->aux_weight == 0.0f || a->aux_rows <= 0) return;
+  if (a->moe.aux_weight == 0.0f || a->moe.aux_rows <= 0) return;
   /* aux = E sum_e (cnt_e / rows) (ps_e / rows): d aux / d probs[r][e] = E cnt_e / rows^2 for
    * every row r of every sparse layer (the counts carry no gradient) */
   float *h = kd_malloc((size_t)E * sizeof *h);
-  const double r2 = a->aux_rows * a->aux_rows;
+  const double r2 = a->moe.aux_rows * a->moe.aux_rows;
   for (int e = 0; e < E; e++)
-    h[e] = (float)((double)a->aux_weight * E * a->aux_cnt[e] / r2);
-  be->upload(be, a->aux_w, h, (size_t)E * sizeof *h);
+    h[e] = (float)((double)a->moe.aux_weight * E * a->moe.aux_cnt[e] / r2);
+  be->upload(be, a->moe.aux_w, h, (size_t)E * sizeof *h);
   free(h);
 }
 
 double acts_moe_aux(const struct kd_acts *a) {
-  if (!a->aux_cnt || a->aux_rows <= 0) return 0.0;
+  if (!a->moe.aux_cnt || a->moe.aux_rows <= 0) return 0.0;
   double s = 0.0;
-  for (int e = 0; e < a->aux_E; e++)
-    s += a->aux_cnt[e] / a->aux_rows * (a->aux_ps[e] / a->aux_rows);
-  return s * a->aux_E;
+  for (int e = 0; e < a->moe.aux_E; e++)
+    s += a->moe.aux_cnt[e] / a->moe.aux_rows * (a->moe.aux_ps[e] / a->moe.aux_rows);
+  return s * a->moe.aux_E;
 }
 
 void acts_aux_put(struct kd_backend *be, const struct kd_acts *a, float *dst) {
-  const size_t E = (size_t)a->aux_E;
+  const size_t E = (size_t)a->moe.aux_E;
   double *h = kd_malloc((2 * E + 1) * sizeof *h);
-  memcpy(h, a->aux_cnt, E * sizeof *h);
-  memcpy(h + E, a->aux_ps, E * sizeof *h);
-  h[2 * E] = a->aux_rows;
+  memcpy(h, a->moe.aux_cnt, E * sizeof *h);
+  memcpy(h + E, a->moe.aux_ps, E * sizeof *h);
+  h[2 * E] = a->moe.aux_rows;
   be->upload(be, dst, h, (2 * E + 1) * sizeof *h);
   free(h);
 }
 
 void acts_aux_get(struct kd_backend *be, struct kd_acts *a, const float *src) {
-  const size_t E = (size_t)a->aux_E;
+  const size_t E = (size_t)a->moe.aux_E;
   double *h = kd_malloc((2 * E + 1) * sizeof *h);
   be->download(be, h, src, (2 * E + 1) * sizeof *h);
-  memcpy(a->aux_cnt, h, E * sizeof *h);
-  memcpy(a->aux_ps, h + E, E * sizeof *h);
-  a->aux_rows = h[2 * E];
+  memcpy(a->moe.aux_cnt, h, E * sizeof *h);
+  memcpy(a->moe.aux_ps, h + E, E * sizeof *h);
+  a->moe.aux_rows = h[2 * E];
   free(h);
 }

@@ -153,7 +153,7 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   p->t_teacher += t1 - t0;
   layers_forward(be, s, sa, p->inputs[k]);
   if (p->aux_len) { /* the load-balancing loss: its sums are every layer's on the last stage */
-    sa->aux_weight = train ? p->aux_weight : 0.0f;
+    sa->moe.aux_weight = train ? p->aux_weight : 0.0f;
     if (train && s->has_head) p->aux += acts_moe_aux(sa);
   }
   if (!s->has_head) { /* pack for the next stage */

@@ -691,7 +691,7 @@ static void train_two_steps(struct kd_backend *be, int bf16, int family, double 
   model_sync_working(&s, be);
   acts_build(&ta, be, &t, B, T);
   acts_build(&sa, be, &s, B, T);
-  sa.aux_weight = 0.01f / (float)N; /* an MoE student's load-balancing loss in the gradient */
+  sa.moe.aux_weight = 0.01f / (float)N; /* an MoE student's load-balancing loss in the gradient */
   int *tokens = kd_malloc((N + 1) * sizeof(int));
   const int *labels = tokens + 1; /* next-token labels */
   uint64_t rng = 99;

@@ -472,8 +472,8 @@ static void end_checkpoint(struct run *r, int64_t first, int64_t consumed, int64
 /* Clock the experts' GEMMs of both models in the coming step (on) or not (layers_moe.c). */
 static void moe_clock(struct run *r, int on) {
   for (int k = 0; k < r->pipe.nslots; k++)
-    r->pipe.sacts[k].moe_clock = on;
-  r->pipe.tacts.moe_clock = on;
+    r->pipe.sacts[k].stats.clock = on;
+  r->pipe.tacts.stats.clock = on;
 }
 
 /* The steps from the resumed one to run%steps, checkpoints, validation. Collective. */
