@@ -12,7 +12,7 @@ struct moe_xchg;
 /* The tensors of one decoder layer (pointers into arena blocks). */
 struct layer_acts {
   float *x_in;  /* (N, C) residual input */
-  float *h1;    /* (N, C) input_layernorm output */
+  float *h1;    /* (N, C) input_layernorm output (NULL without norms before attention) */
   float *rstd1; /* (N) */
   float *qkv;   /* (N, Q + 2 KV) after bias, q/k norms and rotary embedding */
   float *qkn;   /* q/k norms (qwen3): the raw heads they norm, (N, Q) queries then (N, KV)
@@ -49,8 +49,10 @@ struct layer_acts {
  * stage's layers). */
 struct acts_dims {
   int B, T, C, ffn, q_dim, kv_dim, heads, kv_heads, layers;
-  int qk_norm;  /* per-head q/k norms (arch.h qk_norm) */
-  int sandwich; /* norms of the attention and MLP outputs (KD_NORM_SANDWICH) */
+  int qk_norm;    /* q/k norms: enum kd_qk_norm (arch.h) */
+  int qk_full;    /* whole-projection q/k norms under TP: the rows' full width (else 0) */
+  int pre_norms;  /* norms before attention and MLP (h1, h2; not KD_NORM_POST) */
+  int post_norms; /* norms of the attention and MLP outputs (ao, mo; sandwich, post) */
   int frozen, has_head;
   struct kd_mem_policy pol;
   /* mixture of experts (acts_dims_experts): the card whose layers layer0 .. layer0 + layers - 1
@@ -92,11 +94,11 @@ struct moe_acts {
 
 /* What the experts measured since acts_moe_stats: step statistics, not activations. */
 struct moe_stats {
-  double imb;           /* the largest (expert's routed rows / their mean) of the sparse layers */
-  double ep_bytes;      /* bytes sent to other ranks by the experts' exchanges */
-  double flops, secs;   /* the experts' GEMMs: FLOPs and seconds */
-  int clock;            /* clock the experts' GEMMs (train.c: on the steps it logs; the clock
-                           waits for the device twice in each sparse layer) */
+  double imb;         /* the largest (expert's routed rows / their mean) of the sparse layers */
+  double ep_bytes;    /* bytes sent to other ranks by the experts' exchanges */
+  double flops, secs; /* the experts' GEMMs: FLOPs and seconds */
+  int clock;          /* clock the experts' GEMMs (train.c: on the steps it logs; the clock
+                         waits for the device twice in each sparse layer) */
 };
 
 struct kd_acts {
@@ -117,10 +119,13 @@ struct kd_acts {
   /* gradient workspace, shared by all layers (NULL when frozen); dgu, dmlp tile-sized */
   float *dres, *dh, *dqkv, *datt, *dgu, *dmlp, *dhn;
   float *dqk; /* (N, Q) q/k norms' input gradients (NULL: no q/k norms) */
-  float *dsw; /* (N, C) gemma3: the gradient w.r.t. a normed attention or MLP output */
-  struct moe_acts moe;     /* the sparse layers' (layers_moe.c) */
-  struct moe_stats stats;  /* what the experts measured (the metrics' columns) */
-  void **blocks; /* every block this set allocated, for acts_free */
+  /* qk_full: the whole rows of a projection (N, qk_full) gathered, arranged and normed, and
+   * (trained) their gradient (layers.c proj_norm_*; shared) */
+  float *qk_gather, *qk_row, *qk_out, *qk_dx;
+  float *dsw;             /* (N, C) gemma3: the gradient w.r.t. a normed attention or MLP output */
+  struct moe_acts moe;    /* the sparse layers' (layers_moe.c) */
+  struct moe_stats stats; /* what the experts measured (the metrics' columns) */
+  void **blocks;          /* every block this set allocated, for acts_free */
   int nblocks;
 };
 

@@ -26,6 +26,11 @@ const struct kd_arch_traits kd_arch_traits[KD_ARCH_N] = {
                            .act = KD_ACT_SILU,
                            .window = KD_WINDOW_SWITCHED_ALL,
                            .moe = KD_MOE_SPARSE_STEP},
+    /* OLMo 2: norms after attention and MLP only, q/k norms over the whole projection */
+    [KD_ARCH_OLMO2] = {.qk_norm = KD_QKN_PROJ,
+                       .norm_place = KD_NORM_POST,
+                       .act = KD_ACT_SILU,
+                       .window = KD_WINDOW_EVERY_LAYER},
     /* Mixtral: Mistral's attention, experts in every layer */
     [KD_ARCH_MIXTRAL] = {.act = KD_ACT_SILU,
                          .window = KD_WINDOW_EVERY_LAYER,

@@ -12,15 +12,19 @@
 /* How queries and keys are normed before the rotary embedding. */
 enum kd_qk_norm {
   KD_QKN_NONE,
-  KD_QKN_HEAD /* RMSNorm of each head (q_norm, k_norm of head_dim) */
+  KD_QKN_HEAD, /* RMSNorm of each head (q_norm, k_norm of head_dim) */
+  KD_QKN_PROJ  /* RMSNorm of the whole projection (q_norm of heads x head_dim, k_norm of
+                  kv heads x head_dim) */
 };
 
 /* Where a decoder layer's RMSNorms sit. */
 enum kd_norm_place {
-  KD_NORM_PRE,     /* input_layernorm before attention, post_attention_layernorm before the MLP */
-  KD_NORM_SANDWICH /* also the attention's and the MLP's outputs normed before their residual
-                      adds (post_attention_layernorm, pre_feedforward_layernorm,
-                      post_feedforward_layernorm) */
+  KD_NORM_PRE,      /* input_layernorm before attention, post_attention_layernorm before the MLP */
+  KD_NORM_SANDWICH, /* also the attention's and the MLP's outputs normed before their residual
+                       adds (post_attention_layernorm, pre_feedforward_layernorm,
+                       post_feedforward_layernorm) */
+  KD_NORM_POST      /* only the outputs normed (post_attention_layernorm,
+                       post_feedforward_layernorm); attention and MLP read the residual */
 };
 
 /* How a family's experts are shaped (card keys of a mixture of experts). */

@@ -160,17 +160,22 @@ static size_t field_width(const struct acts_dims *d, int f) {
     return k * (size_t)d->C;
   case F_QKN:
     return d->qk_norm ? (size_t)d->q_dim + (size_t)d->kv_dim : 0;
-  case F_QKR:
-    return d->qk_norm ? (size_t)d->heads + (size_t)d->kv_heads : 0;
+  case F_QKR: /* an rstd per head, or per row of the whole projection */
+    return d->qk_norm == KD_QKN_PROJ   ? 2
+           : d->qk_norm == KD_QKN_HEAD ? (size_t)d->heads + (size_t)d->kv_heads
+                                       : 0;
   case F_AO:
   case F_MO:
-    return d->sandwich ? (size_t)d->C : 0;
+    return d->post_norms ? (size_t)d->C : 0;
   case F_RSTDA:
   case F_RSTDF:
-    return d->sandwich ? 1 : 0;
+    return d->post_norms ? 1 : 0;
+  case F_H1:
+  case F_H2:
+    return d->pre_norms ? (size_t)d->C : 0;
   case F_RSTD1:
   case F_RSTD2:
-    return 1;
+    return d->pre_norms ? 1 : 0;
   case F_QKV:
     return (size_t)d->q_dim + 2 * (size_t)d->kv_dim;
   case F_ATT:
@@ -308,6 +313,11 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
     a->work[j].gu = a->work[0].gu;
     a->work[j].mlp = a->work[0].mlp;
   }
+  if (d->qk_full) { /* whole-projection q/k norms under TP: the gathered rows (proj_norm) */
+    a->qk_gather = take(s, KD_MEM_ACTS, N * (size_t)d->qk_full, sizeof(float));
+    a->qk_row = take(s, KD_MEM_ACTS, N * (size_t)d->qk_full, sizeof(float));
+    a->qk_out = take(s, KD_MEM_ACTS, N * (size_t)d->qk_full, sizeof(float));
+  }
   if (d->frozen) return;
   a->dres = take(s, KD_MEM_ACTS, N * C + aux_floats(d), sizeof(float)); /* + message tail */
   a->dh = take(s, KD_MEM_ACTS, N * C, sizeof(float));
@@ -317,7 +327,8 @@ static void layout(struct sink *s, const struct acts_dims *d, int owns_ws) {
   a->dmlp = take(s, KD_MEM_ACTS, rows_mlp * field_width(d, F_MLP), sizeof(float));
   if (d->has_head) a->dhn = take(s, KD_MEM_ACTS, N * C, sizeof(float));
   if (d->qk_norm) a->dqk = take(s, KD_MEM_ACTS, N * (size_t)d->q_dim, sizeof(float));
-  if (d->sandwich) a->dsw = take(s, KD_MEM_ACTS, N * C, sizeof(float));
+  if (d->qk_full) a->qk_dx = take(s, KD_MEM_ACTS, N * (size_t)d->qk_full, sizeof(float));
+  if (d->post_norms) a->dsw = take(s, KD_MEM_ACTS, N * C, sizeof(float));
   if (d->nsparse) {
     const size_t n = N * (size_t)d->topk;
     a->moe.aux_w = take(s, KD_MEM_ACTS, (size_t)d->E, sizeof(float));
@@ -339,8 +350,11 @@ void acts_dims_of(struct acts_dims *d, const struct kd_model *mdl, int B, int T)
   d->kv_dim = mdl->kv_dim;
   d->heads = mdl->heads;
   d->kv_heads = mdl->kv_heads;
-  d->qk_norm = card_traits(&mdl->card)->qk_norm != KD_QKN_NONE;
-  d->sandwich = card_traits(&mdl->card)->norm_place == KD_NORM_SANDWICH;
+  const struct kd_arch_traits *tr = card_traits(&mdl->card);
+  d->qk_norm = (int)tr->qk_norm;
+  d->qk_full = tr->qk_norm == KD_QKN_PROJ && mdl->tp > 1 ? mdl->q_dim * mdl->tp : 0;
+  d->pre_norms = tr->norm_place != KD_NORM_POST;
+  d->post_norms = tr->norm_place != KD_NORM_PRE;
   d->layers = mdl->nlayers;
   d->frozen = mdl->frozen;
   d->has_head = mdl->has_head;
@@ -393,6 +407,7 @@ void acts_build_shared(struct kd_acts *a, struct kd_backend *be, const struct kd
   a->dmlp = share->dmlp;
   a->dhn = share->dhn;
   a->dqk = share->dqk;
+  a->qk_dx = share->qk_dx;
   a->dsw = share->dsw;
   a->moe.aux_w = share->moe.aux_w;
   a->moe.dey = share->moe.dey;
@@ -483,16 +498,96 @@ static void mlp_forward(struct kd_backend *be, const struct kd_model *mdl,
   }
 }
 
-/* Per-head RMSNorm of this rank's queries and keys in l->qkv (before the rotary
- * embedding): the raw heads are kept in l->qkn, their rstd in l->qkr; the normed heads go
- * back through l->att (free until the attention writes it). */
+/* How the whole-projection norm of queries (k = 0) or keys (k = 1) sees this rank: the
+ * projection's full width, where this rank's columns start in it, this rank's width, and
+ * how many ranks hold the same columns (replicated kv heads). */
+struct proj_cut {
+  int full, col0, width, rep;
+};
+static struct proj_cut proj_cut_of(const struct kd_model *mdl, int k) {
+  const int nkv = mdl->card.num_key_value_heads, hd = mdl->head_dim, tp = mdl->tp;
+  if (!k) return (struct proj_cut){mdl->q_dim * tp, mdl->tp_rank * mdl->q_dim, mdl->q_dim, 1};
+  const int rep = nkv % tp == 0 ? 1 : tp / nkv;
+  return (struct proj_cut){nkv * hd, mdl->tp_rank / rep * mdl->kv_dim, mdl->kv_dim, rep};
+}
+
+/* The whole rows (N, full) of this rank's columns raw (N, width) into a->qk_row: gathered
+ * over TP, each distinct column block once. */
+static void proj_gather(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
+                        const float *raw, struct proj_cut pc, size_t N) {
+  const int tp = mdl->tp;
+  int *cnt = kd_malloc(2 * (size_t)tp * sizeof *cnt), *disp = cnt + tp;
+  for (int r = 0; r < tp; r++) {
+    cnt[r] = comm_count(N * (size_t)pc.width);
+    disp[r] = r * cnt[r];
+  }
+  comm_allgatherv(be, raw, a->qk_gather, cnt, disp, mdl->tp_comm);
+  for (int r = 0; r < tp; r += pc.rep)
+    be->copy2d(be, a->qk_row + (size_t)(r / pc.rep) * pc.width, (size_t)pc.full,
+               a->qk_gather + (size_t)r * N * pc.width, (size_t)pc.width, N, (size_t)pc.width);
+  free(cnt);
+}
+
+/* RMSNorm of the whole projection (arch.h KD_QKN_PROJ) of this rank's columns raw (N,
+ * width), into dst (rows of ld floats), rstd (N) kept. Under TP every rank norms the whole
+ * rows (gathered) and keeps its columns: the values of one rank. */
+static void proj_norm_fwd(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
+                          float *dst, size_t ld, const float *raw, const float *w, float *rstd,
+                          float *tmp, int k, size_t N) {
+  const struct proj_cut pc = proj_cut_of(mdl, k);
+  if (mdl->tp == 1) {
+    norm_fwd(be, mdl, tmp, rstd, raw, w, N, pc.width);
+    be->copy2d(be, dst, ld, tmp, (size_t)pc.width, N, (size_t)pc.width);
+    return;
+  }
+  proj_gather(be, mdl, a, raw, pc, N);
+  norm_fwd(be, mdl, a->qk_out, rstd, a->qk_row, w, N, pc.full);
+  be->copy2d(be, dst, ld, a->qk_out + pc.col0, (size_t)pc.full, N, (size_t)pc.width);
+}
+
+/* Backward of proj_norm_fwd: d (rows of ld floats) holds the gradient w.r.t. this rank's
+ * normed columns on entry, w.r.t. its raw columns on return; dw accumulates. Under TP the
+ * whole rows' gradient of this rank's part is summed over TP (each rank's columns feed every
+ * column's norm); replicated columns take 1 / rep of it each (their ranks' parts add up
+ * again in the input gradient's all-reduce), dw this rank's part (partial over TP). */
+static void proj_norm_bwd(struct kd_backend *be, const struct kd_model *mdl, struct kd_acts *a,
+                          float *d, size_t ld, const float *raw, const float *w, float *dw,
+                          const float *rstd, int k, size_t N) {
+  const struct proj_cut pc = proj_cut_of(mdl, k);
+  const size_t width = (size_t)pc.width, full = (size_t)pc.full;
+  if (mdl->tp == 1) {
+    be->copy2d(be, a->datt, width, d, ld, N, width);
+    be->zero(be, a->dqk, N * width);
+    norm_bwd(be, mdl, a->dqk, dw, a->datt, raw, w, rstd, N, pc.width);
+    be->copy2d(be, d, ld, a->dqk, width, N, width);
+    return;
+  }
+  proj_gather(be, mdl, a, raw, pc, N);
+  be->zero(be, a->qk_out, N * full); /* this rank's part of the output gradient */
+  be->copy2d(be, a->qk_out + pc.col0, full, d, ld, N, width);
+  be->zero(be, a->qk_dx, N * full);
+  norm_bwd(be, mdl, a->qk_dx, dw, a->qk_out, a->qk_row, w, rstd, N, pc.full);
+  tp_allreduce(be, mdl, a->qk_dx, N * full);
+  if (pc.rep > 1) be->scale(be, a->qk_dx, 1.0f / (float)pc.rep, N * full);
+  be->copy2d(be, d, ld, a->qk_dx + pc.col0, full, N, width);
+}
+
+/* RMSNorm of this rank's queries and keys in l->qkv (before the rotary embedding), per head
+ * or over the whole projection: the raw columns are kept in l->qkn, their rstd in l->qkr;
+ * the normed ones go back through l->att (free until the attention writes it). */
 static void qk_norm_forward(struct kd_backend *be, const struct kd_model *mdl,
-                            const struct layer_ptrs *w, const struct layer_acts *l, size_t N) {
+                            const struct layer_ptrs *w, const struct layer_acts *l,
+                            struct kd_acts *a, size_t N) {
   const int hd = mdl->head_dim, Q = mdl->q_dim, KV = mdl->kv_dim;
   const size_t QKV = (size_t)Q + 2 * (size_t)KV;
   float *rq = l->qkn, *rk = l->qkn + N * Q;
   be->copy2d(be, rq, Q, l->qkv, QKV, N, Q);
   be->copy2d(be, rk, KV, l->qkv + Q, QKV, N, KV);
+  if (a->d.qk_norm == KD_QKN_PROJ) {
+    proj_norm_fwd(be, mdl, a, l->qkv, QKV, rq, w->qn, l->qkr, l->att, 0, N);
+    proj_norm_fwd(be, mdl, a, l->qkv + Q, QKV, rk, w->kn, l->qkr + N, l->att, 1, N);
+    return;
+  }
   norm_fwd(be, mdl, l->att, l->qkr, rq, w->qn, N * mdl->heads, hd);
   be->copy2d(be, l->qkv, QKV, l->att, Q, N, Q);
   norm_fwd(be, mdl, l->att, l->qkr + N * mdl->heads, rk, w->kn, N * mdl->kv_heads, hd);
@@ -507,6 +602,11 @@ static void qk_norm_backward(struct kd_backend *be, const struct kd_model *mdl,
                              const struct layer_acts *l, struct kd_acts *a, size_t N) {
   const int hd = mdl->head_dim, Q = mdl->q_dim, KV = mdl->kv_dim;
   const size_t QKV = (size_t)Q + 2 * (size_t)KV;
+  if (a->d.qk_norm == KD_QKN_PROJ) {
+    proj_norm_bwd(be, mdl, a, a->dqkv, QKV, l->qkn, w->qn, g->qn, l->qkr, 0, N);
+    proj_norm_bwd(be, mdl, a, a->dqkv + Q, QKV, l->qkn + N * Q, w->kn, g->kn, l->qkr + N, 1, N);
+    return;
+  }
   for (int k = 0; k < 2; k++) { /* queries, then keys */
     const int width = k ? KV : Q;
     const size_t col = k ? (size_t)Q : 0, rows = N * (k ? mdl->kv_heads : mdl->heads);
@@ -544,13 +644,25 @@ static struct kd_attn layer_attn(const struct kd_model *mdl, int i, const struct
   return at;
 }
 
+/* A layer's tensors as attention and the MLP read them: without norms before them
+ * (KD_NORM_POST) their inputs h1, h2 are the residual x_in, x_mid themselves. */
+static struct layer_acts layer_inputs(const struct layer_acts *l, const struct kd_acts *a) {
+  struct layer_acts v = *l;
+  if (!a->d.pre_norms) {
+    v.h1 = v.x_in;
+    v.h2 = v.x_mid;
+  }
+  return v;
+}
+
 /* One decoder layer forward (layer i of this stage): reads l->x_in, writes `out` (N, C),
  * which may alias l->x_in (read for the last time before out is first written). out ==
  * NULL (the last layer of a recomputed segment): the output is not needed, only what
  * backward reads. */
 static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int i,
-                          const struct layer_ptrs *w, const struct layer_acts *l, float *out,
+                          const struct layer_ptrs *w, const struct layer_acts *lk, float *out,
                           struct kd_acts *a) {
+  const struct layer_acts lv = layer_inputs(lk, a), *l = &lv;
   const struct kd_card *c = &mdl->card;
   const struct kd_attn att = layer_attn(mdl, i, a), *at = &att;
   const int B = a->d.B, T = a->d.T;
@@ -560,11 +672,11 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int
   const int Q = mdl->q_dim, QKV = mdl->q_dim + 2 * mdl->kv_dim;
   const struct kd_rope *rope = layer_rope(mdl, i);
 
-  norm_fwd(be, mdl, l->h1, l->rstd1, l->x_in, w->ln1, N, C);
+  if (a->d.pre_norms) norm_fwd(be, mdl, l->h1, l->rstd1, l->x_in, w->ln1, N, C);
   linear_fwd(be, l->qkv, l->h1, w->wqkv, w->wqkv16, N, C, QKV);
   if (w->bqkv) be->bias_forward(be, l->qkv, w->bqkv, N, QKV, QKV);
   maybe_round(be, l->qkv, N * QKV);
-  if (l->qkn) qk_norm_forward(be, mdl, w, l, N);
+  if (l->qkn) qk_norm_forward(be, mdl, w, l, a, N);
   if (a->kv && a->kv->decode) { /* one row per sample against its cache */
     const struct kd_kv *kv = a->kv;
     be->rope_rows(be, l->qkv, N, kv->pos, nh, hd, QKV, rope);
@@ -588,7 +700,7 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int
   }
   be->add(be, l->x_mid, l->x_in, N * C);
   maybe_round(be, l->x_mid, N * C);
-  norm_fwd(be, mdl, l->h2, l->rstd2, l->x_mid, w->ln2, N, C);
+  if (a->d.pre_norms) norm_fwd(be, mdl, l->h2, l->rstd2, l->x_mid, w->ln2, N, C);
   if (a->d.pol.offload) be->copy_wait(be); /* out may be x_in's buffer, still being offloaded */
   if (w->wr || w->wr16)
     moe_forward(be, mdl, i, w, l, out, a);
@@ -674,7 +786,8 @@ static void mlp_backward(struct kd_backend *be, const struct kd_model *mdl,
  * on entry and dL/d(layer input) on return. */
 static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, int i,
                            const struct layer_ptrs *w, const struct layer_ptrs *g,
-                           const struct layer_acts *l, struct kd_acts *a) {
+                           const struct layer_acts *lk, struct kd_acts *a) {
+  const struct layer_acts lv = layer_inputs(lk, a), *l = &lv;
   const struct kd_card *c = &mdl->card;
   const struct kd_attn att = layer_attn(mdl, i, a), *at = &att;
   const int B = a->d.B, T = a->d.T;
@@ -695,7 +808,10 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, in
   else
     mlp_backward(be, mdl, w, g, l, a, l->mo ? a->dsw : a->dres);
   tp_allreduce(be, mdl, a->dh, N * C);
-  norm_bwd(be, mdl, a->dres, g->ln2, a->dh, l->x_mid, w->ln2, l->rstd2, N, C);
+  if (a->d.pre_norms)
+    norm_bwd(be, mdl, a->dres, g->ln2, a->dh, l->x_mid, w->ln2, l->rstd2, N, C);
+  else
+    be->add(be, a->dres, a->dh, N * C);
 
   /* attention: x_mid = x_in + o_proj(attn(rope(qkv(norm(x_in))))) (gemma3: o_proj normed) */
   if (l->ao) {
@@ -711,7 +827,10 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, in
   if (g->bqkv) be->bias_backward(be, g->bqkv, a->dqkv, N, QKV, QKV);
   linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);
   tp_allreduce(be, mdl, a->dh, N * C);
-  norm_bwd(be, mdl, a->dres, g->ln1, a->dh, l->x_in, w->ln1, l->rstd1, N, C);
+  if (a->d.pre_norms)
+    norm_bwd(be, mdl, a->dres, g->ln1, a->dh, l->x_in, w->ln1, l->rstd1, N, C);
+  else
+    be->add(be, a->dres, a->dh, N * C);
 }
 
 /* 'selective': recompute the norms' outputs and the SwiGLU product of layer l from
@@ -721,8 +840,10 @@ static void recompute_cheap(struct kd_backend *be, const struct kd_model *mdl,
                             const struct kd_acts *a) {
   const size_t N = (size_t)a->d.B * a->d.T;
   const int C = mdl->card.hidden_size;
-  norm_fwd(be, mdl, l->h1, l->rstd1, l->x_in, w->ln1, N, C);
-  norm_fwd(be, mdl, l->h2, l->rstd2, l->x_mid, w->ln2, N, C);
+  if (a->d.pre_norms) {
+    norm_fwd(be, mdl, l->h1, l->rstd1, l->x_in, w->ln1, N, C);
+    norm_fwd(be, mdl, l->h2, l->rstd2, l->x_mid, w->ln2, N, C);
+  }
   if (!a->d.pol.tiled_mlp) act_fwd(be, mdl, l->mlp, l->gu, N);
 }
 

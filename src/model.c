@@ -190,6 +190,8 @@ void model_table(struct kd_model *mdl, const struct kd_card *card, int kind, int
   const int hd = card_head_dim(card);
   const struct kd_arch_traits *tr = card_traits(card);
   const int sandwich = tr->norm_place == KD_NORM_SANDWICH;
+  const int pre = tr->norm_place != KD_NORM_POST; /* norms before attention and MLP */
+  const int post = tr->norm_place != KD_NORM_PRE; /* norms of their outputs (lna, lnf) */
   mdl->tp = tp;
   mdl->tp_rank = r;
   mdl->tp_comm = MPI_COMM_SELF;
@@ -263,8 +265,9 @@ void model_table(struct kd_model *mdl, const struct kd_card *card, int kind, int
     const struct cut oc = {1, q0, mdl->q_dim, mine, 1, 0};
     const struct cut fc = {0, f0, fn, mine, 1, 0};
     const struct cut dc = {1, f0, fn, mine, 1, 0};
-    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, VIEW(ln1),
-              "model.layers.%d.input_layernorm.weight", l);
+    if (pre)
+      table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, VIEW(ln1),
+                "model.layers.%d.input_layernorm.weight", l);
     table_add(mdl, cap, ROLE_LINEAR, l, Q, C, qc, VIEW2(wqkv),
               "model.layers.%d.self_attn.q_proj.weight", l);
     table_add(mdl, cap, ROLE_LINEAR, l, KV, C, kc, NOVIEW,
@@ -281,15 +284,19 @@ void model_table(struct kd_model *mdl, const struct kd_card *card, int kind, int
     }
     table_add(mdl, cap, ROLE_LINEAR, l, C, Q, oc, VIEW2(wo),
               "model.layers.%d.self_attn.o_proj.weight", l);
-    if (tr->qk_norm == KD_QKN_HEAD) {
-      table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, VIEW(qn),
+    if (tr->qk_norm) { /* per head (head_dim), or over the whole projection (Q, KV): every rank
+                          norms whole rows (layers.c), its part of the gradient partial over TP */
+      const int64_t qw = tr->qk_norm == KD_QKN_HEAD ? hd : Q;
+      const int64_t kw = tr->qk_norm == KD_QKN_HEAD ? hd : KV;
+      table_add(mdl, cap, ROLE_NORM, l, qw, 0, hn, VIEW(qn),
                 "model.layers.%d.self_attn.q_norm.weight", l);
-      table_add(mdl, cap, ROLE_NORM, l, hd, 0, hn, VIEW(kn),
+      table_add(mdl, cap, ROLE_NORM, l, kw, 0, hn, VIEW(kn),
                 "model.layers.%d.self_attn.k_norm.weight", l);
     }
-    /* the sandwich: post_attention_layernorm norms the attention output, the MLP input has a
-     * norm of its own (pre_feedforward_layernorm) and the MLP output another one */
-    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, sandwich ? VIEW(lna) : VIEW(ln2),
+    /* the outputs' norms (sandwich, post): post_attention_layernorm norms the attention
+     * output, the MLP input has a norm of its own (pre_feedforward_layernorm: the sandwich)
+     * and the MLP output another one */
+    table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, post ? VIEW(lna) : VIEW(ln2),
               "model.layers.%d.post_attention_layernorm.weight", l);
     if (sandwich)
       table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, VIEW(ln2),
@@ -319,7 +326,7 @@ void model_table(struct kd_model *mdl, const struct kd_card *card, int kind, int
       table_add(mdl, cap, ROLE_LINEAR, l, C, I, dc, VIEW2(wd),
                 "model.layers.%d.mlp.down_proj.weight", l);
     }
-    if (sandwich)
+    if (post)
       table_add(mdl, cap, ROLE_NORM, l, C, 0, rep, VIEW(lnf),
                 "model.layers.%d.post_feedforward_layernorm.weight", l);
   }
