@@ -16,7 +16,13 @@
 #     it reads the objects under $KD_SRCDIR/src when all are there, else checks includes
 #     only and says so. Each circle is printed with the includes and symbols of its edges;
 #     the circles of KNOWN_CIRCLES (below) are tolerated until removed (issue 37), and an
-#     entry that is no longer a circle fails, so that list only shrinks.
+#     entry that is no longer a circle fails, so that list only shrinks;
+#  6. no model family named outside the arch table and the converter (words.[ch], arch.[ch],
+#     tools/hfconfig.c, tools/convert_hf.c, and selftest.c's fixtures): no KD_ARCH_<NAME> of
+#     KD_ARCH_LIST, no call of a family test (a function or macro of a header whose body
+#     names a KD_ARCH_<NAME>, such as card_gemma), no switch on an arch, no family word in a
+#     string comparison. The files of KNOWN_FAMILY_CHECKS (below) are tolerated until
+#     cleaned (issue 37); an entry without hits fails, so that list only shrinks.
 set -eu
 : "${KD_SRCDIR:?}"
 src=$KD_SRCDIR/src
@@ -233,5 +239,105 @@ elif known:
 sys.exit(1 if fail else 0)
 PY
 
-[ "$bad" = 0 ] && echo "code rules hold: no word strcmp, no H5A outside h5attr.c, train.c via backend.h, communicators from grid.c, no module circle (beyond the known ones)"
+# 6: model families named only in the arch table and the converter
+#
+# FAMILY_FILES: where a family may be named: the word list (words.[ch]), the arch table
+# (arch.[ch]: each family's traits), the converter's name mapping (tools/hfconfig.c,
+# tools/convert_hf.c) and the self-test's fixtures (selftest.c). Paths under src/.
+FAMILY_FILES='words.h words.c arch.h arch.c tools/hfconfig.c tools/convert_hf.c selftest.c'
+# KNOWN_FAMILY_CHECKS: the files that still name families today, tolerated and printed as
+# "known, to be removed (issue 37)"; a file here without hits fails: remove it from the list.
+KNOWN_FAMILY_CHECKS='config.c config.h layers.c model.c plan.c train_log.c weights_card.c'
+FAMILY_FILES=$FAMILY_FILES KNOWN_FAMILY_CHECKS=$KNOWN_FAMILY_CHECKS \
+  python3 - "$src" <<'PY' || bad=1
+import os, re, sys
+root = sys.argv[1]
+allowed = set(os.environ['FAMILY_FILES'].split())
+known = os.environ['KNOWN_FAMILY_CHECKS'].split()
+fail = []
+def say(msg):
+    fail.append(msg)
+    print('FAIL: ' + msg, file=sys.stderr)
+
+words_h = open(os.path.join(root, 'words.h')).read()
+m = re.search(r'#define KD_ARCH_LIST\(X\)((?:[^\n]*\\\n)*[^\n]*)', words_h)
+archs = re.findall(r'X\((KD_ARCH_\w+), *"(\w+)"\)', m.group(1)) if m else []
+if not archs:
+    say('no KD_ARCH_LIST in src/words.h')
+    sys.exit(1)
+ids = '|'.join(a for a, _ in archs)
+names = '|'.join(w for _, w in archs)
+family_id = re.compile(r'\b(%s)\b' % ids)
+
+# each file without its comments (newlines kept: the line numbers hold); strings kept in
+# text, blanked in code
+tok = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+def strip(s, keep_strings):
+    def rep(m):
+        t = m.group(0)
+        if t[0] == '/':
+            return re.sub(r'[^\n]', ' ', t)
+        return t if keep_strings else t[0] + ' ' * (len(t) - 2) + t[-1]
+    return tok.sub(rep, s)
+files = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root)
+               for f in fs if f.endswith(('.c', '.h', '.cu', '.cuh')))
+text = {f: open(os.path.join(root, f), errors='replace').read() for f in files}
+code = {f: strip(text[f], False) for f in files}
+
+# the family tests: functions and function-like macros of a header whose body names a family
+tests, defs = set(), set()
+for f in files:
+    if not f.endswith(('.h', '.cuh')) or f == 'words.h':
+        continue
+    c = code[f]
+    for m in re.finditer(r'^[A-Za-z_][\w \t*]*?\b(\w+)\s*\([^;{}()]*\)\s*\{', c, re.M):
+        depth, i = 0, m.end() - 1
+        while i < len(c):
+            depth += {'{': 1, '}': -1}.get(c[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        if family_id.search(c, m.end(), i):
+            tests.add(m.group(1)); defs.add((f, m.start(1)))
+    for m in re.finditer(r'^[ \t]*#[ \t]*define[ \t]+(\w+)\(((?:[^\n]*\\\n)*[^\n]*)', c, re.M):
+        if family_id.search(m.group(2)):
+            tests.add(m.group(1)); defs.add((f, m.start(1)))
+rules = [(family_id, 'family %s named')]
+if tests:
+    rules.append((re.compile(r'\b(%s)\s*\(' % '|'.join(sorted(tests))), 'family test %s called'))
+rules.append((re.compile(r'\bswitch\s*\(([^;{}]*?\barch)\s*\)'), 'switch on %s'))
+strcmp = re.compile(r'\b(str(?:n)?(?:case)?cmp|memcmp)\s*\([^;{}]*?"(%s)"' % names)
+
+hits = {}
+for f in files:
+    if f in allowed:
+        continue
+    found = []
+    c = code[f]
+    for rx, what in rules:
+        for m in rx.finditer(c):
+            if (f, m.start(1)) not in defs:
+                found.append((c.count('\n', 0, m.start()) + 1, what % m.group(1)))
+    cs = strip(text[f], True)
+    for m in strcmp.finditer(cs):
+        found.append((cs.count('\n', 0, m.start()) + 1, '"%s" compared' % m.group(2)))
+    if found:
+        hits[f] = sorted(set(found))
+print('family tests (header functions naming a family): ' + (' '.join(sorted(tests)) or 'none'))
+for f, found in sorted(hits.items()):
+    where = ', '.join('%d' % n for n in sorted({n for n, _ in found}))
+    if f in known:
+        print('known, to be removed (issue 37): src/%s names families on lines %s' % (f, where))
+    else:
+        lines = text[f].split('\n')
+        say('model family named outside the arch table and the converter (%s; use a trait '
+            'of the arch table):\n%s' % (' '.join(sorted(allowed)), '\n'.join(
+                'src/%s:%d: %s: %s' % (f, n, w, lines[n - 1].strip()) for n, w in found)))
+for f in known:
+    if f not in hits:
+        say('KNOWN_FAMILY_CHECKS lists %s, which names no family any more: remove it from the '
+            'list' % f)
+sys.exit(1 if fail else 0)
+PY
+[ "$bad" = 0 ] && echo "code rules hold: no word strcmp, no H5A outside h5attr.c, train.c via backend.h, communicators from grid.c, no module circle (beyond the known ones), no family named outside the arch table and the converter (beyond the known files)"
 exit "$bad"
