@@ -24,7 +24,7 @@ struct hf_arch {
   int qkv_bias;    /* q/k/v biases always (the key attention_bias is not read) */
   int bias_key;    /* reads attention_bias (which would include o_proj) */
   int window_flag; /* use_sliding_window turns the window on */
-  int window_size; /* sliding_window alone sets a window */
+  int window_size; /* sliding_window alone sets a window; absent, this many tokens (-1: none) */
   int head_dim;    /* head_dim when absent; 0: hidden_size / num_attention_heads */
   /* vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads when
    * absent (0: required), tie_word_embeddings when absent */
@@ -34,17 +34,20 @@ struct hf_arch {
 /* Gemma3TextConfig's defaults (the 2B-shaped text model transformers describes) */
 #define GEMMA3_SIZES                                                                               \
   { 262208, 2304, 9216, 26, 8 }
+/* transformers' default window of the model_types that have one (sliding_window absent;
+ * JSON null: none) */
+#define HF_WINDOW_DEFAULT 4096
 static const struct hf_arch archs[] = {
     {"qwen2", KD_ARCH_QWEN2, "Qwen2ForCausalLM", 32, 32768, 1, 0, 1, 0, 0, {0}, 0, 0},
     {"llama", KD_ARCH_LLAMA, "LlamaForCausalLM", 0, 2048, 0, 1, 0, 0, 0, {0}, 0, 0},
-    {"mistral", KD_ARCH_LLAMA, "MistralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1, 0, {0}, 0, 0},
+    {"mistral", KD_ARCH_LLAMA, "MistralForCausalLM", 8, 4096 * 32, 0, 0, 0, 4096, 0, {0}, 0, 0},
     {"qwen3", KD_ARCH_QWEN3, "Qwen3ForCausalLM", 32, 32768, 0, 1, 1, 0, 128, {0}, 0, 0},
     {"gemma3_text", KD_ARCH_GEMMA3, "Gemma3ForCausalLM", 4, 131072, 0, 1, 0, 0, 256, GEMMA3_SIZES,
      1, 0},
     {"gemma3", KD_ARCH_GEMMA3, "Gemma3ForConditionalGeneration", 4, 131072, 0, 1, 0, 0, 256,
      GEMMA3_SIZES, 1, 1},
     {"qwen3_moe", KD_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", 4, 32768, 0, 1, 1, 0, 0, {0}, 0, 0},
-    {"mixtral", KD_ARCH_MIXTRAL, "MixtralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1, 0, {0}, 0, 0},
+    {"mixtral", KD_ARCH_MIXTRAL, "MixtralForCausalLM", 8, 4096 * 32, 0, 0, 0, -1, 0, {0}, 0, 0},
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
@@ -240,10 +243,6 @@ static int read_rope(const struct rd *r, struct kd_card *c) {
   return st;
 }
 
-/* transformers' default window of the model_types that have one (sliding_window absent;
- * JSON null: none) */
-#define HF_WINDOW_DEFAULT 4096
-
 /* layer_types of config.json into the card (absent: none), one known word per layer. */
 static int read_layer_types(const struct rd *r, struct kd_card *c) {
   const cJSON *lt = get(r->o, "layer_types"), *e;
@@ -286,15 +285,16 @@ static int layer_types_differ(const struct kd_card *c) {
 /* Sliding-window attention as transformers 5 reads it: qwen2 / qwen3 keep sliding_window
  * only with use_sliding_window and mark the layers from max_window_layers on, unless
  * layer_types marks them; mistral has sliding_window in every layer (its layer_types is
- * ignored by transformers: refused unless it says the same); llama has no window (a
- * sliding layer refused). sliding_window absent: transformers' default 4096; null: none. */
+ * ignored by transformers: refused unless it says the same), as has mixtral; llama has no
+ * window (a sliding layer refused). sliding_window absent: the model_type's default
+ * (Qwen2, Qwen3, Mistral 4096; Mixtral none); null: none. */
 static int read_window(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
   const cJSON *use = get(r->o, "use_sliding_window");
   if (use && !cJSON_IsBool(use))
     return refuse(r, "use_sliding_window", use, "expected true or false");
   const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r->o, "sliding_window");
   int w = 0;
-  if ((a->window_flag || a->window_size) && !sw) w = HF_WINDOW_DEFAULT;
+  if (!sw) w = a->window_flag ? HF_WINDOW_DEFAULT : a->window_size > 0 ? a->window_size : 0;
   if ((a->window_flag || a->window_size) && sw && !cJSON_IsNull(sw)) {
     if (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble) || sw->valuedouble < 1 ||
         sw->valuedouble > 2147483647.0)
