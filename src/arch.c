@@ -36,6 +36,9 @@ const struct kd_arch_traits kd_arch_traits[KD_ARCH_N] = {
                          .window = KD_WINDOW_EVERY_LAYER,
                          .moe = KD_MOE_EVERY_LAYER,
                          .norm_topk_prob = 1},
+    /* Phi-3: Llama's math (its checkpoints fuse q/k/v and gate/up: the converter splits
+     * them), sliding_window in every layer as Mistral's */
+    [KD_ARCH_PHI3] = {.act = KD_ACT_SILU, .window = KD_WINDOW_EVERY_LAYER},
 };
 
 const char *arch_moe_names(char *buf, size_t len) {

@@ -156,6 +156,49 @@ static int fused_name(char *out, size_t len, const struct kd_param *q) {
   return 1;
 }
 
+/* Tensors a family's checkpoints store fused, as transformers' modelling code names and cuts
+ * them: a layer's fused tensor (model.layers.L.file) holds the rows of the table's tensors
+ * model.layers.L.part[0], part[1], ... one after the other. Phi-3: Phi3Attention.qkv_proj
+ * (the q rows, then k, then v) and Phi3MLP.gate_up_proj (gate, then up: its chunk(2)).
+ * from-hf splits them into the table's tensors, to-hf fuses them again. */
+struct fusion {
+  enum kd_arch arch;
+  const char *file;    /* the fused tensor's name after model.layers.L. */
+  const char *part[4]; /* its row blocks in order (NULL-ended) */
+};
+static const struct fusion fusions[] = {
+    {KD_ARCH_PHI3,
+     "self_attn.qkv_proj.weight",
+     {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", NULL}},
+    {KD_ARCH_PHI3, "mlp.gate_up_proj.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight", NULL}},
+};
+
+/* The fusion of card c that `name` (model.layers.L.X) is a part of (*part its index) or the
+ * fused tensor of (*part = -1), *layer its L; NULL when none. */
+static const struct fusion *fusion_of(const struct kd_card *c, const char *name, int *layer,
+                                      int *part) {
+  int at = 0;
+  if (sscanf(name, "model.layers.%d.%n", layer, &at) != 1 || !at) return NULL;
+  for (size_t f = 0; f < sizeof fusions / sizeof fusions[0]; f++) {
+    if (fusions[f].arch != c->arch) continue;
+    *part = -1;
+    if (!strcmp(name + at, fusions[f].file)) return &fusions[f];
+    for (*part = 0; fusions[f].part[*part]; ++*part)
+      if (!strcmp(name + at, fusions[f].part[*part])) return &fusions[f];
+  }
+  return NULL;
+}
+
+/* The table entry of part i of fusion f in layer l. */
+static const struct kd_param *fusion_part(const struct kd_model *m, const struct fusion *f, int l,
+                                          int i) {
+  char name[256];
+  snprintf(name, sizeof name, "model.layers.%d.%s", l, f->part[i]);
+  const struct kd_param *q = model_find(m, name);
+  if (!q) kd_fail(KD_EXIT_INPUT, "no tensor %s in kdtrain's table of this model", name);
+  return q;
+}
+
 /* The table name of file name `name`, or 0 when it is not the text model's (px: a
  * multimodal model's prefixes, NULL: every name is). */
 static int table_name(char *out, size_t len, const char *name, const struct lm_prefix *px) {
@@ -187,11 +230,18 @@ static void check_no_extra(const struct kd_model *m, const struct st_file *sf, i
       }
       size_t l = strlen(name);
       if (m->card.arch == KD_ARCH_MIXTRAL) mixtral_name(name, sizeof name, 0);
+      int layer = -1, at = 0, part = 0;
+      const struct fusion *fu = fusion_of(&m->card, name, &layer, &part);
+      if (fu && part < 0) continue; /* a fused tensor: read by locate */
+      if (fu)
+        kd_fail(KD_EXIT_INPUT,
+                "%s: tensor %s: the checkpoints of this model_type hold it in "
+                "model.layers.%d.%s (transformers reads no such tensor)",
+                sf[i].path, e->string, layer, fu->file);
       if (model_find(m, name)) continue;
-      int layer = -1, at = 0;
-      char part[32] = "";
-      if (sscanf(name, "model.layers.%d.mlp.experts.%31[a-z_]%n", &layer, part, &at) == 2 &&
-          !name[at] && (!strcmp(part, "gate_up_proj") || !strcmp(part, "down_proj")) &&
+      char proj[32] = "";
+      if (sscanf(name, "model.layers.%d.mlp.experts.%31[a-z_]%n", &layer, proj, &at) == 2 &&
+          !name[at] && (!strcmp(proj, "gate_up_proj") || !strcmp(proj, "down_proj")) &&
           card_layer_sparse(&m->card, layer))
         continue; /* transformers' fused experts: read by locate */
       if (l > 21 && !strcmp(name + l - 21, ".rotary_emb.inv_freq")) continue;       /* a buffer */
@@ -204,55 +254,103 @@ static void check_no_extra(const struct kd_model *m, const struct st_file *sf, i
   }
 }
 
-/* For every table entry, the shard holding it, with shape and byte range checked; fused[p]:
- * 0 read under file_name, 1 a slice of its fused expert tensor (fused_name), 2 under its
- * table name (mixtral's router in transformers' fused-layout files). */
-static int *locate(const struct kd_model *m, const struct st_file *sf, int nsh, const char *dir,
-                   const struct lm_prefix *px, int *fused) {
-  int *where = kd_calloc((size_t)m->nparams, sizeof *where);
-  char err[ERRLEN], name[512], alt[512];
+/* Where a table entry is read from: tensor `name` of shard `shard`, of `total` elements,
+ * the entry's being those from `offset` on (all of them when total is the entry's numel). */
+struct src {
+  int shard;
+  size_t total, offset;
+  char name[512];
+};
+
+/* The shard holding tensor `name` (nd, sh: its shape), or -1. */
+static int find_shard(const struct st_file *sf, int nsh, const char *name, int *nd, int64_t sh[4]) {
+  for (int i = 0; i < nsh; i++)
+    if (st_find(&sf[i], name, nd, sh)) return i;
+  return -1;
+}
+
+/* Table entry q as rows of its layer's fused tensor (fusion fu, q its part `part`). */
+static void locate_fused(const struct kd_model *m, const struct kd_param *q,
+                         const struct st_file *sf, int nsh, const char *dir,
+                         const struct lm_prefix *px, const struct fusion *fu, int layer, int part,
+                         struct src *s) {
+  char name[512], err[ERRLEN];
+  snprintf(name, sizeof name, "model.layers.%d.%s", layer, fu->file);
+  file_name(s->name, sizeof s->name, name, px, &m->card);
+  int64_t rows = 0, sh[4];
+  for (int i = 0; fu->part[i]; i++) {
+    if (i == part) s->offset = (size_t)rows * (size_t)q->shape[1];
+    rows += fusion_part(m, fu, layer, i)->shape[0];
+  }
+  int nd = 0;
+  if ((s->shard = find_shard(sf, nsh, s->name, &nd, sh)) < 0)
+    kd_fail(KD_EXIT_INPUT, "%s: no tensor %s in the safetensors files", dir, s->name);
+  if (nd != 2 || sh[0] != rows || sh[1] != q->shape[1])
+    kd_fail(KD_EXIT_INPUT,
+            "%s: tensor %s has %d dimension(s) (%lld, ...) but config.json implies (%lld, %lld): "
+            "the rows of %s and the tensors after it",
+            sf[s->shard].path, s->name, nd, (long long)sh[0], (long long)rows,
+            (long long)q->shape[1], q->name);
+  s->total = (size_t)rows * (size_t)q->shape[1];
+  if (st_check(&sf[s->shard], s->name, s->total, err, sizeof err))
+    kd_fail(KD_EXIT_INPUT, "%s", err);
+}
+
+/* For every table entry, where it is read from, with shape and byte range checked: under its
+ * file_name; under its table name (mixtral's router in transformers' fused-layout files); an
+ * expert's slice of transformers' fused expert tensor (fused_name); rows of a family's fused
+ * tensor (fusions). */
+static struct src *locate(const struct kd_model *m, const struct st_file *sf, int nsh,
+                          const char *dir, const struct lm_prefix *px) {
+  struct src *src = kd_calloc((size_t)m->nparams, sizeof *src);
+  char err[ERRLEN], alt[512];
   for (int p = 0; p < m->nparams; p++) {
     const struct kd_param *q = &m->params[p];
-    int nd = 0;
+    struct src *s = &src[p];
+    int nd = 0, layer = -1, part = 0;
     int64_t sh[4];
-    where[p] = -1;
-    fused[p] = 0;
-    file_name(name, sizeof name, q->name, px, &m->card);
-    for (int i = 0; i < nsh && where[p] < 0; i++)
-      if (st_find(&sf[i], name, &nd, sh)) where[p] = i;
-    if (where[p] < 0 && strcmp(name, q->name)) /* mixtral's router in transformers' own files */
-      for (int i = 0; i < nsh && where[p] < 0 && q->expert < 0; i++)
-        if (st_find(&sf[i], q->name, &nd, sh)) where[p] = i, fused[p] = 2;
-    if (fused[p] == 2) snprintf(name, sizeof name, "%s", q->name);
-    if (where[p] < 0 && fused_name(alt, sizeof alt, q))
-      for (int i = 0; i < nsh && where[p] < 0; i++)
-        if (st_find(&sf[i], alt, &nd, sh)) where[p] = i, fused[p] = 1;
-    if (where[p] < 0)
-      kd_fail(KD_EXIT_INPUT, "%s: no tensor %s in the safetensors files", dir, name);
-    const struct st_file *f = &sf[where[p]];
-    if (fused[p] == 1) { /* (E, 2 I, C) or (E, C, I) */
+    s->total = q->numel;
+    const struct fusion *fu = fusion_of(&m->card, q->name, &layer, &part);
+    if (fu) {
+      locate_fused(m, q, sf, nsh, dir, px, fu, layer, part, s);
+      continue;
+    }
+    file_name(s->name, sizeof s->name, q->name, px, &m->card);
+    s->shard = find_shard(sf, nsh, s->name, &nd, sh);
+    if (s->shard < 0 && strcmp(s->name, q->name) && q->expert < 0 &&
+        (s->shard = find_shard(sf, nsh, q->name, &nd, sh)) >= 0) /* mixtral's router */
+      snprintf(s->name, sizeof s->name, "%s", q->name);
+    if (s->shard < 0 && fused_name(alt, sizeof alt, q) &&
+        (s->shard = find_shard(sf, nsh, alt, &nd, sh)) >= 0) { /* (E, 2 I, C) or (E, C, I) */
       const int down = strstr(q->name, ".down_proj.") != NULL;
+      const int up = strstr(q->name, ".up_proj.") != NULL;
       const int64_t E = m->card.num_experts;
       const int64_t r = down ? q->shape[0] : 2 * q->shape[0];
       if (nd != 3 || sh[0] != E || sh[1] != r || sh[2] != q->shape[1])
         kd_fail(KD_EXIT_INPUT,
                 "%s: tensor %s has %d dimension(s) (%lld, ...) but config.json implies (%lld, "
                 "%lld, %lld)",
-                f->path, alt, nd, (long long)sh[0], (long long)E, (long long)r,
+                sf[s->shard].path, alt, nd, (long long)sh[0], (long long)E, (long long)r,
                 (long long)q->shape[1]);
-      if (st_check(f, alt, (size_t)(E * r * q->shape[1]), err, sizeof err))
+      snprintf(s->name, sizeof s->name, "%s", alt);
+      s->total = (size_t)(E * r * q->shape[1]);
+      s->offset = (size_t)q->expert * (size_t)(r * q->shape[1]) + (up ? q->numel : 0);
+      if (st_check(&sf[s->shard], alt, s->total, err, sizeof err))
         kd_fail(KD_EXIT_INPUT, "%s", err);
       continue;
     }
+    if (s->shard < 0)
+      kd_fail(KD_EXIT_INPUT, "%s: no tensor %s in the safetensors files", dir, s->name);
+    const struct st_file *f = &sf[s->shard];
     if (nd != q->ndim || sh[0] != q->shape[0] || (nd == 2 && sh[1] != q->shape[1]))
       kd_fail(KD_EXIT_INPUT,
               "%s: tensor %s has %d dimension(s) (%lld, ...) but config.json "
               "implies (%lld, %lld)",
-              f->path, name, nd, (long long)sh[0], (long long)q->shape[0],
+              f->path, s->name, nd, (long long)sh[0], (long long)q->shape[0],
               (long long)(q->ndim == 2 ? q->shape[1] : 1));
-    if (st_check(f, name, q->numel, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
+    if (st_check(f, s->name, q->numel, err, sizeof err)) kd_fail(KD_EXIT_INPUT, "%s", err);
   }
-  return where;
+  return src;
 }
 
 int convert_from_hf(const char *dir, const char *out, const char *card_out) {
@@ -271,8 +369,7 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
   const struct lm_prefix *px = lm_prefix_of(&extra, sf, nsh);
   int skipped = 0;
   check_no_extra(&m, sf, nsh, px, &skipped);
-  int *fused = kd_calloc((size_t)m.nparams + 1, sizeof *fused);
-  int *where = locate(&m, sf, nsh, dir, px, fused);
+  struct src *src = locate(&m, sf, nsh, dir, px);
   if (px)
     printf("kdconvert: %s is multimodal (model_type '%s'): importing its text model only (the "
            "tensors under %s), leaving out its %d other tensors (vision tower, projector)\n",
@@ -286,27 +383,20 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
   int st = weights_create(&io, tmp, &m, NULL, 1, MPI_COMM_WORLD, err, sizeof err);
   if (!st) st = tokfiles_write_dir(io.file, dir, MPI_COMM_WORLD, &ntok, err, sizeof err);
   float *x = kd_malloc(largest(&m) * sizeof(float));
-  float *fx = NULL; /* the fused expert tensor last read, named fx_name */
+  float *fx = NULL; /* the fused tensor last read, named fx_name */
   char fx_name[512] = "";
   for (int p = 0; p < m.nparams && !st; p++) {
     const struct kd_param *q = &m.params[p];
-    char name[512];
-    file_name(name, sizeof name, q->name, px, &card);
-    if (fused[p] == 2)
-      snprintf(name, sizeof name, "%s", q->name); /* mixtral's router, fused files */
-    if (fused[p] == 1) { /* expert e's rows of mlp.experts.gate_up_proj / down_proj */
-      fused_name(name, sizeof name, q);
-      const int down = strstr(q->name, ".down_proj.") != NULL;
-      const size_t per = q->numel * (down ? 1 : 2), E = (size_t)card.num_experts;
-      if (strcmp(name, fx_name)) {
+    const struct src *s = &src[p];
+    if (s->total != q->numel) { /* the entry's slice of a fused tensor */
+      if (strcmp(s->name, fx_name)) {
         free(fx);
-        fx = kd_malloc(per * E * sizeof *fx);
-        snprintf(fx_name, sizeof fx_name, "%s", name);
-        if (st_read_f32(&sf[where[p]], name, fx, per * E, err, sizeof err)) st = KD_EXIT_IO;
+        fx = kd_malloc(s->total * sizeof *fx);
+        snprintf(fx_name, sizeof fx_name, "%s", s->name);
+        if (st_read_f32(&sf[s->shard], s->name, fx, s->total, err, sizeof err)) st = KD_EXIT_IO;
       }
-      const int up = strstr(q->name, ".up_proj.") != NULL;
-      memcpy(x, fx + (size_t)q->expert * per + (up ? q->numel : 0), q->numel * sizeof *x);
-    } else if (st_read_f32(&sf[where[p]], name, x, q->numel, err, sizeof err)) {
+      memcpy(x, fx + s->offset, q->numel * sizeof *x);
+    } else if (st_read_f32(&sf[s->shard], s->name, x, q->numel, err, sizeof err)) {
       st = KD_EXIT_IO;
     }
     if (!st) st = weights_write_tensor(&io, "params", p, x, err, sizeof err);
@@ -334,8 +424,7 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
   for (int i = 0; i < nsh; i++)
     st_close(&sf[i]);
   free(sf);
-  free(where);
-  free(fused);
+  free(src);
   model_free(&m, &be);
   be.release(&be);
   return 0;
@@ -343,26 +432,40 @@ int convert_from_hf(const char *dir, const char *out, const char *card_out) {
 
 /* --- to-hf ----------------------------------------------------------------------------- */
 
-/* One tensor of the exported state dict: table entry p, or zeros (p < 0) for a bias that
+/* One tensor of the exported state dict: the rows of table entries p[0 .. np - 1] one after
+ * the other (one entry, or a family's fused tensor), or zeros (np = 0) for a bias that
  * transformers' class has and kdtrain's card leaves out. */
 struct xtensor {
   struct st_tensor t;
-  int p;
+  int p[4], np;
   char name[96];
   int shard;
 };
 
-/* The exported tensors, in table order, then the zero biases. */
+/* The exported tensors, in table order (a fused tensor where its first part is), then the
+ * zero biases. */
 static int export_list(const struct kd_model *m, struct xtensor **out) {
   const struct kd_card *c = &m->card;
   const int L = c->num_hidden_layers, qwen = c->arch == KD_ARCH_QWEN2;
   struct xtensor *x = kd_calloc((size_t)m->nparams + 3 * (size_t)L + 1, sizeof *x);
   int n = 0;
-  for (int p = 0; p < m->nparams; p++, n++) {
+  for (int p = 0; p < m->nparams; p++) {
     const struct kd_param *q = &m->params[p];
+    int layer = -1, part = 0;
+    const struct fusion *fu = fusion_of(c, q->name, &layer, &part);
+    if (fu && part > 0) continue;                             /* in its fused tensor */
     file_name(x[n].name, sizeof x[n].name, q->name, NULL, c); /* the Hub's names */
     x[n].t = (struct st_tensor){NULL, q->ndim, {q->shape[0], q->shape[1]}};
-    x[n].p = p;
+    x[n].p[x[n].np++] = p;
+    if (fu) {
+      snprintf(x[n].name, sizeof x[n].name, "model.layers.%d.%s", layer, fu->file);
+      for (int i = 1; fu->part[i]; i++) {
+        const struct kd_param *o = fusion_part(m, fu, layer, i);
+        x[n].p[x[n].np++] = (int)(o - m->params);
+        x[n].t.shape[0] += o->shape[0];
+      }
+    }
+    n++;
   }
   const int64_t hd = card_head_dim(c);
   for (int l = 0; l < L; l++) {
@@ -372,13 +475,11 @@ static int export_list(const struct kd_model *m, struct xtensor **out) {
         snprintf(x[n].name, sizeof x[n].name, "model.layers.%d.self_attn.%s_proj.bias", l, w[k]);
         int64_t rows = (k == 0 ? c->num_attention_heads : c->num_key_value_heads) * hd;
         x[n].t = (struct st_tensor){NULL, 1, {rows, 1}};
-        x[n].p = -1;
       }
     }
     if (!qwen && c->attention_bias) { /* Llama's attention_bias covers o_proj too */
       snprintf(x[n].name, sizeof x[n].name, "model.layers.%d.self_attn.o_proj.bias", l);
       x[n].t = (struct st_tensor){NULL, 1, {c->hidden_size, 1}};
-      x[n].p = -1;
       n++;
     }
   }
@@ -472,7 +573,10 @@ int convert_to_hf(const char *in, const char *dir, int64_t max_shard) {
   remove_stale(dir);
   struct xtensor *x;
   const int n = export_list(&m, &x), nshards = plan_shards(x, n, max_shard);
-  float *buf = kd_malloc(largest(&m) * sizeof(float)); /* zero biases are smaller */
+  size_t most = 1;
+  for (int i = 0; i < n; i++)
+    if (st_numel(&x[i].t) > most) most = st_numel(&x[i].t);
+  float *buf = kd_malloc(most * sizeof(float));
   for (int s = 0, i = 0; s < nshards && !st; s++) {
     int lo = i;
     while (i < n && x[i].shard == s)
@@ -486,10 +590,12 @@ int convert_to_hf(const char *in, const char *dir, int64_t max_shard) {
     struct st_writer w;
     if (st_writer_open(&w, path, t, i - lo, err, sizeof err)) st = KD_EXIT_IO;
     for (int k = lo; k < i && !st; k++) {
-      if (x[k].p >= 0)
-        st = weights_read_tensor(&io, "params", x[k].p, buf, err, sizeof err);
-      else
-        memset(buf, 0, st_numel(&x[k].t) * sizeof(float));
+      size_t off = 0;
+      for (int j = 0; j < x[k].np && !st; j++) { /* a fused tensor: its parts' rows */
+        st = weights_read_tensor(&io, "params", x[k].p[j], buf + off, err, sizeof err);
+        off += m.params[x[k].p[j]].numel;
+      }
+      if (!x[k].np) memset(buf, 0, st_numel(&x[k].t) * sizeof(float));
       if (!st && st_writer_put(&w, buf, err, sizeof err)) st = KD_EXIT_IO;
     }
     if (st_writer_close(&w, st ? NULL : err, st ? 0 : sizeof err) && !st) st = KD_EXIT_IO;

@@ -1,5 +1,5 @@
 /* hfconfig.c: config.json of a Hugging Face Qwen2 / Qwen3 / Llama / Mistral / Gemma 3 /
- * Qwen3-MoE / Mixtral model <->
+ * Qwen3-MoE / Mixtral / Phi-3 model <->
  * model card (Gemma 3 multimodal: its text_config).
  * Absent keys take the transformers default of the model_type; a key whose value kdtrain
  * does not compute is refused, never ignored. */
@@ -24,7 +24,7 @@ struct hf_arch {
   int qkv_bias;    /* q/k/v biases always (the key attention_bias is not read) */
   int bias_key;    /* reads attention_bias (which would include o_proj) */
   int window_flag; /* use_sliding_window turns the window on */
-  int window_size; /* sliding_window alone sets a window */
+  int window_size; /* sliding_window alone sets a window; absent, this many tokens (-1: none) */
   int head_dim;    /* head_dim when absent; 0: hidden_size / num_attention_heads */
   /* vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads when
    * absent (0: required), tie_word_embeddings when absent */
@@ -34,17 +34,24 @@ struct hf_arch {
 /* Gemma3TextConfig's defaults (the 2B-shaped text model transformers describes) */
 #define GEMMA3_SIZES                                                                               \
   { 262208, 2304, 9216, 26, 8 }
+/* Phi3Config's defaults (Phi-3-mini's) */
+#define PHI3_SIZES                                                                                 \
+  { 32064, 3072, 8192, 32, 32 }
+/* transformers' default window of the model_types that have one (sliding_window absent;
+ * JSON null: none) */
+#define HF_WINDOW_DEFAULT 4096
 static const struct hf_arch archs[] = {
     {"qwen2", KD_ARCH_QWEN2, "Qwen2ForCausalLM", 32, 32768, 1, 0, 1, 0, 0, {0}, 0, 0},
     {"llama", KD_ARCH_LLAMA, "LlamaForCausalLM", 0, 2048, 0, 1, 0, 0, 0, {0}, 0, 0},
-    {"mistral", KD_ARCH_LLAMA, "MistralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1, 0, {0}, 0, 0},
+    {"mistral", KD_ARCH_LLAMA, "MistralForCausalLM", 8, 4096 * 32, 0, 0, 0, 4096, 0, {0}, 0, 0},
     {"qwen3", KD_ARCH_QWEN3, "Qwen3ForCausalLM", 32, 32768, 0, 1, 1, 0, 128, {0}, 0, 0},
     {"gemma3_text", KD_ARCH_GEMMA3, "Gemma3ForCausalLM", 4, 131072, 0, 1, 0, 0, 256, GEMMA3_SIZES,
      1, 0},
     {"gemma3", KD_ARCH_GEMMA3, "Gemma3ForConditionalGeneration", 4, 131072, 0, 1, 0, 0, 256,
      GEMMA3_SIZES, 1, 1},
     {"qwen3_moe", KD_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", 4, 32768, 0, 1, 1, 0, 0, {0}, 0, 0},
-    {"mixtral", KD_ARCH_MIXTRAL, "MixtralForCausalLM", 8, 4096 * 32, 0, 0, 0, 1, 0, {0}, 0, 0},
+    {"mixtral", KD_ARCH_MIXTRAL, "MixtralForCausalLM", 8, 4096 * 32, 0, 0, 0, -1, 0, {0}, 0, 0},
+    {"phi3", KD_ARCH_PHI3, "Phi3ForCausalLM", 0, 4096, 0, 0, 0, -1, 0, PHI3_SIZES, 0, 0},
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
@@ -85,10 +92,16 @@ static int get_int(const struct rd *r, const char *key, int dflt, int *out) {
 }
 
 /* pad_token_id: the embedding row transformers never trains (nn.Embedding's padding_idx);
- * absent: the model_type's default (Gemma3TextConfig 0, the others none), null: none (-1). */
+ * absent: the model_type's default (Gemma3TextConfig 0, Phi3Config 32000, the others none),
+ * null: none (-1). */
 static int read_pad(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->o, "pad_token_id");
-  if (!v) return c->pad_token_id = a->arch == KD_ARCH_GEMMA3 ? 0 : -1, 0;
+  c->pad_token_id = a->arch == KD_ARCH_GEMMA3 ? 0 : a->arch == KD_ARCH_PHI3 ? 32000 : -1;
+  if (!v && c->pad_token_id >= c->vocab_size)
+    return refuse(r, "pad_token_id", v,
+                  "its default (Phi3Config's 32000) is not an id of this vocabulary "
+                  "(transformers cannot build the embedding); expected null or an id");
+  if (!v) return 0;
   if (cJSON_IsNull(v)) return c->pad_token_id = -1, 0;
   if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
       v->valuedouble >= c->vocab_size)
@@ -222,6 +235,13 @@ static int read_rope(const struct rd *r, struct kd_card *c) {
       ty = get(rp, "type");
       snprintf(k, sizeof k, "%s.type", key);
     }
+    if (ty && c->arch == KD_ARCH_PHI3 &&
+        !(cJSON_IsString(ty) && words_find(KD_ROPE_TYPE_WORDS, ty->valuestring) == KD_ROPE_DEFAULT))
+      return refuse(r, k, ty,
+                    "Phi3Config computes \"default\" or \"longrope\" (\"su\" and \"yarn\" are "
+                    "its old names of longrope: Phi-3-mini-128k's short and long factors); "
+                    "kdtrain does not compute longrope (its frequencies change with the "
+                    "sequence length): expected \"default\"");
     const int w = ty && cJSON_IsString(ty) ? words_find(KD_ROPE_TYPE_WORDS, ty->valuestring)
                   : ty                     ? -1
                                            : KD_ROPE_DEFAULT;
@@ -236,13 +256,10 @@ static int read_rope(const struct rd *r, struct kd_card *c) {
   const cJSON *prf = rp && get(rp, "partial_rotary_factor") ? get(rp, "partial_rotary_factor")
                                                             : get(r->o, "partial_rotary_factor");
   if (!st && prf && (!cJSON_IsNumber(prf) || prf->valuedouble != 1.0))
-    return refuse(r, "partial_rotary_factor", prf, "kdtrain rotates the full head dimension");
+    return refuse(r, "partial_rotary_factor", prf,
+                  "kdtrain rotates the full head dimension: expected 1.0");
   return st;
 }
-
-/* transformers' default window of the model_types that have one (sliding_window absent;
- * JSON null: none) */
-#define HF_WINDOW_DEFAULT 4096
 
 /* layer_types of config.json into the card (absent: none), one known word per layer. */
 static int read_layer_types(const struct rd *r, struct kd_card *c) {
@@ -286,15 +303,16 @@ static int layer_types_differ(const struct kd_card *c) {
 /* Sliding-window attention as transformers 5 reads it: qwen2 / qwen3 keep sliding_window
  * only with use_sliding_window and mark the layers from max_window_layers on, unless
  * layer_types marks them; mistral has sliding_window in every layer (its layer_types is
- * ignored by transformers: refused unless it says the same); llama has no window (a
- * sliding layer refused). sliding_window absent: transformers' default 4096; null: none. */
+ * ignored by transformers: refused unless it says the same), as have mixtral and phi3;
+ * llama has no window (a sliding layer refused). sliding_window absent: the model_type's
+ * default (Qwen2, Qwen3, Mistral 4096; Mixtral, Phi-3 none); null: none. */
 static int read_window(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
   const cJSON *use = get(r->o, "use_sliding_window");
   if (use && !cJSON_IsBool(use))
     return refuse(r, "use_sliding_window", use, "expected true or false");
   const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r->o, "sliding_window");
   int w = 0;
-  if ((a->window_flag || a->window_size) && !sw) w = HF_WINDOW_DEFAULT;
+  if (!sw) w = a->window_flag ? HF_WINDOW_DEFAULT : a->window_size > 0 ? a->window_size : 0;
   if ((a->window_flag || a->window_size) && sw && !cJSON_IsNull(sw)) {
     if (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble) || sw->valuedouble < 1 ||
         sw->valuedouble > 2147483647.0)
@@ -327,10 +345,13 @@ static int read_window(const struct rd *r, const struct hf_arch *a, struct kd_ca
     }
   const int l = layer_types_differ(c);
   if (!a->window_flag && l >= 0) {
+    char why[192];
     snprintf(k, sizeof k, "layer_types[%d]", l);
-    return refuse(r, k, cJSON_GetArrayItem(get(r->o, "layer_types"), l),
-                  "transformers' Mistral gives every layer the window sliding_window and ignores "
-                  "layer_types; expected the same type in every layer");
+    snprintf(why, sizeof why,
+             "transformers' %s gives every layer the window sliding_window and ignores "
+             "layer_types; expected the same type in every layer",
+             a->architecture);
+    return refuse(r, k, cJSON_GetArrayItem(get(r->o, "layer_types"), l), why);
   }
   if (l < 0) c->n_layer_types = 0; /* says what the other keys say: the card stays short */
   return 0;
@@ -537,7 +558,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   int st = a ? 0
              : refuse(&r, "model_type", mt,
                       "kdtrain computes qwen2, qwen3, llama, mistral, gemma3_text, gemma3, "
-                      "qwen3_moe and mixtral");
+                      "qwen3_moe, mixtral and phi3");
   if (!st && a->text_config) { /* the language model of a multimodal model */
     const cJSON *tc = get(o, "text_config"), *tmt = tc ? get(tc, "model_type") : NULL;
     if (!cJSON_IsObject(tc))
@@ -566,8 +587,9 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
     st = refuse(&r, "num_key_value_heads", get(r.o, "num_key_value_heads"),
                 "num_attention_heads is not a multiple of it");
   if (!st) st = get_int(&r, "max_position_embeddings", a->max_pos, &c->max_position_embeddings);
-  if (!st) /* MixtralConfig's default 1e-5 */
-    st = get_real(&r, r.o, "rms_norm_eps", a->arch == KD_ARCH_MIXTRAL ? 1e-5 : 1e-6,
+  if (!st) /* MixtralConfig's and Phi3Config's default 1e-5 */
+    st = get_real(&r, r.o, "rms_norm_eps",
+                  a->arch == KD_ARCH_MIXTRAL || a->arch == KD_ARCH_PHI3 ? 1e-5 : 1e-6,
                   &c->rms_norm_eps);
   if (!st) st = get_bool(&r, "tie_word_embeddings", a->tie, &c->tie_word_embeddings);
   if (!st && a->text_config && get(o, "tie_word_embeddings")) { /* Gemma3Config's own */
@@ -648,6 +670,21 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
                 "of model_type llama or mistral computes this model");
       return NULL;
     }
+  }
+  if (mixed && a->window_size) { /* mixtral, phi3: one window in every layer */
+    kd_seterr(err, errlen,
+              "the card's sliding window differs between layers (layer_types); transformers' "
+              "%s has one window in every layer: no config.json of model_type %s computes "
+              "this model",
+              a->architecture, a->model_type);
+    return NULL;
+  }
+  if (c->attention_bias && !a->qkv_bias && !a->bias_key) {
+    kd_seterr(err, errlen,
+              "the card has attention biases (attention_bias = .true.); transformers' %s has "
+              "none: no config.json of model_type %s computes this model",
+              a->architecture, a->model_type);
+    return NULL;
   }
   cJSON *o = cJSON_CreateObject();
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
