@@ -37,6 +37,9 @@ struct hf_arch {
 /* Phi3Config's defaults (Phi-3-mini's) */
 #define PHI3_SIZES                                                                                 \
   { 32064, 3072, 8192, 32, 32 }
+/* Olmo2Config's defaults (OLMo-2-7B's) */
+#define OLMO2_SIZES                                                                                \
+  { 50304, 4096, 11008, 32, 32 }
 /* transformers' default window of the model_types that have one (sliding_window absent;
  * JSON null: none) */
 #define HF_WINDOW_DEFAULT 4096
@@ -52,6 +55,7 @@ static const struct hf_arch archs[] = {
     {"qwen3_moe", KD_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", 4, 32768, 0, 1, 1, 0, 0, {0}, 0, 0},
     {"mixtral", KD_ARCH_MIXTRAL, "MixtralForCausalLM", 8, 4096 * 32, 0, 0, 0, -1, 0, {0}, 0, 0},
     {"phi3", KD_ARCH_PHI3, "Phi3ForCausalLM", 0, 4096, 0, 0, 0, -1, 0, PHI3_SIZES, 0, 0},
+    {"olmo2", KD_ARCH_OLMO2, "Olmo2ForCausalLM", 0, 2048, 0, 1, 0, 0, 0, OLMO2_SIZES, 0, 0},
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
@@ -96,10 +100,13 @@ static int get_int(const struct rd *r, const char *key, int dflt, int *out) {
  * null: none (-1). */
 static int read_pad(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->o, "pad_token_id");
-  c->pad_token_id = a->arch == KD_ARCH_GEMMA3 ? 0 : a->arch == KD_ARCH_PHI3 ? 32000 : -1;
+  c->pad_token_id = a->arch == KD_ARCH_GEMMA3  ? 0
+                    : a->arch == KD_ARCH_PHI3  ? 32000
+                    : a->arch == KD_ARCH_OLMO2 ? 1
+                                               : -1;
   if (!v && c->pad_token_id >= c->vocab_size)
     return refuse(r, "pad_token_id", v,
-                  "its default (Phi3Config's 32000) is not an id of this vocabulary "
+                  "its default (the model_type's config class's) is not an id of this vocabulary "
                   "(transformers cannot build the embedding); expected null or an id");
   if (!v) return 0;
   if (cJSON_IsNull(v)) return c->pad_token_id = -1, 0;
@@ -587,9 +594,11 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
     st = refuse(&r, "num_key_value_heads", get(r.o, "num_key_value_heads"),
                 "num_attention_heads is not a multiple of it");
   if (!st) st = get_int(&r, "max_position_embeddings", a->max_pos, &c->max_position_embeddings);
-  if (!st) /* MixtralConfig's and Phi3Config's default 1e-5 */
+  if (!st) /* MixtralConfig's, Phi3Config's and Olmo2Config's default 1e-5 */
     st = get_real(&r, r.o, "rms_norm_eps",
-                  a->arch == KD_ARCH_MIXTRAL || a->arch == KD_ARCH_PHI3 ? 1e-5 : 1e-6,
+                  a->arch == KD_ARCH_MIXTRAL || a->arch == KD_ARCH_PHI3 || a->arch == KD_ARCH_OLMO2
+                      ? 1e-5
+                      : 1e-6,
                   &c->rms_norm_eps);
   if (!st) st = get_bool(&r, "tie_word_embeddings", a->tie, &c->tie_word_embeddings);
   if (!st && a->text_config && get(o, "tie_word_embeddings")) { /* Gemma3Config's own */

@@ -4,7 +4,7 @@
 #    the card's parameter count;
 #  - that count is the count of transformers' own model class (Qwen2ForCausalLM,
 #    LlamaForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, Qwen3MoeForCausalLM,
-#    MixtralForCausalLM) built, on the meta device, from the card's values;
+#    MixtralForCausalLM, Olmo2ForCausalLM) built, on the meta device, from the card's values;
 #  - for the cards of published models, the count and the count without the embedding
 #    rows (and without the output head when it is untied) agree to the last digit with
 #    the figures the model makers publish (doc/models.md cites each): Qwen3-0.6B "0.6B"
@@ -63,7 +63,8 @@ CLASSES = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
            "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
            "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM),
            "qwen3_moe": (tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM),
-           "mixtral": (tf.MixtralConfig, tf.MixtralForCausalLM)}
+           "mixtral": (tf.MixtralConfig, tf.MixtralForCausalLM),
+           "olmo2": (tf.Olmo2Config, tf.Olmo2ForCausalLM)}
 
 
 def card(path):
