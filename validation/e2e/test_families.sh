@@ -14,7 +14,7 @@
 set -eu
 export OMP_NUM_THREADS=1 # tiny models; two ranks share the cores
 . "${KD_SRCDIR:?}/validation/lib.sh"
-kd_python_or_skip torch transformers safetensors h5py numpy
+kd_python_or_skip torch transformers tokenizers safetensors h5py numpy
 bin="${KD_BUILDDIR:-$KD_SRCDIR}/src/tools"
 T=32 # tokens per window (the models' max_position_embeddings is 64)
 
