@@ -167,3 +167,71 @@ kd_family_devsim() {
       || fail "$p: final weights differ between cpu and devsim"
   done
 }
+
+# --- the reference step (e2e/test_ref_step.sh, e2e/test_families.sh) ---------------------
+# kd_ref_step FAMILY KIND ALPHA TEMPERATURE BETA T2_SCALE LAYOUT SEQ_LEN: the teacher and
+# student validation/ref/ref_step.py wrote into FAMILY/hf_teacher and hf_student through
+# kdconvert from-hf, then one fp32 kdtrain step ('distill', &loss KIND ALPHA TEMPERATURE
+# BETA, t2_scale T or F) of FAMILY/tokens.h5's two windows of SEQ_LEN in micro-batches of
+# 1: loss, loss_kd, loss_ce, grad_norm (and an MoE student's loss_aux) within 1e-4 relative
+# of PyTorch's (FAMILY/ref.txt); tp 2 and pp 2 (and dp 2 when LAYOUT is dp) give the
+# one-rank loss and gradient norm within 1e-5 (and loss_aux with dp). The caller reads its
+# rows on a descriptor other than 0: mpiexec forwards its standard input to rank 0.
+kd_ref_step() {
+  rs_fam=$1 rs_kind=$2 rs_alpha=$3 rs_tau=$4 rs_beta=$5 rs_t2=$6 rs_second=$7 rs_T=$8
+  rs_conv="${KD_BUILDDIR:-$KD_SRCDIR}/src/tools/kdconvert"
+  echo "== $rs_fam: kdconvert from-hf, one step on 1 rank ($rs_kind), tp 2, pp 2$([ "$rs_second" = dp ] && echo ", dp 2")"
+  for rs_role in teacher student; do
+    "$rs_conv" from-hf "$rs_fam/hf_$rs_role" "$rs_fam/$rs_role.h5" > "$rs_fam/convert_$rs_role.txt" 2>&1 \
+      || { cat "$rs_fam/convert_$rs_role.txt"; fail "$rs_fam: kdconvert from-hf $rs_role"; }
+  done
+  rs_t2_scale=$([ "$rs_t2" = T ] && echo .true. || echo .false.)
+  kd_nml="$rs_fam/base.nml" kd_log=log.txt
+  cat > "$kd_nml" <<EOF2
+&run mode = 'distill', steps = 1, seed = 7, out_dir = '$rs_fam/r1' /
+&teacher card = '$rs_fam/teacher.nml', init = '$rs_fam/teacher.h5' /
+&student card = '$rs_fam/student.nml', init = '$rs_fam/student.h5' /
+&parallel micro_batch = 1, global_batch = 2 /
+&data train = '$rs_fam/tokens.h5', format = 'h5', seq_len = $rs_T /
+&loss kind = '$rs_kind', alpha = $rs_alpha, temperature = $rs_tau, beta = $rs_beta, t2_scale = $rs_t2_scale /
+&optim lr = 1e-2, warmup = 1 /
+&precision compute = 'fp32' /
+EOF2
+  kd 1
+  kd_ref_same "$rs_fam" || fail "$rs_fam: kdtrain's step is not PyTorch's"
+  rs_dp2=
+  [ "$rs_second" = dp ] && rs_dp2="1 1" # two ranks of tp 1, pp 1: dp 2
+  for rs_layout in "2 1" "1 2" ${rs_dp2:+"$rs_dp2"}; do
+    set -- $rs_layout
+    kd 2 parallel%tp=$1 parallel%pp=$2 run%out_dir="'$rs_fam/r$1$2'"
+    kd_same_metrics "$rs_fam/r1" "$rs_fam/r$1$2" "$rs_fam tp=$1 pp=$2" 1 || fail "$rs_fam: tp=$1 pp=$2"
+    [ "$rs_second" = dp ] && { kd_aux_same "$rs_fam/r1" "$rs_fam/r$1$2" "$rs_fam tp=$1 pp=$2" || fail "$rs_fam: loss_aux"; }
+    echo "ok $rs_fam tp=$1 pp=$2 dp=$((2 / ($1 * $2))): the one-rank loss and gradient norm"
+  done
+}
+
+# kd_ref_same FAMILY: loss, loss_kd, loss_ce, grad_norm (and an MoE student's loss_aux) of
+# FAMILY/r1/metrics.csv (its one step row) within 1e-4 relative of PyTorch's (FAMILY/ref.txt)
+kd_ref_same() {
+  awk -F, -v fam="$1" 'NR == FNR { nref = split($0, ref, " "); next }
+    FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    $2 != "" { n++; line = fam ": kdtrain / PyTorch:"
+      split("loss loss_kd loss_ce grad_norm loss_aux", k, " ")
+      for (i = 1; i <= nref; i++) {
+        if (!col[k[i]]) { print fam ": metrics.csv has no column " k[i]; bad = 1; continue }
+        a = $(col[k[i]]); b = ref[i]; d = a - b; if (d < 0) d = -d
+        r = d / (b < 0 ? -b : b); if (r > worst) worst = r
+        line = line sprintf(" %s %.9g / %.9g", k[i], a, b) }
+      print line sprintf(" | worst %.2e", worst) }
+    END { if (n != 1) { print fam ": " n " step rows"; bad = 1 } exit bad || worst > 1e-4 }' \
+    "$1/ref.txt" "$1/r1/metrics.csv"
+}
+
+# kd_aux_same RUN1 RUN2 WHAT: the loss_aux column of both runs' step rows within 1e-5 relative
+kd_aux_same() {
+  paste -d, "$1/metrics.csv" "$2/metrics.csv" | awk -F, -v what="$3" 'NR == 1 {
+      for (i = 1; i <= NF / 2; i++) if ($i == "loss_aux") c = i; next }
+    $2 != "" { a = $c; b = $(c + NF / 2); d = a - b; if (d < 0) d = -d
+      if (a == "" || d > 1e-5 * (a < 0 ? -a : a)) { print what ": loss_aux " a " vs " b; bad = 1 } }
+    END { exit bad || !c }'
+}

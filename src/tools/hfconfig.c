@@ -96,8 +96,8 @@ static int get_int(const struct rd *r, const char *key, int dflt, int *out) {
 }
 
 /* pad_token_id: the embedding row transformers never trains (nn.Embedding's padding_idx);
- * absent: the model_type's default (Gemma3TextConfig 0, Phi3Config 32000, the others none),
- * null: none (-1). */
+ * absent: the model_type's default (Gemma3TextConfig 0, Phi3Config 32000, Olmo2Config 1, the
+ * others none), null: none (-1). */
 static int read_pad(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->o, "pad_token_id");
   c->pad_token_id = a->arch == KD_ARCH_GEMMA3  ? 0

@@ -4,7 +4,8 @@
 #    the card's parameter count;
 #  - that count is the count of transformers' own model class (Qwen2ForCausalLM,
 #    LlamaForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, Qwen3MoeForCausalLM,
-#    MixtralForCausalLM, Olmo2ForCausalLM) built, on the meta device, from the card's values;
+#    MixtralForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM) built, on the meta device, from
+#    the card's values;
 #  - for the cards of published models, the count and the count without the embedding
 #    rows (and without the output head when it is untied) agree to the last digit with
 #    the figures the model makers publish (doc/models.md cites each): Qwen3-0.6B "0.6B"
@@ -57,6 +58,7 @@ PUBLISHED = {
     "qwen3-1.7b": ("1.7", "1.4"), "qwen3-8b": ("8.2", "6.95"), "qwen3-32b": ("32.8", "31.2"),
     "llama3.2-1b": ("1.23", None), "llama3.1-8b": ("8.03", None),
     "llama3.1-70b": ("70.6", None), "qwen3-30b-a3b": ("30.5", "29.9"),
+    "phi3-mini-4k": ("3.8", None),
 }
 CLASSES = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
            "llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
@@ -64,7 +66,8 @@ CLASSES = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
            "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM),
            "qwen3_moe": (tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM),
            "mixtral": (tf.MixtralConfig, tf.MixtralForCausalLM),
-           "olmo2": (tf.Olmo2Config, tf.Olmo2ForCausalLM)}
+           "olmo2": (tf.Olmo2Config, tf.Olmo2ForCausalLM),
+           "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM)}
 
 
 def card(path):

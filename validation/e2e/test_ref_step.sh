@@ -15,7 +15,6 @@ set -eu
 export OMP_NUM_THREADS=1 # tiny models; two ranks share the cores
 . "${KD_SRCDIR:?}/validation/lib.sh"
 kd_python_or_skip torch transformers safetensors h5py numpy
-conv="${KD_BUILDDIR:-$KD_SRCDIR}/src/tools/kdconvert"
 T=32 # tokens per window (the models' max_position_embeddings is 64)
 
 # family: a key of ref_step.py's FAMILIES; the &loss of its step (t2_scale T or F); the
@@ -39,61 +38,7 @@ EOF2
 echo "== the models (transformers) and the reference steps (PyTorch)"
 "$KD_PYTHON" "$KD_SRCDIR/validation/ref/ref_step.py" "$PWD" "$T" rows.txt
 
-# ref_same FAMILY: loss, loss_kd, loss_ce, grad_norm (and an MoE student's loss_aux) of
-# FAMILY/r1/metrics.csv (its one step row) within 1e-4 relative of PyTorch's (FAMILY/ref.txt)
-ref_same() {
-  awk -F, -v fam="$1" 'NR == FNR { nref = split($0, ref, " "); next }
-    FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-    $2 != "" { n++; line = fam ": kdtrain / PyTorch:"
-      split("loss loss_kd loss_ce grad_norm loss_aux", k, " ")
-      for (i = 1; i <= nref; i++) {
-        if (!col[k[i]]) { print fam ": metrics.csv has no column " k[i]; bad = 1; continue }
-        a = $(col[k[i]]); b = ref[i]; d = a - b; if (d < 0) d = -d
-        r = d / (b < 0 ? -b : b); if (r > worst) worst = r
-        line = line sprintf(" %s %.9g / %.9g", k[i], a, b) }
-      print line sprintf(" | worst %.2e", worst) }
-    END { if (n != 1) { print fam ": " n " step rows"; bad = 1 } exit bad || worst > 1e-4 }' \
-    "$1/ref.txt" "$1/r1/metrics.csv"
-}
-
-kd_log=log.txt
-# aux_same RUN1 RUN2 WHAT: the loss_aux column of both runs' step rows within 1e-5 relative
-aux_same() {
-  paste -d, "$1/metrics.csv" "$2/metrics.csv" | awk -F, -v what="$3" 'NR == 1 {
-      for (i = 1; i <= NF / 2; i++) if ($i == "loss_aux") c = i; next }
-    $2 != "" { a = $c; b = $(c + NF / 2); d = a - b; if (d < 0) d = -d
-      if (a == "" || d > 1e-5 * (a < 0 ? -a : a)) { print what ": loss_aux " a " vs " b; bad = 1 } }
-    END { exit bad || !c }'
-}
-
 # fd 3: mpiexec forwards its standard input to rank 0
 while read -r fam kind alpha tau beta t2 second <&3; do
-  echo "== $fam: kdconvert from-hf, one step on 1 rank ($kind), tp 2, pp 2$([ "$second" = dp ] && echo ", dp 2")"
-  for role in teacher student; do
-    "$conv" from-hf "$fam/hf_$role" "$fam/$role.h5" > "$fam/convert_$role.txt" 2>&1 \
-      || { cat "$fam/convert_$role.txt"; fail "$fam: kdconvert from-hf $role"; }
-  done
-  t2_scale=$([ "$t2" = T ] && echo .true. || echo .false.)
-  kd_nml="$fam/base.nml"
-  cat > "$kd_nml" <<EOF2
-&run mode = 'distill', steps = 1, seed = 7, out_dir = '$fam/r1' /
-&teacher card = '$fam/teacher.nml', init = '$fam/teacher.h5' /
-&student card = '$fam/student.nml', init = '$fam/student.h5' /
-&parallel micro_batch = 1, global_batch = 2 /
-&data train = '$fam/tokens.h5', format = 'h5', seq_len = $T /
-&loss kind = '$kind', alpha = $alpha, temperature = $tau, beta = $beta, t2_scale = $t2_scale /
-&optim lr = 1e-2, warmup = 1 /
-&precision compute = 'fp32' /
-EOF2
-  kd 1
-  ref_same "$fam" || fail "$fam: kdtrain's step is not PyTorch's"
-  dp2=
-  [ "$second" = dp ] && dp2="1 1" # two ranks of tp 1, pp 1: dp 2
-  for layout in "2 1" "1 2" ${dp2:+"$dp2"}; do
-    set -- $layout
-    kd 2 parallel%tp=$1 parallel%pp=$2 run%out_dir="'$fam/r$1$2'"
-    kd_same_metrics "$fam/r1" "$fam/r$1$2" "$fam tp=$1 pp=$2" 1 || fail "$fam: tp=$1 pp=$2"
-    [ "$second" = dp ] && { aux_same "$fam/r1" "$fam/r$1$2" "$fam tp=$1 pp=$2" || fail "$fam: loss_aux"; }
-    echo "ok $fam tp=$1 pp=$2 dp=$((2 / ($1 * $2))): the one-rank loss and gradient norm"
-  done
+  kd_ref_step "$fam" "$kind" "$alpha" "$tau" "$beta" "$t2" "$second" "$T"
 done 3< rows.txt
