@@ -29,7 +29,6 @@ qwen2         jsd  0.5   3.0         0.5  F        pp
 mistral_sw  rkl  0.6   2.0         0.5  T        pp
 qwen2_sw    fkl  0.5   2.0         0.5  T        pp
 gemma3      jsd  0.5   2.0         0.4  T        pp
-olmo2       fkl  0.5   2.0         0.5  T        pp
 qwen3_moe   fkl  0.5   2.0         0.5  T        dp
 qwen3_moe_teacher jsd 0.5 2.0       0.5  T        pp
 mixtral     rkl  0.6   2.0         0.5  T        dp

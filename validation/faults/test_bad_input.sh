@@ -275,7 +275,7 @@ arch = 'mixtral', vocab_size = 256, hidden_size = 32, intermediate_size = 64
 num_hidden_layers = 1, num_attention_heads = 4, num_key_value_heads = 2, num_experts = 4
 norm_topk_prob = .false.
 NML
-check use_mixnorm.nml "mixnorm.nml:4:" "&model norm_topk_prob" "Mixtral always renormalises"
+check use_mixnorm.nml "mixnorm.nml:4:" "&model norm_topk_prob" "it always renormalises"
 card ckey.nml <<'NML'
 vocab_size = 256, hidden_size = 32, intermediate_size = 64, num_layers = 1
 num_attention_heads = 4, num_key_value_heads = 2

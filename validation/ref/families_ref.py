@@ -36,7 +36,7 @@ import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import AutoModelForCausalLM, Phi3Config  # noqa: E402
+from transformers import AutoModelForCausalLM, Olmo2Config, Phi3Config  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 import ref_step  # noqa: E402
@@ -100,6 +100,18 @@ PHI3_REFUSALS = [
 PHI3_IGNORED = {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attention_dropout": 0.1,
                 "original_max_position_embeddings": 2048, "attention_bias": True}
 
+def olmo2(role):
+    """Olmo2ForCausalLM teacher and student: norms after attention and MLP only, q/k norms
+    over the whole projection (GQA 4/2: k_norm half q_norm's width), a tied student, a
+    padding id the token file holds."""
+    shape = sizes(128, 48, 96, 3, 4, 2) if role == "teacher" else sizes(128, 32, 64, 2, 4, 2)
+    return Olmo2Config(**shape, pad_token_id=3, bos_token_id=1, eos_token_id=2, rms_norm_eps=1e-5,
+                       tie_word_embeddings=role == "student", rope_parameters=rope("default", 1e4))
+
+
+# transformers' Olmo2 has an o_proj bias with attention_bias, which kdtrain does not compute
+OLMO2_REFUSALS = [("attention_bias", "true", {"attention_bias": True})]
+
 # FAMILY -> its entry: config (role -> transformers config: teacher and student share the
 # vocabulary; heads, kv heads, vocabulary and intermediate sizes divide by 2, >= 2 layers),
 # contrast (config.json changes that switch the family's feature off, or None), step
@@ -114,6 +126,9 @@ FAMILIES = {
     "phi3_sw": dict(config=phi3({"teacher": 8, "student": 6}), contrast={"sliding_window": None},
                     step="jsd 0.6 2.0 0.4 T pp", fused=PHI3_FUSED,
                     keys=("sliding_window", "tie_word_embeddings", "pad_token_id")),
+    "olmo2": dict(config=olmo2, contrast=None, step="fkl 0.5 2.0 0.5 T pp", fused={},
+                  keys=("tie_word_embeddings", "pad_token_id", "rms_norm_eps",
+                        "num_key_value_heads"), refusals=OLMO2_REFUSALS),
 }
 
 
@@ -212,6 +227,7 @@ def refusals(conv, work, fam, entry, log):
         a, b = params_of(out), params_of(os.path.join(work, fam, "logits_student.h5"))
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
         print(f"{fam}: {json.dumps(entry['ignored'])}: imported, the same tensors")
+        os.remove(out)  # the next family's refusals must find nothing written
 
 
 def main():

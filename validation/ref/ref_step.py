@@ -58,7 +58,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from transformers import (  # noqa: E402
     AutoConfig, AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig,
-    Olmo2Config, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
+    Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 TOL = 1e-4  # test_ref_step.sh: kdtrain against this step, relative
@@ -133,12 +133,6 @@ FAMILIES = {
         tie_word_embeddings=role == "student", rope_parameters=rope("default", 1e4)),
         {"use_sliding_window": False, "layer_types": None}),
     "gemma3": (gemma3, {"sliding_window": 1024}),
-    # OLMo 2: norms after attention and MLP only, q/k norms over the whole projection (GQA:
-    # k_norm narrower than q_norm); no contrast (the feature is the architecture)
-    "olmo2": (lambda role: Olmo2Config(
-        **(sizes(128, 48, 96, 3, 4, 2) if role == "teacher" else sizes(128, 32, 64, 2, 4, 2)),
-        pad_token_id=1, eos_token_id=2, tie_word_embeddings=role == "student",
-        rope_parameters=rope("default", 1e4)), None),
     # mixtures of experts (8 experts, top-2): a sparse student of a dense teacher (a dense layer
     # among the student's sparse ones), a sparse teacher of a dense student, a Mixtral student
     "qwen3_moe": (lambda role: Qwen3MoeConfig(
