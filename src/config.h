@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "arch.h"
+#include "card_keys.h"
 #include "words.h"
 
 #define KD_PATH_MAX 512
@@ -14,7 +15,8 @@
 #define KD_DATA_MAX 16    /* most training files of a blend */
 #define KD_LAYERS_MAX 512 /* most entries of a card's layer_types */
 
-/* A model card (&model group of mod/NAME.nml); keys are Hugging Face config.json keys. */
+/* A model card (&model group of mod/NAME.nml); keys are Hugging Face config.json keys, each
+ * listed once in card_keys.h (KD_CARD_KEYS). */
 struct kd_card {
   char name[KD_PATH_MAX]; /* as given in the input (card = '...') */
   char path[KD_PATH_MAX]; /* the file it was read from */
@@ -93,6 +95,15 @@ int card_sparse_layers(const struct kd_card *c);
  * layer_types in the layers from max_window_layers on; llama (Mistral) has sliding_window,
  * when given, in every layer (or in the layers layer_types marks). */
 int card_layer_window(const struct kd_card *c, int layer);
+
+/* Whether a card holds key k (card_keys.h: its rule, KD_WHEN_...; a list only when it has
+ * values): the keys card_print prints, a weights file's /config holds and its checksum
+ * folds, and a loaded file is compared by (either card holding the key). */
+int card_key_present(const struct kd_card_key *k, const struct kd_card *card);
+
+/* Whether key k belongs to the card's family: 0 for a key of an arch trait (KD_WHEN_ATTN_KEYS,
+ * KD_WHEN_MOE) the card's family lacks, else 1. */
+int card_key_family(const struct kd_card_key *k, const struct kd_card *card);
 
 struct kd_config {
   char source[KD_PATH_MAX]; /* the input file */

@@ -460,6 +460,64 @@ START_TEST(test_lists) {
 }
 END_TEST
 
+/* The one list of card keys (card_keys.h): the /config positions are each number once, the
+ * namelist table is the list (but the name), and card_key_present decides what a card prints
+ * by each key's rule (the card text holds exactly the present keys). */
+START_TEST(test_card_keys) {
+  int seen[KD_CARD_NKEYS] = {0};
+  for (int p = 0; p < KD_CARD_NKEYS; p++) {
+    const int i = kd_card_file_order[p];
+    ck_assert_int_lt(i, KD_CARD_NKEYS);
+    ck_assert_int_eq(seen[i]++, 0);
+    ck_assert_int_eq(kd_card_keys[i].pos, p);
+  }
+  ck_assert_str_eq(kd_card_keys[kd_card_file_order[0]].name, "name");
+  ck_assert_str_eq(kd_card_keys[kd_card_file_order[1]].name, "arch");
+  for (int i = 0; i < KD_CARD_NKEYS; i++)
+    ck_assert_ptr_eq(card_key_named(kd_card_keys[i].name), &kd_card_keys[i]);
+  ck_assert_ptr_null(card_key_named("num_local_experts"));
+  /* what each rule holds, on a qwen2 card */
+  struct kd_card c;
+  ck_assert_msg(config_load_card(&c, "test-student", NULL, err, sizeof err) == 0, "%s", err);
+#define HAS(key) card_key_present(card_key_named(key), &c)
+  ck_assert(HAS("name") && HAS("arch") && HAS("vocab_size") && HAS("attention_bias"));
+  ck_assert(!HAS("head_dim") && !HAS("sliding_window") && !HAS("pad_token_id"));
+  ck_assert(!HAS("layer_types") && !HAS("rope_type") && !HAS("truncate"));
+  ck_assert(!HAS("query_pre_attn_scalar") && !HAS("num_experts") && !HAS("mlp_only_layers"));
+  c.head_dim = 8, c.max_window_layers = 3, c.rope_type = KD_ROPE_LINEAR;
+  ck_assert(HAS("head_dim") && HAS("max_window_layers") && !HAS("use_sliding_window"));
+  ck_assert(HAS("rope_type") && HAS("factor") && HAS("mscale_all_dim") && HAS("truncate"));
+  c.n_layer_types = 3;
+  ck_assert(HAS("layer_types"));
+  /* a mixture of experts: every MoE key, mlp_only_layers only with values */
+  ck_assert_msg(config_load_card(&c, "test-moe-student", NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert(HAS("num_experts") && HAS("decoder_sparse_step") && HAS("mlp_only_layers"));
+  ck_assert(!HAS("hidden_activation"));
+  c.n_mlp_only_layers = 0;
+  ck_assert(HAS("router_aux_loss_coef") && !HAS("mlp_only_layers"));
+  /* Gemma 3: its keys at their defaults too */
+  ck_assert_msg(config_load_card(&c, "test-gemma3-student", NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert(HAS("hidden_activation") && HAS("attn_logit_softcapping") && !HAS("num_experts"));
+#undef HAS
+  /* the card text: a line for each present key of the namelist, none for the others */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  card_print(f, &c);
+  fclose(f);
+  for (int i = 0; i < KD_CARD_NKEYS; i++) {
+    const struct kd_card_key *k = &kd_card_keys[i];
+    char line[96];
+    snprintf(line, sizeof line, "\n  %s = ", k->name);
+    const int want = k->type != KD_CARD_STR && card_key_present(k, &c);
+    ck_assert_msg(!strstr(text, line) == !want, "%s: printed %d, present %d", k->name,
+                  strstr(text, line) != NULL, want);
+  }
+  free(text);
+}
+END_TEST
+
 static Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -472,6 +530,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_round_trip);
   tcase_add_test(tc, test_bad);
   tcase_add_test(tc, test_lists);
+  tcase_add_test(tc, test_card_keys);
   suite_add_tcase(s, tc);
   return s;
 }
