@@ -41,18 +41,20 @@ enum kd_window_rule {
 struct kd_arch_traits {
   enum kd_qk_norm qk_norm;
   enum kd_norm_place norm_place;
-  int norm_offset;      /* 1: every RMSNorm scales by 1 + w (weights initialised to 0) */
-  int embed_scale;      /* 1: the embedding's rows scaled by sqrt(hidden_size) */
-  enum kd_act act;      /* the gated MLP's activation (hidden_activation's only value) */
-  int attention_bias;   /* attention_bias's default */
+  int norm_offset;    /* 1: every RMSNorm scales by 1 + w (weights initialised to 0) */
+  int embed_scale;    /* 1: the embedding's rows scaled by sqrt(hidden_size) */
+  enum kd_act act;    /* the gated MLP's activation (hidden_activation's only value) */
+  int attention_bias; /* attention_bias's default */
   enum kd_window_rule window;
-  int window_period;    /* without layer_types: every window_period-th layer is full
-                           attention, the others sliding (0: window_rule decides) */
-  int attn_keys;        /* 1: the card has hidden_activation, query_pre_attn_scalar (scores
-                           scaled by its ^-1/2), rope_local_base_freq (the sliding layers'
-                           RoPE), final_logit_softcapping and attn_logit_softcapping */
+  int window_period; /* without layer_types: every window_period-th layer is full
+                        attention, the others sliding (0: window_rule decides) */
+  int attn_keys;     /* 1: the card has hidden_activation, query_pre_attn_scalar (scores
+                        scaled by its ^-1/2), rope_local_base_freq (the sliding layers'
+                        RoPE), final_logit_softcapping and attn_logit_softcapping */
   enum kd_moe_style moe;
-  int norm_topk_prob;   /* norm_topk_prob's default */
+  int norm_topk_prob; /* norm_topk_prob's default */
+  int nope_keys;      /* 1: the card has no_rope_layers and no_rope_layer_interval: layers
+                         without RoPE (SmolLM3's rule, card_layer_rope) */
 };
 
 extern const struct kd_arch_traits kd_arch_traits[KD_ARCH_N];

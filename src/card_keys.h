@@ -40,7 +40,9 @@ enum kd_card_when {
   KD_WHEN_NOT_DEFAULT, /* a key newer than the format: when it differs from its default */
   KD_WHEN_ROPE_SCALED, /* the RoPE scaling keys: when rope_type is not 'default' */
   KD_WHEN_ATTN_KEYS,   /* a family with the attention-scaling keys (arch.h attn_keys) */
-  KD_WHEN_MOE          /* a mixture of experts (arch.h moe); given on another card: refused */
+  KD_WHEN_MOE,         /* a mixture of experts (arch.h moe); given on another card: refused */
+  KD_WHEN_NOPE_KEYS    /* a family with layers without RoPE (arch.h nope_keys); given on
+                          another card: refused */
 };
 
 /* A key's flags: CARD_CMP a weights file loaded for a card must hold the card's value (when
@@ -98,6 +100,8 @@ enum kd_card_when {
   X(router_aux_loss_coef, REAL, _, "0.001", (NL_GE, 0, 0), MOE, CARD_HF, 39)                       \
   X(decoder_sparse_step, INT, _, "1", (NL_GE, 1, 0), MOE, 0, 40)                                   \
   X(mlp_only_layers, INTS, _, NULL, (NL_GE, 0, 0), MOE, 0, 41)                                     \
+  X(no_rope_layers, INTS, _, NULL, (NL_GE | NL_LE, 0, 1), NOPE_KEYS, 0, 42)                        \
+  X(no_rope_layer_interval, INT, _, "4", (NL_GE, 1, 0), NOPE_KEYS, CARD_HF, 43)                    \
   X(rope_type, WORD, KD_ROPE_TYPE_LIST, "'default'", (0, 0, 0), ROPE_SCALED, CARD_CMP, 13)         \
   X(factor, REAL, _, "1.0", (NL_GT, 0, 0), ROPE_SCALED, CARD_CMP, 14)                              \
   X(low_freq_factor, REAL, _, "1.0", (NL_GT, 0, 0), ROPE_SCALED, CARD_CMP, 15)                     \

@@ -283,6 +283,8 @@ int card_key_family(const struct kd_card_key *k, const struct kd_card *card) {
     return t->attn_keys != 0;
   case KD_WHEN_MOE:
     return t->moe != KD_MOE_NONE;
+  case KD_WHEN_NOPE_KEYS:
+    return t->nope_keys != 0;
   default:
     return 1;
   }
@@ -296,6 +298,19 @@ int card_key_present(const struct kd_card_key *k, const struct kd_card *card) {
   if (k->when == KD_WHEN_NOT_DEFAULT && !k->count_off) /* a list's default: no values */
     return memcmp(field, (const char *)card_dflt() + k->off, k->size) != 0;
   return 1;
+}
+
+/* The archs whose cards may give a key of rule `when` (KD_WHEN_MOE, KD_WHEN_NOPE_KEYS) as
+ * "'a', 'b'" into buf ("none yet" when no family has them), for messages; returns buf. */
+static const char *card_key_archs(enum kd_card_when when, char *buf, size_t len) {
+  if (when == KD_WHEN_MOE) return arch_moe_names(buf, len);
+  size_t n = 0;
+  buf[0] = 0;
+  for (int a = 0; a < KD_ARCH_N && n < len; a++)
+    if (kd_arch_traits[a].nope_keys)
+      n += (size_t)snprintf(buf + n, len - n, "%s'%s'", n ? ", " : "", kd_arch_names[a]);
+  if (!buf[0]) snprintf(buf, len, "none yet");
+  return buf;
 }
 
 /* Parse and check the card file `path` (its messages name the card file and line). */
@@ -325,14 +340,20 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
   if (!c.line[ha]) card->hidden_activation = card_traits(card)->act;
   size_t nt = (size_t)namelist_find_key(&c, "model", "norm_topk_prob");
   if (!c.line[nt]) card->norm_topk_prob = card_traits(card)->norm_topk_prob;
+  /* the keys of an expert or NoPE family must not be given on another family's card
+   * (Gemma's keys are read on any card, and checked or unused there) */
   char archs[256];
-  for (size_t i = 0; i < c.n; i++) { /* a dense family: the MoE keys must not be given */
+  for (size_t i = 0; i < c.n; i++) {
     const struct kd_card_key *k = card_key_named(card_keys[i].key);
-    if (c.line[i] && k->when == KD_WHEN_MOE && !card_key_family(k, card))
+    const int moe = k->when == KD_WHEN_MOE;
+    if (c.line[i] && (moe || k->when == KD_WHEN_NOPE_KEYS) && !card_key_family(k, card))
       return namelist_key_err(&c, i, -1,
-                              "a mixture-of-experts key on a '%s' card; expected it on "
-                              "the cards of a mixture of experts only (arch %s)",
-                              kd_arch_names[card->arch], arch_moe_names(archs, sizeof archs));
+                              "a %s on a '%s' card; expected it on the cards of %s only "
+                              "(arch %s)",
+                              moe ? "mixture-of-experts key" : "NoPE key (layers without RoPE)",
+                              kd_arch_names[card->arch],
+                              moe ? "a mixture of experts" : "a family with layers without RoPE",
+                              card_key_archs(k->when, archs, sizeof archs));
   }
   size_t sw = (size_t)namelist_find_key(&c, "model", "sliding_window");
   if (c.line[sw] && card->sliding_window < 1)
@@ -427,6 +448,18 @@ int card_sparse_layers(const struct kd_card *c) {
   return n;
 }
 
+int card_nope_rule(const struct kd_card *c, int layer) {
+  if (layer < 0 || layer >= c->num_hidden_layers) return 1;
+  if (c->n_no_rope_layers > 0)
+    return layer < c->n_no_rope_layers ? c->no_rope_layers[layer] != 0 : 1;
+  const int every = c->no_rope_layer_interval > 0 ? c->no_rope_layer_interval : 1;
+  return (layer + 1) % every != 0;
+}
+
+int card_layer_rope(const struct kd_card *c, int layer) {
+  return card_traits(c)->nope_keys ? card_nope_rule(c, layer) : 1;
+}
+
 /* The mixture-of-experts keys of a card together: the key at fault, or NULL. */
 static const char *card_check_moe(const struct kd_card *c, char *why, size_t whylen) {
   if (!card_traits(c)->moe) return NULL;
@@ -517,6 +550,11 @@ const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
   }
   const char *key = card_check_window(card, why, whylen);
   if (!key) key = card_check_moe(card, why, whylen);
+  if (!key && card->n_no_rope_layers && card->n_no_rope_layers != card->num_hidden_layers) {
+    snprintf(why, whylen, "%d values for num_hidden_layers = %d; expected one per layer",
+             card->n_no_rope_layers, card->num_hidden_layers);
+    key = "no_rope_layers";
+  }
   return key ? key : card_check_rope(card, why, whylen);
 }
 

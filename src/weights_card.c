@@ -435,6 +435,18 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
                 model->path[0] ? model->path : model->name);
       return KD_EXIT_INPUT;
     }
+  /* no_rope_layers, no_rope_layer_interval: which layers rotate q and k */
+  for (int l = 0; l < model->num_hidden_layers; l++)
+    if (card_layer_rope(file, l) != card_layer_rope(model, l)) {
+      kd_seterr(err, errlen,
+                "%s was written for a different model: layer %d %s RoPE in its /config but %s "
+                "in the model card %s (no_rope_layers, no_rope_layer_interval); use the card the "
+                "file was written with",
+                path, l, card_layer_rope(file, l) ? "uses" : "skips",
+                card_layer_rope(model, l) ? "uses it" : "skips it",
+                model->path[0] ? model->path : model->name);
+      return KD_EXIT_INPUT;
+    }
   /* the sliding window keys: what they mean, layer by layer (the layer counts agree) */
   for (int l = 0; l < model->num_hidden_layers; l++) {
     const int a = card_layer_window(file, l), b = card_layer_window(model, l);

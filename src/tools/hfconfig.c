@@ -7,7 +7,7 @@
  * the others by code of their own: renamed (num_local_experts), nested (rope_parameters /
  * rope_scaling, Gemma's text_config and sliding-layer RoPE), null-valued (pad_token_id,
  * sliding_window, the soft caps), read by rules of the model_type (head_dim, the windows,
- * the qwen3_moe-only expert keys, attention_bias). */
+ * the qwen3_moe-only expert keys, attention_bias), or SmolLM3's no_rope_layers. */
 #include "tools/hfconfig.h"
 
 #include <cjson/cJSON.h>
@@ -533,6 +533,44 @@ static int read_moe(const struct rd *r, const struct hf_arch *a, struct kd_card 
   return 0;
 }
 
+/* Layers without RoPE (a family with the NoPE keys, arch.h nope_keys; SmolLM3Config):
+ * no_rope_layers, 1 where a layer uses RoPE and 0 where it does not (transformers reads the
+ * first num_hidden_layers values of a longer list), or without it every
+ * no_rope_layer_interval-th layer without RoPE (the interval is read with the plain keys,
+ * read_plain). A list that says what the interval says stays out of the card. */
+static int read_nope(const struct rd *r, struct kd_card *c) {
+  const cJSON *v = get(r->o, "no_rope_layers"), *e;
+  c->n_no_rope_layers = 0;
+  if (!v) return 0;
+  if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < c->num_hidden_layers) {
+    char why[128];
+    snprintf(why, sizeof why, "expected a list of a 1 or 0 for each of the %d layers",
+             c->num_hidden_layers);
+    return refuse(r, "no_rope_layers", v, why);
+  }
+  if (c->num_hidden_layers > KD_LAYERS_MAX) {
+    char why[96];
+    snprintf(why, sizeof why, "a card's no_rope_layers holds at most %d layers", KD_LAYERS_MAX);
+    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"), why);
+  }
+  int i = 0, differ = 0;
+  cJSON_ArrayForEach(e, v) {
+    if (i == c->num_hidden_layers) break;
+    const int ok =
+        cJSON_IsBool(e) || (cJSON_IsNumber(e) && (e->valuedouble == 0 || e->valuedouble == 1));
+    if (!ok) {
+      char k[64];
+      snprintf(k, sizeof k, "no_rope_layers[%d]", i);
+      return refuse(r, k, e, "expected 1 (the layer uses RoPE) or 0 (it does not)");
+    }
+    c->no_rope_layers[i] = cJSON_IsBool(e) ? cJSON_IsTrue(e) : (int)e->valuedouble;
+    differ |= c->no_rope_layers[i] != card_nope_rule(c, i); /* the interval's rule (n is 0) */
+    i++;
+  }
+  c->n_no_rope_layers = differ ? i : 0;
+  return 0;
+}
+
 /* The keys that must have the one value kdtrain computes. */
 static int read_fixed(const struct rd *r, const struct hf_arch *a, struct hf_extra *x) {
   const cJSON *v;
@@ -630,6 +668,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   if (!st) st = read_rope(&r, c);
   if (!st && a->arch == KD_ARCH_GEMMA3) st = read_gemma(&r, c);
   if (!st && card_traits(c)->moe) st = read_moe(&r, a, c);
+  if (!st && card_traits(c)->nope_keys) st = read_nope(&r, c);
   if (!st) { /* qwen2: q/k/v biases always (the key is not read by transformers) */
     c->attention_bias = a->qkv_bias;
     if (a->bias_key) {
@@ -796,6 +835,11 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
       for (int i = 0; i < c->n_mlp_only_layers; i++)
         cJSON_AddItemToArray(ml, cJSON_CreateNumber(c->mlp_only_layers[i]));
     }
+  }
+  if (card_traits(c)->nope_keys) { /* every layer's (no_rope_layer_interval: a plain key) */
+    cJSON *nl = cJSON_AddArrayToObject(o, "no_rope_layers");
+    for (int l = 0; l < c->num_hidden_layers; l++)
+      cJSON_AddItemToArray(nl, cJSON_CreateNumber(card_layer_rope(c, l)));
   }
   cJSON_AddStringToObject(o, "torch_dtype", "float32");
   cJSON_AddStringToObject(o, "dtype", "float32");
