@@ -57,6 +57,8 @@ struct kd_arch_traits {
                         RoPE), final_logit_softcapping and attn_logit_softcapping */
   enum kd_moe_style moe;
   int norm_topk_prob; /* norm_topk_prob's default */
+  int nope_keys;      /* 1: the card has no_rope_layers and no_rope_layer_interval: layers
+                         without RoPE (SmolLM3's rule, card_layer_rope) */
 };
 
 extern const struct kd_arch_traits kd_arch_traits[KD_ARCH_N];

@@ -1,6 +1,7 @@
-/* config.c: the run configuration. The key tables of the input file and of model
- * cards (names, types, defaults, bounds; read and printed by namelist.c), model card
- * search, path resolution, cross-key checks and the rank-0 load + broadcast. */
+/* config.c: the run configuration. The key table of the input file and the card keys'
+ * tables, made from card_keys.h (names, types, defaults, bounds; read and printed by
+ * namelist.c; which keys a card holds), model card search, path resolution, cross-key checks
+ * and the rank-0 load + broadcast. */
 #include "config.h"
 #include "namelist.h"
 #include "util.h"
@@ -97,65 +98,62 @@ static const struct namelist_key cfg_keys[] = {
     NAMELIST_LIST(kd_config, generate, eos, NL_INT, gen_eos, gen_neos, "-2", NL_GE, -2, 0, NULL),
 };
 
-#define MI(k, d, fl, lo, hi) NAMELIST_KEY(kd_card, model, k, NL_INT, k, d, fl, lo, hi, NULL)
-#define MR(k, d, fl, lo) NAMELIST_KEY(kd_card, model, k, NL_REAL, k, d, fl, lo, 0, NULL)
-/* The &model group of a card: Hugging Face config.json keys. attention_bias has no
- * table default: it follows arch (qwen2 .true., llama and qwen3 .false.). head_dim 0:
- * hidden_size / num_attention_heads. sliding_window 0: none (a card that gives it gives
- * at least 1); max_window_layers 28: transformers' default. hidden_activation follows arch
- * too (gemma3 'gelu_pytorch_tanh', the others 'silu'); it and the four keys after it are
- * Gemma 3's (transformers' Gemma3TextConfig defaults; soft caps 0: none). */
-static const struct namelist_key card_keys[] = {
-    NAMELIST_KEY(kd_card, model, arch, NL_WORD, arch, "'qwen2'", 0, 0, 0, KD_ARCH_WORDS),
-    MI(vocab_size, NULL, NL_REQ | NL_GE, 1, 0),
-    MI(hidden_size, NULL, NL_REQ | NL_GE, 1, 0),
-    MI(intermediate_size, NULL, NL_REQ | NL_GE, 1, 0),
-    MI(num_hidden_layers, NULL, NL_REQ | NL_GE, 1, 0),
-    MI(num_attention_heads, NULL, NL_REQ | NL_GE, 1, 0),
-    MI(num_key_value_heads, NULL, NL_REQ | NL_GE, 1, 0),
-    MI(head_dim, "0", NL_GE, 0, 0),
-    MR(rope_theta, "10000.0", NL_GT, 0),
-    MR(rms_norm_eps, "1e-6", NL_GT, 0),
-    NAMELIST_KEY(kd_card, model, hidden_activation, NL_WORD, hidden_activation, NULL, 0, 0, 0,
-                 KD_ACT_WORDS),
-    MR(query_pre_attn_scalar, "256.0", NL_GT, 0),
-    MR(rope_local_base_freq, "10000.0", NL_GT, 0),
-    MR(final_logit_softcapping, "0.0", NL_GE, 0),
-    MR(attn_logit_softcapping, "0.0", NL_GE, 0),
-    NAMELIST_KEY(kd_card, model, tie_word_embeddings, NL_BOOL, tie_word_embeddings, ".false.", 0, 0,
-                 0, NULL),
-    NAMELIST_KEY(kd_card, model, attention_bias, NL_BOOL, attention_bias, NULL, 0, 0, 0, NULL),
-    MI(max_position_embeddings, "4096", NL_GE, 1, 0),
-    MI(sliding_window, "0", NL_GE, 0, 0),
-    NAMELIST_KEY(kd_card, model, use_sliding_window, NL_BOOL, use_sliding_window, ".false.", 0, 0,
-                 0, NULL),
-    MI(max_window_layers, "28", NL_GE, 0, 0),
-    NAMELIST_LIST(kd_card, model, layer_types, NL_WORD, layer_types, n_layer_types, NULL, 0, 0, 0,
-                  KD_LAYER_TYPE_WORDS),
-    MI(pad_token_id, "-1", NL_GE, -1, 0),
-    /* mixture of experts (qwen3_moe, mixtral): transformers' Qwen3MoeConfig defaults but
-     * num_experts (0: none) and norm_topk_prob (no table default: it follows arch) */
-    MI(num_experts, "0", NL_GE, 0, 0),
-    MI(num_experts_per_tok, "2", NL_GE, 1, 0),
-    MI(moe_intermediate_size, "0", NL_GE, 0, 0),
-    NAMELIST_KEY(kd_card, model, norm_topk_prob, NL_BOOL, norm_topk_prob, NULL, 0, 0, 0, NULL),
-    MR(router_aux_loss_coef, "0.001", NL_GE, 0),
-    MI(decoder_sparse_step, "1", NL_GE, 1, 0),
-    NAMELIST_LIST(kd_card, model, mlp_only_layers, NL_INT, mlp_only_layers, n_mlp_only_layers, NULL,
-                  NL_GE, 0, 0, NULL),
-    NAMELIST_KEY(kd_card, model, rope_type, NL_WORD, rope_type, "'default'", 0, 0, 0,
-                 KD_ROPE_TYPE_WORDS),
-    MR(factor, "1.0", NL_GT, 0),
-    MR(low_freq_factor, "1.0", NL_GT, 0),
-    MR(high_freq_factor, "4.0", NL_GT, 0),
-    MI(original_max_position_embeddings, "0", NL_GE, 0, 0),
-    MR(beta_fast, "32.0", NL_GT, 0),
-    MR(beta_slow, "1.0", NL_GT, 0),
-    MR(attention_factor, "0.0", NL_GE, 0),
-    MR(mscale, "0.0", NL_GE, 0),
-    MR(mscale_all_dim, "0.0", NL_GE, 0),
-    NAMELIST_KEY(kd_card, model, truncate, NL_BOOL, truncate, ".true.", 0, 0, 0, NULL),
-};
+/* ---- the card keys (card_keys.h) ------------------------------------------------------- */
+
+/* clang-format off */
+/* A key's namelist bounds, (flags, lo, hi) in KD_CARD_KEYS, as three arguments. */
+#define CARD_B(fl, lo, hi) fl, lo, hi
+#define CARD_NL_(...) NAMELIST_KEY(__VA_ARGS__)
+#define CARD_NLL_(...) NAMELIST_LIST(__VA_ARGS__)
+/* A key's entry of the &model namelist table, by its type (the name is no &model key). */
+#define CARD_NL(k, type, words, d, b, when, flags, pos) CARD_NL_##type(k, words, d, b)
+#define CARD_NL_STR(k, words, d, b)
+#define CARD_NL_INT(k, words, d, b)   CARD_NL_(kd_card, model, k, NL_INT, k, d, CARD_B b, NULL),
+#define CARD_NL_REAL(k, words, d, b)  CARD_NL_(kd_card, model, k, NL_REAL, k, d, CARD_B b, NULL),
+#define CARD_NL_BOOL(k, words, d, b)  CARD_NL_(kd_card, model, k, NL_BOOL, k, d, CARD_B b, NULL),
+#define CARD_NL_WORD(k, words, d, b)                                                               \
+  CARD_NL_(kd_card, model, k, NL_WORD, k, d, CARD_B b, KD_WORDS_OF(words)),
+#define CARD_NL_WORDS(k, words, d, b)                                                              \
+  CARD_NLL_(kd_card, model, k, NL_WORD, k, n_##k, d, CARD_B b, KD_WORDS_OF(words)),
+#define CARD_NL_INTS(k, words, d, b)                                                               \
+  CARD_NLL_(kd_card, model, k, NL_INT, k, n_##k, d, CARD_B b, NULL),
+
+/* The &model group of a card: every key of KD_CARD_KEYS but the name, in its order (the
+ * printing order). attention_bias, hidden_activation and norm_topk_prob have no table
+ * default: they follow arch (card_read). */
+static const struct namelist_key card_keys[] = {KD_CARD_KEYS(CARD_NL)};
+
+/* A key's field by its type: a scalar, or a list (one element, and the count n_KEY); and a
+ * word key's '|' list. */
+#define CARD_SCALAR(k) .off = offsetof(struct kd_card, k), .size = sizeof(((struct kd_card *)0)->k)
+#define CARD_LIST(k)                                                                               \
+  .off = offsetof(struct kd_card, k), .size = sizeof(((struct kd_card *)0)->k[0]),                 \
+  .count_off = offsetof(struct kd_card, n_##k)
+#define CARD_FIELD_STR(k, w)   CARD_SCALAR(k)
+#define CARD_FIELD_INT(k, w)   CARD_SCALAR(k)
+#define CARD_FIELD_REAL(k, w)  CARD_SCALAR(k)
+#define CARD_FIELD_BOOL(k, w)  CARD_SCALAR(k)
+#define CARD_FIELD_WORD(k, w)  CARD_SCALAR(k), .words = KD_WORDS_OF(w)
+#define CARD_FIELD_WORDS(k, w) CARD_LIST(k), .words = KD_WORDS_OF(w)
+#define CARD_FIELD_INTS(k, w)  CARD_LIST(k)
+#define CARD_DESC(k, t, w, d, b, wh, fl, p)                                                        \
+  {.name = #k, .type = KD_CARD_##t, CARD_FIELD_##t(k, w), .nl_flags = CARD_B b,                    \
+   .when = KD_WHEN_##wh, .flags = fl, .pos = p},
+const struct kd_card_key kd_card_keys[KD_CARD_NKEYS] = {KD_CARD_KEYS(CARD_DESC)};
+
+/* Position pos holds its key's index: a position given twice is a compiler warning
+ * (-Woverride-init, an error with configure --enable-werror), one past the end an error, so
+ * the positions are the numbers 0 to KD_CARD_NKEYS - 1, each once (test_config checks it
+ * too). */
+#define CARD_POS(k, type, words, d, b, when, flags, pos) [pos] = KD_CARD_KEY_##k,
+const unsigned char kd_card_file_order[KD_CARD_NKEYS] = {KD_CARD_KEYS(CARD_POS)};
+/* clang-format on */
+
+const struct kd_card_key *card_key_named(const char *name) {
+  for (size_t i = 0; i < KD_CARD_NKEYS; i++)
+    if (!strcmp(kd_card_keys[i].name, name)) return &kd_card_keys[i];
+  return NULL;
+}
 
 #define NKEYS(t) (sizeof(t) / sizeof((t)[0]))
 _Static_assert(NKEYS(cfg_keys) <= NAMELIST_MAXKEYS, "raise NAMELIST_MAXKEYS");
@@ -269,10 +267,50 @@ static int card_find(char *path, size_t plen, const char *name, const char *rela
   return 1;
 }
 
-/* Whether the card field at offset off is one of the mixture-of-experts keys. */
-static int card_key_moe(size_t off) {
-  return off >= offsetof(struct kd_card, num_experts) &&
-         off <= offsetof(struct kd_card, n_mlp_only_layers);
+/* The card defaults (card_defaults), made once: what a KD_WHEN_NOT_DEFAULT key is compared
+ * with. */
+static const struct kd_card *card_dflt(void) {
+  static struct kd_card d;
+  static int made;
+  if (!made) card_defaults(&d), made = 1;
+  return &d;
+}
+
+int card_key_family(const struct kd_card_key *k, const struct kd_card *card) {
+  const struct kd_arch_traits *t = card_traits(card);
+  switch (k->when) {
+  case KD_WHEN_ATTN_KEYS:
+    return t->attn_keys != 0;
+  case KD_WHEN_MOE:
+    return t->moe != KD_MOE_NONE;
+  case KD_WHEN_NOPE_KEYS:
+    return t->nope_keys != 0;
+  default:
+    return 1;
+  }
+}
+
+int card_key_present(const struct kd_card_key *k, const struct kd_card *card) {
+  const char *field = (const char *)card + k->off;
+  if (!card_key_family(k, card)) return 0;
+  if (k->count_off && *(const int *)((const char *)card + k->count_off) == 0) return 0;
+  if (k->when == KD_WHEN_ROPE_SCALED) return card->rope_type != KD_ROPE_DEFAULT;
+  if (k->when == KD_WHEN_NOT_DEFAULT && !k->count_off) /* a list's default: no values */
+    return memcmp(field, (const char *)card_dflt() + k->off, k->size) != 0;
+  return 1;
+}
+
+/* The archs whose cards may give a key of rule `when` (KD_WHEN_MOE, KD_WHEN_NOPE_KEYS) as
+ * "'a', 'b'" into buf ("none yet" when no family has them), for messages; returns buf. */
+static const char *card_key_archs(enum kd_card_when when, char *buf, size_t len) {
+  if (when == KD_WHEN_MOE) return arch_moe_names(buf, len);
+  size_t n = 0;
+  buf[0] = 0;
+  for (int a = 0; a < KD_ARCH_N && n < len; a++)
+    if (kd_arch_traits[a].nope_keys)
+      n += (size_t)snprintf(buf + n, len - n, "%s'%s'", n ? ", " : "", kd_arch_names[a]);
+  if (!buf[0]) snprintf(buf, len, "none yet");
+  return buf;
 }
 
 /* Parse and check the card file `path` (its messages name the card file and line). */
@@ -302,14 +340,21 @@ static int card_read(struct kd_card *card, const char *path, const char *name, c
   if (!c.line[ha]) card->hidden_activation = card_traits(card)->act;
   size_t nt = (size_t)namelist_find_key(&c, "model", "norm_topk_prob");
   if (!c.line[nt]) card->norm_topk_prob = card_traits(card)->norm_topk_prob;
+  /* the keys of an expert or NoPE family must not be given on another family's card
+   * (Gemma's keys are read on any card, and checked or unused there) */
   char archs[256];
-  if (!card_traits(card)->moe) /* a dense family: the MoE keys must not be given */
-    for (size_t i = 0; i < c.n; i++)
-      if (c.line[i] && card_key_moe(card_keys[i].off))
-        return namelist_key_err(&c, i, -1,
-                                "a mixture-of-experts key on a '%s' card; expected it on "
-                                "the cards of a mixture of experts only (arch %s)",
-                                kd_arch_names[card->arch], arch_moe_names(archs, sizeof archs));
+  for (size_t i = 0; i < c.n; i++) {
+    const struct kd_card_key *k = card_key_named(card_keys[i].key);
+    const int moe = k->when == KD_WHEN_MOE;
+    if (c.line[i] && (moe || k->when == KD_WHEN_NOPE_KEYS) && !card_key_family(k, card))
+      return namelist_key_err(&c, i, -1,
+                              "a %s on a '%s' card; expected it on the cards of %s only "
+                              "(arch %s)",
+                              moe ? "mixture-of-experts key" : "NoPE key (layers without RoPE)",
+                              kd_arch_names[card->arch],
+                              moe ? "a mixture of experts" : "a family with layers without RoPE",
+                              card_key_archs(k->when, archs, sizeof archs));
+  }
   size_t sw = (size_t)namelist_find_key(&c, "model", "sliding_window");
   if (c.line[sw] && card->sliding_window < 1)
     return namelist_key_err(&c, sw, -1,
@@ -403,6 +448,18 @@ int card_sparse_layers(const struct kd_card *c) {
   return n;
 }
 
+int card_nope_rule(const struct kd_card *c, int layer) {
+  if (layer < 0 || layer >= c->num_hidden_layers) return 1;
+  if (c->n_no_rope_layers > 0)
+    return layer < c->n_no_rope_layers ? c->no_rope_layers[layer] != 0 : 1;
+  const int every = c->no_rope_layer_interval > 0 ? c->no_rope_layer_interval : 1;
+  return (layer + 1) % every != 0;
+}
+
+int card_layer_rope(const struct kd_card *c, int layer) {
+  return card_traits(c)->nope_keys ? card_nope_rule(c, layer) : 1;
+}
+
 /* The mixture-of-experts keys of a card together: the key at fault, or NULL. */
 static const char *card_check_moe(const struct kd_card *c, char *why, size_t whylen) {
   if (!card_traits(c)->moe) return NULL;
@@ -493,6 +550,11 @@ const char *card_check(const struct kd_card *card, char *why, size_t whylen) {
   }
   const char *key = card_check_window(card, why, whylen);
   if (!key) key = card_check_moe(card, why, whylen);
+  if (!key && card->n_no_rope_layers && card->n_no_rope_layers != card->num_hidden_layers) {
+    snprintf(why, whylen, "%d values for num_hidden_layers = %d; expected one per layer",
+             card->n_no_rope_layers, card->num_hidden_layers);
+    key = "no_rope_layers";
+  }
   return key ? key : card_check_rope(card, why, whylen);
 }
 
@@ -1006,44 +1068,11 @@ void config_print(FILE *f, const struct kd_config *cfg) {
   namelist_print(f, cfg_keys, NKEYS(cfg_keys), cfg);
 }
 
-/* Whether the card field at offset off is one of Gemma 3's keys. */
-static int card_key_gemma(size_t off) {
-  return off >= offsetof(struct kd_card, hidden_activation) &&
-         off <= offsetof(struct kd_card, attn_logit_softcapping);
-}
-
-/* The RoPE scaling keys close card_keys (rope_type first): a card with default RoPE is
- * printed without them, as before they existed (weights files, --print-config). */
-#define CARD_ROPE_KEYS 11
-
 void card_print(FILE *f, const struct kd_card *card) {
-  const size_t rope0 = NKEYS(card_keys) - CARD_ROPE_KEYS;
-  KD_CHECK(card_keys[rope0].off == offsetof(struct kd_card, rope_type),
-           "card_keys: the RoPE scaling keys must close the table");
-  /* a card without head_dim (0: hidden / heads), or without a sliding window key or
-   * pad_token_id (at their defaults), prints as before the key; Gemma's keys only in a
-   * gemma3 card */
-  struct kd_card dflt;
-  card_defaults(&dflt);
   struct namelist_key keys[NKEYS(card_keys)];
   size_t n = 0;
-  for (size_t i = 0; i < NKEYS(card_keys); i++) {
-    const struct namelist_key *k = &card_keys[i];
-    const size_t off = k->off;
-    const int newer_key = off >= offsetof(struct kd_card, sliding_window) &&
-                          off <= offsetof(struct kd_card, pad_token_id);
-    if (newer_key &&
-        (k->maxn ? card->n_layer_types == 0
-                 : !memcmp((const char *)card + off, (const char *)&dflt + off, k->size)))
-      continue;
-    if (!(i >= rope0 && card->rope_type == KD_ROPE_DEFAULT) &&
-        !(off == offsetof(struct kd_card, head_dim) && card->head_dim == 0) &&
-        !(card_key_gemma(off) && !card_traits(card)->attn_keys) &&
-        !(card_key_moe(off) && !card_traits(card)->moe) &&
-        !(k->maxn && off == offsetof(struct kd_card, mlp_only_layers) &&
-          card->n_mlp_only_layers == 0))
-      keys[n++] = *k;
-  }
+  for (size_t i = 0; i < NKEYS(card_keys); i++)
+    if (card_key_present(card_key_named(card_keys[i].key), card)) keys[n++] = card_keys[i];
   namelist_print(f, keys, n, card);
 }
 

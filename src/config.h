@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "arch.h"
+#include "card_keys.h"
 #include "words.h"
 
 #define KD_PATH_MAX 512
@@ -14,7 +15,8 @@
 #define KD_DATA_MAX 16    /* most training files of a blend */
 #define KD_LAYERS_MAX 512 /* most entries of a card's layer_types */
 
-/* A model card (&model group of mod/NAME.nml); keys are Hugging Face config.json keys. */
+/* A model card (&model group of mod/NAME.nml); keys are Hugging Face config.json keys, each
+ * listed once in card_keys.h (KD_CARD_KEYS). */
 struct kd_card {
   char name[KD_PATH_MAX]; /* as given in the input (card = '...') */
   char path[KD_PATH_MAX]; /* the file it was read from */
@@ -60,6 +62,13 @@ struct kd_card {
   int decoder_sparse_step;
   int mlp_only_layers[KD_LAYERS_MAX];
   int n_mlp_only_layers;
+  /* Layers without RoPE (families with the arch trait nope_keys, SmolLM3; the other families
+   * neither read, print nor store them): whether each layer rotates its queries and keys (1)
+   * or not (0; n_no_rope_layers 0: not given), and without the list every
+   * no_rope_layer_interval-th layer without RoPE (card_layer_rope) */
+  int no_rope_layers[KD_LAYERS_MAX];
+  int n_no_rope_layers;
+  int no_rope_layer_interval;
 };
 
 /* The attention head width of a card: head_dim, or hidden_size / num_attention_heads. */
@@ -93,6 +102,26 @@ int card_sparse_layers(const struct kd_card *c);
  * layer_types in the layers from max_window_layers on; llama (Mistral) has sliding_window,
  * when given, in every layer (or in the layers layer_types marks). */
 int card_layer_window(const struct kd_card *c, int layer);
+
+/* Whether global layer `layer` of a card rotates its queries and keys (RoPE): 1 in every
+ * layer of a family without the NoPE keys (arch.h nope_keys), card_nope_rule's answer in a
+ * family with them. */
+int card_layer_rope(const struct kd_card *c, int layer);
+
+/* SmolLM3's rule (transformers' SmolLM3Config and SmolLM3Attention.use_rope), whatever the
+ * card's family: no_rope_layers[layer] when the card gives the list, else 0 in every
+ * no_rope_layer_interval-th layer ((layer + 1) % interval == 0) and 1 in the others; 1 for a
+ * layer outside the card. */
+int card_nope_rule(const struct kd_card *c, int layer);
+
+/* Whether a card holds key k (card_keys.h: its rule, KD_WHEN_...; a list only when it has
+ * values): the keys card_print prints, a weights file's /config holds and its checksum
+ * folds, and a loaded file is compared by (either card holding the key). */
+int card_key_present(const struct kd_card_key *k, const struct kd_card *card);
+
+/* Whether key k belongs to the card's family: 0 for a key of an arch trait (KD_WHEN_ATTN_KEYS,
+ * KD_WHEN_MOE, KD_WHEN_NOPE_KEYS) the card's family lacks, else 1. */
+int card_key_family(const struct kd_card_key *k, const struct kd_card *card);
 
 struct kd_config {
   char source[KD_PATH_MAX]; /* the input file */

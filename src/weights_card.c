@@ -15,178 +15,69 @@
 #include "util.h"
 #include "weights_impl.h"
 
-/* The model card as /config attributes. */
-/* KEY_WORD: an enum field stored as its word (words.h: arch, rope_type); KEY_WORDS: a list of
- * them (layer_types) stored as one string, the words separated by ',' */
-enum key_kind { KEY_STR, KEY_INT, KEY_REAL, KEY_BOOL, KEY_WORD, KEY_WORDS, KEY_INTS };
-/* ROPE_*: the RoPE scaling keys are written (and in the checksum) only for a card whose
- * rope_type is not 'default', so that files of unscaled models stay as they were; a file
- * without them has default RoPE (config.c's defaults) */
-enum { ROPE_NO, ROPE_TYPE, ROPE_PARAM };
-struct card_key {
-  const char *name;
-  enum key_kind kind;
-  size_t off, size;
-  int compare; /* 1: a loaded file must match the model's card */
-  int required;
-  int rope;                 /* ROPE_NO, ROPE_TYPE or ROPE_PARAM */
-  const char *words;        /* KEY_WORD: the '|' word list */
-  const char *const *names; /* KEY_WORD: its names array */
-  int nwords;               /* KEY_WORD: its length */
-  int newer; /* a key newer than the format: written and checksummed only when it differs from
-                its card default (config.c), so that a file without it (the default, the old
-                behaviour) keeps its checksum */
-  int attn;  /* an attention-scaling key: written and checksummed only for a card whose family
-                has them (arch.h attn_keys) */
-  int moe;   /* a mixture-of-experts key: written and checksummed only for an MoE card
-                (arch.h moe; KEY_INTS mlp_only_layers only when it has values) */
-};
-#define CARD_KEY(f, kind, cmp, req)                                                                \
-  {                                                                                                \
-#f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, req, ROPE_NO,    \
-        NULL, NULL, 0, 0, 0, 0                                                                     \
-  }
-#define CARD_WORD(f, rope, list, names, n)                                                         \
-  {                                                                                                \
-#f, KEY_WORD, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, !(rope), rope, \
-        list, names, n, 0, 0, 0                                                                    \
-  }
-#define CARD_ROPE(f, kind)                                                                         \
-  {                                                                                                \
-#f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_PARAM,     \
-        NULL, NULL, 0, 0, 0, 0                                                                     \
-  }
-#define CARD_ATTN(f, kind, list, names, n)                                                         \
-  {                                                                                                \
-#f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), 1, 0, ROPE_NO, list,  \
-        names, n, 0, 1, 0                                                                          \
-  }
-#define CARD_MOE(f, kind, cmp)                                                                     \
-  {                                                                                                \
-#f, kind, offsetof(struct kd_card, f), sizeof(((struct kd_card *)0)->f), cmp, 0, ROPE_NO,      \
-        NULL, NULL, 0, 0, 0, 1                                                                     \
-  }
-static const struct card_key card_keys[] = {
-    CARD_KEY(name, KEY_STR, 0, 0),
-    CARD_WORD(arch, ROPE_NO, KD_ARCH_WORDS, kd_arch_names, KD_ARCH_N),
-    CARD_KEY(vocab_size, KEY_INT, 1, 1),
-    CARD_KEY(hidden_size, KEY_INT, 1, 1),
-    CARD_KEY(intermediate_size, KEY_INT, 1, 1),
-    CARD_KEY(num_hidden_layers, KEY_INT, 1, 1),
-    CARD_KEY(num_attention_heads, KEY_INT, 1, 1),
-    CARD_KEY(num_key_value_heads, KEY_INT, 1, 1),
-    CARD_KEY(max_position_embeddings, KEY_INT, 1, 1),
-    CARD_KEY(rope_theta, KEY_REAL, 1, 1),
-    CARD_KEY(rms_norm_eps, KEY_REAL, 1, 1),
-    CARD_KEY(tie_word_embeddings, KEY_BOOL, 1, 1),
-    CARD_KEY(attention_bias, KEY_BOOL, 1, 1),
-    CARD_WORD(rope_type, ROPE_TYPE, KD_ROPE_TYPE_WORDS, kd_rope_type_names, KD_ROPE_N),
-    CARD_ROPE(factor, KEY_REAL),
-    CARD_ROPE(low_freq_factor, KEY_REAL),
-    CARD_ROPE(high_freq_factor, KEY_REAL),
-    CARD_ROPE(original_max_position_embeddings, KEY_INT),
-    CARD_ROPE(beta_fast, KEY_REAL),
-    CARD_ROPE(beta_slow, KEY_REAL),
-    CARD_ROPE(attention_factor, KEY_REAL),
-    CARD_ROPE(mscale, KEY_REAL),
-    CARD_ROPE(mscale_all_dim, KEY_REAL),
-    CARD_ROPE(truncate, KEY_BOOL),
-    {"head_dim", KEY_INT, offsetof(struct kd_card, head_dim), sizeof(int), 1, 0, ROPE_NO, NULL,
-     NULL, 0, 1, 0, 0},
-    /* the sliding window: compared as the window of each layer (card_layer_window) */
-    {"sliding_window", KEY_INT, offsetof(struct kd_card, sliding_window), sizeof(int), 0, 0,
-     ROPE_NO, NULL, NULL, 0, 1, 0, 0},
-    {"use_sliding_window", KEY_BOOL, offsetof(struct kd_card, use_sliding_window), sizeof(int), 0,
-     0, ROPE_NO, NULL, NULL, 0, 1, 0, 0},
-    {"max_window_layers", KEY_INT, offsetof(struct kd_card, max_window_layers), sizeof(int), 0, 0,
-     ROPE_NO, NULL, NULL, 0, 1, 0, 0},
-    {"pad_token_id", KEY_INT, offsetof(struct kd_card, pad_token_id), sizeof(int), 0, 0, ROPE_NO,
-     NULL, NULL, 0, 1, 0, 0},
-    {"layer_types", KEY_WORDS, offsetof(struct kd_card, layer_types),
-     sizeof(((struct kd_card *)0)->layer_types[0]), 0, 0, ROPE_NO, KD_LAYER_TYPE_WORDS,
-     kd_layer_type_names, KD_LAYER_TYPE_N, 1, 0, 0},
-    CARD_ATTN(hidden_activation, KEY_WORD, KD_ACT_WORDS, kd_act_names, KD_ACT_N),
-    CARD_ATTN(query_pre_attn_scalar, KEY_REAL, NULL, NULL, 0),
-    CARD_ATTN(rope_local_base_freq, KEY_REAL, NULL, NULL, 0),
-    CARD_ATTN(final_logit_softcapping, KEY_REAL, NULL, NULL, 0),
-    CARD_ATTN(attn_logit_softcapping, KEY_REAL, NULL, NULL, 0),
-    /* which layers are sparse is compared layer by layer (card_layer_sparse) */
-    CARD_MOE(num_experts, KEY_INT, 1),
-    CARD_MOE(num_experts_per_tok, KEY_INT, 1),
-    CARD_MOE(moe_intermediate_size, KEY_INT, 1),
-    CARD_MOE(norm_topk_prob, KEY_BOOL, 1),
-    CARD_MOE(router_aux_loss_coef, KEY_REAL, 0),
-    CARD_MOE(decoder_sparse_step, KEY_INT, 0),
-    {"mlp_only_layers", KEY_INTS, offsetof(struct kd_card, mlp_only_layers),
-     sizeof(((struct kd_card *)0)->mlp_only_layers[0]), 0, 0, ROPE_NO, NULL, NULL, 0, 0, 0, 1},
-};
-#define NCARD_KEYS (sizeof card_keys / sizeof card_keys[0])
+/* The model card as /config attributes: every key of card_keys.h the card holds
+ * (card_key_present), in /config order (kd_card_file_order). */
 
-/* The stored word of a KEY_WORD field ("" for a value outside its list). */
-static const char *card_word(const struct card_key *ck, const void *field) {
-  const int w = *(const int *)field;
-  return w >= 0 && w < ck->nwords ? ck->names[w] : "";
+/* Key p of /config order. */
+static const struct kd_card_key *file_key(size_t p) {
+  return &kd_card_keys[kd_card_file_order[p]];
 }
 
-/* Whether key ck of `card` is left out of the file and its checksum (see ROPE_*, a newer
- * key at its default, `dflt` being the card defaults, a Gemma key of another family). */
-static int card_key_absent(const struct card_key *ck, const struct kd_card *card,
-                           const struct kd_card *dflt) {
-  if (ck->attn) return !card_traits(card)->attn_keys;
-  if (ck->moe)
-    return !card_traits(card)->moe || (ck->kind == KEY_INTS && card->n_mlp_only_layers == 0);
-  if (ck->kind == KEY_WORDS) return card->n_layer_types == 0;
-  if (ck->newer)
-    return *(const int *)((const char *)card + ck->off) ==
-           *(const int *)((const char *)dflt + ck->off);
-  return ck->rope != ROPE_NO && card->rope_type == KD_ROPE_DEFAULT;
+/* The stored word of a word field ("" for a value outside its list) into buf; returns buf. */
+static const char *card_word(char *buf, size_t len, const struct kd_card_key *k,
+                             const void *field) {
+  return words_name(buf, len, k->words, *(const int *)field);
 }
 
-/* The stored text of a KEY_WORDS key (layer_types): its words separated by ','. */
+/* The number of values of a list key. */
+static int *card_count(const struct kd_card_key *k, struct kd_card *card) {
+  return (int *)((char *)card + k->count_off);
+}
+
+/* The stored text of a list key (layer_types, mlp_only_layers, ...): its words or integers
+ * separated by ','. */
 #define WORDS_TEXT_MAX (KD_LAYERS_MAX * 24)
-static void card_words_text(char *out, size_t len, const struct card_key *ck,
+static void card_words_text(char *out, size_t len, const struct kd_card_key *k,
                             const struct kd_card *card) {
   size_t n = 0;
   out[0] = 0;
-  const int ints = ck->kind == KEY_INTS,
-            count = ints ? card->n_mlp_only_layers : card->n_layer_types;
+  const int count = *card_count(k, (struct kd_card *)card);
   for (int e = 0; e < count && n < len; e++) {
-    const char *field = (const char *)card + ck->off + (size_t)e * ck->size;
-    if (ints)
+    const char *field = (const char *)card + k->off + (size_t)e * k->size;
+    char word[64];
+    if (k->type == KD_CARD_INTS)
       n += (size_t)snprintf(out + n, len - n, "%s%d", e ? "," : "", *(const int *)field);
     else
-      n += (size_t)snprintf(out + n, len - n, "%s%s", e ? "," : "", card_word(ck, field));
+      n += (size_t)snprintf(out + n, len - n, "%s%s", e ? "," : "",
+                            card_word(word, sizeof word, k, field));
   }
 }
 
-/* Parse the stored text of a KEY_WORDS key into `card`: 0, or KD_EXIT_INPUT with err. */
-static int card_words_parse(const char *text, const struct card_key *ck, struct kd_card *card,
+/* Parse the stored text of a list key into `card`: 0, or KD_EXIT_INPUT with err. */
+static int card_words_parse(const char *text, const struct kd_card_key *k, struct kd_card *card,
                             const char *path, char *err, size_t errlen) {
+  const int ints = k->type == KD_CARD_INTS;
   int n = 0;
   for (const char *p = text; *p;) {
     const size_t l = strcspn(p, ",");
     char word[64];
     snprintf(word, sizeof word, "%.*s", (int)(l < 63 ? l : 63), p);
     char *end = word;
-    const long v = ck->kind == KEY_INTS ? strtol(word, &end, 10) : 0;
-    const int w = ck->kind == KEY_INTS
-                      ? (l && l < 63 && !*end && v >= 0 && v < KD_LAYERS_MAX ? (int)v : -1)
-                  : l < 63 ? words_find(ck->words, word)
+    const long v = ints ? strtol(word, &end, 10) : 0;
+    const int w = ints     ? (l && l < 63 && !*end && v >= 0 && v < KD_LAYERS_MAX ? (int)v : -1)
+                  : l < 63 ? words_find(k->words, word)
                            : -1;
     if (w < 0 || n >= KD_LAYERS_MAX) {
       kd_seterr(err, errlen,
                 "%s: /config is not a valid model card: %s entry %d = '%s': expected at most %d "
                 "of %s",
-                path, ck->name, n, word, KD_LAYERS_MAX, ck->words ? ck->words : "layer indices");
+                path, k->name, n, word, KD_LAYERS_MAX, ints ? "non-negative integers" : k->words);
       return KD_EXIT_INPUT;
     }
-    *(int *)((char *)card + ck->off + (size_t)n++ * ck->size) = w;
+    *(int *)((char *)card + k->off + (size_t)n++ * k->size) = w;
     p += l + (p[l] == ',');
   }
-  if (ck->kind == KEY_INTS)
-    card->n_mlp_only_layers = n;
-  else
-    card->n_layer_types = n;
+  *card_count(k, card) = n;
   return 0;
 }
 
@@ -256,23 +147,21 @@ int weights_card_check_root(hid_t file, const char *path, int *minor, char *err,
  * older readers still read newer files). */
 static uint64_t config_sum(const struct kd_card *card) {
   uint64_t h = 0;
-  struct kd_card dflt;
-  card_defaults(&dflt);
-  for (size_t k = 0; k < NCARD_KEYS; k++) {
-    const struct card_key *ck = &card_keys[k];
-    const char *field = (const char *)card + ck->off;
-    if (card_key_absent(ck, card, &dflt)) continue;
-    h = kd_fnv1a(ck->name, h);
+  for (size_t p = 0; p < KD_CARD_NKEYS; p++) {
+    const struct kd_card_key *k = file_key(p);
+    const char *field = (const char *)card + k->off;
+    if (!card_key_present(k, card)) continue;
+    h = kd_fnv1a(k->name, h);
     uint64_t bits = 0;
-    if (ck->kind == KEY_STR) {
+    char text[WORDS_TEXT_MAX];
+    if (k->type == KD_CARD_STR) {
       h = kd_fnv1a(field, h);
-    } else if (ck->kind == KEY_WORDS || ck->kind == KEY_INTS) {
-      char text[WORDS_TEXT_MAX];
-      card_words_text(text, sizeof text, ck, card);
-      h = kd_fnv1a(text, h); /* the words, as stored */
-    } else if (ck->kind == KEY_WORD) {
-      h = kd_fnv1a(card_word(ck, field), h); /* the word, as stored */
-    } else if (ck->kind == KEY_REAL) {
+    } else if (k->count_off) {
+      card_words_text(text, sizeof text, k, card);
+      h = kd_fnv1a(text, h); /* the words or integers, as stored */
+    } else if (k->type == KD_CARD_WORD) {
+      h = kd_fnv1a(card_word(text, sizeof text, k, field), h); /* the word, as stored */
+    } else if (k->type == KD_CARD_REAL) {
       memcpy(&bits, field, sizeof bits);
     } else {
       bits = (uint64_t)(int64_t) * (const int *)field;
@@ -334,26 +223,25 @@ static int namelist_write(hid_t cfg, const char *namelist, int ok, int rank, MPI
 int weights_card_write(hid_t cfg, const struct kd_card *card, const char *namelist, int rank,
                        MPI_Comm comm) {
   int ok = 1;
-  struct kd_card dflt;
-  card_defaults(&dflt);
-  for (size_t k = 0; k < NCARD_KEYS; k++) {
-    const struct card_key *ck = &card_keys[k];
-    const char *field = (const char *)card + ck->off;
-    if (card_key_absent(ck, card, &dflt)) continue;
-    if (ck->kind == KEY_WORDS || ck->kind == KEY_INTS) {
-      char text[WORDS_TEXT_MAX];
-      card_words_text(text, sizeof text, ck, card);
-      ok &= h5attr_set_string(cfg, ck->name, text) == 0;
-    } else if (ck->kind == KEY_STR || ck->kind == KEY_WORD) {
-      ok &= h5attr_set_string(cfg, ck->name, ck->kind == KEY_WORD ? card_word(ck, field) : field) ==
-            0;
-    } else if (ck->kind == KEY_INT) {
-      ok &= h5attr_set_int(cfg, ck->name, *(const int *)field) == 0;
-    } else if (ck->kind == KEY_REAL) {
-      ok &= h5attr_set_double(cfg, ck->name, *(const double *)field) == 0;
+  for (size_t p = 0; p < KD_CARD_NKEYS; p++) {
+    const struct kd_card_key *k = file_key(p);
+    const char *field = (const char *)card + k->off;
+    char text[WORDS_TEXT_MAX];
+    if (!card_key_present(k, card)) continue;
+    if (k->count_off) {
+      card_words_text(text, sizeof text, k, card);
+      ok &= h5attr_set_string(cfg, k->name, text) == 0;
+    } else if (k->type == KD_CARD_STR) {
+      ok &= h5attr_set_string(cfg, k->name, field) == 0;
+    } else if (k->type == KD_CARD_WORD) {
+      ok &= h5attr_set_string(cfg, k->name, card_word(text, sizeof text, k, field)) == 0;
+    } else if (k->type == KD_CARD_INT) {
+      ok &= h5attr_set_int(cfg, k->name, *(const int *)field) == 0;
+    } else if (k->type == KD_CARD_REAL) {
+      ok &= h5attr_set_double(cfg, k->name, *(const double *)field) == 0;
     } else {
       int8_t v = (int8_t)(*(const int *)field != 0);
-      ok &= h5attr_set_typed(cfg, ck->name, H5T_STD_I8LE, H5T_NATIVE_INT8, &v) == 0;
+      ok &= h5attr_set_typed(cfg, k->name, H5T_STD_I8LE, H5T_NATIVE_INT8, &v) == 0;
     }
   }
   char *text = card_text(card);
@@ -430,35 +318,36 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char **
   card_defaults(card);                   /* what a key the file lacks means (the RoPE keys) */
   card->hidden_activation = KD_ACT_SILU; /* no table default (follows arch): a gemma3 file has it */
   card->norm_topk_prob = 0;              /* no table default either: an MoE file has it */
-  for (size_t k = 0; k < NCARD_KEYS; k++) {
-    const struct card_key *ck = &card_keys[k];
-    char *field = (char *)card + ck->off;
-    if (!ck->required && !h5attr_exists(cfg, ck->name)) continue;
+  for (size_t p = 0; p < KD_CARD_NKEYS; p++) {
+    const struct kd_card_key *k = file_key(p);
+    char *field = (char *)card + k->off;
+    if (!(k->flags & CARD_REQ) && !h5attr_exists(cfg, k->name)) continue;
     int rc;
-    if (ck->kind == KEY_STR) {
-      rc = h5attr_get_string(cfg, ck->name, field, ck->size, err, errlen);
-    } else if (ck->kind == KEY_WORDS || ck->kind == KEY_INTS) {
+    if (k->type == KD_CARD_STR) {
+      rc = h5attr_get_string(cfg, k->name, field, k->size, err, errlen);
+    } else if (k->count_off) {
       char text[WORDS_TEXT_MAX];
-      rc = h5attr_get_string(cfg, ck->name, text, sizeof text, err, errlen);
-      if (rc == 0) rc = card_words_parse(text, ck, card, path, err, errlen);
-    } else if (ck->kind == KEY_WORD) {
+      rc = h5attr_get_string(cfg, k->name, text, sizeof text, err, errlen);
+      if (rc == 0) rc = card_words_parse(text, k, card, path, err, errlen);
+    } else if (k->type == KD_CARD_WORD) {
       char word[64];
-      rc = h5attr_get_string(cfg, ck->name, word, sizeof word, err, errlen);
-      const int w = rc ? -1 : words_find(ck->words, word);
+      rc = h5attr_get_string(cfg, k->name, word, sizeof word, err, errlen);
+      const int w = rc ? -1 : words_find(k->words, word);
       if (rc == 0 && w < 0) {
         kd_seterr(err, errlen,
                   "%s: /config is not a valid model card: %s = '%s': expected one of %s", path,
-                  ck->name, word, ck->words);
+                  k->name, word, k->words);
         rc = KD_EXIT_INPUT;
       }
       if (rc == 0) *(int *)field = w;
-    } else if (ck->kind == KEY_REAL) {
-      rc = h5attr_get_double(cfg, ck->name, (double *)field, err, errlen);
+    } else if (k->type == KD_CARD_REAL) {
+      rc = h5attr_get_double(cfg, k->name, (double *)field, err, errlen);
     } else {
       long long v = 0;
-      rc = h5attr_get_int(cfg, ck->name, &v, err, errlen);
-      if (rc == 0 && (v < INT_MIN || v > INT_MAX || (ck->kind == KEY_BOOL && v != 0 && v != 1))) {
-        kd_seterr(err, errlen, "%s: /config attribute '%s' is out of range (%lld)", path, ck->name,
+      rc = h5attr_get_int(cfg, k->name, &v, err, errlen);
+      if (rc == 0 &&
+          (v < INT_MIN || v > INT_MAX || (k->type == KD_CARD_BOOL && v != 0 && v != 1))) {
+        kd_seterr(err, errlen, "%s: /config attribute '%s' is out of range (%lld)", path, k->name,
                   v);
         rc = KD_EXIT_INPUT;
       }
@@ -491,36 +380,34 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char **
 
 int weights_card_compare(const struct kd_card *file, const struct kd_card *model, const char *path,
                          char *err, size_t errlen) {
-  for (size_t k = 0; k < NCARD_KEYS; k++) {
-    const struct card_key *ck = &card_keys[k];
-    if (!ck->compare || (ck->rope == ROPE_PARAM && card_key_absent(ck, model, NULL)) ||
-        (ck->attn &&
-         !card_traits(model)->attn_keys) || /* arch, compared first, differs otherwise */
-        (ck->moe && !card_traits(model)->moe))
+  /* in /config order: arch, compared first, agrees before a family's keys are */
+  for (size_t p = 0; p < KD_CARD_NKEYS; p++) {
+    const struct kd_card_key *k = file_key(p);
+    if (!(k->flags & CARD_CMP) || !(card_key_present(k, file) || card_key_present(k, model)))
       continue;
-    const char *fa = (const char *)file + ck->off, *fb = (const char *)model + ck->off;
-    char va[80], vb[80];
+    const char *fa = (const char *)file + k->off, *fb = (const char *)model + k->off;
+    char va[80], vb[80], wa[64], wb[64];
     int differ;
-    if (ck->kind == KEY_STR) {
+    if (k->type == KD_CARD_STR) {
       differ = strcmp(fa, fb) != 0;
       snprintf(va, sizeof va, "'%.60s'", fa);
       snprintf(vb, sizeof vb, "'%.60s'", fb);
-    } else if (ck->kind == KEY_WORD) {
+    } else if (k->type == KD_CARD_WORD) {
       differ = *(const int *)fa != *(const int *)fb;
-      snprintf(va, sizeof va, "'%s'", card_word(ck, fa));
-      snprintf(vb, sizeof vb, "'%s'", card_word(ck, fb));
-    } else if (ck->kind == KEY_REAL) {
+      snprintf(va, sizeof va, "'%s'", card_word(wa, sizeof wa, k, fa));
+      snprintf(vb, sizeof vb, "'%s'", card_word(wb, sizeof wb, k, fb));
+    } else if (k->type == KD_CARD_REAL) {
       double a = *(const double *)fa, b = *(const double *)fb;
       differ = !(fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b))); /* decimal round trips */
       snprintf(va, sizeof va, "%.17g", a);
       snprintf(vb, sizeof vb, "%.17g", b);
     } else {
       /* head_dim: the width it stands for (0 and hidden / heads agree) */
-      const int hd = ck->off == offsetof(struct kd_card, head_dim);
+      const int hd = k->off == offsetof(struct kd_card, head_dim);
       int a = hd ? card_head_dim(file) : *(const int *)fa;
       int b = hd ? card_head_dim(model) : *(const int *)fb;
       differ = a != b;
-      if (ck->kind == KEY_BOOL) {
+      if (k->type == KD_CARD_BOOL) {
         snprintf(va, sizeof va, "%s", a ? ".true." : ".false.");
         snprintf(vb, sizeof vb, "%s", b ? ".true." : ".false.");
       } else {
@@ -532,7 +419,7 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
       kd_seterr(err, errlen,
                 "%s was written for a different model: %s = %s in its /config but %s in the "
                 "model card %s; use the card the file was written with",
-                path, ck->name, va, vb, model->path[0] ? model->path : model->name);
+                path, k->name, va, vb, model->path[0] ? model->path : model->name);
       return KD_EXIT_INPUT;
     }
   }
@@ -545,6 +432,18 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
                 "card the file was written with",
                 path, l, card_layer_sparse(file, l) ? "sparse" : "dense",
                 card_layer_sparse(model, l) ? "sparse" : "dense",
+                model->path[0] ? model->path : model->name);
+      return KD_EXIT_INPUT;
+    }
+  /* no_rope_layers, no_rope_layer_interval: which layers rotate q and k */
+  for (int l = 0; l < model->num_hidden_layers; l++)
+    if (card_layer_rope(file, l) != card_layer_rope(model, l)) {
+      kd_seterr(err, errlen,
+                "%s was written for a different model: layer %d %s RoPE in its /config but %s "
+                "in the model card %s (no_rope_layers, no_rope_layer_interval); use the card the "
+                "file was written with",
+                path, l, card_layer_rope(file, l) ? "uses" : "skips",
+                card_layer_rope(model, l) ? "uses it" : "skips it",
                 model->path[0] ? model->path : model->name);
       return KD_EXIT_INPUT;
     }

@@ -2,7 +2,12 @@
  * Qwen3-MoE / Mixtral / Phi-3 model <->
  * model card (Gemma 3 multimodal: its text_config).
  * Absent keys take the transformers default of the model_type; a key whose value kdtrain
- * does not compute is refused, never ignored. */
+ * does not compute is refused, never ignored. The keys config.json holds as the card does
+ * (the plain keys: CARD_HF in card_keys.h) are read by read_plain and written by one loop;
+ * the others by code of their own: renamed (num_local_experts), nested (rope_parameters /
+ * rope_scaling, Gemma's text_config and sliding-layer RoPE), null-valued (pad_token_id,
+ * sliding_window, the soft caps), read by rules of the model_type (head_dim, the windows,
+ * the qwen3_moe-only expert keys, attention_bias), or SmolLM3's no_rope_layers. */
 #include "tools/hfconfig.h"
 
 #include <cjson/cJSON.h>
@@ -133,6 +138,68 @@ static int get_bool(const struct rd *r, const char *key, int dflt, int *out) {
   if (!v) return *out = dflt, 0;
   if (!cJSON_IsBool(v)) return refuse(r, key, v, "expected true or false");
   *out = cJSON_IsTrue(v);
+  return 0;
+}
+
+/* transformers' defaults of the model_type for the keys config.json holds as the card does
+ * (CARD_HF, card_keys.h), into d: the card defaults, then the model_type's (a size 0: none,
+ * the key is required). num_key_value_heads follows num_attention_heads, read before it. */
+static void hf_defaults(const struct hf_arch *a, const struct kd_card *c, struct kd_card *d) {
+  card_defaults(d);
+  const int mixtral = a->arch == KD_ARCH_MIXTRAL;
+  d->vocab_size = a->sizes[0], d->hidden_size = a->sizes[1], d->intermediate_size = a->sizes[2];
+  d->num_hidden_layers = a->sizes[3], d->num_attention_heads = a->sizes[4];
+  d->num_key_value_heads = a->kv_heads ? a->kv_heads : c->num_attention_heads;
+  d->max_position_embeddings = a->max_pos;
+  /* MixtralConfig's, Phi3Config's and Olmo2Config's 1e-5 */
+  d->rms_norm_eps =
+      mixtral || a->arch == KD_ARCH_PHI3 || a->arch == KD_ARCH_OLMO2 ? 1e-5 : 1e-6;
+  d->tie_word_embeddings = a->tie;
+  d->num_experts_per_tok = mixtral ? 2 : 8; /* Qwen3MoeConfig's 8 */
+}
+
+/* Plain key k (CARD_HF) of config.json into the card: an integer, a number or a logical
+ * within the key's card bounds; absent: transformers' default (hf_defaults), an integer below
+ * its lower bound there meaning required. */
+static int read_plain(const struct rd *r, const struct hf_arch *a, const struct kd_card_key *k,
+                      struct kd_card *c) {
+  char *field = (char *)c + k->off, why[64];
+  const cJSON *v = get(r->o, k->name);
+  const double lo = k->lo + ((k->nl_flags & NL_GT) && k->type == KD_CARD_INT);
+  if (!v) {
+    struct kd_card d;
+    hf_defaults(a, c, &d);
+    memcpy(field, (const char *)&d + k->off, k->size);
+    if (k->type != KD_CARD_INT || *(const int *)field >= lo) return 0;
+  }
+  if (k->type == KD_CARD_BOOL) {
+    if (!cJSON_IsBool(v)) return refuse(r, k->name, v, "expected true or false");
+    *(int *)field = cJSON_IsTrue(v);
+    return 0;
+  }
+  const double x = v && cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  const int low = (k->nl_flags & NL_GT) && k->type == KD_CARD_REAL ? !(x > lo) : !(x >= lo);
+  const int high = (k->nl_flags & NL_LE) ? x > k->hi : (k->nl_flags & NL_LT) ? x >= k->hi : 0;
+  if (k->type == KD_CARD_REAL) {
+    if (low || high) {
+      if ((k->nl_flags & NL_GT) && lo == 0)
+        snprintf(why, sizeof why, "expected a positive number");
+      else
+        snprintf(why, sizeof why, "expected a number %s %g", k->nl_flags & NL_GT ? ">" : ">=", lo);
+      return refuse(r, k->name, v, why);
+    }
+    *(double *)field = x;
+    return 0;
+  }
+  KD_CHECK(k->type == KD_CARD_INT, "card key %s: config.json reads numbers and logicals", k->name);
+  if (low || high || x != floor(x) || x > 2147483647.0) {
+    if (lo == 1)
+      snprintf(why, sizeof why, "expected a positive integer");
+    else
+      snprintf(why, sizeof why, "expected an integer >= %.0f", lo);
+    return refuse(r, k->name, v, why);
+  }
+  *(int *)field = (int)x;
   return 0;
 }
 
@@ -454,11 +521,12 @@ static int get_int_ge(const struct rd *r, const char *key, int lo, int dflt, int
   return 0;
 }
 
-/* The mixture-of-experts keys (Qwen3MoeConfig's and MixtralConfig's defaults when absent):
- * the expert count in both spellings (num_experts in Hub configs, num_local_experts as
- * transformers 5 writes them), experts per token, an expert's size (qwen3_moe), the top-k
- * renormalisation (qwen3_moe; Mixtral always renormalises), the load-balancing loss weight,
- * and which layers are sparse (qwen3_moe). Mixtral's router jitter is not computed. */
+/* The mixture-of-experts keys of code of their own (Qwen3MoeConfig's and MixtralConfig's
+ * defaults when absent; experts per token and the load-balancing loss weight are read with
+ * the plain keys, read_plain): the expert count in both spellings (num_experts in Hub configs,
+ * num_local_experts as transformers 5 writes them), and the keys qwen3_moe reads and
+ * MixtralConfig has not: an expert's size, the top-k renormalisation (Mixtral always
+ * renormalises) and which layers are sparse. Mixtral's router jitter is not computed. */
 static int read_moe(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
   const int mixtral = a->arch == KD_ARCH_MIXTRAL;
   const char *ekey = get(r->o, "num_local_experts") ? "num_local_experts" : "num_experts";
@@ -467,14 +535,10 @@ static int read_moe(const struct rd *r, const struct hf_arch *a, struct kd_card 
       !(cJSON_IsNumber(both) && cJSON_IsNumber(local) && both->valuedouble == local->valuedouble))
     return refuse(r, "num_experts", both, "differs from num_local_experts (the same key)");
   int st = get_int_ge(r, ekey, 0, mixtral ? 8 : 128, &c->num_experts);
-  if (!st) st = get_int_ge(r, "num_experts_per_tok", 1, mixtral ? 2 : 8, &c->num_experts_per_tok);
   if (!st && c->num_experts > 0 && c->num_experts_per_tok > c->num_experts)
     st = refuse(r, "num_experts_per_tok", get(r->o, "num_experts_per_tok"),
                 "more experts per token than num_experts");
-  const cJSON *v = get(r->o, "router_aux_loss_coef");
-  if (!st && v && !(cJSON_IsNumber(v) && v->valuedouble >= 0))
-    return refuse(r, "router_aux_loss_coef", v, "expected a number >= 0");
-  c->router_aux_loss_coef = v ? v->valuedouble : 0.001;
+  const cJSON *v;
   if (!st && mixtral && (v = get(r->o, "router_jitter_noise")) &&
       !(cJSON_IsNumber(v) && v->valuedouble == 0))
     return refuse(r, "router_jitter_noise", v,
@@ -496,6 +560,44 @@ static int read_moe(const struct rd *r, const struct hf_arch *a, struct kd_card 
                     "expected layer indices from 0 to num_hidden_layers - 1");
     c->mlp_only_layers[c->n_mlp_only_layers++] = (int)e->valuedouble;
   }
+  return 0;
+}
+
+/* Layers without RoPE (a family with the NoPE keys, arch.h nope_keys; SmolLM3Config):
+ * no_rope_layers, 1 where a layer uses RoPE and 0 where it does not (transformers reads the
+ * first num_hidden_layers values of a longer list), or without it every
+ * no_rope_layer_interval-th layer without RoPE (the interval is read with the plain keys,
+ * read_plain). A list that says what the interval says stays out of the card. */
+static int read_nope(const struct rd *r, struct kd_card *c) {
+  const cJSON *v = get(r->o, "no_rope_layers"), *e;
+  c->n_no_rope_layers = 0;
+  if (!v) return 0;
+  if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < c->num_hidden_layers) {
+    char why[128];
+    snprintf(why, sizeof why, "expected a list of a 1 or 0 for each of the %d layers",
+             c->num_hidden_layers);
+    return refuse(r, "no_rope_layers", v, why);
+  }
+  if (c->num_hidden_layers > KD_LAYERS_MAX) {
+    char why[96];
+    snprintf(why, sizeof why, "a card's no_rope_layers holds at most %d layers", KD_LAYERS_MAX);
+    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"), why);
+  }
+  int i = 0, differ = 0;
+  cJSON_ArrayForEach(e, v) {
+    if (i == c->num_hidden_layers) break;
+    const int ok =
+        cJSON_IsBool(e) || (cJSON_IsNumber(e) && (e->valuedouble == 0 || e->valuedouble == 1));
+    if (!ok) {
+      char k[64];
+      snprintf(k, sizeof k, "no_rope_layers[%d]", i);
+      return refuse(r, k, e, "expected 1 (the layer uses RoPE) or 0 (it does not)");
+    }
+    c->no_rope_layers[i] = cJSON_IsBool(e) ? cJSON_IsTrue(e) : (int)e->valuedouble;
+    differ |= c->no_rope_layers[i] != card_nope_rule(c, i); /* the interval's rule (n is 0) */
+    i++;
+  }
+  c->n_no_rope_layers = differ ? i : 0;
   return 0;
 }
 
@@ -576,31 +678,18 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
       r.o = tc;
     x->multimodal = 1;
   }
-  const int *sz = a ? a->sizes : NULL;
   if (!st) {
     c->arch = a->arch;
     snprintf(x->model_type, sizeof x->model_type, "%s", a->model_type);
-    st = get_int(&r, "vocab_size", sz[0] ? sz[0] : -1, &c->vocab_size);
   }
-  if (!st) st = get_int(&r, "hidden_size", sz[1] ? sz[1] : -1, &c->hidden_size);
-  if (!st) st = get_int(&r, "intermediate_size", sz[2] ? sz[2] : -1, &c->intermediate_size);
-  if (!st) st = get_int(&r, "num_hidden_layers", sz[3] ? sz[3] : -1, &c->num_hidden_layers);
-  if (!st) st = get_int(&r, "num_attention_heads", sz[4] ? sz[4] : -1, &c->num_attention_heads);
-  if (!st)
-    st = get_int(&r, "num_key_value_heads", a->kv_heads ? a->kv_heads : c->num_attention_heads,
-                 &c->num_key_value_heads);
+  /* the keys config.json holds as the card does, those of the family's traits only */
+  for (size_t i = 0; i < KD_CARD_NKEYS && !st; i++)
+    if ((kd_card_keys[i].flags & CARD_HF) && card_key_family(&kd_card_keys[i], c))
+      st = read_plain(&r, a, &kd_card_keys[i], c);
   if (!st) st = read_head_dim(&r, a, c);
   if (!st && c->num_attention_heads % c->num_key_value_heads)
     st = refuse(&r, "num_key_value_heads", get(r.o, "num_key_value_heads"),
                 "num_attention_heads is not a multiple of it");
-  if (!st) st = get_int(&r, "max_position_embeddings", a->max_pos, &c->max_position_embeddings);
-  if (!st) /* MixtralConfig's, Phi3Config's and Olmo2Config's default 1e-5 */
-    st = get_real(&r, r.o, "rms_norm_eps",
-                  a->arch == KD_ARCH_MIXTRAL || a->arch == KD_ARCH_PHI3 || a->arch == KD_ARCH_OLMO2
-                      ? 1e-5
-                      : 1e-6,
-                  &c->rms_norm_eps);
-  if (!st) st = get_bool(&r, "tie_word_embeddings", a->tie, &c->tie_word_embeddings);
   if (!st && a->text_config && get(o, "tie_word_embeddings")) { /* Gemma3Config's own */
     const struct rd rt = {path, o, err, errlen, o};
     st = get_bool(&rt, "tie_word_embeddings", a->tie, &c->tie_word_embeddings);
@@ -609,6 +698,7 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   if (!st) st = read_rope(&r, c);
   if (!st && a->arch == KD_ARCH_GEMMA3) st = read_gemma(&r, c);
   if (!st && card_traits(c)->moe) st = read_moe(&r, a, c);
+  if (!st && card_traits(c)->nope_keys) st = read_nope(&r, c);
   if (!st) { /* qwen2: q/k/v biases always (the key is not read by transformers) */
     c->attention_bias = a->qkv_bias;
     if (a->bias_key) {
@@ -625,10 +715,12 @@ int hfconfig_read(struct kd_card *c, struct hf_extra *x, const char *dir, char *
   return st;
 }
 
-/* key = v written as a real (3.0, not 3): transformers' strict configs type-check floats. */
+/* key = v written as a real (3.0, not 3): transformers' strict configs type-check floats;
+ * the shortest of 15 to 17 digits that reads back to v. */
 static void add_real(cJSON *o, const char *key, double v) {
   char t[64];
-  snprintf(t, sizeof t, "%.17g", v);
+  for (int digits = 15; digits <= 17; digits++)
+    if (snprintf(t, sizeof t, "%.*g", digits, v) > 0 && strtod(t, NULL) == v) break;
   if (!strpbrk(t, ".eEn")) strcat(t, ".0"); /* n: inf, nan */
   cJSON_AddRawToObject(o, key, t);
 }
@@ -699,20 +791,23 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
   cJSON_AddItemToArray(arch, cJSON_CreateString(a->architecture));
   cJSON_AddStringToObject(o, "model_type", a->model_type);
-  cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
-  cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
-  cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
-  cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
-  cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
-  cJSON_AddNumberToObject(o, "num_key_value_heads", c->num_key_value_heads);
+  for (size_t i = 0; i < KD_CARD_NKEYS; i++) { /* the keys config.json holds as the card does */
+    const struct kd_card_key *k = &kd_card_keys[i];
+    const char *field = (const char *)c + k->off;
+    if (!(k->flags & CARD_HF) || !card_key_present(k, c)) continue;
+    if (k->type == KD_CARD_REAL)
+      add_real(o, k->name, *(const double *)field);
+    else if (k->type == KD_CARD_BOOL)
+      cJSON_AddBoolToObject(o, k->name, *(const int *)field);
+    else
+      cJSON_AddNumberToObject(o, k->name, *(const int *)field);
+  }
   cJSON_AddNumberToObject(o, "head_dim", card_head_dim(c));
   const int gemma = c->arch == KD_ARCH_GEMMA3;
   if (gemma)
     cJSON_AddStringToObject(o, "hidden_activation", kd_act_names[c->hidden_activation]);
   else
     cJSON_AddStringToObject(o, "hidden_act", "silu");
-  cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
-  cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
   /* both spellings: transformers 4 reads rope_theta, 5 rope_parameters */
   cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
   cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
@@ -727,7 +822,6 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
   }
   if (c->rope_type != KD_ROPE_DEFAULT) /* transformers 4's spelling of a scaled rule */
     write_rope(cJSON_AddObjectToObject(o, "rope_scaling"), c);
-  cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
   if (c->pad_token_id >= 0)
     cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
   else
@@ -775,8 +869,6 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
   if (card_traits(c)->moe) { /* the Hub's spelling of the expert count (transformers maps both) */
     const int mixtral = c->arch == KD_ARCH_MIXTRAL;
     cJSON_AddNumberToObject(o, mixtral ? "num_local_experts" : "num_experts", c->num_experts);
-    cJSON_AddNumberToObject(o, "num_experts_per_tok", c->num_experts_per_tok);
-    add_real(o, "router_aux_loss_coef", c->router_aux_loss_coef);
     cJSON_AddBoolToObject(o, "output_router_logits", 0);
     if (mixtral) {
       add_real(o, "router_jitter_noise", 0.0);
@@ -788,6 +880,11 @@ char *hfconfig_write(const struct kd_card *c, char *err, size_t errlen) {
       for (int i = 0; i < c->n_mlp_only_layers; i++)
         cJSON_AddItemToArray(ml, cJSON_CreateNumber(c->mlp_only_layers[i]));
     }
+  }
+  if (card_traits(c)->nope_keys) { /* every layer's (no_rope_layer_interval: a plain key) */
+    cJSON *nl = cJSON_AddArrayToObject(o, "no_rope_layers");
+    for (int l = 0; l < c->num_hidden_layers; l++)
+      cJSON_AddItemToArray(nl, cJSON_CreateNumber(card_layer_rope(c, l)));
   }
   cJSON_AddStringToObject(o, "torch_dtype", "float32");
   cJSON_AddStringToObject(o, "dtype", "float32");

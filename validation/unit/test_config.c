@@ -460,6 +460,123 @@ START_TEST(test_lists) {
 }
 END_TEST
 
+/* The one list of card keys (card_keys.h): the /config positions are each number once, the
+ * namelist table is the list (but the name), and card_key_present decides what a card prints
+ * by each key's rule (the card text holds exactly the present keys). */
+START_TEST(test_card_keys) {
+  int seen[KD_CARD_NKEYS] = {0};
+  for (int p = 0; p < KD_CARD_NKEYS; p++) {
+    const int i = kd_card_file_order[p];
+    ck_assert_int_lt(i, KD_CARD_NKEYS);
+    ck_assert_int_eq(seen[i]++, 0);
+    ck_assert_int_eq(kd_card_keys[i].pos, p);
+  }
+  ck_assert_str_eq(kd_card_keys[kd_card_file_order[0]].name, "name");
+  ck_assert_str_eq(kd_card_keys[kd_card_file_order[1]].name, "arch");
+  for (int i = 0; i < KD_CARD_NKEYS; i++)
+    ck_assert_ptr_eq(card_key_named(kd_card_keys[i].name), &kd_card_keys[i]);
+  ck_assert_ptr_null(card_key_named("num_local_experts"));
+  /* what each rule holds, on a qwen2 card */
+  struct kd_card c;
+  ck_assert_msg(config_load_card(&c, "test-student", NULL, err, sizeof err) == 0, "%s", err);
+#define HAS(key) card_key_present(card_key_named(key), &c)
+  ck_assert(HAS("name") && HAS("arch") && HAS("vocab_size") && HAS("attention_bias"));
+  ck_assert(!HAS("head_dim") && !HAS("sliding_window") && !HAS("pad_token_id"));
+  ck_assert(!HAS("layer_types") && !HAS("rope_type") && !HAS("truncate"));
+  ck_assert(!HAS("query_pre_attn_scalar") && !HAS("num_experts") && !HAS("mlp_only_layers"));
+  ck_assert(!HAS("no_rope_layers") && !HAS("no_rope_layer_interval"));
+  c.head_dim = 8, c.max_window_layers = 3, c.rope_type = KD_ROPE_LINEAR;
+  ck_assert(HAS("head_dim") && HAS("max_window_layers") && !HAS("use_sliding_window"));
+  ck_assert(HAS("rope_type") && HAS("factor") && HAS("mscale_all_dim") && HAS("truncate"));
+  c.n_layer_types = 3, c.n_no_rope_layers = 3;
+  ck_assert(HAS("layer_types") && !HAS("no_rope_layers"));
+  /* a mixture of experts: every MoE key, mlp_only_layers only with values */
+  ck_assert_msg(config_load_card(&c, "test-moe-student", NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert(HAS("num_experts") && HAS("decoder_sparse_step") && HAS("mlp_only_layers"));
+  ck_assert(!HAS("hidden_activation"));
+  c.n_mlp_only_layers = 0;
+  ck_assert(HAS("router_aux_loss_coef") && !HAS("mlp_only_layers"));
+  /* Gemma 3: its keys at their defaults too */
+  ck_assert_msg(config_load_card(&c, "test-gemma3-student", NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert(HAS("hidden_activation") && HAS("attn_logit_softcapping") && !HAS("num_experts"));
+#undef HAS
+  /* the card text: a line for each present key of the namelist, none for the others */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  card_print(f, &c);
+  fclose(f);
+  for (int i = 0; i < KD_CARD_NKEYS; i++) {
+    const struct kd_card_key *k = &kd_card_keys[i];
+    char line[96];
+    snprintf(line, sizeof line, "\n  %s = ", k->name);
+    const int want = k->type != KD_CARD_STR && card_key_present(k, &c);
+    ck_assert_msg(!strstr(text, line) == !want, "%s: printed %d, present %d", k->name,
+                  strstr(text, line) != NULL, want);
+  }
+  free(text);
+}
+END_TEST
+
+/* transformers' SmolLM3Config: no_rope_layers = [int((i + 1) % interval != 0) for i in
+ * range(num_hidden_layers)] when the list is not given. */
+static int smollm3_rope(int layer, int interval) {
+  return (layer + 1) % interval != 0;
+}
+
+/* Layers without RoPE: SmolLM3's rule (card_nope_rule) for a family with the NoPE keys, RoPE
+ * in every layer of the others; the keys refused on a card of a family without them, and a
+ * list of another length than the layers refused. */
+START_TEST(test_nope_layers) {
+  struct kd_card c;
+  ck_assert_msg(config_load_card(&c, "test-student", NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(c.no_rope_layer_interval, 4); /* SmolLM3Config's default */
+  ck_assert_int_eq(c.n_no_rope_layers, 0);
+  c.num_hidden_layers = 12;
+  for (int interval = 1; interval <= 5; interval++) {
+    c.no_rope_layer_interval = interval;
+    for (int l = 0; l < c.num_hidden_layers; l++)
+      ck_assert_int_eq(card_nope_rule(&c, l), smollm3_rope(l, interval));
+  }
+  c.no_rope_layer_interval = 4;
+  ck_assert_int_eq(card_nope_rule(&c, 3), 0);
+  ck_assert(card_nope_rule(&c, -1) && card_nope_rule(&c, 12) && card_nope_rule(&c, 15));
+  /* the list, when given, whatever the interval says */
+  const int list[12] = {0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 0};
+  memcpy(c.no_rope_layers, list, sizeof list);
+  c.n_no_rope_layers = 12;
+  for (int l = 0; l < 12; l++)
+    ck_assert_int_eq(card_nope_rule(&c, l), list[l]);
+  /* every family: RoPE in every layer without the trait, SmolLM3's rule with it */
+  for (int a = 0; a < KD_ARCH_N; a++) {
+    c.arch = (enum kd_arch)a;
+    for (int l = 0; l < 12; l++)
+      ck_assert_int_eq(card_layer_rope(&c, l),
+                       kd_arch_traits[a].nope_keys ? card_nope_rule(&c, l) : 1);
+  }
+  char why[512];
+  c.arch = KD_ARCH_QWEN2, c.n_no_rope_layers = 11;
+  ck_assert_str_eq(card_check(&c, why, sizeof why), "no_rope_layers");
+  ck_assert_msg(strstr(why, "11 values for num_hidden_layers = 12"), "%s", why);
+  c.n_no_rope_layers = 12, c.no_rope_layers[5] = 2;
+  ck_assert_str_eq(card_check(&c, why, sizeof why), "no_rope_layers");
+  /* given on a card of a family without the keys: refused, as the MoE keys are */
+  const char *shape = "&model arch='qwen2' vocab_size=8 hidden_size=8 intermediate_size=4\n"
+                      "num_hidden_layers=2 num_attention_heads=2 num_key_value_heads=1\n";
+  const char *given[] = {"no_rope_layers = 1, 0", "no_rope_layer_interval = 2"};
+  for (int k = 0; k < 2; k++) {
+    char text[600];
+    snprintf(text, sizeof text, "%s%s /\n", shape, given[k]);
+    ck_assert_int_eq(config_load_card(&c, put("nope.nml", text), NULL, err, sizeof err),
+                     KD_EXIT_INPUT);
+    ck_assert_msg(strstr(err, "a NoPE key (layers without RoPE) on a 'qwen2' card"), "%s", err);
+    ck_assert_msg(strstr(err, k ? "&model no_rope_layer_interval:" : "&model no_rope_layers:"),
+                  "%s", err);
+  }
+}
+END_TEST
+
 static Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -472,6 +589,8 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_round_trip);
   tcase_add_test(tc, test_bad);
   tcase_add_test(tc, test_lists);
+  tcase_add_test(tc, test_card_keys);
+  tcase_add_test(tc, test_nope_layers);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -609,6 +609,53 @@ START_TEST(test_window_fields) {
 }
 END_TEST
 
+/* The text card_print writes of a card (allocated). */
+static char *card_text_of(const struct kd_card *c) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  card_print(f, c);
+  fclose(f);
+  return text;
+}
+
+/* The attributes of /config are the keys card_key_present gives the card (card_keys.h), for a
+ * card of each family and rule; read back, the card holds the same keys, values and text. */
+START_TEST(test_config_keys) {
+  char err[512];
+  struct kd_card cards[5];
+  for (int i = 0; i < 5; i++)
+    cards[i] = toy_card();
+  cards[1].arch = KD_ARCH_GEMMA3, cards[1].hidden_activation = KD_ACT_GELU_TANH;
+  cards[1].final_logit_softcapping = 30.0, cards[1].head_dim = 4;
+  cards[2].arch = KD_ARCH_QWEN3_MOE, cards[2].num_experts = 4, cards[2].moe_intermediate_size = 2;
+  cards[2].mlp_only_layers[0] = 0, cards[2].n_mlp_only_layers = 1, cards[2].pad_token_id = 3;
+  cards[3].arch = KD_ARCH_MIXTRAL, cards[3].num_experts = 4, cards[3].norm_topk_prob = 1;
+  cards[3].attention_bias = 0, cards[3].sliding_window = 8;
+  cards[4].rope_type = KD_ROPE_YARN, cards[4].factor = 4.0, cards[4].mscale = 1.0;
+  cards[4].n_layer_types = 1, cards[4].layer_types[0] = KD_LAYER_FULL;
+  for (int i = 0; i < 5; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "keys%d.h5", i);
+    const char *path = save_card(name, &cards[i]);
+    struct kd_card back;
+    ck_assert_msg(weights_read_card(path, &back, err, sizeof err) == 0, "card %d: %s", i, err);
+    for (int k = 0; k < KD_CARD_NKEYS; k++) {
+      const struct kd_card_key *key = &kd_card_keys[k];
+      const int want = card_key_present(key, &cards[i]);
+      ck_assert_msg(config_has(path, key->name) == want, "card %d: /config %s: %d, present %d", i,
+                    key->name, !want, want);
+      ck_assert_msg(card_key_present(key, &back) == want, "card %d read back: %s", i, key->name);
+    }
+    char *a = card_text_of(&cards[i]), *b = card_text_of(&back);
+    ck_assert_str_eq(a, b);
+    free(a), free(b);
+    ck_assert_msg(load_toy_card(path, &cards[i], err) == 0, "card %d: %s", i, err);
+  }
+}
+END_TEST
+
 START_TEST(test_damaged) {
   char err[512];
   const char *path = save_toy("missing.h5");
@@ -934,6 +981,7 @@ static Suite *weights_suite(void) {
   tcase_add_test(tc, test_all_checksums);
   tcase_add_test(tc, test_rope_fields);
   tcase_add_test(tc, test_window_fields);
+  tcase_add_test(tc, test_config_keys);
   suite_add_tcase(s, tc);
   return s;
 }
@@ -942,7 +990,8 @@ static const char *files[] = {"round.h5",       "layout.h5",    "mismatch.h5",  
                               "corrupt.h5",     "truncated.h5", "text.h5",         "format.h5",
                               "version.h5",     "nobody.h5",    "replicas.h5",     "fields.h5",
                               "attrs.h5",       "sums.h5",      "rope_default.h5", "rope_yarn.h5",
-                              "window_none.h5", "window.h5",    "window_types.h5"};
+                              "window_none.h5", "window.h5",    "window_types.h5", "keys0.h5",
+                              "keys1.h5",       "keys2.h5",     "keys3.h5",        "keys4.h5"};
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
