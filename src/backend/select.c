@@ -1,6 +1,7 @@
 /* select.c: the one place that knows which backends exist: backend_select turns the
  * run%device word into a backend (CPU, CUDA where built and present, the simulated
- * device), and backend_check proves a table complete. */
+ * device). The top of src/backend/: it calls the backends' inits, none of them calls
+ * back (each checks its table with backend_check, backend.c). */
 #include "kdtrain_config.h"
 
 #include <stdio.h>
@@ -38,10 +39,4 @@ int backend_select(struct kd_backend *be, enum kd_device device, int bf16, int n
     backend_cpu_init(be, bf16);
   if (device == KD_DEV_AUTO) snprintf(note, notelen, "run%%device='auto', no CUDA device: %s", why);
   return 0;
-}
-
-void backend_check(const struct kd_backend *be) {
-#define BACKEND_HAS(op) KD_CHECK(be->op, "backend %s: op `%s` is not set", be->name, #op);
-  KD_BACKEND_OPS(BACKEND_HAS)
-#undef BACKEND_HAS
 }
