@@ -9,8 +9,11 @@
  *
  * Every op reads what it needs from its backend: be->bf16 (the rounding flag), the
  * arena that counts the per-call KD_MEM_SCRATCH blocks of rmsnorm, gemm_w16 and
- * attention, and the state in be->priv (struct cpu_state: the GEMM precision and the
- * rotary tables). Any number of CPU backends may live in one process. */
+ * attention, and the state in be->priv (struct cpu_state, cpu_base.h: the GEMM precision and
+ * the rotary tables). Any number of CPU backends may live in one process.
+ *
+ * The top of the CPU backend: it fills the table from the op files (cpu_ops.h), which
+ * share the helpers of cpu_base.c and call nothing here. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -19,64 +22,17 @@
 #include "../util.h"
 #include "backend.h"
 #include "cpu.h"
+#include "cpu_base.h"
 #include "cpu_gemm16.h"
 #include "cpu_hw.h"
 #include "cpu_math.h"
+#include "cpu_ops.h"
 
 #include <cblas.h>
 #undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
 
-/* cos/sin tables of the rotary embedding kept per (T, hd, frequencies): see rope_table. */
-#define ROPE_SLOTS 8
-struct rope_tab {
-  int T, hd;
-  struct kd_rope rope;
-  float *tab;
-};
-
-/* The CPU backend's own state (be->priv). */
-struct cpu_state {
-  struct kd_arena *arena; /* where blocks are counted: &be->arena, or a wrapper's */
-  int gemm16;             /* the BF16 kernel (cpu_gemm16.c) is faster than sgemm here */
-  int gemm_bf16;          /* products in BF16 now (the gemm_bf16 op; starts as bf16) */
-  struct rope_tab rope[ROPE_SLOTS];
-  int rope_next; /* the slot replaced next */
-};
-
-static struct cpu_state *cpu_of(struct kd_backend *be) {
-  return (struct cpu_state *)be->priv;
-}
-
-void *cpu_scratch_alloc(struct kd_backend *be, size_t bytes) {
-  return arena_alloc(cpu_of(be)->arena, KD_MEM_SCRATCH, bytes);
-}
-void cpu_scratch_free(struct kd_backend *be, void *p) {
-  arena_free(cpu_of(be)->arena, p);
-}
-
 void backend_cpu_count_in(struct kd_backend *be, struct kd_arena *arena) {
   cpu_of(be)->arena = arena;
-}
-
-/* Round n floats to BF16 (nearest even). */
-KD_SIMD_CLONES static void round_row(float *restrict x, size_t n) {
-#pragma omp simd
-  for (size_t i = 0; i < n; i++)
-    x[i] = kd_round_bf16(x[i]);
-}
-
-/* Round n floats to BF16 when the backend emulates BF16 storage (on = be->bf16). */
-static inline void store_round(int on, float *restrict x, size_t n) {
-  if (on) round_row(x, n);
-}
-
-/* This thread's contiguous share [*c0, *c1) of C columns (inside a parallel region). */
-static void thread_columns(int C, int *c0, int *c1) {
-  int nt = omp_get_num_threads(), it = omp_get_thread_num();
-  int per = (C + nt - 1) / nt;
-  per = (per + 15) / 16 * 16; /* whole cache lines per thread */
-  *c0 = it * per < C ? it * per : C;
-  *c1 = *c0 + per < C ? *c0 + per : C;
 }
 
 /* --- memory -------------------------------------------------------------------------- */
@@ -331,7 +287,7 @@ static void cpu_round_bf16(struct kd_backend *be, float *restrict x, size_t n) {
   const size_t piece = 4096; /* a page of floats per iteration */
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i += piece)
-    round_row(x + i, n - i < piece ? n - i : piece);
+    cpu_round_row(x + i, n - i < piece ? n - i : piece);
 }
 
 static double cpu_sumsq(struct kd_backend *be, const float *restrict x, size_t n) {
@@ -363,7 +319,7 @@ static void cpu_embedding_forward(struct kd_backend *be, float *out, const int *
     int v = tokens[n] - vocab_lo;
     if (v >= 0 && v < vocab_n) {
       memcpy(o, wte + (size_t)v * C, (size_t)C * sizeof(float));
-      store_round(be->bf16, o, (size_t)C);
+      cpu_store_round(be->bf16, o, (size_t)C);
     } else {
       memset(o, 0, (size_t)C * sizeof(float));
     }
@@ -396,7 +352,7 @@ static void cpu_embedding_backward(struct kd_backend *be, float *dwte, const flo
 #pragma omp parallel
   {
     int c0, c1;
-    thread_columns(C, &c0, &c1);
+    cpu_thread_columns(C, &c0, &c1);
     for (size_t n = 0; n < N; n++) {
       int v = tokens[n] - vocab_lo;
       if (v < 0 || v >= vocab_n) continue;
@@ -426,7 +382,7 @@ static void cpu_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, 
 #pragma omp simd
     for (int c = 0; c < C; c++)
       o[c] = x[c] * r * w[c];
-    store_round(be->bf16, o, (size_t)C);
+    cpu_store_round(be->bf16, o, (size_t)C);
   }
 }
 
@@ -486,7 +442,7 @@ static void cpu_bias_backward(struct kd_backend *be, float *dbias, const float *
 #pragma omp parallel
   {
     int c0, c1;
-    thread_columns(C, &c0, &c1);
+    cpu_thread_columns(C, &c0, &c1);
     for (size_t n = 0; n < N; n++) {
       const float *restrict g = dout + n * ld;
 #pragma omp simd
@@ -514,8 +470,8 @@ static int rope_same(const struct kd_rope *a, const struct kd_rope *b) {
  * * hd floats each, outside the counted categories (like the process's other small host state), per
  * backend (struct cpu_state); the oldest is replaced when more shapes are in use than slots. */
 static const float *rope_table(struct kd_backend *be, int T, int hd, const struct kd_rope *r) {
-  struct rope_tab *rope_cache = cpu_of(be)->rope;
-  for (int k = 0; k < ROPE_SLOTS; k++)
+  struct cpu_rope_tab *rope_cache = cpu_of(be)->rope;
+  for (int k = 0; k < CPU_ROPE_SLOTS; k++)
     if (rope_cache[k].tab && rope_cache[k].T >= T && rope_cache[k].hd == hd &&
         rope_same(&rope_cache[k].rope, r))
       return rope_cache[k].tab;
@@ -537,7 +493,7 @@ static const float *rope_table(struct kd_backend *be, int T, int hd, const struc
     }
   }
   const int k = cpu_of(be)->rope_next;
-  cpu_of(be)->rope_next = (k + 1) % ROPE_SLOTS;
+  cpu_of(be)->rope_next = (k + 1) % CPU_ROPE_SLOTS;
   free(rope_cache[k].tab);
   rope_cache[k].T = T;
   rope_cache[k].hd = hd;
@@ -567,7 +523,7 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, const i
         x1[i] = a * c - b * s;
         x2[i] = b * c + a * s;
       }
-      if (round) store_round(be->bf16, x1, (size_t)hd);
+      if (round) cpu_store_round(be->bf16, x1, (size_t)hd);
     }
   }
 }
@@ -610,7 +566,7 @@ static void cpu_swiglu_forward(struct kd_backend *be, float *out, const float *g
     const float *restrict g = gu + n * 2 * I, *restrict u = g + I;
     float *restrict o = out + n * I;
     swiglu_row(o, g, u, I);
-    store_round(be->bf16, o, (size_t)I);
+    cpu_store_round(be->bf16, o, (size_t)I);
   }
 }
 
@@ -720,7 +676,7 @@ static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, doub
 static void cpu_release(struct kd_backend *be) {
   struct cpu_state *st = cpu_of(be);
   if (!st) return;
-  for (int k = 0; k < ROPE_SLOTS; k++)
+  for (int k = 0; k < CPU_ROPE_SLOTS; k++)
     free(st->rope[k].tab);
   free(st);
   be->priv = NULL;

@@ -25,9 +25,10 @@
 
 #include "../util.h"
 #include "backend.h"
-#include "cpu.h"
+#include "cpu_base.h"
 #include "cpu_hw.h"
 #include "cpu_math.h"
+#include "cpu_ops.h"
 
 /* The portable kernel: one weight row at a time, four dot products of it. */
 KD_SIMD_CLONES static void gemm_rows_any(int M, int N, int K, float alpha, const float *A, int lda,

@@ -8,8 +8,9 @@
 
 #include "../util.h"
 #include "backend.h"
-#include "cpu.h"
+#include "cpu_base.h"
 #include "cpu_math.h"
+#include "cpu_ops.h"
 
 /* sqrt(2 / pi) and the cubic coefficient of the tanh GELU, as PyTorch spells them */
 #define GELU_BETA 0.7978845608028654f

@@ -63,14 +63,11 @@ $hits"
 # "cuda:MODULE": a member only in a --with-cuda build, one that compiled backend/cuda.cu).
 # A circle is tolerated when it equals an entry; an entry that equals no circle fails the
 # test: remove it from the list, or shrink it to what remains.
-#  - the CPU backend: cpu_attention.c, cpu_decode.c and cpu_gemma.c call cpu.c's scratch
-#    allocator, and with cpu_loss.c and cpu_moe.c include cpu.h, while cpu.c calls their
-#    _init (and cpu_decode.c's cpu_gemm_rows). --with-cuda: the cuda_*.cu files include
-#    cuda_common.cuh (cuda_attention.cu calls cuda_scratch) and cuda.cu calls their
-#    _init; cuda.cu calls cuda_mpi.c's cuda_mpi_aware, cuda_mpi.c calls
-#    backend_cuda_device_count;
+#  - --with-cuda: the cuda_*.cu files include cuda_common.cuh (cuda_attention.cu calls
+#    cuda_scratch) and cuda.cu calls their _init; cuda.cu calls cuda_mpi.c's
+#    cuda_mpi_aware, cuda_mpi.c calls backend_cuda_device_count;
 KNOWN_CIRCLES='
-backend/cpu backend/cpu_attention backend/cpu_decode backend/cpu_gemma backend/cpu_loss backend/cpu_moe cuda:backend/cuda cuda:backend/cuda_attention cuda:backend/cuda_decode cuda:backend/cuda_loss cuda:backend/cuda_moe cuda:backend/cuda_mpi cuda:backend/cuda_ops
+cuda:backend/cuda cuda:backend/cuda_attention cuda:backend/cuda_decode cuda:backend/cuda_loss cuda:backend/cuda_moe cuda:backend/cuda_mpi cuda:backend/cuda_ops
 '
 # The objects: those of make check's build directory; by hand, an in-tree build's if any.
 if [ -n "${KD_BUILDDIR:-}" ]; then
