@@ -105,7 +105,7 @@ static void sgemm(int transa, int transb, int M, int N, int K, float alpha, cons
  * asked for (the gemm_bf16 op; a bf16 run's default) on a CPU that has the kernel. */
 static int use_gemm16(struct kd_backend *be) {
   const struct cpu_state *st = cpu_of(be);
-  return st->gemm16 && st->gemm_bf16;
+  return st->gemm16 >= G16_AVX512 && st->gemm_bf16;
 }
 
 static int cpu_gemm_bf16(struct kd_backend *be, int on) {
@@ -115,13 +115,14 @@ static int cpu_gemm_bf16(struct kd_backend *be, int on) {
   return was;
 }
 
-/* One thread's block of a product: with use16 the BF16 kernel on the operands rounded
+/* One thread's block of a product: with how16 the BF16 kernel on the operands rounded
  * to BF16 (as the CUDA path's bf16 GEMM converts them; sgemm only if its work space
- * cannot be had), else sgemm. */
-static void gemm_block(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                       int lda, const float *B, int ldb, float beta, float *C, int ldc, int use16) {
-  if (use16 &&
-      gemm16(transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, NULL, 1) == 0)
+ * cannot be had), else (NULL) sgemm. */
+static void gemm_block(const struct gemm16_how *how16, int transa, int transb, int M, int N, int K,
+                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                       float *C, int ldc) {
+  if (how16 && gemm16(how16, transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc,
+                      NULL, 1) == 0)
     return;
   sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -145,6 +146,7 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
   nt = (len + per - 1) / per;
   const int use16 = use_gemm16(be);
   if (B16 && !use16) return 0;
+  const struct gemm16_how how = {cpu_of(be)->gemm16, 0};           /* the cheaper packing order */
   const int few = M <= CPU_GEMM_ROWS && !transa && (transb || !B); /* decode-shaped */
   const int rows = few && B && !use16;                             /* cpu_gemm_rows */
   int failed = 0;
@@ -176,15 +178,16 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
     f = failed;
     if (n > 0 && !f) {
       if (rows)
-        cpu_gemm_rows(m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
+        cpu_gemm_rows(be, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
       else if (few && use16 &&
-               cpu_gemm_rows16(m, nn, K, alpha, Ab, lda, B16b ? NULL : Bb, B16b, ldb, beta, Cb,
+               cpu_gemm_rows16(be, m, nn, K, alpha, Ab, lda, B16b ? NULL : Bb, B16b, ldb, beta, Cb,
                                ldc))
         ;
       else if (B16b)
-        gemm16(transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL, 1);
+        gemm16(&how, transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL, 1);
       else
-        gemm_block(transa, transb, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc, use16);
+        gemm_block(use16 ? &how : NULL, transa, transb, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb,
+                   ldc);
     }
   }
   if (failed && !B16) /* no BF16 work space: sgemm on the FP32 operands */
@@ -260,7 +263,7 @@ static void cpu_gemm_w16(struct kd_backend *be, int transa, int M, int N, int K,
       const int j0 = b * R, n = N - j0 < R ? N - j0 : R;
       unpack_rows(Bf, B16, ldb, j0, n, K);
       if (m <= CPU_GEMM_ROWS && !transa) /* decode-shaped: as cpu_gemm's */
-        cpu_gemm_rows(m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
+        cpu_gemm_rows(be, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
       else
         sgemm(transa, 1, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
     }
@@ -642,7 +645,6 @@ static void cpu_describe(struct kd_backend *be, char *buf, size_t len) {
  * takes the lowest clock that rate needs, so that the mfu column stays below 100%. */
 static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, double gemm_rate,
                              char *what, size_t n) {
-  (void)be;
   int threads = kd_cpu_count();
   if (omp_get_max_threads() < threads) threads = omp_get_max_threads();
   const double per_thread = gemm_rate / (threads > 0 ? threads : 1);
@@ -663,7 +665,7 @@ static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, doub
              seen / 1e9, src, hz / 1e9);
     hz = seen;
   }
-  const int k16 = bf16 ? gemm16_kernel() : G16_PORTABLE;
+  const int k16 = bf16 ? cpu_of(be)->gemm16 : G16_PORTABLE;
   const double f16 = k16 == G16_AMX ? 1024.0 : k16 == G16_AVX512 ? 2 * fpc : fpc;
   snprintf(what, n, "%.3g cores x %.0f %s FLOP/cycle (%s, %s%s) x %s%s", cores, f16,
            k16 >= G16_AVX512 ? "BF16" : "FP32", kd_isa_name(c.isa),
@@ -696,7 +698,7 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   const int want = !cap || !strcmp(cap, "amx") ? G16_AMX
                    : !strcmp(cap, "avx512")    ? G16_AVX512
                                                : G16_PORTABLE;
-  st->gemm16 = gemm16_use(want) >= G16_AVX512;
+  st->gemm16 = gemm16_choose(want);
   be->describe = cpu_describe;
   be->peak_flops = cpu_peak_flops;
   be->gemm_bf16 = cpu_gemm_bf16;

@@ -27,8 +27,11 @@ struct cpu_rope_tab {
  * in one process. */
 struct cpu_state {
   struct kd_arena *arena; /* where blocks are counted: &be->arena, or a wrapper's */
-  int gemm16;             /* the BF16 kernel (cpu_gemm16.c) is faster than sgemm here */
+  int gemm16;             /* the BF16 products' kernel (G16_*, cpu_gemm16.h); below
+                             G16_AVX512 (slower than sgemm): sgemm instead */
   int gemm_bf16;          /* products in BF16 now (the gemm_bf16 op; starts as bf16) */
+  int rows512, rows16;    /* decode-shaped products on the AVX-512 kernel, and in BF16 on
+                             the AVX512-BF16 one (cpu_decode.c; else the portable one) */
   struct cpu_rope_tab rope[CPU_ROPE_SLOTS];
   int rope_next; /* the slot replaced next */
 };

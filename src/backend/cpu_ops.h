@@ -22,14 +22,15 @@ void backend_cpu_gemma_init(struct kd_backend *be);
  * M <= CPU_GEMM_ROWS rows of activations against a weight matrix B, each row of B read
  * once for all M rows. A row's result does not depend on M (a sample's logits are the same
  * alone and in a batch) nor on where its columns start. Called by each thread on its
- * block; backend_cpu_decode_init chooses the kernel for the CPU. */
+ * block, on the kernel backend_cpu_decode_init chose for the CPU of `be` (its state). */
 #define CPU_GEMM_ROWS 8
-void cpu_gemm_rows(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                   int ldb, float beta, float *C, int ldc);
+void cpu_gemm_rows(struct kd_backend *be, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc);
 /* The same in BF16 (a bf16 run's products): A and an FP32 B rounded to BF16 as read, or B
- * given as packed BF16 (B16, B NULL), FP32 sums; on a CPU with AVX512-BF16 (1), else
- * nothing done (0). */
-int cpu_gemm_rows16(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                    const uint16_t *B16, int ldb, float beta, float *C, int ldc);
+ * given as packed BF16 (B16, B NULL), FP32 sums; where `be` chose the AVX512-BF16 kernel
+ * (1), else nothing done (0). */
+int cpu_gemm_rows16(struct kd_backend *be, int M, int N, int K, float alpha, const float *A,
+                    int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                    int ldc);
 
 #endif
