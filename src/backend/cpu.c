@@ -1,9 +1,10 @@
 /* cpu.c: the CPU backend: CBLAS for every matrix product, OpenMP over rows for
- * the elementwise and row ops, FlashAttention-style tiled causal attention
- * (in cpu_attention.c).
+ * the elementwise and row ops; FlashAttention-style tiled causal attention
+ * (cpu_attention.c), norms and activations (cpu_norm_act.c) and the other op files
+ * (cpu_ops.h) fill the rest of the table.
  *
  * BF16 emulation (be->bf16 = 1): the forward ops round what they store as
- * activations to BF16: embedding, rmsnorm, rope, attention and swiglu outputs.
+ * activations to BF16: embedding, rmsnorm, rope, attention and glu outputs.
  * gemm never rounds (the layer code calls round_bf16 on gemm outputs where the
  * GPU path stores BF16). rstd and lse stay FP32; backward ops never round.
  *
@@ -368,63 +369,6 @@ static void cpu_embedding_backward(struct kd_backend *be, float *dwte, const flo
   }
 }
 
-/* --- rmsnorm ----------------------------------------------------------------------------- */
-
-static void cpu_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                                const float *w, size_t N, int C, float eps) {
-#pragma omp parallel for schedule(static)
-  for (size_t n = 0; n < N; n++) {
-    const float *restrict x = inp + n * C;
-    float *restrict o = out + n * C;
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int c = 0; c < C; c++)
-      ss += x[c] * x[c];
-    float r = 1.0f / sqrtf(ss / (float)C + eps);
-    rstd[n] = r;
-#pragma omp simd
-    for (int c = 0; c < C; c++)
-      o[c] = x[c] * r * w[c];
-    cpu_store_round(be->bf16, o, (size_t)C);
-  }
-}
-
-/* dinp = r*w*dout - x * r^3/C * sum(dout*w*x); dw += sum_rows dout*x*r.
- * dw is reduced from per-thread partial sums (scratch) to stay single-pass. */
-static void cpu_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                                 const float *inp, const float *w, const float *rstd, size_t N,
-                                 int C) {
-  int nt = omp_get_max_threads();
-  float *part = cpu_scratch_alloc(be, (size_t)nt * C * sizeof(float));
-#pragma omp parallel
-  {
-    float *restrict pw = part + (size_t)omp_get_thread_num() * C;
-#pragma omp for schedule(static)
-    for (size_t n = 0; n < N; n++) {
-      const float *restrict x = inp + n * C, *restrict g = dout + n * C;
-      float *restrict dx = dinp + n * C;
-      float r = rstd[n], dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int c = 0; c < C; c++)
-        dot += g[c] * w[c] * x[c];
-      float k = dot * r * r * r / (float)C;
-#pragma omp simd
-      for (int c = 0; c < C; c++) {
-        dx[c] += r * w[c] * g[c] - k * x[c];
-        pw[c] += g[c] * x[c] * r;
-      }
-    }
-#pragma omp for schedule(static)
-    for (int c = 0; c < C; c++) {
-      float s = 0.0f;
-      for (int t = 0; t < nt; t++)
-        s += part[(size_t)t * C + c];
-      dw[c] += s;
-    }
-  }
-  cpu_scratch_free(be, part);
-}
-
 /* --- bias ------------------------------------------------------------------------------------ */
 
 static void cpu_bias_forward(struct kd_backend *be, float *x, const float *bias, size_t N, int C,
@@ -550,51 +494,6 @@ static void cpu_rope_rows(struct kd_backend *be, float *x, size_t N, const int *
       T *= 2;
   }
   rope_apply(be, x, N, T, pos, nh, hd, ld, rope, 1.0f, 1);
-}
-
-/* --- swiglu ---------------------------------------------------------------------------------- */
-
-/* o = silu(g) * u over a row of I. */
-KD_SIMD_CLONES static void swiglu_row(float *restrict o, const float *restrict g,
-                                      const float *restrict u, int I) {
-#pragma omp simd
-  for (int i = 0; i < I; i++)
-    o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
-}
-
-static void cpu_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
-                               int I) {
-#pragma omp parallel for schedule(static)
-  for (size_t n = 0; n < N; n++) {
-    const float *restrict g = gu + n * 2 * I, *restrict u = g + I;
-    float *restrict o = out + n * I;
-    swiglu_row(o, g, u, I);
-    cpu_store_round(be->bf16, o, (size_t)I);
-  }
-}
-
-/* dg += d u silu'(g), du += d silu(g) over a row of I. */
-KD_SIMD_CLONES KD_NO_CONTRACT static void swiglu_back_row(float *restrict dg, float *restrict du,
-                                                          const float *restrict d,
-                                                          const float *restrict g,
-                                                          const float *restrict u, int I) {
-#pragma omp simd
-  for (int i = 0; i < I; i++) {
-    float sg = 1.0f / (1.0f + cpu_expf(-g[i])), silu = g[i] * sg;
-    dg[i] += d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
-    du[i] += d[i] * silu;
-  }
-}
-
-static void cpu_swiglu_backward(struct kd_backend *be, float *dgu, const float *dout,
-                                const float *gu, size_t N, int I) {
-  (void)be;
-#pragma omp parallel for schedule(static)
-  for (size_t n = 0; n < N; n++) {
-    const float *restrict g = gu + n * 2 * I, *restrict u = g + I, *restrict d = dout + n * I;
-    float *restrict dg = dgu + n * 2 * I, *restrict du = dg + I;
-    swiglu_back_row(dg, du, d, g, u, I);
-  }
 }
 
 /* --- optimizer ---------------------------------------------------------------------------------
@@ -724,21 +623,17 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   be->embedding_forward = cpu_embedding_forward;
   be->embedding_forward_w16 = cpu_embedding_forward_w16;
   be->embedding_backward = cpu_embedding_backward;
-  be->rmsnorm_forward = cpu_rmsnorm_forward;
-  be->rmsnorm_backward = cpu_rmsnorm_backward;
   be->bias_forward = cpu_bias_forward;
   be->bias_backward = cpu_bias_backward;
   be->rope_forward = cpu_rope_forward;
   be->rope_backward = cpu_rope_backward;
   be->rope_rows = cpu_rope_rows;
-  be->swiglu_forward = cpu_swiglu_forward;
-  be->swiglu_backward = cpu_swiglu_backward;
   be->adamw = cpu_adamw;
   blas_single_thread();
   backend_cpu_attention_init(be);
   backend_cpu_decode_init(be);
   backend_cpu_moe_init(be);
   backend_cpu_loss_init(be);
-  backend_cpu_gemma_init(be);
+  backend_cpu_norm_act_init(be);
   backend_check(be);
 }

@@ -10,13 +10,13 @@
 #include "backend.h"
 
 /* Attention (cpu_attention.c), generation's attention against a KV cache
- * (cpu_decode.c), mixture of experts (cpu_moe.c), the loss chunk ops (cpu_loss.c) and
- * Gemma's ops (cpu_gemma.c). */
+ * (cpu_decode.c), mixture of experts (cpu_moe.c), the loss chunk ops (cpu_loss.c), norms
+ * and activations (cpu_norm_act.c). */
 void backend_cpu_attention_init(struct kd_backend *be);
 void backend_cpu_decode_init(struct kd_backend *be);
 void backend_cpu_moe_init(struct kd_backend *be);
 void backend_cpu_loss_init(struct kd_backend *be);
-void backend_cpu_gemma_init(struct kd_backend *be);
+void backend_cpu_norm_act_init(struct kd_backend *be);
 
 /* Decode-shaped products (cpu_decode.c): C (M, N) = alpha A (M, K) B (N, K)^T + beta C for
  * M <= CPU_GEMM_ROWS rows of activations against a weight matrix B, each row of B read
