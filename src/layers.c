@@ -33,36 +33,26 @@
 static void norm_fwd(struct kd_backend *be, const struct kd_model *mdl, float *out, float *rstd,
                      const float *x, const float *w, size_t N, int C) {
   const float eps = (float)mdl->card.rms_norm_eps;
-  if (card_traits(&mdl->card)->norm_offset)
-    be->rmsnorm1p_forward(be, out, rstd, x, w, N, C, eps);
-  else
-    be->rmsnorm_forward(be, out, rstd, x, w, N, C, eps);
+  const float w0 = card_traits(&mdl->card)->norm_offset ? 1.0f : 0.0f; /* the weight: w0 + w */
+  be->rmsnorm_forward(be, out, rstd, x, w, w0, N, C, eps);
 }
 
 static void norm_bwd(struct kd_backend *be, const struct kd_model *mdl, float *dx, float *dw,
                      const float *dout, const float *x, const float *w, const float *rstd, size_t N,
                      int C) {
-  if (card_traits(&mdl->card)->norm_offset)
-    be->rmsnorm1p_backward(be, dx, dw, dout, x, w, rstd, N, C);
-  else
-    be->rmsnorm_backward(be, dx, dw, dout, x, w, rstd, N, C);
+  const float w0 = card_traits(&mdl->card)->norm_offset ? 1.0f : 0.0f;
+  be->rmsnorm_backward(be, dx, dw, dout, x, w, w0, rstd, N, C);
 }
 
 /* The gated MLP's product: silu(gate) * up, or gelu_tanh(gate) * up (hidden_activation). */
 static void act_fwd(struct kd_backend *be, const struct kd_model *mdl, float *out, const float *gu,
                     size_t N) {
-  if (mdl->card.hidden_activation == KD_ACT_GELU_TANH)
-    be->geglu_forward(be, out, gu, N, mdl->ffn);
-  else
-    be->swiglu_forward(be, out, gu, N, mdl->ffn);
+  be->glu_forward(be, out, gu, N, mdl->ffn, mdl->card.hidden_activation);
 }
 
 static void act_bwd(struct kd_backend *be, const struct kd_model *mdl, float *dgu,
                     const float *dout, const float *gu, size_t N) {
-  if (mdl->card.hidden_activation == KD_ACT_GELU_TANH)
-    be->geglu_backward(be, dgu, dout, gu, N, mdl->ffn);
-  else
-    be->swiglu_backward(be, dgu, dout, gu, N, mdl->ffn);
+  be->glu_backward(be, dgu, dout, gu, N, mdl->ffn, mdl->card.hidden_activation);
 }
 
 /* Gemma's embedding scale sqrt(hidden_size) as transformers applies it: an FP32 scalar cast

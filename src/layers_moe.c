@@ -86,7 +86,7 @@ static void experts_fwd(struct kd_backend *be, const struct kd_model *mdl,
                  expert_w16(mdl, w->wx16, e, 0), m, C, 2 * I);
   }
   maybe_round(be, gu, n * 2 * I);
-  be->swiglu_forward(be, mlp, gu, n, I);
+  be->glu_forward(be, mlp, gu, n, I, mdl->card.hidden_activation);
   for (int j = 0; j < mdl->nexp; j++) {
     const size_t o = (size_t)off[j], m = (size_t)cnt[j];
     const int e = mdl->exp0 + j;
@@ -115,7 +115,7 @@ static void experts_bwd(struct kd_backend *be, const struct kd_model *mdl,
                  expert_w(mdl, w->wx, e, 1), m, I, C);
   }
   be->zero(be, degu, n * 2 * I);
-  be->swiglu_backward(be, degu, demlp, gu, n, I);
+  be->glu_backward(be, degu, demlp, gu, n, I, mdl->card.hidden_activation);
   for (int j = 0; j < mdl->nexp; j++) { /* dL/d(rows) into dy */
     const size_t o = (size_t)off[j], m = (size_t)cnt[j];
     const int e = mdl->exp0 + j;

@@ -326,17 +326,21 @@ static void test_rows(struct st *x) {
   x->cpu->embedding_backward(x->cpu, wte.c, out.c, tok.c, N, C, lo, V);
   x->gpu->embedding_backward(x->gpu, wte.g, out.g, tok.g, N, C, lo, V);
   report(x, "embedding_backward", dual_err(x, &wte, 0), TOL_BWD);
-  /* rmsnorm */
+  /* rmsnorm with the weight w, then 1 + w (Gemma3RMSNorm) */
   struct dual in = dual_rand(x, N * C, 2.0f), w = dual_rand(x, C, 1.0f), r = dual_rand(x, N, 1.0f);
-  x->cpu->rmsnorm_forward(x->cpu, out.c, r.c, in.c, w.c, N, C, 1e-6f);
-  x->gpu->rmsnorm_forward(x->gpu, out.g, r.g, in.g, w.g, N, C, 1e-6f);
-  report(x, "rmsnorm_forward (out, rstd)", fmax(dual_err(x, &out, 0), dual_err(x, &r, 0)), TOL_FWD);
   struct dual dout = dual_rand(x, N * C, 1.0f), din = dual_rand(x, N * C, 1.0f);
   struct dual dw = dual_rand(x, C, 1.0f);
-  x->cpu->rmsnorm_backward(x->cpu, din.c, dw.c, dout.c, in.c, w.c, r.c, N, C);
-  x->gpu->rmsnorm_backward(x->gpu, din.g, dw.g, dout.g, in.g, w.g, r.g, N, C);
-  report(x, "rmsnorm_backward (dinp, dw)", fmax(dual_err(x, &din, 0), dual_err(x, &dw, 0)),
-         TOL_BWD);
+  for (int w0 = 0; w0 <= 1; w0++) {
+    char name[64];
+    x->cpu->rmsnorm_forward(x->cpu, out.c, r.c, in.c, w.c, (float)w0, N, C, 1e-6f);
+    x->gpu->rmsnorm_forward(x->gpu, out.g, r.g, in.g, w.g, (float)w0, N, C, 1e-6f);
+    snprintf(name, sizeof name, "rmsnorm_forward (%s; out, rstd)", w0 ? "1 + w" : "w");
+    report(x, name, fmax(dual_err(x, &out, 0), dual_err(x, &r, 0)), TOL_FWD);
+    x->cpu->rmsnorm_backward(x->cpu, din.c, dw.c, dout.c, in.c, w.c, (float)w0, r.c, N, C);
+    x->gpu->rmsnorm_backward(x->gpu, din.g, dw.g, dout.g, in.g, w.g, (float)w0, r.g, N, C);
+    snprintf(name, sizeof name, "rmsnorm_backward (%s; dinp, dw)", w0 ? "1 + w" : "w");
+    report(x, name, fmax(dual_err(x, &din, 0), dual_err(x, &dw, 0)), TOL_BWD);
+  }
   /* bias on the first C' columns of rows of width ld */
   struct dual xb = dual_rand(x, N * ld, 1.0f), bias = dual_rand(x, ld - 5, 1.0f);
   x->cpu->bias_forward(x->cpu, xb.c, bias.c, N, ld - 5, ld),
@@ -376,29 +380,21 @@ static void test_rows(struct st *x) {
   x->cpu->rope_backward(x->cpu, (float *)xb.c + nh * hd, N, T, pos.c, nh, hd, ld, &ry);
   x->gpu->rope_backward(x->gpu, (float *)xb.g + nh * hd, N, T, pos.g, nh, hd, ld, &ry);
   report(x, "rope_backward (documents)", dual_err(x, &xb, 0), TOL_FWD);
-  /* swiglu */
+  /* the gated MLP's product, every activation: silu (SwiGLU), tanh GELU (GeGLU) */
   struct dual gu = dual_rand(x, N * 2 * I, 3.0f), o2 = dual_rand(x, N * I, 1.0f);
   struct dual d2 = dual_rand(x, N * I, 1.0f), dgu = dual_rand(x, N * 2 * I, 1.0f);
-  x->cpu->swiglu_forward(x->cpu, o2.c, gu.c, N, I),
-      x->gpu->swiglu_forward(x->gpu, o2.g, gu.g, N, I);
-  report(x, "swiglu_forward", dual_err(x, &o2, 0), TOL_FWD);
-  x->cpu->swiglu_backward(x->cpu, dgu.c, d2.c, gu.c, N, I),
-      x->gpu->swiglu_backward(x->gpu, dgu.g, d2.g, gu.g, N, I);
-  report(x, "swiglu_backward", dual_err(x, &dgu, 0), TOL_BWD);
-  /* Gemma: the (1 + w) rmsnorm, geglu, the soft cap */
-  x->cpu->rmsnorm1p_forward(x->cpu, out.c, r.c, in.c, w.c, N, C, 1e-6f);
-  x->gpu->rmsnorm1p_forward(x->gpu, out.g, r.g, in.g, w.g, N, C, 1e-6f);
-  report(x, "rmsnorm1p_forward (out, rstd)", fmax(dual_err(x, &out, 0), dual_err(x, &r, 0)),
-         TOL_FWD);
-  x->cpu->rmsnorm1p_backward(x->cpu, din.c, dw.c, dout.c, in.c, w.c, r.c, N, C);
-  x->gpu->rmsnorm1p_backward(x->gpu, din.g, dw.g, dout.g, in.g, w.g, r.g, N, C);
-  report(x, "rmsnorm1p_backward (dinp, dw)", fmax(dual_err(x, &din, 0), dual_err(x, &dw, 0)),
-         TOL_BWD);
-  x->cpu->geglu_forward(x->cpu, o2.c, gu.c, N, I), x->gpu->geglu_forward(x->gpu, o2.g, gu.g, N, I);
-  report(x, "geglu_forward", dual_err(x, &o2, 0), TOL_FWD);
-  x->cpu->geglu_backward(x->cpu, dgu.c, d2.c, gu.c, N, I),
-      x->gpu->geglu_backward(x->gpu, dgu.g, d2.g, gu.g, N, I);
-  report(x, "geglu_backward", dual_err(x, &dgu, 0), TOL_BWD);
+  for (int act = 0; act < KD_ACT_N; act++) {
+    char name[64];
+    x->cpu->glu_forward(x->cpu, o2.c, gu.c, N, I, (enum kd_act)act);
+    x->gpu->glu_forward(x->gpu, o2.g, gu.g, N, I, (enum kd_act)act);
+    snprintf(name, sizeof name, "glu_forward (%s)", kd_act_names[act]);
+    report(x, name, dual_err(x, &o2, 0), TOL_FWD);
+    x->cpu->glu_backward(x->cpu, dgu.c, d2.c, gu.c, N, I, (enum kd_act)act);
+    x->gpu->glu_backward(x->gpu, dgu.g, d2.g, gu.g, N, I, (enum kd_act)act);
+    snprintf(name, sizeof name, "glu_backward (%s)", kd_act_names[act]);
+    report(x, name, dual_err(x, &dgu, 0), TOL_BWD);
+  }
+  /* the soft cap */
   struct dual z = dual_rand(x, N * I, 60.0f), dz = dual_rand(x, N * I, 1.0f);
   x->cpu->softcap_forward(x->cpu, z.c, N * I, 30.0f);
   x->gpu->softcap_forward(x->gpu, z.g, N * I, 30.0f);

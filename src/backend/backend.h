@@ -151,11 +151,15 @@ struct kd_backend {
   void (*embedding_backward)(struct kd_backend *be, float *dwte, const float *dout,
                              const int *tokens, size_t N, int C, int vocab_lo, int vocab_n);
 
-  /* out, inp: (N, C); rstd: (N) kept for backward; w: (C) */
+  /* RMSNorm with the weight w0 + w: out = (x * rstd) * (w0 + w) in FP32, the weight w
+   * itself (bit for bit) when w0 = 0, 1 + w (Gemma3RMSNorm's order) when w0 = 1.
+   * out, inp: (N, C); rstd: (N) kept for backward; w: (C). backward: dinp += r (w0 + w) dout
+   * - x r^3 / C sum(dout (w0 + w) x), dw += the gradient w.r.t. w (sum over rows of dout x r). */
   void (*rmsnorm_forward)(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                          const float *w, size_t N, int C, float eps);
+                          const float *w, float w0, size_t N, int C, float eps);
   void (*rmsnorm_backward)(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                           const float *inp, const float *w, const float *rstd, size_t N, int C);
+                           const float *inp, const float *w, float w0, const float *rstd, size_t N,
+                           int C);
 
   /* x: (N, ld) rows; adds bias (C) to the first C columns of every row */
   void (*bias_forward)(struct kd_backend *be, float *x, const float *bias, size_t N, int C, int ld);
@@ -200,23 +204,14 @@ struct kd_backend {
                            const float *kc, const float *vc, int B, int S, const int *len, int nh,
                            int nkv, int hd, const struct kd_attn *at);
 
-  /* gu: (N, 2*ffn) rows [gate | up]; out: (N, ffn) = silu(gate) * up */
-  void (*swiglu_forward)(struct kd_backend *be, float *out, const float *gu, size_t N, int ffn);
-  void (*swiglu_backward)(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
-                          size_t N, int ffn);
-
-  /* --- Gemma (backend/cpu_gemma.c) --------------------------------------------------------- */
-  /* RMSNorm with the weight 1 + w (Gemma3RMSNorm): out = (x * rstd) * (1 + w) in FP32;
-   * the backward is rmsnorm_backward's with 1 + w for w (dw: the gradient w.r.t. w). */
-  void (*rmsnorm1p_forward)(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                            const float *w, size_t N, int C, float eps);
-  void (*rmsnorm1p_backward)(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                             const float *inp, const float *w, const float *rstd, size_t N, int C);
-  /* gu: (N, 2*ffn) rows [gate | up]; out: (N, ffn) = gelu_tanh(gate) * up (GeGLU with
-   * PyTorch's gelu approximate='tanh'); backward accumulates into dgu */
-  void (*geglu_forward)(struct kd_backend *be, float *out, const float *gu, size_t N, int ffn);
-  void (*geglu_backward)(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
-                         size_t N, int ffn);
+  /* --- activations --------------------------------------------------------------------- */
+  /* The gated MLP's product: gu: (N, 2*ffn) rows [gate | up]; out: (N, ffn) = act(gate) *
+   * up, act: KD_ACT_SILU (SwiGLU) or KD_ACT_GELU_TANH (GeGLU with PyTorch's gelu
+   * approximate='tanh'); backward accumulates into dgu */
+  void (*glu_forward)(struct kd_backend *be, float *out, const float *gu, size_t N, int ffn,
+                      enum kd_act act);
+  void (*glu_backward)(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
+                       size_t N, int ffn, enum kd_act act);
   /* z (n) := cap * tanh(z / cap) in place (logit soft-capping); backward: dz (n) *= 1 -
    * (z / cap)^2 where z holds the capped values */
   void (*softcap_forward)(struct kd_backend *be, float *z, size_t n, float cap);
@@ -299,9 +294,7 @@ struct kd_backend {
   X(rmsnorm_forward) X(rmsnorm_backward)                                                     \
   X(bias_forward) X(bias_backward) X(rope_forward) X(rope_backward)                          \
   X(attention_forward) X(attention_backward) X(rope_rows) X(attention_decode)                \
-  X(swiglu_forward) X(swiglu_backward)                                                       \
-  X(rmsnorm1p_forward) X(rmsnorm1p_backward) X(geglu_forward) X(geglu_backward)              \
-  X(softcap_forward) X(softcap_backward)                                                     \
+  X(glu_forward) X(glu_backward) X(softcap_forward) X(softcap_backward)                      \
   X(moe_route) X(moe_route_backward) X(gather_rows) X(moe_combine) X(moe_combine_backward)   \
   X(softmax_stats) X(loss_partials) X(loss_grad) X(loss_accumulate)                          \
   X(adamw)

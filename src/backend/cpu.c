@@ -1,16 +1,20 @@
 /* cpu.c: the CPU backend: CBLAS for every matrix product, OpenMP over rows for
- * the elementwise and row ops, FlashAttention-style tiled causal attention
- * (in cpu_attention.c).
+ * the elementwise and row ops; FlashAttention-style tiled causal attention
+ * (cpu_attention.c), norms and activations (cpu_norm_act.c) and the other op files
+ * (cpu_ops.h) fill the rest of the table.
  *
  * BF16 emulation (be->bf16 = 1): the forward ops round what they store as
- * activations to BF16: embedding, rmsnorm, rope, attention and swiglu outputs.
+ * activations to BF16: embedding, rmsnorm, rope, attention and glu outputs.
  * gemm never rounds (the layer code calls round_bf16 on gemm outputs where the
  * GPU path stores BF16). rstd and lse stay FP32; backward ops never round.
  *
  * Every op reads what it needs from its backend: be->bf16 (the rounding flag), the
  * arena that counts the per-call KD_MEM_SCRATCH blocks of rmsnorm, gemm_w16 and
- * attention, and the state in be->priv (struct cpu_state: the GEMM precision and the
- * rotary tables). Any number of CPU backends may live in one process. */
+ * attention, and the state in be->priv (struct cpu_state, cpu_base.h: the GEMM precision and
+ * the rotary tables). Any number of CPU backends may live in one process.
+ *
+ * The top of the CPU backend: it fills the table from the op files (cpu_ops.h), which
+ * share the helpers of cpu_base.c and call nothing here. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -19,64 +23,17 @@
 #include "../util.h"
 #include "backend.h"
 #include "cpu.h"
+#include "cpu_base.h"
 #include "cpu_gemm16.h"
 #include "cpu_hw.h"
 #include "cpu_math.h"
+#include "cpu_ops.h"
 
 #include <cblas.h>
 #undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
 
-/* cos/sin tables of the rotary embedding kept per (T, hd, frequencies): see rope_table. */
-#define ROPE_SLOTS 8
-struct rope_tab {
-  int T, hd;
-  struct kd_rope rope;
-  float *tab;
-};
-
-/* The CPU backend's own state (be->priv). */
-struct cpu_state {
-  struct kd_arena *arena; /* where blocks are counted: &be->arena, or a wrapper's */
-  int gemm16;             /* the BF16 kernel (cpu_gemm16.c) is faster than sgemm here */
-  int gemm_bf16;          /* products in BF16 now (the gemm_bf16 op; starts as bf16) */
-  struct rope_tab rope[ROPE_SLOTS];
-  int rope_next; /* the slot replaced next */
-};
-
-static struct cpu_state *cpu_of(struct kd_backend *be) {
-  return (struct cpu_state *)be->priv;
-}
-
-void *cpu_scratch_alloc(struct kd_backend *be, size_t bytes) {
-  return arena_alloc(cpu_of(be)->arena, KD_MEM_SCRATCH, bytes);
-}
-void cpu_scratch_free(struct kd_backend *be, void *p) {
-  arena_free(cpu_of(be)->arena, p);
-}
-
 void backend_cpu_count_in(struct kd_backend *be, struct kd_arena *arena) {
   cpu_of(be)->arena = arena;
-}
-
-/* Round n floats to BF16 (nearest even). */
-KD_SIMD_CLONES static void round_row(float *restrict x, size_t n) {
-#pragma omp simd
-  for (size_t i = 0; i < n; i++)
-    x[i] = kd_round_bf16(x[i]);
-}
-
-/* Round n floats to BF16 when the backend emulates BF16 storage (on = be->bf16). */
-static inline void store_round(int on, float *restrict x, size_t n) {
-  if (on) round_row(x, n);
-}
-
-/* This thread's contiguous share [*c0, *c1) of C columns (inside a parallel region). */
-static void thread_columns(int C, int *c0, int *c1) {
-  int nt = omp_get_num_threads(), it = omp_get_thread_num();
-  int per = (C + nt - 1) / nt;
-  per = (per + 15) / 16 * 16; /* whole cache lines per thread */
-  *c0 = it * per < C ? it * per : C;
-  *c1 = *c0 + per < C ? *c0 + per : C;
 }
 
 /* --- memory -------------------------------------------------------------------------- */
@@ -149,7 +106,7 @@ static void sgemm(int transa, int transb, int M, int N, int K, float alpha, cons
  * asked for (the gemm_bf16 op; a bf16 run's default) on a CPU that has the kernel. */
 static int use_gemm16(struct kd_backend *be) {
   const struct cpu_state *st = cpu_of(be);
-  return st->gemm16 && st->gemm_bf16;
+  return st->gemm16 >= G16_AVX512 && st->gemm_bf16;
 }
 
 static int cpu_gemm_bf16(struct kd_backend *be, int on) {
@@ -159,13 +116,14 @@ static int cpu_gemm_bf16(struct kd_backend *be, int on) {
   return was;
 }
 
-/* One thread's block of a product: with use16 the BF16 kernel on the operands rounded
+/* One thread's block of a product: with how16 the BF16 kernel on the operands rounded
  * to BF16 (as the CUDA path's bf16 GEMM converts them; sgemm only if its work space
- * cannot be had), else sgemm. */
-static void gemm_block(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                       int lda, const float *B, int ldb, float beta, float *C, int ldc, int use16) {
-  if (use16 &&
-      gemm16(transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, NULL, 1) == 0)
+ * cannot be had), else (NULL) sgemm. */
+static void gemm_block(const struct gemm16_how *how16, int transa, int transb, int M, int N, int K,
+                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                       float *C, int ldc) {
+  if (how16 && gemm16(how16, transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc,
+                      NULL, 1) == 0)
     return;
   sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -189,6 +147,7 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
   nt = (len + per - 1) / per;
   const int use16 = use_gemm16(be);
   if (B16 && !use16) return 0;
+  const struct gemm16_how how = {cpu_of(be)->gemm16, 0};           /* the cheaper packing order */
   const int few = M <= CPU_GEMM_ROWS && !transa && (transb || !B); /* decode-shaped */
   const int rows = few && B && !use16;                             /* cpu_gemm_rows */
   int failed = 0;
@@ -220,15 +179,16 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
     f = failed;
     if (n > 0 && !f) {
       if (rows)
-        cpu_gemm_rows(m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
+        cpu_gemm_rows(be, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
       else if (few && use16 &&
-               cpu_gemm_rows16(m, nn, K, alpha, Ab, lda, B16b ? NULL : Bb, B16b, ldb, beta, Cb,
+               cpu_gemm_rows16(be, m, nn, K, alpha, Ab, lda, B16b ? NULL : Bb, B16b, ldb, beta, Cb,
                                ldc))
         ;
       else if (B16b)
-        gemm16(transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL, 1);
+        gemm16(&how, transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL, 1);
       else
-        gemm_block(transa, transb, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc, use16);
+        gemm_block(use16 ? &how : NULL, transa, transb, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb,
+                   ldc);
     }
   }
   if (failed && !B16) /* no BF16 work space: sgemm on the FP32 operands */
@@ -304,7 +264,7 @@ static void cpu_gemm_w16(struct kd_backend *be, int transa, int M, int N, int K,
       const int j0 = b * R, n = N - j0 < R ? N - j0 : R;
       unpack_rows(Bf, B16, ldb, j0, n, K);
       if (m <= CPU_GEMM_ROWS && !transa) /* decode-shaped: as cpu_gemm's */
-        cpu_gemm_rows(m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
+        cpu_gemm_rows(be, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
       else
         sgemm(transa, 1, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
     }
@@ -331,7 +291,7 @@ static void cpu_round_bf16(struct kd_backend *be, float *restrict x, size_t n) {
   const size_t piece = 4096; /* a page of floats per iteration */
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i += piece)
-    round_row(x + i, n - i < piece ? n - i : piece);
+    cpu_round_row(x + i, n - i < piece ? n - i : piece);
 }
 
 static double cpu_sumsq(struct kd_backend *be, const float *restrict x, size_t n) {
@@ -363,7 +323,7 @@ static void cpu_embedding_forward(struct kd_backend *be, float *out, const int *
     int v = tokens[n] - vocab_lo;
     if (v >= 0 && v < vocab_n) {
       memcpy(o, wte + (size_t)v * C, (size_t)C * sizeof(float));
-      store_round(be->bf16, o, (size_t)C);
+      cpu_store_round(be->bf16, o, (size_t)C);
     } else {
       memset(o, 0, (size_t)C * sizeof(float));
     }
@@ -396,7 +356,7 @@ static void cpu_embedding_backward(struct kd_backend *be, float *dwte, const flo
 #pragma omp parallel
   {
     int c0, c1;
-    thread_columns(C, &c0, &c1);
+    cpu_thread_columns(C, &c0, &c1);
     for (size_t n = 0; n < N; n++) {
       int v = tokens[n] - vocab_lo;
       if (v < 0 || v >= vocab_n) continue;
@@ -407,63 +367,6 @@ static void cpu_embedding_backward(struct kd_backend *be, float *dwte, const flo
         d[c] += g[c];
     }
   }
-}
-
-/* --- rmsnorm ----------------------------------------------------------------------------- */
-
-static void cpu_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                                const float *w, size_t N, int C, float eps) {
-#pragma omp parallel for schedule(static)
-  for (size_t n = 0; n < N; n++) {
-    const float *restrict x = inp + n * C;
-    float *restrict o = out + n * C;
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int c = 0; c < C; c++)
-      ss += x[c] * x[c];
-    float r = 1.0f / sqrtf(ss / (float)C + eps);
-    rstd[n] = r;
-#pragma omp simd
-    for (int c = 0; c < C; c++)
-      o[c] = x[c] * r * w[c];
-    store_round(be->bf16, o, (size_t)C);
-  }
-}
-
-/* dinp = r*w*dout - x * r^3/C * sum(dout*w*x); dw += sum_rows dout*x*r.
- * dw is reduced from per-thread partial sums (scratch) to stay single-pass. */
-static void cpu_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                                 const float *inp, const float *w, const float *rstd, size_t N,
-                                 int C) {
-  int nt = omp_get_max_threads();
-  float *part = cpu_scratch_alloc(be, (size_t)nt * C * sizeof(float));
-#pragma omp parallel
-  {
-    float *restrict pw = part + (size_t)omp_get_thread_num() * C;
-#pragma omp for schedule(static)
-    for (size_t n = 0; n < N; n++) {
-      const float *restrict x = inp + n * C, *restrict g = dout + n * C;
-      float *restrict dx = dinp + n * C;
-      float r = rstd[n], dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int c = 0; c < C; c++)
-        dot += g[c] * w[c] * x[c];
-      float k = dot * r * r * r / (float)C;
-#pragma omp simd
-      for (int c = 0; c < C; c++) {
-        dx[c] += r * w[c] * g[c] - k * x[c];
-        pw[c] += g[c] * x[c] * r;
-      }
-    }
-#pragma omp for schedule(static)
-    for (int c = 0; c < C; c++) {
-      float s = 0.0f;
-      for (int t = 0; t < nt; t++)
-        s += part[(size_t)t * C + c];
-      dw[c] += s;
-    }
-  }
-  cpu_scratch_free(be, part);
 }
 
 /* --- bias ------------------------------------------------------------------------------------ */
@@ -486,7 +389,7 @@ static void cpu_bias_backward(struct kd_backend *be, float *dbias, const float *
 #pragma omp parallel
   {
     int c0, c1;
-    thread_columns(C, &c0, &c1);
+    cpu_thread_columns(C, &c0, &c1);
     for (size_t n = 0; n < N; n++) {
       const float *restrict g = dout + n * ld;
 #pragma omp simd
@@ -514,8 +417,8 @@ static int rope_same(const struct kd_rope *a, const struct kd_rope *b) {
  * * hd floats each, outside the counted categories (like the process's other small host state), per
  * backend (struct cpu_state); the oldest is replaced when more shapes are in use than slots. */
 static const float *rope_table(struct kd_backend *be, int T, int hd, const struct kd_rope *r) {
-  struct rope_tab *rope_cache = cpu_of(be)->rope;
-  for (int k = 0; k < ROPE_SLOTS; k++)
+  struct cpu_rope_tab *rope_cache = cpu_of(be)->rope;
+  for (int k = 0; k < CPU_ROPE_SLOTS; k++)
     if (rope_cache[k].tab && rope_cache[k].T >= T && rope_cache[k].hd == hd &&
         rope_same(&rope_cache[k].rope, r))
       return rope_cache[k].tab;
@@ -537,7 +440,7 @@ static const float *rope_table(struct kd_backend *be, int T, int hd, const struc
     }
   }
   const int k = cpu_of(be)->rope_next;
-  cpu_of(be)->rope_next = (k + 1) % ROPE_SLOTS;
+  cpu_of(be)->rope_next = (k + 1) % CPU_ROPE_SLOTS;
   free(rope_cache[k].tab);
   rope_cache[k].T = T;
   rope_cache[k].hd = hd;
@@ -567,7 +470,7 @@ static void rope_apply(struct kd_backend *be, float *x, size_t N, int T, const i
         x1[i] = a * c - b * s;
         x2[i] = b * c + a * s;
       }
-      if (round) store_round(be->bf16, x1, (size_t)hd);
+      if (round) cpu_store_round(be->bf16, x1, (size_t)hd);
     }
   }
 }
@@ -591,51 +494,6 @@ static void cpu_rope_rows(struct kd_backend *be, float *x, size_t N, const int *
       T *= 2;
   }
   rope_apply(be, x, N, T, pos, nh, hd, ld, rope, 1.0f, 1);
-}
-
-/* --- swiglu ---------------------------------------------------------------------------------- */
-
-/* o = silu(g) * u over a row of I. */
-KD_SIMD_CLONES static void swiglu_row(float *restrict o, const float *restrict g,
-                                      const float *restrict u, int I) {
-#pragma omp simd
-  for (int i = 0; i < I; i++)
-    o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
-}
-
-static void cpu_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
-                               int I) {
-#pragma omp parallel for schedule(static)
-  for (size_t n = 0; n < N; n++) {
-    const float *restrict g = gu + n * 2 * I, *restrict u = g + I;
-    float *restrict o = out + n * I;
-    swiglu_row(o, g, u, I);
-    store_round(be->bf16, o, (size_t)I);
-  }
-}
-
-/* dg += d u silu'(g), du += d silu(g) over a row of I. */
-KD_SIMD_CLONES KD_NO_CONTRACT static void swiglu_back_row(float *restrict dg, float *restrict du,
-                                                          const float *restrict d,
-                                                          const float *restrict g,
-                                                          const float *restrict u, int I) {
-#pragma omp simd
-  for (int i = 0; i < I; i++) {
-    float sg = 1.0f / (1.0f + cpu_expf(-g[i])), silu = g[i] * sg;
-    dg[i] += d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
-    du[i] += d[i] * silu;
-  }
-}
-
-static void cpu_swiglu_backward(struct kd_backend *be, float *dgu, const float *dout,
-                                const float *gu, size_t N, int I) {
-  (void)be;
-#pragma omp parallel for schedule(static)
-  for (size_t n = 0; n < N; n++) {
-    const float *restrict g = gu + n * 2 * I, *restrict u = g + I, *restrict d = dout + n * I;
-    float *restrict dg = dgu + n * 2 * I, *restrict du = dg + I;
-    swiglu_back_row(dg, du, d, g, u, I);
-  }
 }
 
 /* --- optimizer ---------------------------------------------------------------------------------
@@ -686,7 +544,6 @@ static void cpu_describe(struct kd_backend *be, char *buf, size_t len) {
  * takes the lowest clock that rate needs, so that the mfu column stays below 100%. */
 static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, double gemm_rate,
                              char *what, size_t n) {
-  (void)be;
   int threads = kd_cpu_count();
   if (omp_get_max_threads() < threads) threads = omp_get_max_threads();
   const double per_thread = gemm_rate / (threads > 0 ? threads : 1);
@@ -707,7 +564,7 @@ static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, doub
              seen / 1e9, src, hz / 1e9);
     hz = seen;
   }
-  const int k16 = bf16 ? gemm16_kernel() : G16_PORTABLE;
+  const int k16 = bf16 ? cpu_of(be)->gemm16 : G16_PORTABLE;
   const double f16 = k16 == G16_AMX ? 1024.0 : k16 == G16_AVX512 ? 2 * fpc : fpc;
   snprintf(what, n, "%.3g cores x %.0f %s FLOP/cycle (%s, %s%s) x %s%s", cores, f16,
            k16 >= G16_AVX512 ? "BF16" : "FP32", kd_isa_name(c.isa),
@@ -720,7 +577,7 @@ static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, doub
 static void cpu_release(struct kd_backend *be) {
   struct cpu_state *st = cpu_of(be);
   if (!st) return;
-  for (int k = 0; k < ROPE_SLOTS; k++)
+  for (int k = 0; k < CPU_ROPE_SLOTS; k++)
     free(st->rope[k].tab);
   free(st);
   be->priv = NULL;
@@ -740,7 +597,7 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   const int want = !cap || !strcmp(cap, "amx") ? G16_AMX
                    : !strcmp(cap, "avx512")    ? G16_AVX512
                                                : G16_PORTABLE;
-  st->gemm16 = gemm16_use(want) >= G16_AVX512;
+  st->gemm16 = gemm16_choose(want);
   be->describe = cpu_describe;
   be->peak_flops = cpu_peak_flops;
   be->gemm_bf16 = cpu_gemm_bf16;
@@ -766,21 +623,17 @@ void backend_cpu_init(struct kd_backend *be, int bf16) {
   be->embedding_forward = cpu_embedding_forward;
   be->embedding_forward_w16 = cpu_embedding_forward_w16;
   be->embedding_backward = cpu_embedding_backward;
-  be->rmsnorm_forward = cpu_rmsnorm_forward;
-  be->rmsnorm_backward = cpu_rmsnorm_backward;
   be->bias_forward = cpu_bias_forward;
   be->bias_backward = cpu_bias_backward;
   be->rope_forward = cpu_rope_forward;
   be->rope_backward = cpu_rope_backward;
   be->rope_rows = cpu_rope_rows;
-  be->swiglu_forward = cpu_swiglu_forward;
-  be->swiglu_backward = cpu_swiglu_backward;
   be->adamw = cpu_adamw;
   blas_single_thread();
   backend_cpu_attention_init(be);
   backend_cpu_decode_init(be);
   backend_cpu_moe_init(be);
   backend_cpu_loss_init(be);
-  backend_cpu_gemma_init(be);
+  backend_cpu_norm_act_init(be);
   backend_check(be);
 }

@@ -25,8 +25,9 @@
 
 #include "../util.h"
 #include "backend.h"
-#include "cpu.h"
+#include "cpu_base.h"
 #include "cpu_math.h"
+#include "cpu_ops.h"
 
 #include <cblas.h>
 #undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */

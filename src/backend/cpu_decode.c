@@ -25,9 +25,10 @@
 
 #include "../util.h"
 #include "backend.h"
-#include "cpu.h"
+#include "cpu_base.h"
 #include "cpu_hw.h"
 #include "cpu_math.h"
+#include "cpu_ops.h"
 
 /* The portable kernel: one weight row at a time, four dot products of it. */
 KD_SIMD_CLONES static void gemm_rows_any(int M, int N, int K, float alpha, const float *A, int lda,
@@ -218,19 +219,17 @@ R16 static void gemm_rows_16(int M, int N, int K, float alpha, const float *A, i
   }
 }
 
-static int rows_512; /* backend_cpu_decode_init: the CPU runs AVX-512 */
-static int rows_16;  /* the CPU runs AVX512-BF16 */
-
-int cpu_gemm_rows16(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                    const uint16_t *B16, int ldb, float beta, float *C, int ldc) {
-  if (!rows_16) return 0;
+int cpu_gemm_rows16(struct kd_backend *be, int M, int N, int K, float alpha, const float *A,
+                    int lda, const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                    int ldc) {
+  if (!cpu_of(be)->rows16) return 0;
   gemm_rows_16(M, N, K, alpha, A, lda, B, B16, ldb, beta, C, ldc);
   return 1;
 }
 
-void cpu_gemm_rows(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                   int ldb, float beta, float *C, int ldc) {
-  if (rows_512)
+void cpu_gemm_rows(struct kd_backend *be, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc) {
+  if (cpu_of(be)->rows512)
     gemm_rows_512(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
     gemm_rows_any(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -303,6 +302,6 @@ void backend_cpu_decode_init(struct kd_backend *be) {
   kd_cpu_detect(&c);
   /* KDTRAIN_ROWS_KERNEL=portable: the portable kernel (A/B measurements) */
   const char *cap = getenv("KDTRAIN_ROWS_KERNEL");
-  rows_512 = c.isa >= KD_ISA_AVX512 && !(cap && !strcmp(cap, "portable"));
-  rows_16 = c.isa >= KD_ISA_AVX512BF16 && !(cap && !strcmp(cap, "portable"));
+  cpu_of(be)->rows512 = c.isa >= KD_ISA_AVX512 && !(cap && !strcmp(cap, "portable"));
+  cpu_of(be)->rows16 = c.isa >= KD_ISA_AVX512BF16 && !(cap && !strcmp(cap, "portable"));
 }

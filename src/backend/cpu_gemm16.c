@@ -33,8 +33,6 @@
 #define MC (12 * G16_MR)
 #define NC 2048 /* multiple of G16_NR */
 
-static int use_kernel; /* gemm16_use: G16_PORTABLE until selected */
-
 int gemm16_best(void) {
   struct kd_cpu c;
   kd_cpu_detect(&c);
@@ -46,19 +44,9 @@ int gemm16_available(void) {
   return gemm16_best() >= G16_AVX512;
 }
 
-int gemm16_use(int kernel) {
+int gemm16_choose(int kernel) {
   const int best = gemm16_best();
-  use_kernel = kernel < best ? kernel : best;
-  return use_kernel;
-}
-
-int gemm16_kernel(void) {
-  return use_kernel;
-}
-
-static int order; /* gemm16_order */
-void gemm16_order(int o) {
-  order = o;
+  return kernel < best ? kernel : best;
 }
 
 int gemm16_exact(const float *X, int rows, int cols, int ld) {
@@ -101,7 +89,12 @@ size_t gemm16_work_bytes(int M, int N, int K) {
 
 /* This thread's work space of at least `bytes`, kept for the next product (as a BLAS
  * keeps its packing buffers): a product's work is then never allocated, zeroed or
- * faulted in again. NULL if out of memory. */
+ * faulted in again. NULL if out of memory.
+ *
+ * An exception to "backend state lives in be->priv", on purpose: tl_work and tl_bytes are
+ * the calling thread's packing scratch, like the BLAS's own buffers. What they hold is
+ * overwritten before it is read by every product, so no result and no choice depends on
+ * them or on which backend last used the thread; only their size grows. */
 static _Thread_local void *tl_work;
 static _Thread_local size_t tl_bytes;
 static void *thread_work(size_t bytes) {
@@ -312,9 +305,9 @@ KTARGET static uint32_t pack_strided(uint32_t *restrict dst, int S, const struct
 }
 
 /* The packer for this operand: vectorised on a CPU with AVX512-BF16. */
-static uint32_t pack_panel(uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
-                           int k0, int kc) {
-  if (use_kernel >= G16_AVX512)
+static uint32_t pack_panel(int kernel, uint32_t *restrict dst, int S, const struct src *s, int r0,
+                           int nr, int k0, int kc) {
+  if (kernel >= G16_AVX512)
     return s->kcontig ? pack_simd(dst, S, s, r0, nr, k0, kc)
                       : pack_strided(dst, S, s, r0, nr, k0, kc);
   return pack_scalar(dst, S, s, r0, nr, k0, kc);
@@ -428,8 +421,8 @@ static int gemm16_amx(int M, int N, int K, float alpha, const struct src *sa, co
         const int gx = round_up(groups, AMX_KG);
         for (int jr = 0; jr < nc; jr += G16_NR) {
           uint32_t *panel = Bp + (size_t)(jr / G16_NR) * gx * G16_NR;
-          low |=
-              pack_panel(panel, G16_NR, sb, jc + jr, nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
+          low |= pack_panel(G16_AMX, panel, G16_NR, sb, jc + jr,
+                            nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
           memset(panel + (size_t)groups * G16_NR, 0, (size_t)(gx - groups) * G16_NR * 4);
         }
         if (low) break; /* beta is 0 here (checked before): the caller redoes the product */
@@ -455,15 +448,15 @@ static int gemm16_amx(int M, int N, int K, float alpha, const struct src *sa, co
  * all of K instead, once, and B again for every block of A's rows; where A needs more
  * than one block (a long K: the logits' gradient over the vocabulary, K = V) and B is
  * the wider operand, this order packs less. */
-static int gemm16_goto(int M, int N, int K, float alpha, const struct src *sa, const struct src *sb,
-                       float beta, float *C, int ldc, void *work) {
-  const int amx = use_kernel == G16_AMX, mr = amx ? AMX_MR : G16_MR, mcb = amx ? MC_AMX : MC;
+static int gemm16_goto(int kernel, int M, int N, int K, float alpha, const struct src *sa,
+                       const struct src *sb, float beta, float *C, int ldc, void *work) {
+  const int amx = kernel == G16_AMX, mr = amx ? AMX_MR : G16_MR, mcb = amx ? MC_AMX : MC;
   const int kcmax = K < KC ? round_up(K, amx ? 2 * AMX_KG : 2) : KC;
   const int ncmax = N < NC ? round_up(N, G16_NR) : NC;
   uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   uint32_t *Ap = Bp + (size_t)ncmax * (kcmax / 2);
-  void (*kernel)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
-      use_kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
+  void (*tile)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
+      kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
   uint32_t low = 0;
   if (amx) amx_begin();
   for (int jc = 0; jc < N && !low; jc += NC) {
@@ -473,7 +466,8 @@ static int gemm16_goto(int M, int N, int K, float alpha, const struct src *sa, c
       const int gx = amx ? round_up(groups, AMX_KG) : groups; /* packed pairs per row */
       for (int jr = 0; jr < nc; jr += G16_NR) {
         uint32_t *panel = Bp + (size_t)(jr / G16_NR) * gx * G16_NR;
-        low |= pack_panel(panel, G16_NR, sb, jc + jr, nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
+        low |= pack_panel(kernel, panel, G16_NR, sb, jc + jr, nc - jr < G16_NR ? nc - jr : G16_NR,
+                          pc, kc);
         memset(panel + (size_t)groups * G16_NR, 0, (size_t)(gx - groups) * G16_NR * 4);
       }
       const float bk = pc ? 1.0f : beta;
@@ -484,8 +478,8 @@ static int gemm16_goto(int M, int N, int K, float alpha, const struct src *sa, c
                                sa->ld, sa->kcontig, sa->rnd, ic, mc, round_up(mc, AMX_MR), kc);
         else
           for (int ir = 0; ir < mc; ir += G16_MR)
-            low |= pack_panel(Ap + (size_t)(ir / G16_MR) * groups * G16_MR, G16_MR, sa, ic + ir,
-                              mc - ir < G16_MR ? mc - ir : G16_MR, pc, kc);
+            low |= pack_panel(kernel, Ap + (size_t)(ir / G16_MR) * groups * G16_MR, G16_MR, sa,
+                              ic + ir, mc - ir < G16_MR ? mc - ir : G16_MR, pc, kc);
         if (low) break; /* beta is 0 here (checked before): the caller redoes the product */
         for (int jr = 0; jr < nc; jr += G16_NR) {
           const uint32_t *b = Bp + (size_t)(jr / G16_NR) * gx * G16_NR;
@@ -495,8 +489,8 @@ static int gemm16_goto(int M, int N, int K, float alpha, const struct src *sa, c
             if (amx)
               amx_kernel(gx, Ap + (size_t)ir * gx, gx, b, c, ldc, m, n, alpha, bk);
             else
-              kernel(groups, Ap + (size_t)(ir / G16_MR) * groups * G16_MR, b, c, ldc, m, n, alpha,
-                     bk);
+              tile(groups, Ap + (size_t)(ir / G16_MR) * groups * G16_MR, b, c, ldc, m, n, alpha,
+                   bk);
           }
         }
       }
@@ -506,10 +500,11 @@ static int gemm16_goto(int M, int N, int K, float alpha, const struct src *sa, c
   return low ? -1 : 0;
 }
 
-int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-           const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc, void *work,
-           int rnd) {
+int gemm16(const struct gemm16_how *how, int transa, int transb, int M, int N, int K, float alpha,
+           const float *A, int lda, const float *B, const uint16_t *B16, int ldb, float beta,
+           float *C, int ldc, void *work, int rnd) {
   if (M <= 0 || N <= 0) return 0;
+  const int kernel = how->kernel, order = how->order;
   const struct src sa = {A, NULL, lda, !transa, rnd};
   const struct src sb = {B16 ? NULL : B, B16, ldb, transb, rnd};
   if (beta != 0.0f && !rnd) { /* C must stay as it is if an operand turns out not to be BF16 */
@@ -523,14 +518,14 @@ int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float
   if (!work && !(work = thread_work(gemm16_work_bytes(M, N, K)))) return -1;
   { /* the packing order: the one that packs fewer elements again */
     const int ma =
-        use_kernel == G16_AMX ? a_rows(M, round_up(K, 2 * AMX_KG), AMX_MR) : a_rows(M, K, G16_MR);
+        kernel == G16_AMX ? a_rows(M, round_up(K, 2 * AMX_KG), AMX_MR) : a_rows(M, K, G16_MR);
     const double na = (M + ma - 1) / ma, nn = (N + NC - 1) / NC;
     if (order == 2 || (order == 0 && na > 1 && (na - 1) * N > (nn - 1) * M))
-      return gemm16_goto(M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
+      return gemm16_goto(kernel, M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
   }
-  if (use_kernel == G16_AMX) return gemm16_amx(M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
-  void (*kernel)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
-      use_kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
+  if (kernel == G16_AMX) return gemm16_amx(M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
+  void (*tile)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float) =
+      kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
   const int kcmax = K < KC ? round_up(K, 2) : KC;
   const int ncmax = N < NC ? round_up(N, G16_NR) : NC;
   uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
@@ -543,8 +538,9 @@ int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float
     for (int pc = 0; pc < K; pc += KC) {
       const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
       for (int ir = 0; ir < ma; ir += G16_MR)
-        low |= pack_panel(Ap + (size_t)Mr * (pc / 2) + (size_t)(ir / G16_MR) * groups * G16_MR,
-                          G16_MR, &sa, ia + ir, ma - ir < G16_MR ? ma - ir : G16_MR, pc, kc);
+        low |=
+            pack_panel(kernel, Ap + (size_t)Mr * (pc / 2) + (size_t)(ir / G16_MR) * groups * G16_MR,
+                       G16_MR, &sa, ia + ir, ma - ir < G16_MR ? ma - ir : G16_MR, pc, kc);
     }
     if (low) return -1; /* with beta != 0 nothing is written yet (checked before) */
     for (int jc = 0; jc < N; jc += NC) {
@@ -552,8 +548,8 @@ int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float
       for (int pc = 0; pc < K; pc += KC) {
         const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
         for (int jr = 0; jr < nc; jr += G16_NR)
-          low |= pack_panel(Bp + (size_t)(jr / G16_NR) * groups * G16_NR, G16_NR, &sb, jc + jr,
-                            nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
+          low |= pack_panel(kernel, Bp + (size_t)(jr / G16_NR) * groups * G16_NR, G16_NR, &sb,
+                            jc + jr, nc - jr < G16_NR ? nc - jr : G16_NR, pc, kc);
         if (low) return -1; /* beta is 0 here: what was written is the caller's to redo */
         const float bk = pc ? 1.0f : beta;
         const uint32_t *As = Ap + (size_t)Mr * (pc / 2);
@@ -561,10 +557,10 @@ int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float
           const int mc = ma - ic < MC ? ma - ic : MC;
           for (int jr = 0; jr < nc; jr += G16_NR)
             for (int ir = ic; ir < ic + mc; ir += G16_MR)
-              kernel(groups, As + (size_t)(ir / G16_MR) * groups * G16_MR,
-                     Bp + (size_t)(jr / G16_NR) * groups * G16_NR, Ca + (size_t)ir * ldc + jc + jr,
-                     ldc, ma - ir < G16_MR ? ma - ir : G16_MR, nc - jr < G16_NR ? nc - jr : G16_NR,
-                     alpha, bk);
+              tile(groups, As + (size_t)(ir / G16_MR) * groups * G16_MR,
+                   Bp + (size_t)(jr / G16_NR) * groups * G16_NR, Ca + (size_t)ir * ldc + jc + jr,
+                   ldc, ma - ir < G16_MR ? ma - ir : G16_MR, nc - jr < G16_NR ? nc - jr : G16_NR,
+                   alpha, bk);
         }
       }
     }

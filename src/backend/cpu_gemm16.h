@@ -25,15 +25,18 @@ enum { G16_PORTABLE = 0, G16_AVX512 = 1, G16_AMX = 2 };
 int gemm16_best(void);
 /* 1 if a kernel faster than sgemm runs here (gemm16_best() >= G16_AVX512). */
 int gemm16_available(void);
-/* Select the kernel before the first product (not thread-safe): `kernel`, or the best
- * one available if that is slower; G16_PORTABLE until this is called. Returns the
- * kernel now selected. */
-int gemm16_use(int kernel);
-/* The kernel selected. */
-int gemm16_kernel(void);
-/* Tests: the packing order of the products that follow: 0 the cheaper one (the default),
- * 1 op(A) packed with all of K once, B per block of A's rows, 2 GotoBLAS order. */
-void gemm16_order(int order);
+/* The kernel to run when `kernel` is asked for: it, or the best one available if that is
+ * slower. Keeps nothing: the caller holds the choice (the CPU backend in its state). */
+int gemm16_choose(int kernel);
+
+/* How gemm16 runs a product (the caller's, passed to every call: this file keeps no
+ * choice of its own). kernel: G16_*, one this CPU runs (gemm16_choose). order: how the
+ * operands are packed: 0 the cheaper one (the backend's); tests force 1, op(A) packed
+ * with all of K once and B per block of A's rows, or 2, GotoBLAS order. */
+struct gemm16_how {
+  int kernel;
+  int order;
+};
 
 /* 1 if every element of the rows x cols matrix X (leading dim ld) is a BF16 number
  * (the low 16 bits of its FP32 pattern are zero): such operands lose nothing. */
@@ -47,7 +50,8 @@ size_t gemm16_work_bytes(int M, int N, int K);
  * work NULL then cannot fail for lack of memory): 0, or -1 if it cannot be allocated. */
 int gemm16_reserve(int M, int N, int K);
 
-/* Row-major C (M x N, ldc) = alpha op(A) op(B) + beta C on the calling thread, op(A)
+/* Row-major C (M x N, ldc) = alpha op(A) op(B) + beta C on the calling thread (the kernel
+ * and packing order of `how`), op(A)
  * M x K (A is K x M when transa), op(B) K x N (N x K when transb). B is FP32 (B) or
  * packed BF16 (B16, the upper halves of FP32 patterns; only with transb = 1). beta 0
  * never reads C. work: gemm16_work_bytes, or NULL for the calling thread's own work space
@@ -58,8 +62,8 @@ int gemm16_reserve(int M, int N, int K);
  * the product another way. rnd = 1: the FP32 operands are rounded to BF16 (nearest even,
  * as the CUDA path converts them; values below 2^-126 count as zero) as they are packed,
  * and never refused: -1 then only when the work space cannot be allocated. */
-int gemm16(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-           const float *B, const uint16_t *B16, int ldb, float beta, float *C, int ldc, void *work,
-           int rnd);
+int gemm16(const struct gemm16_how *how, int transa, int transb, int M, int N, int K, float alpha,
+           const float *A, int lda, const float *B, const uint16_t *B16, int ldb, float beta,
+           float *C, int ldc, void *work, int rnd);
 
 #endif

@@ -21,6 +21,10 @@
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux: ask for an extended state component */
 #define XFEATURE_XTILEDATA 18      /* the AMX tile data */
 
+/* Whether this process may run tile instructions: a documented exception to "backend state
+ * lives in be->priv". The grant of the tile state is the operating system's answer to the
+ * whole process (every thread, every backend in it), asked once: amx_ok is written only by
+ * amx_request under pthread_once (amx_enable) and read-only after. */
 static int amx_ok;
 static void amx_request(void) {
   struct kd_cpu c;

@@ -18,6 +18,7 @@
 #include "cpu_hw.h"
 
 #include <cpuid.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,7 +410,13 @@ double kd_cgroup_cpus(const char *root, char *where, size_t n) {
 
 /* --- compute threads per rank ------------------------------------------------------ */
 
-static struct kd_threads threads_now = {.n = 1, .node_ranks = 1};
+/* This rank's compute threads: a documented exception to "backend state lives in be->priv".
+ * OpenMP's thread count is the process's, not a backend's: every backend of the process
+ * runs its ops on it, and this records how it was chosen. threads_now is written once, by
+ * the first kd_threads_init (grid_node_setup, before any OpenMP region or backend; cpus is
+ * 0 until then), and read-only after; until then kd_threads() answers with OpenMP's
+ * default, threads_default, filled once (pthread_once) and read-only after. */
+static struct kd_threads threads_now, threads_default;
 
 /* A thread count set in variable `name` (a positive integer, or a list whose first entry
  * is one, as OpenMP reads OMP_NUM_THREADS); 0 when unset or not a count. */
@@ -445,6 +452,7 @@ void kd_threads_choose(struct kd_threads *t, int node_ranks, int node_cpus, int 
 }
 
 void kd_threads_init(int node_ranks, int node_cpus) {
+  if (threads_now.cpus) return; /* chosen once per process: the first call's choice stands */
   char where[256];
   kd_threads_choose(&threads_now, node_ranks, node_cpus, kd_cpu_count(),
                     kd_cgroup_cpus("", where, sizeof where));
@@ -453,16 +461,23 @@ void kd_threads_init(int node_ranks, int node_cpus) {
 #endif
 }
 
-const struct kd_threads *kd_threads(void) {
-  if (threads_now.cpus == 0) { /* kd_threads_init not called: OpenMP's own count */
-    threads_now.own = threads_now.node_cpus = threads_now.cpus = threads_now.online =
-        kd_cpu_count();
+/* kd_threads before kd_threads_init: OpenMP's own count on this process's CPUs. */
+static void threads_default_fill(void) {
+  struct kd_threads *t = &threads_default;
+  t->n = 1;
+  t->node_ranks = 1;
+  t->own = t->node_cpus = t->cpus = t->online = kd_cpu_count();
 #ifdef _OPENMP
-    threads_now.n = omp_get_max_threads();
+  t->n = omp_get_max_threads();
 #endif
-    threads_now.env = "OpenMP's default";
-  }
-  return &threads_now;
+  t->env = "OpenMP's default";
+}
+
+const struct kd_threads *kd_threads(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (threads_now.cpus) return &threads_now;
+  pthread_once(&once, threads_default_fill);
+  return &threads_default;
 }
 
 static const char *plural(int k) {

@@ -86,10 +86,12 @@ struct kd_threads {
  * `own` (its own mask's CPUs). Reads the environment only. */
 void kd_threads_choose(struct kd_threads *t, int node_ranks, int node_cpus, int own, double cgroup);
 /* Set this rank's compute threads (OpenMP's count) by kd_threads_choose with this
- * process's mask and cgroup, before any OpenMP parallel region. No MPI call
- * (grid_node_setup gathers the node's figures and calls it). */
+ * process's mask and cgroup, before any OpenMP parallel region. Once per process: a later
+ * call keeps the first choice. No MPI call (grid_node_setup gathers the node's figures and
+ * calls it). */
 void kd_threads_init(int node_ranks, int node_cpus);
-/* The choice of kd_threads_init (before it: 1 thread of 1 rank on kd_cpu_count CPUs). */
+/* The choice of kd_threads_init (before it: OpenMP's default count, 1 rank on
+ * kd_cpu_count CPUs). */
 const struct kd_threads *kd_threads(void);
 /* "threads per rank N (why)" for a start line: the user's variable, or the CPUs, the
  * cgroup limit and the node's ranks the share came from; of kd_threads() or of t. */

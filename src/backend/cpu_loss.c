@@ -15,8 +15,8 @@
 #include <stddef.h>
 
 #include "backend.h"
-#include "cpu.h"
 #include "cpu_math.h"
+#include "cpu_ops.h"
 #include "util.h"
 
 /* Columns per block of a float partial sum (then summed in double). */

@@ -8,8 +8,8 @@
 
 #include "../util.h"
 #include "backend.h"
-#include "cpu.h"
 #include "cpu_math.h"
+#include "cpu_ops.h"
 
 static void cpu_moe_route(struct kd_backend *be, int *idx, float *wts, float *probs,
                           const float *logits, size_t N, int E, int k, int norm) {

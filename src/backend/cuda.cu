@@ -163,15 +163,6 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, int rows, int co
   }
 }
 
-void *cuda_scratch(struct kd_backend *be, int slot, size_t bytes) {
-  if (bytes > cuda_of(be)->ws_bytes[slot]) {
-    if (cuda_of(be)->ws[slot]) cuda_free(be, cuda_of(be)->ws[slot]);
-    cuda_of(be)->ws[slot] = cuda_alloc(be, KD_MEM_SCRATCH, bytes);
-    cuda_of(be)->ws_bytes[slot] = bytes;
-  }
-  return cuda_of(be)->ws[slot];
-}
-
 static void cuda_gemm(struct kd_backend *be, int transa, int transb, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                       float *C, int ldc) {

@@ -13,7 +13,7 @@
 
 #include "backend.h"
 
-/* The functions below up to cuda_devices_all_ranks exist only in builds configured with
+/* The functions below up to backend_cuda_init exist only in builds configured with
  * --with-cuda (KD_HAVE_CUDA defined in kdtrain_config.h). */
 
 /* Number of CUDA devices visible to this process (0 without a driver or a device);
@@ -30,11 +30,6 @@ int backend_cuda_device_count(char *why, size_t whylen);
  * the table (then log%peak_tflops gives it); be->release frees the handle, streams and
  * workspaces. Called by backend_select (select.c). */
 void backend_cuda_init(struct kd_backend *be, int bf16, int local_rank);
-
-/* The smallest CUDA device count over the ranks of MPI_COMM_WORLD (0 in builds without
- * CUDA); collective. When it is 0, `why` says why for this rank. Available in every
- * build. */
-int cuda_devices_all_ranks(char *why, size_t whylen);
 
 /* 1 when the MPI library reports that it accepts CUDA device buffers
  * (MPIX_Query_cuda_support), 0 otherwise: then device data must be staged through

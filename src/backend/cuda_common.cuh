@@ -41,8 +41,17 @@ static inline struct cuda_ctx *cuda_of(struct kd_backend *be) {
 enum { WS_GEMM = 0, WS_ATT = 1, WS_NSLOT = 2 }; /* cuda_scratch slots */
 
 /* Workspace `slot` of at least `bytes`: grown (freed and reallocated) on demand, never
- * shrunk, counted as KD_MEM_SCRATCH while it lives. Ordered on the compute stream. */
-void *cuda_scratch(struct kd_backend *be, int slot, size_t bytes);
+ * shrunk, counted as KD_MEM_SCRATCH while it lives. Ordered on the compute stream. Through
+ * the table's alloc and free (cuda.cu), so that the kernel files need nothing of cuda.cu. */
+static inline void *cuda_scratch(struct kd_backend *be, int slot, size_t bytes) {
+  struct cuda_ctx *c = cuda_of(be);
+  if (bytes > c->ws_bytes[slot]) {
+    if (c->ws[slot]) be->free(be, c->ws[slot]);
+    c->ws[slot] = be->alloc(be, KD_MEM_SCRATCH, bytes);
+    c->ws_bytes[slot] = bytes;
+  }
+  return c->ws[slot];
+}
 
 #define RED_BLOCKS 512 /* blocks of the two-stage reductions (sumsq) */
 

@@ -1,9 +1,9 @@
 /* cuda_ops.cu: the CUDA backend's elementwise, row and reduction kernels:
- * add, scale, round_bf16, sumsq, all_finite, embedding, rmsnorm, bias, rope,
- * swiglu, Gemma's (1 + w) rmsnorm, geglu and soft cap, and AdamW. Semantics are those of cpu.c op
- * for op (backward ops accumulate, rope backward overwrites, forward ops round stored activations
- * in BF16 mode). Contiguous streams use float4 (16-byte) loads when every pointer is aligned, with
- * a scalar tail. */
+ * add, scale, round_bf16, sumsq, all_finite, embedding, rmsnorm (weight w0 + w), bias,
+ * rope, the gated MLP's product (glu: silu or tanh GELU), the soft cap, and AdamW. Semantics are
+ * those of cpu.c op for op (backward ops accumulate, rope backward overwrites, forward ops round
+ * stored activations in BF16 mode). Contiguous streams use float4 (16-byte) loads when every
+ * pointer is aligned, with a scalar tail. */
 #include <string.h>
 
 #include "cuda_common.cuh"
@@ -257,13 +257,13 @@ __global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const f
   float r = 1.0f / sqrtf(ss / (float)C + eps);
   if (threadIdx.x == 0) rstd[n] = r;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float y = x[c] * r * (w0 + w[c]); /* w0: 0, or 1 for Gemma's (1 + w) */
+    float y = x[c] * r * (w0 + w[c]); /* w0: 0, or 1 for Gemma3RMSNorm's (1 + w) */
     o[c] = rnd ? dev_round_bf16(y) : y;
   }
 }
 
-static void rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                            const float *w, float w0, size_t N, int C, float eps) {
+static void cuda_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
+                                 const float *w, float w0, size_t N, int C, float eps) {
   if (!N) return;
   int vec = C % 4 == 0 && cuda_aligned16(inp);
   k_rmsnorm_fwd<<<(unsigned)N, cuda_row_threads(C), 0, cuda_of(be)->compute>>>(
@@ -271,17 +271,7 @@ static void rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, cons
   CUDA_OP_DONE();
 }
 
-static void cuda_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                                 const float *w, size_t N, int C, float eps) {
-  rmsnorm_forward(be, out, rstd, inp, w, 0.0f, N, C, eps);
-}
-
-static void cuda_rmsnorm1p_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                                   const float *w, size_t N, int C, float eps) {
-  rmsnorm_forward(be, out, rstd, inp, w, 1.0f, N, C, eps);
-}
-
-/* dinp += r*w*dout - x * r^3/C * sum(dout*w*x), one block per row. */
+/* dinp += r*(w0+w)*dout - x * r^3/C * sum(dout*(w0+w)*x), one block per row. */
 __global__ void k_rmsnorm_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w,
                                  float w0, const float *rstd, int C) {
   size_t n = blockIdx.x;
@@ -296,26 +286,14 @@ __global__ void k_rmsnorm_bwd_dx(float *dinp, const float *dout, const float *in
     dx[c] += r * (w0 + w[c]) * g[c] - k * x[c];
 }
 
-static void rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                             const float *inp, const float *w, float w0, const float *rstd,
-                             size_t N, int C) {
+static void cuda_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
+                                  const float *inp, const float *w, float w0, const float *rstd,
+                                  size_t N, int C) {
   if (!N) return;
   k_rmsnorm_bwd_dx<<<(unsigned)N, cuda_row_threads(C), 0, cuda_of(be)->compute>>>(dinp, dout, inp,
                                                                                   w, w0, rstd, C);
   colsum(be, dw, colsum_rms{dout, inp, rstd, C}, N, C);
   CUDA_OP_DONE();
-}
-
-static void cuda_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                                  const float *inp, const float *w, const float *rstd, size_t N,
-                                  int C) {
-  rmsnorm_backward(be, dinp, dw, dout, inp, w, 0.0f, rstd, N, C);
-}
-
-static void cuda_rmsnorm1p_backward(struct kd_backend *be, float *dinp, float *dw,
-                                    const float *dout, const float *inp, const float *w,
-                                    const float *rstd, size_t N, int C) {
-  rmsnorm_backward(be, dinp, dw, dout, inp, w, 1.0f, rstd, N, C);
 }
 
 /* --- bias ----------------------------------------------------------------------------------- */
@@ -411,89 +389,84 @@ static void cuda_rope_backward(struct kd_backend *be, float *dx, size_t N, int T
   rope_apply(be, dx, N, T, pos, nh, hd, ld, rope, -1.0f, 0);
 }
 
-/* --- swiglu ---------------------------------------------------------------------------------- */
-
-__global__ void k_swiglu_fwd(float *out, const float *gu, size_t N, int I, int rnd) {
-  GRID_LOOP(idx, N * (size_t)I) {
-    size_t n = idx / I;
-    int i = (int)(idx % I);
-    float g = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i];
-    float y = g / (1.0f + expf(-g)) * u;
-    out[idx] = rnd ? dev_round_bf16(y) : y;
-  }
-}
-
-__global__ void k_swiglu_bwd(float *dgu, const float *dout, const float *gu, size_t N, int I) {
-  GRID_LOOP(idx, N * (size_t)I) {
-    size_t n = idx / I;
-    int i = (int)(idx % I);
-    float g = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i], d = dout[idx];
-    float sg = 1.0f / (1.0f + expf(-g)), silu = g * sg;
-    dgu[n * 2 * I + i] += d * u * sg * (1.0f + g * (1.0f - sg));
-    dgu[n * 2 * I + I + i] += d * silu;
-  }
-}
-
-static void cuda_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
-                                int I) {
-  if (!N || I <= 0) return;
-  k_swiglu_fwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, cuda_of(be)->compute>>>(
-      out, gu, N, I, cuda_of(be)->bf16);
-  CUDA_OP_DONE();
-}
-
-static void cuda_swiglu_backward(struct kd_backend *be, float *dgu, const float *dout,
-                                 const float *gu, size_t N, int I) {
-  if (!N || I <= 0) return;
-  k_swiglu_bwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, cuda_of(be)->compute>>>(dgu, dout, gu, N,
-                                                                                  I);
-  CUDA_OP_DONE();
-}
-
-/* --- geglu (gelu_pytorch_tanh) and the soft cap ------------------------------------------------
- */
+/* --- the gated MLP's product (glu) and the soft cap -------------------------------------- */
 
 #define GELU_BETA 0.7978845608028654f
 #define GELU_KAPPA 0.044715f
 
-__global__ void k_geglu_fwd(float *out, const float *gu, size_t N, int I, int rnd) {
-  GRID_LOOP(idx, N * (size_t)I) {
-    size_t n = idx / I;
-    int i = (int)(idx % I);
-    float x = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i];
-    float inner = GELU_BETA * (x + GELU_KAPPA * (x * x * x));
-    float y = 0.5f * x * (1.0f + tanhf(inner)) * u;
-    out[idx] = rnd ? dev_round_bf16(y) : y;
+/* The activations of glu (enum kd_act) as the kernels' functors: fwd gives y = act(g) * u,
+ * bwd adds the gradients of y for the output gradient d into *dg and *du. */
+struct glu_silu {
+  __device__ float fwd(float g, float u) const {
+    return g / (1.0f + expf(-g)) * u;
   }
-}
-
-__global__ void k_geglu_bwd(float *dgu, const float *dout, const float *gu, size_t N, int I) {
-  GRID_LOOP(idx, N * (size_t)I) {
-    size_t n = idx / I;
-    int i = (int)(idx % I);
-    float x = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i], d = dout[idx], x2 = x * x;
+  __device__ void bwd(float *dg, float *du, float d, float g, float u) const {
+    float sg = 1.0f / (1.0f + expf(-g)), silu = g * sg;
+    *dg += d * u * sg * (1.0f + g * (1.0f - sg));
+    *du += d * silu;
+  }
+};
+struct glu_gelu_tanh { /* PyTorch's gelu approximate='tanh' (gelu_pytorch_tanh) */
+  __device__ float fwd(float x, float u) const {
+    float inner = GELU_BETA * (x + GELU_KAPPA * (x * x * x));
+    return 0.5f * x * (1.0f + tanhf(inner)) * u;
+  }
+  __device__ void bwd(float *dg, float *du, float d, float x, float u) const {
+    float x2 = x * x;
     float th = tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
     float gelu = 0.5f * x * (1.0f + th);
     float dgelu = 0.5f * (1.0f + th) +
                   0.5f * x * (1.0f - th * th) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
-    dgu[n * 2 * I + i] += d * u * dgelu;
-    dgu[n * 2 * I + I + i] += d * gelu;
+    *dg += d * u * dgelu;
+    *du += d * gelu;
+  }
+};
+static_assert(KD_ACT_N == 2, "a new activation needs its glu functor and its branch below");
+
+template <typename A>
+__global__ void k_glu_fwd(float *out, const float *gu, size_t N, int I, int rnd, A act) {
+  GRID_LOOP(idx, N * (size_t)I) {
+    size_t n = idx / I;
+    int i = (int)(idx % I);
+    float g = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i];
+    float y = act.fwd(g, u);
+    out[idx] = rnd ? dev_round_bf16(y) : y;
   }
 }
 
-static void cuda_geglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
-                               int I) {
+template <typename A>
+__global__ void k_glu_bwd(float *dgu, const float *dout, const float *gu, size_t N, int I, A act) {
+  GRID_LOOP(idx, N * (size_t)I) {
+    size_t n = idx / I;
+    int i = (int)(idx % I);
+    float g = gu[n * 2 * I + i], u = gu[n * 2 * I + I + i], d = dout[idx];
+    act.bwd(&dgu[n * 2 * I + i], &dgu[n * 2 * I + I + i], d, g, u);
+  }
+}
+
+/* One thread per (row, i), grid-stride; the kernel of the activation (its functor). */
+static void cuda_glu_forward(struct kd_backend *be, float *out, const float *gu, size_t N, int I,
+                             enum kd_act act) {
+  KD_CHECK((unsigned)act < KD_ACT_N, "glu: activation %d is not one of enum kd_act", (int)act);
   if (!N || I <= 0) return;
-  k_geglu_fwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, cuda_of(be)->compute>>>(out, gu, N, I,
-                                                                                 cuda_of(be)->bf16);
+  const unsigned nb = cuda_blocks(N * (size_t)I, TPB);
+  const int rnd = cuda_of(be)->bf16;
+  if (act == KD_ACT_GELU_TANH)
+    k_glu_fwd<<<nb, TPB, 0, cuda_of(be)->compute>>>(out, gu, N, I, rnd, glu_gelu_tanh());
+  else
+    k_glu_fwd<<<nb, TPB, 0, cuda_of(be)->compute>>>(out, gu, N, I, rnd, glu_silu());
   CUDA_OP_DONE();
 }
 
-static void cuda_geglu_backward(struct kd_backend *be, float *dgu, const float *dout,
-                                const float *gu, size_t N, int I) {
+static void cuda_glu_backward(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
+                              size_t N, int I, enum kd_act act) {
+  KD_CHECK((unsigned)act < KD_ACT_N, "glu: activation %d is not one of enum kd_act", (int)act);
   if (!N || I <= 0) return;
-  k_geglu_bwd<<<cuda_blocks(N * (size_t)I, TPB), TPB, 0, cuda_of(be)->compute>>>(dgu, dout, gu, N,
-                                                                                 I);
+  const unsigned nb = cuda_blocks(N * (size_t)I, TPB);
+  if (act == KD_ACT_GELU_TANH)
+    k_glu_bwd<<<nb, TPB, 0, cuda_of(be)->compute>>>(dgu, dout, gu, N, I, glu_gelu_tanh());
+  else
+    k_glu_bwd<<<nb, TPB, 0, cuda_of(be)->compute>>>(dgu, dout, gu, N, I, glu_silu());
   CUDA_OP_DONE();
 }
 
@@ -583,12 +556,8 @@ void cuda_ops_init(struct kd_backend *be) {
   be->rope_forward = cuda_rope_forward;
   be->rope_backward = cuda_rope_backward;
   be->rope_rows = cuda_rope_rows;
-  be->swiglu_forward = cuda_swiglu_forward;
-  be->swiglu_backward = cuda_swiglu_backward;
-  be->rmsnorm1p_forward = cuda_rmsnorm1p_forward;
-  be->rmsnorm1p_backward = cuda_rmsnorm1p_backward;
-  be->geglu_forward = cuda_geglu_forward;
-  be->geglu_backward = cuda_geglu_backward;
+  be->glu_forward = cuda_glu_forward;
+  be->glu_backward = cuda_glu_backward;
   be->softcap_forward = cuda_softcap_forward;
   be->softcap_backward = cuda_softcap_backward;
   be->adamw = cuda_adamw;

@@ -155,13 +155,13 @@ static void ds_embedding_backward(struct kd_backend *be, float *dwte, const floa
          vocab_n);
 }
 static void ds_rmsnorm_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                               const float *w, size_t N, int C, float eps) {
-  CPU_OP(rmsnorm_forward, to_host(out), to_host(rstd), to_host(inp), to_host(w), N, C, eps);
+                               const float *w, float w0, size_t N, int C, float eps) {
+  CPU_OP(rmsnorm_forward, to_host(out), to_host(rstd), to_host(inp), to_host(w), w0, N, C, eps);
 }
 static void ds_rmsnorm_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                                const float *inp, const float *w, const float *rstd, size_t N,
-                                int C) {
-  CPU_OP(rmsnorm_backward, to_host(dinp), to_host(dw), to_host(dout), to_host(inp), to_host(w),
+                                const float *inp, const float *w, float w0, const float *rstd,
+                                size_t N, int C) {
+  CPU_OP(rmsnorm_backward, to_host(dinp), to_host(dw), to_host(dout), to_host(inp), to_host(w), w0,
          to_host(rstd), N, C);
 }
 static void ds_bias_forward(struct kd_backend *be, float *x, const float *bias, size_t N, int C,
@@ -232,31 +232,13 @@ static void ds_moe_combine_backward(struct kd_backend *be, float *dsrc, float *d
   CPU_OP(moe_combine_backward, to_host(dsrc), to_host(dw), to_host(ddst), to_host(src),
          to_host(pos), to_host(w), N, k, C);
 }
-static void ds_swiglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
-                              int ffn) {
-  CPU_OP(swiglu_forward, to_host(out), to_host(gu), N, ffn);
+static void ds_glu_forward(struct kd_backend *be, float *out, const float *gu, size_t N, int ffn,
+                           enum kd_act act) {
+  CPU_OP(glu_forward, to_host(out), to_host(gu), N, ffn, act);
 }
-static void ds_swiglu_backward(struct kd_backend *be, float *dgu, const float *dout,
-                               const float *gu, size_t N, int ffn) {
-  CPU_OP(swiglu_backward, to_host(dgu), to_host(dout), to_host(gu), N, ffn);
-}
-static void ds_rmsnorm1p_forward(struct kd_backend *be, float *out, float *rstd, const float *inp,
-                                 const float *w, size_t N, int C, float eps) {
-  CPU_OP(rmsnorm1p_forward, to_host(out), to_host(rstd), to_host(inp), to_host(w), N, C, eps);
-}
-static void ds_rmsnorm1p_backward(struct kd_backend *be, float *dinp, float *dw, const float *dout,
-                                  const float *inp, const float *w, const float *rstd, size_t N,
-                                  int C) {
-  CPU_OP(rmsnorm1p_backward, to_host(dinp), to_host(dw), to_host(dout), to_host(inp), to_host(w),
-         to_host(rstd), N, C);
-}
-static void ds_geglu_forward(struct kd_backend *be, float *out, const float *gu, size_t N,
-                             int ffn) {
-  CPU_OP(geglu_forward, to_host(out), to_host(gu), N, ffn);
-}
-static void ds_geglu_backward(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
-                              size_t N, int ffn) {
-  CPU_OP(geglu_backward, to_host(dgu), to_host(dout), to_host(gu), N, ffn);
+static void ds_glu_backward(struct kd_backend *be, float *dgu, const float *dout, const float *gu,
+                            size_t N, int ffn, enum kd_act act) {
+  CPU_OP(glu_backward, to_host(dgu), to_host(dout), to_host(gu), N, ffn, act);
 }
 static void ds_softcap_forward(struct kd_backend *be, float *z, size_t n, float cap) {
   CPU_OP(softcap_forward, to_host(z), n, cap);

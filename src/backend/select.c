@@ -1,8 +1,10 @@
 /* select.c: the one place that knows which backends exist: backend_select turns the
  * run%device word into a backend (CPU, CUDA where built and present, the simulated
- * device), and backend_check proves a table complete. */
+ * device). The top of src/backend/: it calls the backends' inits, none of them calls
+ * back (each checks its table with backend_check, backend.c). */
 #include "kdtrain_config.h"
 
+#include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +15,20 @@
 
 void backend_prepare(char **argv) {
   kd_blas_select(argv);
+}
+
+/* The smallest CUDA device count over the ranks of MPI_COMM_WORLD (0 in builds without
+ * CUDA); collective. When it is 0, `why` says why for this rank. */
+static int cuda_devices_all_ranks(char *why, size_t whylen) {
+  int mine = 0, least = 0;
+#ifdef KD_HAVE_CUDA
+  mine = backend_cuda_device_count(why, whylen);
+#else
+  snprintf(why, whylen, "this kdtrain was built without the CUDA backend (configure --with-cuda)");
+#endif
+  MPI_Allreduce(&mine, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (mine > 0 && least == 0) snprintf(why, whylen, "not every rank sees a CUDA device");
+  return least;
 }
 
 int backend_select(struct kd_backend *be, enum kd_device device, int bf16, int node_rank,
@@ -38,10 +54,4 @@ int backend_select(struct kd_backend *be, enum kd_device device, int bf16, int n
     backend_cpu_init(be, bf16);
   if (device == KD_DEV_AUTO) snprintf(note, notelen, "run%%device='auto', no CUDA device: %s", why);
   return 0;
-}
-
-void backend_check(const struct kd_backend *be) {
-#define BACKEND_HAS(op) KD_CHECK(be->op, "backend %s: op `%s` is not set", be->name, #op);
-  KD_BACKEND_OPS(BACKEND_HAS)
-#undef BACKEND_HAS
 }

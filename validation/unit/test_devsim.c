@@ -170,7 +170,7 @@ static void run_ops(struct run *r) {
   float *gu = run_alloc(r, KD_MEM_ACTS, N * 2 * F * sizeof(float));
   float *h = run_alloc(r, KD_MEM_ACTS, N * F * sizeof(float));
   be->embedding_forward(be, x, tokens, wte, N, C, lo, V - lo);
-  be->rmsnorm_forward(be, xn, rstd, x, w, N, C, 1e-5f);
+  be->rmsnorm_forward(be, xn, rstd, x, w, 0.0f, N, C, 1e-5f);
   be->gemm(be, 0, 1, (int)N, Q, C, 1.0f, xn, C, wqkv, C, 0.0f, qkv, Q);
   be->bias_forward(be, qkv, bqkv, N, Q, Q);
   be->rope_forward(be, qkv, N, T, NULL, nh + nkv, hd, Q, &r4);
@@ -178,7 +178,7 @@ static void run_ops(struct run *r) {
   const struct kd_attn at = kd_attn_plain(hd);
   be->attention_forward(be, att, lse, qkv, B, T, nh, nkv, hd, &at);
   be->gemm(be, 0, 1, (int)N, 2 * F, C, 1.0f, att, C, wgu, C, 0.0f, gu, 2 * F);
-  be->swiglu_forward(be, h, gu, N, F);
+  be->glu_forward(be, h, gu, N, F, KD_ACT_SILU);
   float *off = run_alloc(r, KD_MEM_HOST, N * C * sizeof(float)); /* offloaded att */
   be->copy(be, off, att, N * C);
   GET(r, x, N * C);
@@ -228,13 +228,13 @@ static void run_ops(struct run *r) {
   float *dwte = run_alloc(r, KD_MEM_GRADS, (size_t)(V - lo) * C * sizeof(float));
   be->gemm(be, 0, 0, (int)N, F, V, 1.0f, dz, V, wout, F, 0.0f, dh, F);
   be->gemm(be, 1, 0, V, F, (int)N, 1.0f, dz, V, h, F, 1.0f, dwout, F);
-  be->swiglu_backward(be, dgu, dh, gu, N, F);
+  be->glu_backward(be, dgu, dh, gu, N, F, KD_ACT_SILU);
   be->gemm(be, 0, 0, (int)N, C, 2 * F, 1.0f, dgu, 2 * F, wgu, C, 0.0f, datt, C);
   be->attention_backward(be, dqkv, datt, qkv, off, lse, B, T, nh, nkv, hd, &at);
   be->rope_backward(be, dqkv, N, T, NULL, nh + nkv, hd, Q, &r4);
   be->bias_backward(be, dbqkv, dqkv, N, Q, Q);
   be->gemm(be, 0, 0, (int)N, C, Q, 1.0f, dqkv, Q, wqkv, C, 0.0f, dxn, C);
-  be->rmsnorm_backward(be, dx, dw, dxn, x, w, rstd, N, C);
+  be->rmsnorm_backward(be, dx, dw, dxn, x, w, 0.0f, rstd, N, C);
   be->embedding_backward(be, dwte, dx, tokens, N, C, lo, V - lo);
   be->add(be, dwte, wte, (size_t)(V - lo) * C);
   be->scale(be, dwte, 0.5f, (size_t)(V - lo) * C);

@@ -80,13 +80,12 @@ static const int shapes[][3] = {{1, 1, 1},      {13, 31, 5},    {14, 32, 256},
 
 static const char *const kname[] = {"portable", "avx512", "amx"};
 
-static void products(int simd) {
+static void products(int kernel) {
   for (int order = 0; order < 3; order++) /* each packing order: the default, then forced */
     for (size_t s = 0; s < NSHAPES; s++)
       for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
           if (order && shapes[s][2] < 1000) continue; /* forced orders: the long-K shape */
-          gemm16_order(order);
           const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
           const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
           const float beta = s % 2 ? 0.5f : 0.0f, alpha = s % 3 ? 0.75f : -1.0f;
@@ -99,10 +98,12 @@ static void products(int simd) {
               C[(size_t)i * ldc] = NAN; /* never read with beta 0 */
           /* odd shapes: the calling thread's own kept work space */
           void *w = s % 2 ? NULL : kd_malloc(gemm16_work_bytes(M, N, K));
-          const int rc = gemm16(ta, tb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, w, 0);
+          const struct gemm16_how how = {kernel, order};
+          const int rc =
+              gemm16(&how, ta, tb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc, w, 0);
           ck_assert_int_eq(rc, 0);
           const double e = check_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, C, ldc);
-          ck_assert_msg(e <= TOL, "%s kernel %dx%dx%d ta=%d tb=%d beta=%g: error %g", kname[simd],
+          ck_assert_msg(e <= TOL, "%s kernel %dx%dx%d ta=%d tb=%d beta=%g: error %g", kname[kernel],
                         M, N, K, ta, tb, beta, e);
           if (tb) { /* the same weight in packed BF16: the same C */
             uint16_t *B16 = kd_malloc((size_t)N * ldb * sizeof(uint16_t));
@@ -111,19 +112,19 @@ static void products(int simd) {
             float *C2 = kd_malloc((size_t)M * ldc * sizeof(float));
             memcpy(C2, C0, (size_t)M * ldc * sizeof(float));
             ck_assert_int_eq(
-                gemm16(ta, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C2, ldc, w, 0), 0);
+                gemm16(&how, ta, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C2, ldc, w, 0),
+                0);
             ck_assert_msg(memcmp(C, C2, (size_t)M * ldc * sizeof(float)) == 0,
                           "%dx%dx%d ta=%d: packed BF16 B differs from FP32 B", M, N, K, ta);
             free(B16), free(C2);
           }
           free(A), free(B), free(C0), free(C), free(w);
-          gemm16_order(0);
         }
 }
 
 START_TEST(portable_kernel) {
-  ck_assert_int_eq(gemm16_use(G16_PORTABLE), G16_PORTABLE);
-  products(0);
+  ck_assert_int_eq(gemm16_choose(G16_PORTABLE), G16_PORTABLE);
+  products(G16_PORTABLE);
 }
 END_TEST
 
@@ -131,8 +132,8 @@ START_TEST(simd_kernel) {
   const int have = gemm16_available();
   printf("test_gemm16: AVX512-BF16 kernel %s on this CPU\n", have ? "available" : "not available");
   if (!have) return; /* the portable test above covers the layout; nothing to run here */
-  ck_assert_int_eq(gemm16_use(G16_AVX512), G16_AVX512);
-  products(1);
+  ck_assert_int_eq(gemm16_choose(G16_AVX512), G16_AVX512);
+  products(G16_AVX512);
 }
 END_TEST
 
@@ -140,14 +141,14 @@ START_TEST(amx_kernel) {
   const int have = gemm16_best() == G16_AMX;
   printf("test_gemm16: AMX kernel %s on this CPU\n", have ? "available" : "not available");
   if (!have) return;
-  ck_assert_int_eq(gemm16_use(G16_AMX), G16_AMX);
-  products(2);
+  ck_assert_int_eq(gemm16_choose(G16_AMX), G16_AMX);
+  products(G16_AMX);
 }
 END_TEST
 
 /* Operands that are not BF16 numbers are refused: C untouched with beta != 0. */
 START_TEST(not_bf16) {
-  gemm16_use(G16_AMX);
+  const struct gemm16_how how = {gemm16_choose(G16_AMX), 0}; /* the best kernel here */
   const int M = 40, N = 50, K = 70;
   float *A = frand((size_t)M * K, 1), *B = frand((size_t)N * K, 1), *C0 = frand((size_t)M * N, 0);
   float *C = kd_malloc((size_t)M * N * sizeof(float));
@@ -158,9 +159,9 @@ START_TEST(not_bf16) {
     const float keep = X[at_];
     X[at_] = 1.0f + 1.0f / 1024.0f; /* not a BF16 number: 10 mantissa bits */
     memcpy(C, C0, (size_t)M * N * sizeof(float));
-    ck_assert_int_eq(gemm16(0, 1, M, N, K, 1.0f, A, K, B, NULL, K, 0.5f, C, N, w, 0), -1);
+    ck_assert_int_eq(gemm16(&how, 0, 1, M, N, K, 1.0f, A, K, B, NULL, K, 0.5f, C, N, w, 0), -1);
     ck_assert_msg(memcmp(C, C0, (size_t)M * N * sizeof(float)) == 0, "C changed (beta 0.5)");
-    ck_assert_int_eq(gemm16(0, 1, M, N, K, 1.0f, A, K, B, NULL, K, 0.0f, C, N, w, 0), -1);
+    ck_assert_int_eq(gemm16(&how, 0, 1, M, N, K, 1.0f, A, K, B, NULL, K, 0.0f, C, N, w, 0), -1);
     ck_assert_int_eq(gemm16_exact(X, which ? N : M, K, K), 0);
     X[at_] = keep;
     ck_assert_int_eq(gemm16_exact(X, which ? N : M, K, K), 1);
@@ -182,7 +183,8 @@ static float *rounded(const float *X, size_t n) {
 START_TEST(rounding) {
   const int best = gemm16_best();
   for (int k = G16_PORTABLE; k <= best; k++) {
-    ck_assert_int_eq(gemm16_use(k), k);
+    ck_assert_int_eq(gemm16_choose(k), k);
+    const struct gemm16_how how = {k, 0};
     for (int ta = 0; ta < 2; ta++)
       for (int tb = 0; tb < 2; tb++) {
         const int M = 70, N = 45, K = 131, lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 3;
@@ -190,8 +192,8 @@ START_TEST(rounding) {
         float *A = frand(na, 0), *B = frand(nb, 0), *C0 = frand((size_t)M * N, 0);
         float *Ar = rounded(A, na), *Br = rounded(B, nb), *C = kd_malloc((size_t)M * N * 4);
         memcpy(C, C0, (size_t)M * N * sizeof(float));
-        ck_assert_int_eq(gemm16(ta, tb, M, N, K, 0.5f, A, lda, B, NULL, ldb, -1.0f, C, N, NULL, 1),
-                         0);
+        ck_assert_int_eq(
+            gemm16(&how, ta, tb, M, N, K, 0.5f, A, lda, B, NULL, ldb, -1.0f, C, N, NULL, 1), 0);
         const double e = check_product(ta, tb, M, N, K, 0.5f, Ar, lda, Br, ldb, -1.0f, C0, C, N);
         ck_assert_msg(e <= TOL, "%s kernel ta=%d tb=%d: rounded operands, error %g", kname[k], ta,
                       tb, e);

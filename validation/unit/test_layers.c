@@ -199,6 +199,7 @@ struct rms_ctx {
   size_t N;
   int C;
   double eps;
+  float w0; /* the weight is w0 + w: 0 (w) or 1 (Gemma's 1 + w) */
 };
 
 static void ref_rmsnorm(double *out, const double *in, const void *vc) {
@@ -211,28 +212,30 @@ static void ref_rmsnorm(double *out, const double *in, const void *vc) {
       ss += x[j] * x[j];
     double r = 1.0 / sqrt(ss / c->C + c->eps);
     for (int j = 0; j < c->C; j++)
-      out[n * c->C + j] = x[j] * r * w[j];
+      out[n * c->C + j] = x[j] * r * (c->w0 + w[j]);
   }
 }
 
+/* Every shape with the weight w and with 1 + w. */
 START_TEST(test_rmsnorm) {
-  struct rms_ctx shapes[3] = {{1, 5, 1e-6}, {7, 5, 1e-5}, {6, 64, 1e-6}};
-  for (int s = 0; s < 3; s++) {
-    struct rms_ctx c = shapes[s];
+  struct rms_ctx shapes[3] = {{1, 5, 1e-6, 0}, {7, 5, 1e-5, 0}, {6, 64, 1e-6, 0}};
+  for (int s = 0; s < 6; s++) {
+    struct rms_ctx c = shapes[s % 3];
+    c.w0 = (float)(s / 3);
     size_t no = c.N * c.C, nin = no + c.C;
     float *in = frand(nin), *out = frand(no), *rstd = frand(c.N), *R = frand(no);
     float *g = calloc(nin, sizeof(float));
     double *ind = to_double(in, nin), *Rd = to_double(R, no);
     double *ref = kd_malloc(no * sizeof(double));
     ref_rmsnorm(ref, ind, &c);
-    be.rmsnorm_forward(&be, out, rstd, in, in + no, c.N, c.C, (float)c.eps);
+    be.rmsnorm_forward(&be, out, rstd, in, in + no, c.w0, c.N, c.C, (float)c.eps);
     check_fwd("rmsnorm", out, ref, no);
-    be.rmsnorm_backward(&be, g, g + no, R, in, in + no, rstd, c.N, c.C);
+    be.rmsnorm_backward(&be, g, g + no, R, in, in + no, c.w0, rstd, c.N, c.C);
     check_grad("rmsnorm dinp", ref_rmsnorm, &c, ind, nin, Rd, no, g, 0, no);
     check_grad("rmsnorm dw", ref_rmsnorm, &c, ind, nin, Rd, no, g + no, no, c.C);
     float *g1 = kd_malloc(nin * sizeof(float));
     memcpy(g1, g, nin * sizeof(float));
-    be.rmsnorm_backward(&be, g, g + no, R, in, in + no, rstd, c.N, c.C);
+    be.rmsnorm_backward(&be, g, g + no, R, in, in + no, c.w0, rstd, c.N, c.C);
     check_doubled("rmsnorm", g, g1, nin);
     ck_assert_int_eq(be.arena.live[KD_MEM_SCRATCH], 0);
     free(in), free(out), free(rstd), free(R), free(g), free(ind), free(Rd), free(ref), free(g1);
@@ -569,39 +572,51 @@ START_TEST(test_rope_docs) {
 }
 END_TEST
 
-/* --- swiglu
+/* --- glu: the gated MLP's product
  * ----------------------------------------------------------------------------------------- */
 
-struct swi_ctx {
+struct glu_ctx {
   size_t N;
   int I;
+  enum kd_act act;
 };
 
-static void ref_swiglu(double *out, const double *gu, const void *vc) {
-  const struct swi_ctx *c = vc;
+/* act(g) in double: silu, or PyTorch's tanh GELU 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+ */
+static double ref_act(double g, enum kd_act act) {
+  if (act == KD_ACT_GELU_TANH)
+    return 0.5 * g * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (g + 0.044715 * g * g * g)));
+  return g / (1 + exp(-g));
+}
+
+static void ref_glu(double *out, const double *gu, const void *vc) {
+  const struct glu_ctx *c = vc;
   for (size_t n = 0; n < c->N; n++)
     for (int i = 0; i < c->I; i++) {
       double g = gu[n * 2 * c->I + i], u = gu[n * 2 * c->I + c->I + i];
-      out[n * c->I + i] = g / (1 + exp(-g)) * u;
+      out[n * c->I + i] = ref_act(g, c->act) * u;
     }
 }
 
-START_TEST(test_swiglu) {
-  struct swi_ctx shapes[2] = {{7, 5}, {1, 3}};
-  for (int s = 0; s < 2; s++) {
-    struct swi_ctx c = shapes[s];
+/* Every shape with every activation. */
+START_TEST(test_glu) {
+  struct glu_ctx shapes[2] = {{7, 5, KD_ACT_SILU}, {1, 3, KD_ACT_SILU}};
+  for (int s = 0; s < 2 * KD_ACT_N; s++) {
+    struct glu_ctx c = shapes[s % 2];
+    c.act = (enum kd_act)(s / 2);
+    const char *what = kd_act_names[c.act];
     size_t no = c.N * c.I, nin = 2 * no;
     float *gu = frand(nin), *out = frand(no), *R = frand(no), *g = calloc(nin, sizeof(float));
     float *g1 = kd_malloc(nin * sizeof(float));
     double *gd = to_double(gu, nin), *Rd = to_double(R, no), *ref = kd_malloc(no * sizeof(double));
-    ref_swiglu(ref, gd, &c);
-    be.swiglu_forward(&be, out, gu, c.N, c.I);
-    check_fwd("swiglu", out, ref, no);
-    be.swiglu_backward(&be, g, R, gu, c.N, c.I);
-    check_grad("swiglu", ref_swiglu, &c, gd, nin, Rd, no, g, 0, nin);
+    ref_glu(ref, gd, &c);
+    be.glu_forward(&be, out, gu, c.N, c.I, c.act);
+    check_fwd(what, out, ref, no);
+    be.glu_backward(&be, g, R, gu, c.N, c.I, c.act);
+    check_grad(what, ref_glu, &c, gd, nin, Rd, no, g, 0, nin);
     memcpy(g1, g, nin * sizeof(float));
-    be.swiglu_backward(&be, g, R, gu, c.N, c.I);
-    check_doubled("swiglu", g, g1, nin);
+    be.glu_backward(&be, g, R, gu, c.N, c.I, c.act);
+    check_doubled(what, g, g1, nin);
     free(gu), free(out), free(R), free(g), free(g1), free(gd), free(Rd), free(ref);
   }
 }
@@ -629,8 +644,10 @@ START_TEST(test_bf16_outputs) {
   float *rstd = frand(N), *lse = frand((size_t)B * nh * T);
   b16.embedding_forward(&b16, o, tok, wte, N, C, 0, 5);
   assert_bf16("embedding", o, N * C);
-  b16.rmsnorm_forward(&b16, o, rstd, x, w, N, C, 1e-6f);
+  b16.rmsnorm_forward(&b16, o, rstd, x, w, 0.0f, N, C, 1e-6f);
   assert_bf16("rmsnorm", o, N * C);
+  b16.rmsnorm_forward(&b16, o, rstd, x, w, 1.0f, N, C, 1e-6f);
+  assert_bf16("rmsnorm (1 + w)", o, N * C);
   float *qkv = frand(N * ld);
   const struct kd_rope r4 = kd_rope_plain(10000.0f);
   b16.rope_forward(&b16, qkv, N, T, NULL, nh + nkv, hd, ld, &r4);
@@ -646,10 +663,12 @@ START_TEST(test_bf16_outputs) {
   const struct kd_attn atw = {0.4f, 3, 2.0f, NULL}; /* a window and a soft cap round the same way */
   b16.attention_forward(&b16, o, lse, qkv, B, T, nh, nkv, hd, &atw);
   assert_bf16("attention (window, soft cap)", o, N * C);
-  b16.swiglu_forward(&b16, o, x, N, C / 2);
-  assert_bf16("swiglu", o, N * C / 2);
+  for (int act = 0; act < KD_ACT_N; act++) {
+    b16.glu_forward(&b16, o, x, N, C / 2, (enum kd_act)act);
+    assert_bf16(kd_act_names[act], o, N * C / 2);
+  }
   /* the FP32 backend beside it keeps its own precision (no state shared between them) */
-  be.rmsnorm_forward(&be, o, rstd, x, w, N, C, 1e-6f);
+  be.rmsnorm_forward(&be, o, rstd, x, w, 0.0f, N, C, 1e-6f);
   int all16 = 1;
   for (size_t i = 0; i < N * C; i++)
     all16 &= o[i] == kd_round_bf16(o[i]);
@@ -711,7 +730,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_attention);
   tcase_add_test(tc, test_attention_docs);
   tcase_add_test(tc, test_rope_docs);
-  tcase_add_test(tc, test_swiglu);
+  tcase_add_test(tc, test_glu);
   tcase_add_test(tc, test_bf16_outputs);
   tcase_add_test(tc, test_adamw);
   tcase_add_test(tc, test_arena);

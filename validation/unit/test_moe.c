@@ -86,7 +86,7 @@ static void block_forward(struct kd_backend *be, const struct ref *r, const floa
       be->gemm(be, 0, 1, m, 2 * I, C, 1.0f, c->xs + (size_t)o * C, C,
                r->t[WGU] + (size_t)e * 2 * I * C, C, 0.0f, c->gu + (size_t)o * 2 * I, 2 * I);
   }
-  be->swiglu_forward(be, c->h, c->gu, n, I);
+  be->glu_forward(be, c->h, c->gu, n, I, KD_ACT_SILU);
   for (int e = 0; e < E; e++) {
     const int o = c->plan.offset[e], m = c->plan.count[e];
     if (m)
@@ -113,7 +113,7 @@ static void block_backward(struct kd_backend *be, const struct ref *r, const flo
     be->gemm(be, 0, 0, m, I, C, 1.0f, dy + (size_t)o * C, C, r->t[WD] + (size_t)e * C * I, I, 0.0f,
              dh + (size_t)o * I, I);
   }
-  be->swiglu_backward(be, dgu, dh, c->gu, n, I);
+  be->glu_backward(be, dgu, dh, c->gu, n, I, KD_ACT_SILU);
   for (int e = 0; e < E; e++) {
     const int o = c->plan.offset[e], m = c->plan.count[e];
     if (!m) continue;

@@ -1,0 +1,28 @@
+/* cpu_base.c: the helpers every file of the CPU backend shares (cpu_base.h). */
+#include "cpu_base.h"
+
+#include <omp.h>
+
+#include "../util.h"
+
+void *cpu_scratch_alloc(struct kd_backend *be, size_t bytes) {
+  return arena_alloc(cpu_of(be)->arena, KD_MEM_SCRATCH, bytes);
+}
+
+void cpu_scratch_free(struct kd_backend *be, void *p) {
+  arena_free(cpu_of(be)->arena, p);
+}
+
+KD_SIMD_CLONES void cpu_round_row(float *restrict x, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++)
+    x[i] = kd_round_bf16(x[i]);
+}
+
+void cpu_thread_columns(int C, int *c0, int *c1) {
+  int nt = omp_get_num_threads(), it = omp_get_thread_num();
+  int per = (C + nt - 1) / nt;
+  per = (per + 15) / 16 * 16; /* whole cache lines per thread */
+  *c0 = it * per < C ? it * per : C;
+  *c1 = *c0 + per < C ? *c0 + per : C;
+}
