@@ -39,6 +39,9 @@ const struct kd_arch_traits kd_arch_traits[KD_ARCH_N] = {
     /* Phi-3: Llama's math (its checkpoints fuse q/k/v and gate/up: the converter splits
      * them), sliding_window in every layer as Mistral's */
     [KD_ARCH_PHI3] = {.act = KD_ACT_SILU, .window = KD_WINDOW_EVERY_LAYER},
+    /* SmolLM3: Llama's math without RoPE in some layers (no_rope_layers), the window switched
+     * by use_sliding_window in the layers layer_types marks */
+    [KD_ARCH_SMOLLM3] = {.act = KD_ACT_SILU, .window = KD_WINDOW_SWITCHED, .nope_keys = 1},
 };
 
 const char *arch_moe_names(char *buf, size_t len) {

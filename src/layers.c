@@ -62,9 +62,11 @@ static float embed_scale(const struct kd_backend *be, const struct kd_model *mdl
   return be->bf16 ? kd_round_bf16(s) : s;
 }
 
-/* The rotary embedding of layer i: the sliding-window layers of a card with
- * rope_local_base_freq (arch.h attn_keys) have their own base. */
+/* The rotary embedding of layer i (NULL: the layer has none, card_layer_rope): the
+ * sliding-window layers of a card with rope_local_base_freq (arch.h attn_keys) have their
+ * own base. */
 static const struct kd_rope *layer_rope(const struct kd_model *mdl, int i) {
+  if (!mdl->layer_rope[i]) return NULL;
   return card_traits(&mdl->card)->attn_keys && mdl->attn[i].window > 0 ? &mdl->rope_local
                                                                        : &mdl->rope;
 }
@@ -669,14 +671,18 @@ static void layer_forward(struct kd_backend *be, const struct kd_model *mdl, int
   if (l->qkn) qk_norm_forward(be, mdl, w, l, a, N);
   if (a->kv && a->kv->decode) { /* one row per sample against its cache */
     const struct kd_kv *kv = a->kv;
-    be->rope_rows(be, l->qkv, N, kv->pos, nh, hd, QKV, rope);
-    be->rope_rows(be, l->qkv + Q, N, kv->pos, nkv, hd, QKV, rope);
+    if (rope) {
+      be->rope_rows(be, l->qkv, N, kv->pos, nh, hd, QKV, rope);
+      be->rope_rows(be, l->qkv + Q, N, kv->pos, nkv, hd, QKV, rope);
+    }
     kv_store(be, mdl, kv, i, l->qkv, 1);
     be->attention_decode(be, l->att, l->qkv, QKV, kv->k[i], kv->v[i], B, kv->S, kv->len, nh, nkv,
                          hd, at);
   } else {
-    be->rope_forward(be, l->qkv, N, T, at->pos, nh, hd, QKV, rope);
-    be->rope_forward(be, l->qkv + Q, N, T, at->pos, nkv, hd, QKV, rope);
+    if (rope) {
+      be->rope_forward(be, l->qkv, N, T, at->pos, nh, hd, QKV, rope);
+      be->rope_forward(be, l->qkv + Q, N, T, at->pos, nkv, hd, QKV, rope);
+    }
     be->attention_forward(be, l->att, l->lse, l->qkv, B, T, nh, nkv, hd, at);
     if (a->kv) kv_store(be, mdl, a->kv, i, l->qkv, T);
   }
@@ -811,8 +817,10 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, in
   linear_bwd(be, a->datt, 0.0f, g->wo, l->ao ? a->dsw : a->dres, l->att, w->wo, N, Q, C);
   be->zero(be, a->dqkv, N * QKV);
   be->attention_backward(be, a->dqkv, a->datt, l->qkv, l->att, l->lse, B, T, nh, nkv, hd, at);
-  be->rope_backward(be, a->dqkv, N, T, at->pos, nh, hd, QKV, rope);
-  be->rope_backward(be, a->dqkv + Q, N, T, at->pos, nkv, hd, QKV, rope);
+  if (rope) {
+    be->rope_backward(be, a->dqkv, N, T, at->pos, nh, hd, QKV, rope);
+    be->rope_backward(be, a->dqkv + Q, N, T, at->pos, nkv, hd, QKV, rope);
+  }
   if (l->qkn) qk_norm_backward(be, mdl, w, g, l, a, N);
   if (g->bqkv) be->bias_backward(be, g->bqkv, a->dqkv, N, QKV, QKV);
   linear_bwd(be, a->dh, 0.0f, g->wqkv, a->dqkv, l->h1, w->wqkv, N, C, QKV);

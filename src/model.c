@@ -204,9 +204,11 @@ void model_table(struct kd_model *mdl, const struct kd_card *card, int kind, int
   mdl->head_dim = hd;
   mdl->rope = rope_of_card(card, hd);
   mdl->attn = kd_calloc((size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1), sizeof *mdl->attn);
+  mdl->layer_rope = kd_calloc((size_t)(mdl->nlayers > 0 ? mdl->nlayers : 1), sizeof(int));
   for (int i = 0; i < mdl->nlayers; i++) {
     mdl->attn[i] = kd_attn_plain(hd);
     mdl->attn[i].window = card_layer_window(card, mdl->layer0 + i);
+    mdl->layer_rope[i] = card_layer_rope(card, mdl->layer0 + i);
   }
   if (tr->attn_keys) { /* query_pre_attn_scalar^-1/2 as Python computes it, then FP32 */
     mdl->rope_local = kd_rope_plain((float)card->rope_local_base_freq);
@@ -374,6 +376,7 @@ void model_free(struct kd_model *mdl, struct kd_backend *be) {
   be->free(be, mdl->v);
   free(mdl->params);
   free(mdl->attn);
+  free(mdl->layer_rope);
   free(mdl->pw.layer);
   free(mdl->pg.layer);
   memset(mdl, 0, sizeof *mdl);
@@ -493,5 +496,6 @@ double model_token_params(const struct kd_card *c) {
 void model_table_free(struct kd_model *mdl) {
   free(mdl->params);
   free(mdl->attn);
+  free(mdl->layer_rope);
   memset(mdl, 0, sizeof *mdl);
 }

@@ -111,6 +111,7 @@ struct kd_model {
   struct kd_rope rope_local;   /* gemma3: the sliding-window layers' (rope_local_base_freq) */
   struct kd_attn *attn;        /* nlayers entries: this stage's layers' attention (scale, window,
                                   soft cap) */
+  int *layer_rope;          /* nlayers entries: 1 where the layer applies RoPE (card_layer_rope) */
   float *w;                 /* working weights (what the forward reads; BF16-rounded in bf16 runs);
                                NULL in a MODEL_FROZEN16 model */
   uint16_t *w16;            /* MODEL_FROZEN16: every tensor as packed BF16 at its offset (2 bytes

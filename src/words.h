@@ -125,7 +125,8 @@ extern const char *const kd_log_level_names[KD_LOG_N];
   X(KD_ARCH_QWEN3_MOE, "qwen3_moe")                                                                \
   X(KD_ARCH_MIXTRAL, "mixtral")                                                                    \
   X(KD_ARCH_OLMO2, "olmo2")                                                                        \
-  X(KD_ARCH_PHI3, "phi3")
+  X(KD_ARCH_PHI3, "phi3")                                                                          \
+  X(KD_ARCH_SMOLLM3, "smollm3")
 enum kd_arch { KD_ARCH_LIST(KD_WORD_ENUM) KD_ARCH_N };
 #define KD_ARCH_WORDS KD_WORDS_OF(KD_ARCH_LIST)
 extern const char *const kd_arch_names[KD_ARCH_N];

@@ -42,6 +42,9 @@ struct hf_arch {
 /* Phi3Config's defaults (Phi-3-mini's) */
 #define PHI3_SIZES                                                                                 \
   { 32064, 3072, 8192, 32, 32 }
+/* SmolLM3Config's defaults (SmolLM3-3B's) */
+#define SMOLLM3_SIZES                                                                              \
+  { 128256, 2048, 11008, 36, 16 }
 /* Olmo2Config's defaults (OLMo-2-7B's) */
 #define OLMO2_SIZES                                                                                \
   { 50304, 4096, 11008, 32, 32 }
@@ -61,6 +64,8 @@ static const struct hf_arch archs[] = {
     {"mixtral", KD_ARCH_MIXTRAL, "MixtralForCausalLM", 8, 4096 * 32, 0, 0, 0, -1, 0, {0}, 0, 0},
     {"phi3", KD_ARCH_PHI3, "Phi3ForCausalLM", 0, 4096, 0, 0, 0, -1, 0, PHI3_SIZES, 0, 0},
     {"olmo2", KD_ARCH_OLMO2, "Olmo2ForCausalLM", 0, 2048, 0, 1, 0, 0, 0, OLMO2_SIZES, 0, 0},
+    {"smollm3", KD_ARCH_SMOLLM3, "SmolLM3ForCausalLM", 4, 32768, 0, 1, 1, 0, 0, SMOLLM3_SIZES, 1,
+     0},
 };
 #define NARCHS (sizeof archs / sizeof archs[0])
 
@@ -101,14 +106,15 @@ static int get_int(const struct rd *r, const char *key, int dflt, int *out) {
 }
 
 /* pad_token_id: the embedding row transformers never trains (nn.Embedding's padding_idx);
- * absent: the model_type's default (Gemma3TextConfig 0, Phi3Config 32000, Olmo2Config 1, the
- * others none), null: none (-1). */
+ * absent: the model_type's default (Gemma3TextConfig 0, Phi3Config 32000, Olmo2Config 1,
+ * SmolLM3Config 128004, the others none), null: none (-1). */
 static int read_pad(const struct rd *r, const struct hf_arch *a, struct kd_card *c) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->o, "pad_token_id");
-  c->pad_token_id = a->arch == KD_ARCH_GEMMA3  ? 0
-                    : a->arch == KD_ARCH_PHI3  ? 32000
-                    : a->arch == KD_ARCH_OLMO2 ? 1
-                                               : -1;
+  c->pad_token_id = a->arch == KD_ARCH_GEMMA3    ? 0
+                    : a->arch == KD_ARCH_PHI3    ? 32000
+                    : a->arch == KD_ARCH_OLMO2   ? 1
+                    : a->arch == KD_ARCH_SMOLLM3 ? 128004
+                                                 : -1;
   if (!v && c->pad_token_id >= c->vocab_size)
     return refuse(r, "pad_token_id", v,
                   "its default (the model_type's config class's) is not an id of this vocabulary "
@@ -152,8 +158,7 @@ static void hf_defaults(const struct hf_arch *a, const struct kd_card *c, struct
   d->num_key_value_heads = a->kv_heads ? a->kv_heads : c->num_attention_heads;
   d->max_position_embeddings = a->max_pos;
   /* MixtralConfig's, Phi3Config's and Olmo2Config's 1e-5 */
-  d->rms_norm_eps =
-      mixtral || a->arch == KD_ARCH_PHI3 || a->arch == KD_ARCH_OLMO2 ? 1e-5 : 1e-6;
+  d->rms_norm_eps = mixtral || a->arch == KD_ARCH_PHI3 || a->arch == KD_ARCH_OLMO2 ? 1e-5 : 1e-6;
   d->tie_word_embeddings = a->tie;
   d->num_experts_per_tok = mixtral ? 2 : 8; /* Qwen3MoeConfig's 8 */
 }

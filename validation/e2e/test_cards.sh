@@ -67,6 +67,7 @@ CLASSES = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
            "qwen3_moe": (tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM),
            "mixtral": (tf.MixtralConfig, tf.MixtralForCausalLM),
            "olmo2": (tf.Olmo2Config, tf.Olmo2ForCausalLM),
+           "smollm3": (tf.SmolLM3Config, tf.SmolLM3ForCausalLM),
            "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM)}
 
 

@@ -36,7 +36,8 @@ import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import AutoModelForCausalLM, Olmo2Config, Phi3Config  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM, Olmo2Config, Phi3Config, SmolLM3Config)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 import ref_step  # noqa: E402
@@ -112,6 +113,23 @@ def olmo2(role):
 # transformers' Olmo2 has an o_proj bias with attention_bias, which kdtrain does not compute
 OLMO2_REFUSALS = [("attention_bias", "true", {"attention_bias": True})]
 
+def smollm3(role):
+    """SmolLM3ForCausalLM teacher and student: no RoPE in every no_rope_layer_interval-th
+    layer (the teacher by the interval's rule, 3: layer 2 of 3; the student by an explicit
+    no_rope_layers), GQA, a tied student."""
+    if role == "teacher":
+        return SmolLM3Config(**sizes(128, 48, 96, 3, 4, 2), no_rope_layer_interval=3,
+                             pad_token_id=3, bos_token_id=1, eos_token_id=2,
+                             tie_word_embeddings=False, rope_parameters=rope("default", 1e4))
+    return SmolLM3Config(**sizes(128, 32, 64, 2, 4, 2), no_rope_layers=[0, 1], pad_token_id=3,
+                         bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
+                         rope_parameters=rope("default", 1e4))
+
+
+# SmolLM3's o_proj and MLP biases are not computed by kdtrain
+SMOLLM3_REFUSALS = [("attention_bias", "true", {"attention_bias": True}),
+                    ("mlp_bias", "true", {"mlp_bias": True})]
+
 # FAMILY -> its entry: config (role -> transformers config: teacher and student share the
 # vocabulary; heads, kv heads, vocabulary and intermediate sizes divide by 2, >= 2 layers),
 # contrast (config.json changes that switch the family's feature off, or None), step
@@ -129,6 +147,11 @@ FAMILIES = {
     "olmo2": dict(config=olmo2, contrast=None, step="fkl 0.5 2.0 0.5 T pp", fused={},
                   keys=("tie_word_embeddings", "pad_token_id", "rms_norm_eps",
                         "num_key_value_heads"), refusals=OLMO2_REFUSALS),
+    # the contrast: RoPE in every layer changes the step
+    "smollm3": dict(config=smollm3, contrast={"no_rope_layers": None, "no_rope_layer_interval":
+                                              1000}, step="rkl 0.6 2.0 0.5 T pp", fused={},
+                    keys=("no_rope_layers", "tie_word_embeddings", "pad_token_id"),
+                    refusals=SMOLLM3_REFUSALS),
 }
 
 
