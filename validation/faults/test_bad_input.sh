@@ -250,7 +250,7 @@ arch = 'gpt2'
 vocab_size = 256, hidden_size = 32, intermediate_size = 64, num_hidden_layers = 1
 num_attention_heads = 4, num_key_value_heads = 2
 NML
-check use_arch.nml "arch.nml:2:" "&model arch" "'qwen2', 'llama', 'qwen3', 'gemma3', 'qwen3_moe', 'mixtral', 'olmo2' or 'phi3'"
+check use_arch.nml "arch.nml:2:" "&model arch" "'qwen2', 'llama', 'qwen3', 'gemma3', 'qwen3_moe', 'mixtral', 'olmo2', 'phi3' or 'smollm3'"
 card act.nml <<'NML'
 hidden_activation = 'gelu_pytorch_tanh'
 vocab_size = 256, hidden_size = 32, intermediate_size = 64, num_hidden_layers = 1
