@@ -599,13 +599,14 @@ int train_run(const struct kd_config *cfg) {
           cfg->par_global_batch, T, cfg->par_micro_batch, r.chunk,
           kd_precision_names[cfg->prec_compute]);
   if (r.peak > 0)
-    kd_info("kdtrain: MFU peak %.4g GFLOP/s per rank: %s | sgemm 1536^3 measured %.4g GFLOP/s "
+    kd_info("kdtrain: MFU peak %.4g GFLOP/s per rank: %s | %s 1536^3 measured %.4g GFLOP/s "
             "(%.0f%% of that peak)\n",
-            r.peak / 1e9, r.peak_what, r.gemm_rate / 1e9, 100.0 * r.gemm_rate / r.peak);
+            r.peak / 1e9, r.peak_what, r.be.bf16 ? "BF16 GEMM" : "sgemm", r.gemm_rate / 1e9,
+            100.0 * r.gemm_rate / r.peak);
   else
-    kd_info("kdtrain: MFU peak unknown (%s): the mfu column reads nan | sgemm 1536^3 measured "
+    kd_info("kdtrain: MFU peak unknown (%s): the mfu column reads nan | %s 1536^3 measured "
             "%.4g GFLOP/s\n",
-            r.peak_what, r.gemm_rate / 1e9);
+            r.peak_what, r.be.bf16 ? "BF16 GEMM" : "sgemm", r.gemm_rate / 1e9);
   int status = KD_EXIT_OK;
   if (r.eval) {
     run_open_metrics(&r);

@@ -32,10 +32,10 @@ void run_phase_end(const char *what, double t0) {
   kd_info("kdtrain: %s: %.2f s\n", what, kd_now() - t0);
 }
 
-/* Sustained FLOP/s of a large square GEMM on this backend (shown next to the peak at
- * start, as a check of the BLAS): the median of 5 timed products of n = 1536 after 3
- * warm-up products. */
-static double measure_gemm_rate(struct kd_backend *be) {
+/* Sustained FLOP/s of a large square GEMM on this backend in the run's compute precision
+ * (bf16: BF16 products; shown next to the peak at start, as a check of the BLAS and of the
+ * peak): the median of 5 timed products of n = 1536 after 3 warm-up products. */
+static double measure_gemm_rate(struct kd_backend *be, int bf16_products) {
   /* test-only: KDTRAIN_TEST_GEMM_PEAK (FLOP/s) skips the measurement (doc/checkpoint.md) */
   const char *fixed = getenv("KDTRAIN_TEST_GEMM_PEAK");
   if (fixed && atof(fixed) > 0) return atof(fixed);
@@ -55,8 +55,7 @@ static double measure_gemm_rate(struct kd_backend *be) {
     be->upload(be, B + at, h, piece * sizeof(float));
   }
   free(h);
-  /* the FP32 GEMM's rate (a bf16 run multiplies in BF16 until told otherwise) */
-  const int bf16 = be->gemm_bf16(be, 0);
+  const int bf16 = be->gemm_bf16(be, bf16_products);
   for (int w = 0; w < 3; w++) /* warm-up: threads spun up, caches and clocks settled */
     be->gemm(be, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, Cm, n);
   be->sync(be);
@@ -87,8 +86,8 @@ static double forward_flops(const struct kd_card *c, double tokens, int T) {
 
 /* This rank's share of the hardware's peak FLOP/s in the compute precision, the MFU
  * denominator, and where it came from: log%peak_tflops when given, else the backend's
- * (a GPU's datasheet; on the CPU cores x FLOP/cycle x the clock, which rank 0's measured
- * GEMM rate may raise). 0 when unknown (MFU then reads nan). Collective. */
+ * (a GPU's datasheet; on the CPU the probe's measured rate per core x cores, never below
+ * what rank 0's measured GEMM ran at). 0 when unknown (MFU then reads nan). Collective. */
 static double hardware_peak(struct run *r, char *what, size_t n) {
   if (r->cfg->log_peak_tflops > 0) {
     snprintf(what, n, "log%%peak_tflops");
@@ -108,7 +107,7 @@ void run_rate_setup(struct run *r) {
    * 2 cores spent 79 s measuring it) but forget the set-up's transient peaks as it does */
   const double t0 = run_phase_begin("measuring the GEMM rate on rank 0", NULL);
   if (r->rank == 0)
-    r->gemm_rate = measure_gemm_rate(&r->be);
+    r->gemm_rate = measure_gemm_rate(&r->be, r->be.bf16);
   else
     arena_reset_peaks(&r->be.arena);
   run_phase_end("GEMM rate measured", t0);

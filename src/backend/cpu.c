@@ -28,6 +28,7 @@
 #include "cpu_hw.h"
 #include "cpu_math.h"
 #include "cpu_ops.h"
+#include "cpu_peak.h"
 
 #include <cblas.h>
 #undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
@@ -534,14 +535,14 @@ static void cpu_describe(struct kd_backend *be, char *buf, size_t len) {
   kd_blas_describe(buf, len);
 }
 
-/* cores x FLOP/cycle x the nominal clock. FLOP/cycle: FP32 FMA units x lanes x 2 (from
- * the CPU's features); for BF16 products the BF16 unit where the CPU has one: the
- * AVX512-BF16 dot-product instruction (two products per FP32 lane, twice the FMA's
- * FLOP/cycle) or AMX tiles (TDPBF16PS: a 16x16x32 product, 16,384 FLOP, per 16 cycles).
- * gemm_rate over the threads it ran on raises the clock where a core ran the FP32 gemm
- * faster than the stated clock allows (turbo; a VM's /proc/cpuinfo gives the base clock:
- * an AMD EPYC stated 2.60 GHz and ran the sgemm at 127% of that peak): the peak then
- * takes the lowest clock that rate needs, so that the mfu column stays below 100%. */
+/* cores x the rate one core measured (cpu_peak.c: register-resident chains of the widest
+ * FP32 FMA, or for BF16 products of AVX512-BF16's dot product, timed on this thread), never
+ * below the rate per thread of rank 0's GEMM (gemm_rate, measured in the run's precision):
+ * where the probe ran slower than a real product (a busy core), the product's rate stands.
+ * AMX tiles are not probed: there, and where no probe runs, FLOP/cycle x the nominal clock
+ * (TDPBF16PS: a 16x16x32 product, 16,384 FLOP, per 16 cycles; FP32 FMA units x lanes x 2),
+ * the clock raised to what gemm_rate needs (turbo; a VM's /proc/cpuinfo gives the base
+ * clock). */
 static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, double gemm_rate,
                              char *what, size_t n) {
   int threads = kd_cpu_count();
@@ -549,6 +550,18 @@ static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, doub
   const double per_thread = gemm_rate / (threads > 0 ? threads : 1);
   struct kd_cpu c;
   kd_cpu_detect(&c);
+  const int k16 = bf16 ? cpu_of(be)->gemm16 : G16_PORTABLE;
+  char probe[128];
+  const double core =
+      k16 == G16_AMX ? 0.0 : kd_peak_probe(&c, k16 == G16_AVX512, 0.005, probe, sizeof probe);
+  if (core > 0) {
+    const int raised = per_thread > core;
+    snprintf(what, n, "%.3g cores x %.4g GFLOP/s per core (%s: %s, best of 8 x 5 ms%s)", cores,
+             (raised ? per_thread : core) / 1e9,
+             raised ? "the GEMM's rate per thread, above the probe's" : "measured", probe,
+             bf16 && k16 < G16_AVX512 ? "; bf16 runs FP32 GEMMs on this CPU" : "");
+    return cores * (raised ? per_thread : core);
+  }
   char how[96], src[64];
   const double fpc = kd_cpu_flops_per_cycle(&c, how, sizeof how);
   double hz = kd_cpu_nominal_hz(&c, src, sizeof src);
@@ -558,19 +571,17 @@ static double cpu_peak_flops(struct kd_backend *be, int bf16, double cores, doub
   }
   char clock[256];
   snprintf(clock, sizeof clock, "%.2f GHz (%s)", hz / 1e9, src);
-  if (fpc > 0 && per_thread > fpc * hz) {
-    const double seen = per_thread / fpc;
-    snprintf(clock, sizeof clock, "%.2f GHz (at least: the sgemm rate needs it; %s says %.2f)",
+  const double f16 = k16 == G16_AMX ? 1024.0 : fpc;
+  if (f16 > 0 && per_thread > f16 * hz) {
+    const double seen = per_thread / f16;
+    snprintf(clock, sizeof clock, "%.2f GHz (at least: the GEMM rate needs it; %s says %.2f)",
              seen / 1e9, src, hz / 1e9);
     hz = seen;
   }
-  const int k16 = bf16 ? cpu_of(be)->gemm16 : G16_PORTABLE;
-  const double f16 = k16 == G16_AMX ? 1024.0 : k16 == G16_AVX512 ? 2 * fpc : fpc;
-  snprintf(what, n, "%.3g cores x %.0f %s FLOP/cycle (%s, %s%s) x %s%s", cores, f16,
-           k16 >= G16_AVX512 ? "BF16" : "FP32", kd_isa_name(c.isa),
+  snprintf(what, n, "%.3g cores x %.0f %s FLOP/cycle (%s, %s; not probed: %s) x %s", cores, f16,
+           k16 == G16_AMX ? "BF16" : "FP32", kd_isa_name(c.isa),
            k16 == G16_AMX ? "AMX tiles: 16x16x32 BF16 products per 16 cycles" : how,
-           k16 == G16_AVX512 ? " x 2: vdpbf16ps" : "", clock,
-           bf16 && k16 < G16_AVX512 ? "; bf16 runs FP32 GEMMs on this CPU" : "");
+           k16 == G16_AMX ? "AMX tiles" : probe, clock);
   return cores * f16 * hz;
 }
 

@@ -12,6 +12,7 @@
 
 #define NACC 16
 #define NACC2 12
+#define PROBE_RUNS 8
 
 /* Each kernel returns a sum of its accumulators, so that the compiler keeps the chains. */
 __attribute__((target("avx512f"), noinline)) static float chains_fma512(long iters) {
@@ -65,8 +66,9 @@ __attribute__((target("avx2,fma"), noinline)) static float chains_fma256(long it
   return v[0] + v[7];
 }
 
-/* The best rate of three timed runs of `kernel`, each about `seconds` long, flop FLOPs an
- * iteration; a short run first sizes them. */
+/* The best rate of PROBE_RUNS timed runs of `kernel`, each about `seconds` long, flop FLOPs
+ * an iteration; a short run first sizes them. Many short runs rather than one long one: on a
+ * shared core the best of them is the one the scheduler left alone. */
 static double best_rate(float (*kernel)(long), double flop, double seconds) {
   volatile float sink = 0.0f;
   long iters = 1 << 12;
@@ -81,7 +83,7 @@ static double best_rate(float (*kernel)(long), double flop, double seconds) {
     iters *= 2;
   }
   double best = 0.0;
-  for (int r = 0; r < 3; r++) {
+  for (int r = 0; r < PROBE_RUNS; r++) {
     const double t0 = kd_now();
     sink += kernel(iters);
     const double dt = kd_now() - t0;
