@@ -755,7 +755,7 @@ void layers_forward(struct kd_backend *be, const struct kd_model *mdl, struct kd
 }
 
 /* MLP backward: dout (N, C) holds dL/d(MLP output); leaves dL/dh2 (partial over TP) in
- * a->dh. Tiled: each tile's gate/up and swiglu are recomputed first. */
+ * a->dh. Tiled: each tile's gate/up and gated activation are recomputed first. */
 static void mlp_backward(struct kd_backend *be, const struct kd_model *mdl,
                          const struct layer_ptrs *w, const struct layer_ptrs *g,
                          const struct layer_acts *l, struct kd_acts *a, const float *dout) {
@@ -831,7 +831,7 @@ static void layer_backward(struct kd_backend *be, const struct kd_model *mdl, in
     be->add(be, a->dres, a->dh, N * C);
 }
 
-/* 'selective': recompute the norms' outputs and the SwiGLU product of layer l from
+/* 'selective': recompute the norms' outputs and the gated MLP product of layer l from
  * the kept inputs, with the forward's ops (bitwise the same values). */
 static void recompute_cheap(struct kd_backend *be, const struct kd_model *mdl,
                             const struct layer_ptrs *w, const struct layer_acts *l,
