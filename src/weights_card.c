@@ -378,6 +378,25 @@ int weights_card_read(hid_t cfg, const char *path, struct kd_card *card, char **
   return st ? st : namelist_check(cfg, path, all, namelist, err, errlen);
 }
 
+/* The first layer where a per-layer rule of the card (card_layer_sparse, card_layer_rope)
+ * gives the file's card and the model's card different answers (yes / no: the answer's
+ * words; keys: the card keys that decide it), as a message: KD_EXIT_INPUT; 0: none. */
+static int layer_rule_differs(const char *path, const struct kd_card *file,
+                              const struct kd_card *model, int (*rule)(const struct kd_card *, int),
+                              const char *yes, const char *no, const char *keys, char *err,
+                              size_t errlen) {
+  for (int l = 0; l < model->num_hidden_layers; l++)
+    if (rule(file, l) != rule(model, l)) {
+      kd_seterr(err, errlen,
+                "%s was written for a different model: layer %d %s in its /config but %s in the "
+                "model card %s (%s); use the card the file was written with",
+                path, l, rule(file, l) ? yes : no, rule(model, l) ? yes : no,
+                model->path[0] ? model->path : model->name, keys);
+      return KD_EXIT_INPUT;
+    }
+  return 0;
+}
+
 int weights_card_compare(const struct kd_card *file, const struct kd_card *model, const char *path,
                          char *err, size_t errlen) {
   /* in /config order: arch, compared first, agrees before a family's keys are */
@@ -423,30 +442,12 @@ int weights_card_compare(const struct kd_card *file, const struct kd_card *model
       return KD_EXIT_INPUT;
     }
   }
-  /* decoder_sparse_step, mlp_only_layers: which layers are sparse */
-  for (int l = 0; l < model->num_hidden_layers; l++)
-    if (card_layer_sparse(file, l) != card_layer_sparse(model, l)) {
-      kd_seterr(err, errlen,
-                "%s was written for a different model: layer %d is %s in its /config but %s in "
-                "the model card %s (num_experts, decoder_sparse_step, mlp_only_layers); use the "
-                "card the file was written with",
-                path, l, card_layer_sparse(file, l) ? "sparse" : "dense",
-                card_layer_sparse(model, l) ? "sparse" : "dense",
-                model->path[0] ? model->path : model->name);
-      return KD_EXIT_INPUT;
-    }
-  /* no_rope_layers, no_rope_layer_interval: which layers rotate q and k */
-  for (int l = 0; l < model->num_hidden_layers; l++)
-    if (card_layer_rope(file, l) != card_layer_rope(model, l)) {
-      kd_seterr(err, errlen,
-                "%s was written for a different model: layer %d %s RoPE in its /config but %s "
-                "in the model card %s (no_rope_layers, no_rope_layer_interval); use the card the "
-                "file was written with",
-                path, l, card_layer_rope(file, l) ? "uses" : "skips",
-                card_layer_rope(model, l) ? "uses it" : "skips it",
-                model->path[0] ? model->path : model->name);
-      return KD_EXIT_INPUT;
-    }
+  int st = layer_rule_differs(path, file, model, card_layer_sparse, "is sparse", "is dense",
+                              "num_experts, decoder_sparse_step, mlp_only_layers", err, errlen);
+  if (!st)
+    st = layer_rule_differs(path, file, model, card_layer_rope, "uses RoPE", "skips RoPE",
+                            "no_rope_layers, no_rope_layer_interval", err, errlen);
+  if (st) return st;
   /* the sliding window keys: what they mean, layer by layer (the layer counts agree) */
   for (int l = 0; l < model->num_hidden_layers; l++) {
     const int a = card_layer_window(file, l), b = card_layer_window(model, l);

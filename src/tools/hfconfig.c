@@ -340,21 +340,32 @@ static int read_rope(const struct rd *r, struct kd_card *c) {
   return st;
 }
 
+/* A per-layer list of config.json (layer_types; no_rope_layers, of which transformers reads
+ * the first num_hidden_layers values): an array of exactly (exact) or at least
+ * num_hidden_layers values, which a card can hold; 0 or the refusal. */
+static int layer_list_check(const struct rd *r, const char *key, const cJSON *v,
+                            const struct kd_card *c, int exact, const char *what) {
+  const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+  if (n < 0 || (exact ? n != c->num_hidden_layers : n < c->num_hidden_layers)) {
+    char why[128];
+    snprintf(why, sizeof why, "expected a list of %s for each of the %d layers", what,
+             c->num_hidden_layers);
+    return refuse(r, key, v, why);
+  }
+  if (c->num_hidden_layers > KD_LAYERS_MAX) {
+    char why[96];
+    snprintf(why, sizeof why, "a card's %s holds at most %d layers", key, KD_LAYERS_MAX);
+    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"), why);
+  }
+  return 0;
+}
+
 /* layer_types of config.json into the card (absent: none), one known word per layer. */
 static int read_layer_types(const struct rd *r, struct kd_card *c) {
   const cJSON *lt = get(r->o, "layer_types"), *e;
   if (!lt) return 0;
-  if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->num_hidden_layers) {
-    char why[96];
-    snprintf(why, sizeof why, "expected a list of num_hidden_layers = %d layer types",
-             c->num_hidden_layers);
-    return refuse(r, "layer_types", lt, why);
-  }
-  if (c->num_hidden_layers > KD_LAYERS_MAX) {
-    char why[96];
-    snprintf(why, sizeof why, "a card's layer_types holds at most %d layers", KD_LAYERS_MAX);
-    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"), why);
-  }
+  const int st = layer_list_check(r, "layer_types", lt, c, 1, "a layer type");
+  if (st) return st;
   int i = 0;
   cJSON_ArrayForEach(e, lt) {
     const int w = cJSON_IsString(e) ? words_find(KD_LAYER_TYPE_WORDS, e->valuestring) : -1;
@@ -577,17 +588,8 @@ static int read_nope(const struct rd *r, struct kd_card *c) {
   const cJSON *v = get(r->o, "no_rope_layers"), *e;
   c->n_no_rope_layers = 0;
   if (!v) return 0;
-  if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < c->num_hidden_layers) {
-    char why[128];
-    snprintf(why, sizeof why, "expected a list of a 1 or 0 for each of the %d layers",
-             c->num_hidden_layers);
-    return refuse(r, "no_rope_layers", v, why);
-  }
-  if (c->num_hidden_layers > KD_LAYERS_MAX) {
-    char why[96];
-    snprintf(why, sizeof why, "a card's no_rope_layers holds at most %d layers", KD_LAYERS_MAX);
-    return refuse(r, "num_hidden_layers", get(r->o, "num_hidden_layers"), why);
-  }
+  const int st = layer_list_check(r, "no_rope_layers", v, c, 0, "a 1 or 0");
+  if (st) return st;
   int i = 0, differ = 0;
   cJSON_ArrayForEach(e, v) {
     if (i == c->num_hidden_layers) break;
