@@ -479,7 +479,7 @@ static int load_added(struct tokenizer *t, const cJSON *list, char *err, size_t 
     t->added[k] = a;
     if (id > t->max_id) t->max_id = id;
   }
-  qsort(t->added, (size_t)t->nadded, sizeof *t->added, cmp_added);
+  if (t->nadded) qsort(t->added, (size_t)t->nadded, sizeof *t->added, cmp_added);
   return 0;
 }
 

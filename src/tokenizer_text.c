@@ -26,6 +26,7 @@ int tok_nstr_reserve(struct tok_nstr *x, size_t n) {
 }
 
 int tok_nstr_put(struct tok_nstr *x, const char *b, size_t n, struct tok_align al) {
+  if (!n) return 0;
   if (tok_nstr_reserve(x, x->n + n)) return -1;
   memcpy(x->b + x->n, b, n);
   for (size_t i = 0; i < n; i++)
@@ -35,6 +36,7 @@ int tok_nstr_put(struct tok_nstr *x, const char *b, size_t n, struct tok_align a
 }
 
 int tok_nstr_copy(struct tok_nstr *x, const struct tok_nstr *y, size_t off, size_t n) {
+  if (!n) return 0;
   if (tok_nstr_reserve(x, x->n + n)) return -1;
   memcpy(x->b + x->n, y->b + off, n);
   memcpy(x->a + x->n, y->a + off, n * sizeof *x->a);

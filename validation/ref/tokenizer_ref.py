@@ -9,15 +9,15 @@ bytes.decode("utf-8", "replace")), with and without the template's special token
 of the encoded ids and of random id lists, with and without the special tokens. The Check
 program validation/unit/test_tokenizer reads them (validation/unit/test_tokenizer.sh).
 
-  tokenizer_ref.py DIR [--perf]
+  tokenizer_ref.py DIR [--perf TEXT...]
 
 writes DIR/kinds.txt (one kind per line), DIR/KIND.json (tokenizer.json) and DIR/KIND.expect:
   V <vocab size: largest id + 1>
   T <token hex> <id>                       token_to_id
   E <add_special> <text hex> <n> (<id> <start> <end>)*n <decode hex> <decode skip hex>
   D <n> <id>*n <decode hex> <decode skip hex>
-With --perf: DIR/perf.txt, a long text, and the encoding rate of `tokenizers` on it (one
-thread) per kind in DIR/perf_hf.txt.
+With --perf: the encoding time of `tokenizers` (one thread) on each TEXT, whole and line by
+line, per kind, in DIR/perf_hf.txt (validation/perf/tokenizer.sh).
 """
 import json
 import os
@@ -192,8 +192,12 @@ def train(lines, normalizer, pre, vocab_size, specials, alphabet=None, limit=Non
 
 
 def bytelevel_kind(lines, name):
-    """Qwen2/Qwen3, Llama 3, GPT-2 and a GPT-2 with a prefix space."""
+    """Qwen2/Qwen3 (and one with a larger vocabulary trained on more text), Llama 3, GPT-2
+    and a GPT-2 with a prefix space."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
+    big = name == "qwen2_big"
+    if big:
+        name = "qwen2"
     if name in ("qwen2", "llama3"):
         expr = QWEN2_RE if name == "qwen2" else LLAMA3_RE
         pre = pre_tokenizers.Sequence([
@@ -203,7 +207,8 @@ def bytelevel_kind(lines, name):
     else:
         pre = pre_tokenizers.ByteLevel(add_prefix_space=(name == "gpt2_prefix"), use_regex=True)
     norm = normalizers.NFC() if name == "qwen2" else None
-    model = train(lines, norm, pre, 1200, [], alphabet=alphabet)
+    model = train(lines + (kjv_lines(None) if big else []), norm, pre, 6000 if big else 1200, [],
+                  alphabet=alphabet)
     bpe = models.BPE(vocab=model["vocab"], merges=[tuple(m) for m in model["merges"]],
                      ignore_merges=(name == "llama3"), fuse_unk=False, byte_fallback=False)
     tok = Tokenizer(bpe)
@@ -266,7 +271,7 @@ def sp_kind(lines, name):
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
                                                      split=False)
         tok.decoder = decoders.Sequence(seq + strip)
-    else:  # gemma
+    else:  # gemma: its template puts <bos> first
         tok.normalizer = normalizers.Replace(" ", "▁")
         tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous",
                                                  invert=False)
@@ -276,6 +281,8 @@ def sp_kind(lines, name):
         tok.add_tokens([AddedToken(s, special=True, normalized=False)
                         for s in ["<start_of_turn>", "<end_of_turn>"]])
         tok.add_tokens([AddedToken("<mask>", special=False, normalized=False)])
+        tok.post_processor = processors.TemplateProcessing(
+            single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", 2)])
     else:
         tok.post_processor = processors.TemplateProcessing(
             single="<s> $A", pair="<s> $A </s> <s> $B", special_tokens=[("<s>", 1), ("</s>", 2)])
@@ -316,18 +323,67 @@ def meta_kind(lines):
     return tok
 
 
-KINDS = ["qwen2", "llama3", "gpt2", "gpt2_prefix", "llama2", "mistral", "gemma", "sp_unk",
+def kjv_lines(n):
+    """Lines of the English text of input/corpus (the valid part when n is given)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    name = "kjv-valid.txt" if n else "kjv-train.txt"
+    with open(os.path.join(here, "..", "..", "input", "corpus", name), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    return lines[:n] if n else lines
+
+
+KINDS = ["qwen2", "qwen2_big", "llama3", "gpt2", "gpt2_prefix", "llama2", "mistral", "gemma", "sp_unk",
          "sp_nofuse", "misc", "meta"]
 
 
 def build(name, lines):
-    if name in ("qwen2", "llama3", "gpt2", "gpt2_prefix"):
+    if name in ("qwen2", "qwen2_big", "llama3", "gpt2", "gpt2_prefix"):
         return bytelevel_kind(lines, name)
     if name == "misc":
         return misc_kind(lines)
     if name == "meta":
         return meta_kind(lines)
     return sp_kind(lines, name)
+
+
+def fnv(h, ids):
+    for i in ids:
+        for b in range(4):
+            h = ((h ^ ((i >> (8 * b)) & 255)) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def rates(out, files):
+    """The encoding time of tokenizers (one thread, best of 5 after a warm-up) on each file,
+    whole and line by line (encode_batch), with the FNV-1a hash of the ids as
+    validation/perf/tok_rate prints it: DIR/perf_hf.txt rows KIND FILE MODE TOKENS SECONDS
+    HASH."""
+    rows = []
+    for name in KINDS:
+        tok = Tokenizer.from_file(os.path.join(out, name + ".json"))
+        for path in files:
+            with open(path, "rb") as f:
+                text = f.read().decode("utf-8")
+            lines = text.split("\n")
+            for mode in ("whole", "lines"):
+                def run():
+                    if mode == "whole":
+                        return [tok.encode(text, add_special_tokens=False).ids]
+                    return [e.ids for e in tok.encode_batch(lines, add_special_tokens=False)]
+                got = run()
+                best = None
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    run()
+                    dt = time.perf_counter() - t0
+                    best = dt if best is None or dt < best else best
+                h = 0xCBF29CE484222325
+                for ids in got:
+                    h = fnv(h, ids)
+                rows.append("%s %s %s %d %.6f %016x" % (name, os.path.basename(path), mode,
+                                                       sum(map(len, got)), best, h))
+    with open(os.path.join(out, "perf_hf.txt"), "w") as f:
+        f.write("\n".join(rows) + "\n")
 
 
 def hexs(b):
@@ -342,11 +398,16 @@ def main():
     rng = random.Random(39)
     texts = [l.encode() for l in lines] + [CORPUS.encode()] + [a.encode() for a in ADVERSARIAL]
     texts += [s.encode() for s in rand_strings(rng, 400)] + invalid_bytes(rng)
+    texts += [l.encode() for l in kjv_lines(100)]
     with open(os.path.join(out, "kinds.txt"), "w") as f:
         f.write("\n".join(KINDS) + "\n")
     for name in KINDS:
         tok = build(name, lines)
         js = tok.to_str()
+        if name == "gpt2":  # merges as the older files spell them: "a b"
+            d = json.loads(js)
+            d["model"]["merges"] = [" ".join(m) for m in d["model"]["merges"]]
+            js = json.dumps(d, ensure_ascii=False, indent=2)
         tok = Tokenizer.from_str(js)  # what a reader of the file gets
         with open(os.path.join(out, name + ".json"), "w", encoding="utf-8") as f:
             f.write(js)
@@ -375,24 +436,7 @@ def main():
         with open(os.path.join(out, name + ".expect"), "w") as f:
             f.write("\n".join(rows) + "\n")
     if perf:
-        body = (CORPUS * 40).encode()
-        with open(os.path.join(out, "perf.txt"), "wb") as f:
-            f.write(body)
-        text = body.decode()
-        rows = []
-        for name in KINDS:
-            tok = Tokenizer.from_file(os.path.join(out, name + ".json"))
-            tok.encode(text)
-            best = None
-            for _ in range(5):
-                t0 = time.perf_counter()
-                n = len(tok.encode(text, add_special_tokens=False).ids)
-                dt = time.perf_counter() - t0
-                best = dt if best is None or dt < best else best
-            rows.append("%s %d %.6f" % (name, n, best))
-        with open(os.path.join(out, "perf_hf.txt"), "w") as f:
-            f.write("\n".join(rows) + "\n")
-
+        rates(out, sys.argv[sys.argv.index("--perf") + 1:])
 
 if __name__ == "__main__":
     main()
