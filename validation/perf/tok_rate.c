@@ -17,7 +17,8 @@
 
 static uint64_t fnv(uint64_t h, const int32_t *ids, size_t n) {
   for (size_t i = 0; i < n; i++)
-    for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 255)) * 0x100000001B3ull;
+    for (int b = 0; b < 4; b++)
+      h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 255)) * 0x100000001B3ull;
   return h;
 }
 
@@ -66,7 +67,8 @@ int main(int argc, char **argv) {
       } else {
         for (long a = 0; a < n;) {
           long b = a;
-          while (b < n && text[b] != '\n') b++;
+          while (b < n && text[b] != '\n')
+            b++;
           if (tokenizer_encode(t, text + a, (size_t)(b - a), 0, &e, err, sizeof err)) return 1;
           tokens += e.n;
           if (r == 0) hash = fnv(hash, e.ids, e.n);
