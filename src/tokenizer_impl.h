@@ -1,7 +1,8 @@
-/* tokenizer_impl.h: what the files of the C tokenizer share (tokenizer.c: loading, the
- * encoding pipeline, added tokens, post-processing; tokenizer_text.c: normalized text,
- * normalizers, pre-tokenizers; tokenizer_bpe.c: the BPE model; tokenizer_decode.c: the
- * decoders). Not for other modules. Names follow Hugging Face `tokenizers`, whose
+/* tokenizer_impl.h: what the files of the C tokenizer share (tokenizer.c: loading, added
+ * tokens' ids and tries; tokenizer_encode.c: the encoding pipeline, post-processing,
+ * decoding; tokenizer_norm.c: normalized text, the normalizers; tokenizer_pre.c: the
+ * pre-tokenizers; tokenizer_bpe.c: the BPE model; tokenizer_decode.c: the decoders). Not for
+ * other modules. Names follow Hugging Face `tokenizers`, whose
  * behaviour each piece reproduces (the Rust file it follows is named beside it). */
 #ifndef KD_TOKENIZER_IMPL_H
 #define KD_TOKENIZER_IMPL_H
@@ -31,6 +32,16 @@ int tok_nstr_put(struct tok_nstr *x, const char *b, size_t n, struct tok_align a
 /* Append bytes [off, off + n) of y with their alignments. */
 int tok_nstr_copy(struct tok_nstr *x, const struct tok_nstr *y, size_t off, size_t n);
 void tok_nstr_free(struct tok_nstr *x);
+
+/* y = x with every non-overlapping occurrence of pat (leftmost first) replaced by content,
+ * each of whose bytes takes the alignment of the occurrence's last byte (normalizer.rs
+ * replace). 0 or -1 (memory). */
+int tok_replace(struct tok_nstr *y, const struct tok_nstr *x, const char *pat, size_t npat,
+                const char *content, size_t ncontent);
+/* y = s then x (not empty): s's first character takes the alignment of x's first byte, the
+ * rest of s and x's first character that of x's first character's last byte (normalizer.rs
+ * prepend). 0 or -1 (memory). */
+int tok_prepend(struct tok_nstr *y, const struct tok_nstr *x, const char *s, size_t ns);
 
 /* UTF-8 of code point cp into out (4 bytes room); its length. */
 int tok_utf8_put(uint32_t cp, char *out);

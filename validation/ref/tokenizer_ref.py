@@ -107,6 +107,7 @@ ADVERSARIAL = [
     "<think>", " <think> ", "<start_of_turn>", "▁", "▁▁", " ▁ ", "▁a", "a▁", "<0x41>",
     "--", "a-b-c", "a,b,,c", "...", "a.b..c", "-,.", "\r", "\r\r\n\n", " \r\n", "x\r\ny",
     "((([[[", ")\n", "!!\n\n", " !\n", "?\n ", "a\n\n b", "a \n\nb", "  \n\n  ",
+    " space token", "a space token b", "  space token  ", "<mask> space token<mask>",
 ]
 
 
