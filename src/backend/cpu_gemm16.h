@@ -13,9 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Register tile of the kernel: MR rows of C by NR columns (two 16-lane vectors). */
-#define G16_MR 14
-#define G16_NR 32
+/* Register tile of the AVX512-BF16 kernel: MR rows of C by NR columns (three 16-lane
+ * vectors; 24 accumulators). MR 8 divides the row counts of experts' blocks and
+ * micro-batches (a 14-row tile left 12 of 14 rows idle on 128). */
+#define G16_MR 8
+#define G16_NR 48
 
 /* The kernels, slowest first: the portable scalar one (tests; much slower than sgemm),
  * AVX512-BF16 (vdpbf16ps, 2x the FP32 FMA rate), AMX (tiles, 16x). */

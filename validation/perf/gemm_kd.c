@@ -9,7 +9,8 @@
  * transposes, as src/layers.c and src/loss.c pass them), timed on two backends: FP32
  * (kdtrain's split over T OpenMP threads, single-threaded OpenBLAS sgemm per block) and
  * bf16 (the same split, each block on cpu_gemm16's kernel with the operands rounded to
- * BF16 as packed; --prec: one of the two, for a profile). One warm-up call, then R timed calls; one line per shape and precision:
+ * BF16 as packed; --prec: one of the two, for a profile). One warm-up call, then R timed
+ * calls; one line per shape and precision:
  *
  *   gemm NAME ta tb M N K fp32|bf16 T median_gflops best_gflops cpu_gflops
  *
