@@ -1,14 +1,18 @@
 /* cpu_gemm16.c: the BF16 matrix product of the CPU backend (see cpu_gemm16.h).
  *
- * Blocked as GotoBLAS/BLIS do: C is computed in NC-column blocks; for each KC-deep slice
- * of K the slice of op(B) is packed (KC x NC, kept in L2/L3) and then, per MC-row block,
- * the kernel computes MR x NR tiles of C in registers from an A micro-panel (in L2) and
- * a B micro-panel (KC x NR, in L1). op(A) is packed once, with all of K, in blocks of
- * up to 4 MiB (a micro-batch's activations: usually one block), not again for every
- * column block: a wide product (N >> NC, the logits) would otherwise pack it N / NC
- * times. B's micro-panels are packed as the first MC rows reach them, and the kernel
- * calls on one panel prefetch what the next one is packed from (into L2), so that
- * reading a weight from memory overlaps the products rather than preceding them.
+ * Blocked as GotoBLAS/BLIS do, in KC-deep slices of K: the kernel computes MR x NR tiles
+ * of C in registers from an A micro-panel (MR rows x KC, in L2) and a B micro-panel (KC x
+ * NR, in L1). op(A) is packed once, with all of K, in blocks of up to 4 MiB (a micro-batch's
+ * activations: usually one block), not again for every column block: a wide product (N >>
+ * NC, the logits) would otherwise pack it N / NC times. op(B) is packed with all of K too,
+ * in blocks of columns of up to 2 MiB, and for each MC rows of A and NR columns of B the
+ * kernel runs through every K slice in turn, so that those MC x NR elements of C stay in the
+ * cache from slice to slice. B's micro-panels are packed as the first MC rows reach them,
+ * and the kernel calls on one panel prefetch what the next one is packed from (into L2), so
+ * that reading a weight from memory overlaps the products rather than preceding them. Where
+ * op(A) takes several blocks and B is the wider operand, or where K is too long for NR
+ * columns with all of K in 2 MiB, the GotoBLAS order instead: per column block and K slice,
+ * B's slice packed once, A's per slice and block of MC rows.
  *
  * The result of each element of C does not depend on the blocking: per KC slice of K (the
  * same slices whatever the shape, the kernel or the thread split) an FP32 sum from zero
@@ -84,15 +88,28 @@ static int a_rows(int M, int K, int mr) {
   return ma < Mr ? ma : Mr;
 }
 
+/* Columns of op(B) packed at once with all of K (gemm16_tiles): as many as fit in B_CAP bytes,
+ * a multiple of NR, at most N rounded up; 0 when not even NR columns fit (a K past 21,845:
+ * the GotoBLAS order then). */
+#define B_CAP ((size_t)2 << 20)
+static int b_cols(int N, int K) {
+  const int k2 = round_up(K > 0 ? K : 1, 2), Nr = round_up(N > 0 ? N : 1, G16_NR);
+  const int nb = (int)(B_CAP / ((size_t)k2 * 2)) / G16_NR * G16_NR;
+  return nb < Nr ? nb : Nr;
+}
+
 size_t gemm16_work_bytes(int M, int N, int K) {
-  /* the larger of the two layouts: the AMX one pads K to 2 AMX_KG and rows to AMX_MR */
+  /* the larger of the layouts: B by K slice (GotoBLAS order, AMX) or with all of K
+   * (gemm16_tiles); the AMX one pads K to 2 AMX_KG and rows to AMX_MR */
   const int k2 = round_up(K > 0 ? K : 1, 2), kx = round_up(K > 0 ? K : 1, 2 * AMX_KG);
   const int kc = kx < KC ? kx : KC;
   const int nc = N < NC ? round_up(N > 0 ? N : 1, 96) : NC; /* 96: G16_NR and AMX_NR */
+  size_t b = (size_t)nc * (kc / 2);                         /* at most B_CAP bytes either way */
+  if ((size_t)b_cols(N, K) * (k2 / 2) > b) b = (size_t)b_cols(N, K) * (k2 / 2);
   const size_t a16 = (size_t)a_rows(M, K, G16_MR) * (k2 / 2);
   size_t ax = (size_t)a_rows(M, kx, AMX_MR) * (kx / 2);
-  if (ax < (size_t)6 * AMX_MR * (KC / 2)) ax = (size_t)6 * AMX_MR * (KC / 2); /* gemm16_goto */
-  return ((size_t)nc * (kc / 2) + (a16 > ax ? a16 : ax)) * sizeof(uint32_t) + 64;
+  if (ax < (size_t)6 * AMX_MR * (KC / 2)) ax = (size_t)6 * AMX_MR * (KC / 2); /* goto orders */
+  return (b + (a16 > ax ? a16 : ax)) * sizeof(uint32_t) + 64;
 }
 
 /* This thread's work space of at least `bytes`, kept for the next product (as a BLAS
@@ -629,68 +646,118 @@ static int gemm16_amx_goto(int M, int N, int K, float alpha, const struct src *s
   return low ? -1 : 0;
 }
 
-/* The product on the AVX512-BF16 (or the portable) kernel, blocked as the file's head says.
- * goto_order 0: op(A) packed with all of K, in blocks of up to A_CAP bytes, B again for
- * each block; 1 (GotoBLAS order): op(A) packed per K slice and block of MC rows, B once.
- * B's panels are packed as the first block of A's rows reaches them, each while the
- * kernel calls before it prefetch its operand (so that reading B from memory overlaps the
- * products: with a few rows of A, as the experts' blocks have, packing would otherwise
- * cost about as much as the products); later blocks of rows reuse them. */
-static int gemm16_tiles(int kernel, int goto_order, int M, int N, int K, float alpha,
-                        const struct src *sa, const struct src *sb, float beta, float *C, int ldc,
-                        void *work) {
-  void (*tile)(int, const uint32_t *, const uint32_t *, float *, int, int, int, float, float,
-               const struct pf *, int, int) = kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
+typedef void kernel_fn(int groups, const uint32_t *a, const uint32_t *b, float *C, int ldc, int m,
+                       int n, float alpha, float beta, const struct pf *pf, int l0, int l1);
+
+/* The kernel calls of one B micro-panel b (n columns, `groups` pairs of K) on rows [0, mc)
+ * of a block of A's micro-panels As, into C (leading dim ldc) with beta bk; when `pack`, the
+ * panel is packed first (op(B)'s columns [j0, j0 + n), K range [k0, k0 + kc)) and the calls
+ * share out the prefetch of `next`'s lines. Returns the packer's OR of dropped low halves. */
+static uint32_t panel_calls(int kernel, kernel_fn *tile, uint32_t *b, int pack,
+                            const struct src *sb, int j0, int n, int k0, int kc,
+                            const struct pf *next, const uint32_t *As, int mc, float *C, int ldc,
+                            float alpha, float bk) {
+  const int groups = (kc + 1) / 2;
+  uint32_t low = 0;
+  if (pack) low = pack_panel(kernel, b, G16_NR, sb, j0, n, k0, kc);
+  const int total = pack ? next->total : 0, calls = (mc + G16_MR - 1) / G16_MR;
+  const int per = (total + calls - 1) / calls;
+  for (int ir = 0, l0 = 0; ir < mc; ir += G16_MR, l0 += per)
+    tile(groups, As + (size_t)(ir / G16_MR) * groups * G16_MR, b, C + (size_t)ir * ldc, ldc,
+         mc - ir < G16_MR ? mc - ir : G16_MR, n, alpha, bk, next, l0 < total ? l0 : total,
+         l0 + per < total ? l0 + per : total);
+  return low;
+}
+
+/* The product on the AVX512-BF16 (or the portable) kernel. op(A) packed with all of K, in
+ * blocks of up to A_CAP bytes; per block, op(B) in blocks of columns with all of K (up to
+ * B_CAP bytes), and for each MC rows of A and NR columns of B every K slice in turn: the
+ * MC x NR block of C stays in the cache from slice to slice instead of going to memory and
+ * back once per slice (15% of a logits product's time). B's panels are packed as the first
+ * MC rows reach them, the kernel calls before each prefetching the next one's operand (so
+ * that reading a weight from memory overlaps the products: with a few rows of A, as the
+ * experts' blocks have, packing would otherwise cost about as much as the products); later
+ * rows reuse them. */
+static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const struct src *sa,
+                        const struct src *sb, float beta, float *C, int ldc, void *work) {
+  kernel_fn *tile = kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
+  const int kw = (K + 1) / 2, NB = b_cols(N, K); /* words per panel row; columns per block */
+  uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+  uint32_t *Ap = Bp + (size_t)NB * kw;
+  const int MA = a_rows(M, K, G16_MR);
+  uint32_t low = 0;
+  for (int ia = 0; ia < M; ia += MA) { /* rows of op(A) packed at once, with all of K */
+    const int ma = M - ia < MA ? M - ia : MA, Mr = round_up(ma, G16_MR);
+    float *Ca = C + (size_t)ia * ldc;
+    for (int pc = 0; pc < K; pc += KC)
+      low |= pack_panels(kernel, Ap + (size_t)Mr * (pc / 2), G16_MR, sa, ia, ma, pc,
+                         K - pc < KC ? K - pc : KC);
+    if (low) return -1; /* with beta != 0 nothing is written yet (checked before) */
+    for (int jc = 0; jc < N; jc += NB) {
+      const int nb = N - jc < NB ? N - jc : NB;
+      for (int ic = 0; ic < ma; ic += MC) {
+        const int mc = ma - ic < MC ? ma - ic : MC;
+        for (int jr = 0; jr < nb; jr += G16_NR) {
+          const int n = nb - jr < G16_NR ? nb - jr : G16_NR, j = jc + jr;
+          for (int pc = 0; pc < K; pc += KC) {
+            const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
+            struct pf next = {0};
+            if (ic == 0 && pc + KC < K) /* what is packed next: this panel's next slice, */
+              next = src_lines(sb, j, n, pc + KC, K - pc - KC < KC ? K - pc - KC : KC);
+            else if (ic == 0 && j + G16_NR < N) /* or the next panel's first */
+              next = src_lines(sb, j + G16_NR, N - j - G16_NR < G16_NR ? N - j - G16_NR : G16_NR, 0,
+                               K < KC ? K : KC);
+            /* one block of rows: the panel is used once, packed where the last one was */
+            uint32_t *b =
+                ma <= MC ? Bp
+                         : Bp + (size_t)(jr / G16_NR) * kw * G16_NR + (size_t)(pc / 2) * G16_NR;
+            low |= panel_calls(kernel, tile, b, ic == 0, sb, j, n, pc, kc, &next,
+                               Ap + (size_t)Mr * (pc / 2) + (size_t)(ic / G16_MR) * groups * G16_MR,
+                               mc, Ca + (size_t)ic * ldc + j, ldc, alpha, pc ? 1.0f : beta);
+            if (low) return -1; /* beta is 0 here: what was written is the caller's to redo */
+          }
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+/* gemm16_tiles in GotoBLAS order, where op(A) would take several blocks and B is the wider
+ * operand (a long K: the logits' gradient over the vocabulary, K = V): per column block and
+ * K slice, B packed once (panels as the first rows reach them, as in gemm16_tiles), A per
+ * slice and block of MC rows. */
+static int gemm16_tiles_goto(int kernel, int M, int N, int K, float alpha, const struct src *sa,
+                             const struct src *sb, float beta, float *C, int ldc, void *work) {
+  kernel_fn *tile = kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
   const int kcmax = K < KC ? round_up(K, 2) : KC;
   const int ncmax = N < NC ? round_up(N, G16_NR) : NC;
   uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   uint32_t *Ap = Bp + (size_t)ncmax * (kcmax / 2);
-  const int MA = goto_order ? M : a_rows(M, K, G16_MR);
   uint32_t low = 0;
-  for (int ia = 0; ia < M; ia += MA) { /* rows of op(A) packed at once (all of K, or by slice) */
-    const int ma = M - ia < MA ? M - ia : MA, Mr = round_up(ma, G16_MR);
-    float *Ca = C + (size_t)ia * ldc;
-    for (int pc = 0; pc < K && !goto_order; pc += KC)
-      low |= pack_panels(kernel, Ap + (size_t)Mr * (pc / 2), G16_MR, sa, ia, ma, pc,
-                         K - pc < KC ? K - pc : KC);
-    if (low) return -1; /* with beta != 0 nothing is written yet (checked before) */
-    for (int jc = 0; jc < N; jc += NC) {
-      const int nc = N - jc < NC ? N - jc : NC;
-      for (int pc = 0; pc < K; pc += KC) {
-        const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
-        const float bk = pc ? 1.0f : beta;
-        for (int ic = 0; ic < ma; ic += MC) {
-          const int mc = ma - ic < MC ? ma - ic : MC;
-          const uint32_t *As = Ap + (size_t)Mr * (pc / 2) + (size_t)(ic / G16_MR) * groups * G16_MR;
-          if (goto_order) {
-            As = Ap;
-            low |= pack_panels(kernel, Ap, G16_MR, sa, ia + ic, mc, pc, kc);
-          }
-          for (int jr = 0; jr < nc && !low; jr += G16_NR) {
-            const int n = nc - jr < G16_NR ? nc - jr : G16_NR;
-            uint32_t *b = Bp + (size_t)(jr / G16_NR) * groups * G16_NR;
-            struct pf next = {0};
-            if (ic == 0) { /* this panel now, and the next one's operand during the products */
-              low |= pack_panel(kernel, b, G16_NR, sb, jc + jr, n, pc, kc);
-              if (jr + G16_NR < nc)
-                next = src_lines(sb, jc + jr + G16_NR,
-                                 nc - jr - G16_NR < G16_NR ? nc - jr - G16_NR : G16_NR, pc, kc);
-              else if (pc + KC < K)
-                next = src_lines(sb, jc, nc < G16_NR ? nc : G16_NR, pc + KC,
-                                 K - pc - KC < KC ? K - pc - KC : KC);
-              else if (jc + NC < N)
-                next = src_lines(sb, jc + NC, N - jc - NC < G16_NR ? N - jc - NC : G16_NR, 0,
-                                 K < KC ? K : KC);
-            }
-            const int calls = (mc + G16_MR - 1) / G16_MR, per = (next.total + calls - 1) / calls;
-            for (int ir = 0, l0 = 0; ir < mc; ir += G16_MR, l0 += per)
-              tile(groups, As + (size_t)(ir / G16_MR) * groups * G16_MR, b,
-                   Ca + (size_t)(ic + ir) * ldc + jc + jr, ldc, mc - ir < G16_MR ? mc - ir : G16_MR,
-                   n, alpha, bk, &next, l0 < next.total ? l0 : next.total,
-                   l0 + per < next.total ? l0 + per : next.total);
-          }
-          if (low) return -1; /* beta is 0 here: what was written is the caller's to redo */
+  for (int jc = 0; jc < N; jc += NC) {
+    const int nc = N - jc < NC ? N - jc : NC;
+    for (int pc = 0; pc < K; pc += KC) {
+      const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
+      for (int ic = 0; ic < M; ic += MC) {
+        const int mc = M - ic < MC ? M - ic : MC;
+        low |= pack_panels(kernel, Ap, G16_MR, sa, ic, mc, pc, kc);
+        for (int jr = 0; jr < nc && !low; jr += G16_NR) {
+          const int n = nc - jr < G16_NR ? nc - jr : G16_NR, j = jc + jr;
+          struct pf next = {0};
+          if (ic == 0 &&
+              jr + G16_NR < nc) /* the next panel of this slice, or the next slice's first */
+            next = src_lines(sb, j + G16_NR, nc - jr - G16_NR < G16_NR ? nc - jr - G16_NR : G16_NR,
+                             pc, kc);
+          else if (ic == 0 && pc + KC < K)
+            next = src_lines(sb, jc, nc < G16_NR ? nc : G16_NR, pc + KC,
+                             K - pc - KC < KC ? K - pc - KC : KC);
+          uint32_t *b =
+              M <= MC ? Bp : Bp + (size_t)(jr / G16_NR) * groups * G16_NR; /* as in gemm16_tiles */
+          low |= panel_calls(kernel, tile, b, ic == 0, sb, j, n, pc, kc, &next, Ap, mc,
+                             C + (size_t)ic * ldc + j, ldc, alpha, pc ? 1.0f : beta);
         }
+        if (low) return -1; /* beta is 0 here (checked before): the caller redoes the product */
       }
     }
   }
@@ -717,9 +784,11 @@ int gemm16(const struct gemm16_how *how, int transa, int transb, int M, int N, i
     const int ma =
         kernel == G16_AMX ? a_rows(M, round_up(K, 2 * AMX_KG), AMX_MR) : a_rows(M, K, G16_MR);
     const double na = (M + ma - 1) / ma, nn = (N + NC - 1) / NC;
-    const int goto_order = order == 2 || (order == 0 && na > 1 && (na - 1) * N > (nn - 1) * M);
+    const int goto_order = order == 2 || (order == 0 && na > 1 && (na - 1) * N > (nn - 1) * M) ||
+                           (kernel != G16_AMX && b_cols(N, K) == 0);
     if (kernel != G16_AMX)
-      return gemm16_tiles(kernel, goto_order, M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
+      return goto_order ? gemm16_tiles_goto(kernel, M, N, K, alpha, &sa, &sb, beta, C, ldc, work)
+                        : gemm16_tiles(kernel, M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
     if (goto_order) return gemm16_amx_goto(M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
   }
   return gemm16_amx(M, N, K, alpha, &sa, &sb, beta, C, ldc, work);
