@@ -41,9 +41,9 @@
 #include "cpu_hw.h"
 #include "util.h"
 
-#define KC 256 /* K depth of a packed slice (even: pairs never straddle two slices) */
-#define MC (21 * G16_MR)
-#define NC 2016 /* multiple of G16_NR and AMX_NR */
+#define KC 256           /* K depth of a packed slice (even: pairs never straddle two slices) */
+#define MC (42 * G16_MR) /* 336: the experts' blocks (up to 256 rows) in one block */
+#define NC 2016          /* multiple of G16_NR and AMX_NR */
 
 int gemm16_best(void) {
   struct kd_cpu c;
@@ -106,7 +106,8 @@ size_t gemm16_work_bytes(int M, int N, int K) {
   const int nc = N < NC ? round_up(N > 0 ? N : 1, 96) : NC; /* 96: G16_NR and AMX_NR */
   size_t b = (size_t)nc * (kc / 2);                         /* at most B_CAP bytes either way */
   if ((size_t)b_cols(N, K) * (k2 / 2) > b) b = (size_t)b_cols(N, K) * (k2 / 2);
-  const size_t a16 = (size_t)a_rows(M, K, G16_MR) * (k2 / 2);
+  size_t a16 = (size_t)a_rows(M, K, G16_MR) * (k2 / 2);
+  if (a16 < (size_t)MC * (KC / 2)) a16 = (size_t)MC * (KC / 2); /* GotoBLAS order */
   size_t ax = (size_t)a_rows(M, kx, AMX_MR) * (kx / 2);
   if (ax < (size_t)6 * AMX_MR * (KC / 2)) ax = (size_t)6 * AMX_MR * (KC / 2); /* goto orders */
   return (b + (a16 > ax ? a16 : ax)) * sizeof(uint32_t) + 64;
@@ -646,6 +647,13 @@ static int gemm16_amx_goto(int M, int N, int K, float alpha, const struct src *s
   return low ? -1 : 0;
 }
 
+/* Rows of A per block of the kernel loops: the fewest blocks of at most MC rows, as equal
+ * as whole micro-panels make them (512 rows: two of 256, not 336 and 176). */
+static int row_block(int M) {
+  const int blocks = (M + MC - 1) / MC;
+  return round_up((M + blocks - 1) / blocks, G16_MR);
+}
+
 typedef void kernel_fn(int groups, const uint32_t *a, const uint32_t *b, float *C, int ldc, int m,
                        int n, float alpha, float beta, const struct pf *pf, int l0, int l1);
 
@@ -687,7 +695,7 @@ static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const stru
   const int MA = a_rows(M, K, G16_MR);
   uint32_t low = 0;
   for (int ia = 0; ia < M; ia += MA) { /* rows of op(A) packed at once, with all of K */
-    const int ma = M - ia < MA ? M - ia : MA, Mr = round_up(ma, G16_MR);
+    const int ma = M - ia < MA ? M - ia : MA, Mr = round_up(ma, G16_MR), mcb = row_block(ma);
     float *Ca = C + (size_t)ia * ldc;
     for (int pc = 0; pc < K; pc += KC)
       low |= pack_panels(kernel, Ap + (size_t)Mr * (pc / 2), G16_MR, sa, ia, ma, pc,
@@ -695,8 +703,8 @@ static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const stru
     if (low) return -1; /* with beta != 0 nothing is written yet (checked before) */
     for (int jc = 0; jc < N; jc += NB) {
       const int nb = N - jc < NB ? N - jc : NB;
-      for (int ic = 0; ic < ma; ic += MC) {
-        const int mc = ma - ic < MC ? ma - ic : MC;
+      for (int ic = 0; ic < ma; ic += mcb) {
+        const int mc = ma - ic < mcb ? ma - ic : mcb;
         for (int jr = 0; jr < nb; jr += G16_NR) {
           const int n = nb - jr < G16_NR ? nb - jr : G16_NR, j = jc + jr;
           for (int pc = 0; pc < K; pc += KC) {
@@ -709,8 +717,8 @@ static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const stru
                                K < KC ? K : KC);
             /* one block of rows: the panel is used once, packed where the last one was */
             uint32_t *b =
-                ma <= MC ? Bp
-                         : Bp + (size_t)(jr / G16_NR) * kw * G16_NR + (size_t)(pc / 2) * G16_NR;
+                mcb >= ma ? Bp
+                          : Bp + (size_t)(jr / G16_NR) * kw * G16_NR + (size_t)(pc / 2) * G16_NR;
             low |= panel_calls(kernel, tile, b, ic == 0, sb, j, n, pc, kc, &next,
                                Ap + (size_t)Mr * (pc / 2) + (size_t)(ic / G16_MR) * groups * G16_MR,
                                mc, Ca + (size_t)ic * ldc + j, ldc, alpha, pc ? 1.0f : beta);
@@ -734,13 +742,14 @@ static int gemm16_tiles_goto(int kernel, int M, int N, int K, float alpha, const
   const int ncmax = N < NC ? round_up(N, G16_NR) : NC;
   uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   uint32_t *Ap = Bp + (size_t)ncmax * (kcmax / 2);
+  const int mcb = row_block(M);
   uint32_t low = 0;
   for (int jc = 0; jc < N; jc += NC) {
     const int nc = N - jc < NC ? N - jc : NC;
     for (int pc = 0; pc < K; pc += KC) {
       const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
-      for (int ic = 0; ic < M; ic += MC) {
-        const int mc = M - ic < MC ? M - ic : MC;
+      for (int ic = 0; ic < M; ic += mcb) {
+        const int mc = M - ic < mcb ? M - ic : mcb;
         low |= pack_panels(kernel, Ap, G16_MR, sa, ic, mc, pc, kc);
         for (int jr = 0; jr < nc && !low; jr += G16_NR) {
           const int n = nc - jr < G16_NR ? nc - jr : G16_NR, j = jc + jr;
@@ -753,7 +762,7 @@ static int gemm16_tiles_goto(int kernel, int M, int N, int K, float alpha, const
             next = src_lines(sb, jc, nc < G16_NR ? nc : G16_NR, pc + KC,
                              K - pc - KC < KC ? K - pc - KC : KC);
           uint32_t *b =
-              M <= MC ? Bp : Bp + (size_t)(jr / G16_NR) * groups * G16_NR; /* as in gemm16_tiles */
+              mcb >= M ? Bp : Bp + (size_t)(jr / G16_NR) * groups * G16_NR; /* as in gemm16_tiles */
           low |= panel_calls(kernel, tile, b, ic == 0, sb, j, n, pc, kc, &next, Ap, mc,
                              C + (size_t)ic * ldc + j, ldc, alpha, pc ? 1.0f : beta);
         }
