@@ -13,9 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Register tile of the kernel: MR rows of C by NR columns (two 16-lane vectors). */
-#define G16_MR 14
-#define G16_NR 32
+/* Register tile of the AVX512-BF16 kernel: MR rows of C by NR columns (three 16-lane
+ * vectors; 24 accumulators). MR 8 divides the row counts of experts' blocks and
+ * micro-batches (a 14-row tile left 12 of 14 rows idle on 128). */
+#define G16_MR 8
+#define G16_NR 48
 
 /* The kernels, slowest first: the portable scalar one (tests; much slower than sgemm),
  * AVX512-BF16 (vdpbf16ps, 2x the FP32 FMA rate), AMX (tiles, 16x). */
@@ -32,7 +34,8 @@ int gemm16_choose(int kernel);
 /* How gemm16 runs a product (the caller's, passed to every call: this file keeps no
  * choice of its own). kernel: G16_*, one this CPU runs (gemm16_choose). order: how the
  * operands are packed: 0 the cheaper one (the backend's); tests force 1, op(A) packed
- * with all of K once and B per block of A's rows, or 2, GotoBLAS order. */
+ * with all of K once and B per block of A's rows (but for K past 21,845 on the AVX512-BF16
+ * and portable kernels: 2 then), or 2, GotoBLAS order. */
 struct gemm16_how {
   int kernel;
   int order;
@@ -42,8 +45,8 @@ struct gemm16_how {
  * (the low 16 bits of its FP32 pattern are zero): such operands lose nothing. */
 int gemm16_exact(const float *X, int rows, int cols, int ld);
 
-/* Bytes of work space gemm16 needs for an M x N x K product (one thread): about 5 MiB
- * at most (up to K = 150,000). */
+/* Bytes of work space gemm16 needs for an M x N x K product (one thread): about 6 MiB
+ * at most. */
 size_t gemm16_work_bytes(int M, int N, int K);
 
 /* Make sure the calling thread's own work space holds an M x N x K product (gemm16 with

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #define AMX_MR 32 /* rows of C per kernel call (two A tiles) */
+#define AMX_NR 32 /* columns of C per kernel call: B micro-panels of 32 columns */
 #define AMX_KG 16 /* BF16 pairs of K per tile step: packed K is a multiple of 2 x AMX_KG */
 
 /* 1 if AMX BF16 tiles run here: the CPU has them, the OS saves their state and gave

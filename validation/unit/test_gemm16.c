@@ -2,10 +2,12 @@
  * CPU backend's bf16 runs.
  *
  *  - gemm16 on BF16 operands against a double-precision product of the same values, for
- *    every transpose, shapes around the register tile (14 x 32) and the packed slices
- *    (K 256, columns 2048, rows 168), leading dimensions wider than the rows, alpha and
- *    beta; with the portable kernel everywhere and the AVX512-BF16 one where the CPU
- *    has it (this machine's answer is printed);
+ *    every transpose, shapes around the register tiles (8 x 48, AMX 32 x 32; the former
+ *    14 x 32) and the packed slices (K 256, columns 2016, rows 168), leading dimensions
+ *    wider than the rows, alpha and beta; with the portable kernel everywhere and the
+ *    AVX512-BF16 one where the CPU has it (this machine's answer is printed);
+ *  - the blocking never changes a result: every packing order, and the product split into
+ *    column and row blocks (as the backend's threads take them), give C bit for bit;
  *  - B in packed BF16 gives the same C as B in FP32;
  *  - beta 0 never reads C (NaN there stays out of the result);
  *  - an operand that is not BF16: beta != 0 returns -1 with C untouched, beta 0 returns -1;
@@ -72,13 +74,47 @@ static double check_product(int ta, int tb, int M, int N, int K, float alpha, co
 /* FP32 accumulation of up to K products: a few units of 2^-24 per term at worst */
 #define TOL 1e-5
 
-static const int shapes[][3] = {{1, 1, 1},      {13, 31, 5},    {14, 32, 256},
-                                {15, 33, 257},  {100, 70, 513}, {169, 2081, 40},
-                                {300, 64, 600}, {530, 40, 4100}}; /* the last: op(A) packed in 2
-                                                                     blocks of rows */
+static const int
+    shapes[][3] = {{1, 1, 1},       {7, 47, 5},     {8, 48, 256},   {9, 49, 257},
+                   {13, 31, 5},     {14, 32, 256},  {15, 33, 257},  {100, 70, 513},
+                   {169, 2081, 40}, {300, 64, 600}, {530, 40, 4100}}; /* the last: op(A) packed in 2
+                                                                         blocks of rows */
 #define NSHAPES (sizeof shapes / sizeof *shapes)
 
 static const char *const kname[] = {"portable", "avx512", "amx"};
+
+/* C (from C0 by `how`) again in the default packing order, and as four products on the
+ * blocks of C split at row M / 2 and column N / 2 (how the backend's threads split it; a
+ * block's op(A) and op(B) start inside the operands): bit for bit the same. */
+static void same_blocked(const struct gemm16_how *how, int ta, int tb, int M, int N, int K,
+                         float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                         const float *C0, const float *C, int ldc) {
+  const size_t nc = (size_t)M * ldc;
+  float *C2 = kd_malloc(nc * sizeof(float));
+  const struct gemm16_how dflt = {how->kernel, 0};
+  memcpy(C2, C0, nc * sizeof(float));
+  ck_assert_int_eq(
+      gemm16(&dflt, ta, tb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C2, ldc, NULL, 0), 0);
+  ck_assert_msg(memcmp(C, C2, nc * sizeof(float)) == 0,
+                "%s kernel %dx%dx%d ta=%d tb=%d: order %d "
+                "differs from order 0",
+                kname[how->kernel], M, N, K, ta, tb, how->order);
+  memcpy(C2, C0, nc * sizeof(float));
+  const int mh = M / 2, nh = N / 2;
+  for (int bi = 0; bi < 2; bi++)
+    for (int bj = 0; bj < 2; bj++) {
+      const int i0 = bi ? mh : 0, m = bi ? M - mh : mh, j0 = bj ? nh : 0, n = bj ? N - nh : nh;
+      const float *Ab = ta ? A + i0 : A + (size_t)i0 * lda,
+                  *Bb = tb ? B + (size_t)j0 * ldb : B + j0;
+      ck_assert_int_eq(gemm16(how, ta, tb, m, n, K, alpha, Ab, lda, Bb, NULL, ldb, beta,
+                              C2 + (size_t)i0 * ldc + j0, ldc, NULL, 0),
+                       0);
+    }
+  ck_assert_msg(memcmp(C, C2, nc * sizeof(float)) == 0,
+                "%s kernel %dx%dx%d ta=%d tb=%d: C in 4 blocks differs", kname[how->kernel], M, N,
+                K, ta, tb);
+  free(C2);
+}
 
 static void products(int kernel) {
   for (int order = 0; order < 3; order++) /* each packing order: the default, then forced */
@@ -105,6 +141,8 @@ static void products(int kernel) {
           const double e = check_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, C, ldc);
           ck_assert_msg(e <= TOL, "%s kernel %dx%dx%d ta=%d tb=%d beta=%g: error %g", kname[kernel],
                         M, N, K, ta, tb, beta, e);
+          if (order || s % 3 == 2)
+            same_blocked(&how, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, C, ldc);
           if (tb) { /* the same weight in packed BF16: the same C */
             uint16_t *B16 = kd_malloc((size_t)N * ldb * sizeof(uint16_t));
             for (size_t i = 0; i < (size_t)N * ldb; i++)
