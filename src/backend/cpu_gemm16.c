@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "cpu_gemm16_amx.h"
+#include "cpu_gemm16_pack.h"
 #include "cpu_hw.h"
 #include "util.h"
 
@@ -75,10 +76,6 @@ int gemm16_exact(const float *X, int rows, int cols, int ld) {
   return low == 0;
 }
 
-static int round_up(int x, int m) {
-  return (x + m - 1) / m * m;
-}
-
 /* Rows of op(A) packed at once, all of K: as many as fit in A_CAP bytes (at least MR). */
 #define A_CAP ((size_t)4 << 20)
 static int a_rows(int M, int K, int mr) {
@@ -110,7 +107,7 @@ size_t gemm16_work_bytes(int M, int N, int K) {
   if (a16 < (size_t)MC * (KC / 2)) a16 = (size_t)MC * (KC / 2); /* GotoBLAS order */
   size_t ax = (size_t)a_rows(M, kx, AMX_MR) * (kx / 2);
   if (ax < (size_t)6 * AMX_MR * (KC / 2)) ax = (size_t)6 * AMX_MR * (KC / 2); /* goto orders */
-  return (b + (a16 > ax ? a16 : ax)) * sizeof(uint32_t) + 64;
+  return ((size_t)MC * G16_NR + b + (a16 > ax ? a16 : ax)) * sizeof(uint32_t) + 64;
 }
 
 /* This thread's work space of at least `bytes`, kept for the next product (as a BLAS
@@ -138,289 +135,6 @@ static void *thread_work(size_t bytes) {
 
 int gemm16_reserve(int M, int N, int K) {
   return thread_work(gemm16_work_bytes(M, N, K)) ? 0 : -1;
-}
-
-/* One operand as the packer sees it: element (r, k) of a matrix whose rows r are the
- * micro-panel's rows (op(A)'s rows, op(B)'s columns). `kcontig`: k runs along storage
- * rows (A not transposed, B transposed); else k indexes storage rows. */
-struct src {
-  const float *f;
-  const uint16_t *h; /* packed BF16 (kcontig only), instead of f */
-  int ld, kcontig;
-  int rnd; /* f's values rounded to BF16 (nearest even) as they are packed, never refused */
-};
-
-static inline uint32_t bits(const float *p) {
-  uint32_t u;
-  memcpy(&u, p, 4);
-  return u;
-}
-
-/* The FP32 pattern of *p as packing takes it: as it is, or rounded to BF16 (kd_round_bf16,
- * whose low half is zero) when rnd. */
-static inline uint32_t bits_r(const float *p, int rnd) {
-  if (!rnd) return bits(p);
-  const float r = kd_round_bf16(*p);
-  return bits(&r);
-}
-
-/* Pack rows [r0, r0 + nr) and K range [k0, k0 + kc) of s into a micro-panel of S rows
- * (dst: (kc + 1) / 2 groups of S words). Returns the OR of the dropped low halves. */
-KD_SIMD_CLONES static uint32_t pack_scalar(uint32_t *restrict dst, int S, const struct src *s,
-                                           int r0, int nr, int k0, int kc) {
-  const int kp = kc / 2, odd = kc & 1, groups = kp + odd;
-  uint32_t low = 0;
-  if (s->kcontig && s->h) {
-    for (int r = 0; r < nr; r++) {
-      const uint16_t *x = s->h + (size_t)(r0 + r) * s->ld + k0;
-      for (int p = 0; p < kp; p++)
-        dst[(size_t)p * S + r] = (uint32_t)x[2 * p] | (uint32_t)x[2 * p + 1] << 16;
-      if (odd) dst[(size_t)kp * S + r] = x[2 * kp];
-    }
-  } else if (s->kcontig) {
-    for (int r = 0; r < nr; r++) {
-      const float *x = s->f + (size_t)(r0 + r) * s->ld + k0;
-      uint32_t l = 0;
-#pragma omp simd reduction(| : l)
-      for (int p = 0; p < kp; p++) {
-        const uint32_t a = bits_r(x + 2 * p, s->rnd), b = bits_r(x + 2 * p + 1, s->rnd);
-        l |= (a | b) & 0xffffu;
-        dst[(size_t)p * S + r] = a >> 16 | (b & 0xffff0000u);
-      }
-      if (odd) {
-        const uint32_t a = bits_r(x + 2 * kp, s->rnd);
-        l |= a & 0xffffu;
-        dst[(size_t)kp * S + r] = a >> 16;
-      }
-      low |= l;
-    }
-  } else {
-    for (int p = 0; p < groups; p++) {
-      const float *x0 = s->f + (size_t)(k0 + 2 * p) * s->ld + r0;
-      const float *x1 = x0 + s->ld;
-      const int two = 2 * p + 1 < kc;
-      uint32_t *d = dst + (size_t)p * S;
-      uint32_t l = 0;
-#pragma omp simd reduction(| : l)
-      for (int r = 0; r < nr; r++) {
-        const uint32_t a = bits_r(x0 + r, s->rnd), b = two ? bits_r(x1 + r, s->rnd) : 0;
-        l |= (a | b) & 0xffffu;
-        d[r] = a >> 16 | (b & 0xffff0000u);
-      }
-      low |= l;
-    }
-  }
-  if (nr < S)
-    for (int p = 0; p < groups; p++)
-      memset(dst + (size_t)p * S + nr, 0, (size_t)(S - nr) * 4);
-  return low;
-}
-
-#define KTARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
-/* Transpose 8 x 8 words: r[i] holds row i's words 0..7; afterwards r[q] holds word q of
- * rows 0..7 (the loops unrolled: the words stay in registers). */
-KTARGET static inline __attribute__((always_inline)) void transpose8(__m256i r[8]) {
-  __m256i t[8], u[8];
-#pragma GCC unroll 4
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);     /* a0 b0 a1 b1 | a4 b4 a5 b5 */
-    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]); /* a2 b2 a3 b3 | a6 b6 a7 b7 */
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);         /* a0 b0 c0 d0 | a4 b4 c4 d4 */
-    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);     /* words 1 | 5 */
-    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]); /* 2 | 6 */
-    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]); /* 3 | 7 */
-  }
-#pragma GCC unroll 4
-  for (int q = 0; q < 4; q++) {
-    r[q] = _mm256_permute2x128_si256(u[q], u[q + 4], 0x20);
-    r[q + 4] = _mm256_permute2x128_si256(u[q], u[q + 4], 0x31);
-  }
-}
-
-/* How an operand's values become BF16 pairs as they are packed. */
-enum { PACK_EXACT = 0, PACK_ROUND = 1, PACK_BF16 = 2 };
-
-/* Rows [r0, r0 + rows) (rows <= 8; the others of the 8 packed as zeros) and pairs [0, kp8)
- * (a multiple of 8) of a k-contiguous operand from k0 into words rg .. rg + 7 of dst's
- * groups (S words each): per 8 pairs, each row's 16 values become 8 words (PACK_EXACT: their
- * upper halves, the lower ones ORed into *low; PACK_ROUND: vcvtneps2bf16, nearest even,
- * inputs below 2^-126 as zero; PACK_BF16: packed BF16 as they are) and an 8 x 8 transpose
- * puts them in place. The next `pre` rows' lines are prefetched along. */
-KTARGET static inline __attribute__((always_inline)) void
-pack_rows8(const int mode, const int full, uint32_t *restrict dst, int S, const struct src *s,
-           int r0, int rows, int rg, int k0, int kp8, int pre, __m512i *low) {
-  const size_t ld = s->ld, esz = mode == PACK_BF16 ? 2 : 4;
-  const char *x = mode == PACK_BF16 ? (const char *)(s->h + (size_t)r0 * ld + k0)
-                                    : (const char *)(s->f + (size_t)r0 * ld + k0);
-  const size_t rb = ld * esz; /* bytes from row to row */
-  const __m512i lowbits = _mm512_set1_epi32(0xffff);
-  __mmask16 m[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; i++)
-    m[i] = full || i < rows ? (__mmask16)0xffff : (__mmask16)0;
-  for (int p = 0; p < kp8; p += 8) {
-    const char *xp = x + (size_t)(2 * p) * esz;
-    __m256i r[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-      const char *xi = xp + (full || i < rows ? i : 0) * rb;
-      if (mode == PACK_BF16) {
-        r[i] = full ? _mm256_loadu_si256((const __m256i *)xi)
-                    : _mm256_maskz_loadu_epi16((__mmask16)m[i], xi);
-      } else {
-        const __m512i v =
-            full ? _mm512_loadu_si512(xi) : _mm512_maskz_loadu_epi32(m[i], (const void *)xi);
-        if (mode == PACK_ROUND) {
-          r[i] = (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(v));
-        } else {
-          *low = _mm512_or_si512(*low, _mm512_and_si512(v, lowbits));
-          r[i] = _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16));
-        }
-      }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) /* the next rows, at the same place, for the next call */
-      if (i < pre) _mm_prefetch(xp + (size_t)(8 + i) * rb, _MM_HINT_T0);
-    transpose8(r);
-#pragma GCC unroll 8
-    for (int q = 0; q < 8; q++)
-      _mm256_storeu_si256((__m256i *)(dst + (size_t)(p + q) * S + rg), r[q]);
-  }
-}
-
-/* pack_scalar for a k-contiguous operand (pack_rows8 on each 8 rows; rows nr..S zero); the
- * pairs past the last multiple of 8 go through pack_scalar. */
-KTARGET static inline __attribute__((always_inline)) uint32_t
-pack_kcontig(const int mode, uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
-             int k0, int kc) {
-  const int kp8 = kc / 16 * 8; /* whole groups of 8 pairs */
-  __m512i low = _mm512_setzero_si512();
-  int rg = 0;
-  for (; rg + 8 <= nr; rg += 8) {
-    const int pre = nr - rg - 8 < 8 ? nr - rg - 8 : 8;
-    pack_rows8(mode, 1, dst, S, s, r0 + rg, 8, rg, k0, kp8, pre, &low);
-  }
-  if (rg < nr) pack_rows8(mode, 0, dst, S, s, r0 + rg, nr - rg, rg, k0, kp8, 0, &low);
-  const int filled = round_up(nr, 8);
-  if (filled < S)
-    for (int p = 0; p < kp8; p++)
-      memset(dst + (size_t)p * S + filled, 0, (size_t)(S - filled) * 4);
-  uint32_t rest = 0;
-  if (kp8 * 2 < kc) /* the remaining pairs: a K range of their own, in place */
-    rest = pack_scalar(dst + (size_t)kp8 * S, S, s, r0, nr, k0 + 2 * kp8, kc - 2 * kp8);
-  return (_mm512_test_epi32_mask(low, low) ? 1u : 0u) | rest;
-}
-
-KTARGET static uint32_t pack_simd(uint32_t *restrict dst, int S, const struct src *s, int r0,
-                                  int nr, int k0, int kc) {
-  if (s->h) return pack_kcontig(PACK_BF16, dst, S, s, r0, nr, k0, kc);
-  if (s->rnd) return pack_kcontig(PACK_ROUND, dst, S, s, r0, nr, k0, kc);
-  return pack_kcontig(PACK_EXACT, dst, S, s, r0, nr, k0, kc);
-}
-
-/* pack_scalar for an operand whose k runs down the storage rows (op = transposed FP32: the
- * weight gradients' operands, whose k is the token), into consecutive panels: rows [r0, r0
- * + nr) into ceil(nr / S) panels of S rows (S a multiple of 8), `pstride` words apart, the
- * padding rows zero. Storage rows k and k + 1 give one word per panel row, 16 panel rows a
- * vector, stored as two halves (a half lies in one panel). */
-KTARGET static uint32_t pack_strided(uint32_t *restrict dst, int S, size_t pstride,
-                                     const struct src *s, int r0, int nr, int k0, int kc) {
-  const int groups = (kc + 1) / 2, width = round_up(nr, S);
-  __m512i low = _mm512_setzero_si512();
-  const __m512i lowbits = _mm512_set1_epi32(0xffff);
-  const __m512i hibits = _mm512_set1_epi32((int)0xffff0000u);
-  for (int p = 0; p < groups; p++) {
-    const float *x0 = s->f + (size_t)(k0 + 2 * p) * s->ld + r0, *x1 = x0 + s->ld;
-    const int two = 2 * p + 1 < kc;
-    for (int r = 0; r < width; r += 16) {
-      const int left = nr - r;
-      const __mmask16 m = left >= 16 ? (__mmask16)0xffff
-                          : left > 0 ? (__mmask16)((1u << left) - 1)
-                                     : (__mmask16)0;
-      const __m512 a = _mm512_maskz_loadu_ps(m, x0 + r);
-      const __m512 b = two ? _mm512_maskz_loadu_ps(m, x1 + r) : _mm512_setzero_ps();
-      __m512i w;
-      if (s->rnd) { /* as pack_simd: vcvtneps2bf16 */
-        const __m512i ah = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
-        const __m512i bh = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
-        w = _mm512_or_si512(ah, _mm512_slli_epi32(bh, 16));
-      } else {
-        const __m512i ai = _mm512_castps_si512(a), bi = _mm512_castps_si512(b);
-        low = _mm512_or_si512(low, _mm512_and_si512(_mm512_or_si512(ai, bi), lowbits));
-        w = _mm512_or_si512(_mm512_srli_epi32(ai, 16), _mm512_and_si512(bi, hibits));
-      }
-      uint32_t *d = dst + (size_t)(r / S) * pstride + (size_t)p * S + r % S;
-      if (S % 16 == 0) { /* the 16 rows in one panel */
-        _mm512_storeu_si512(d, w);
-        continue;
-      }
-      _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(w));
-      if (r + 8 < width)
-        _mm256_storeu_si256(
-            (__m256i *)(dst + (size_t)((r + 8) / S) * pstride + (size_t)p * S + (r + 8) % S),
-            _mm512_extracti64x4_epi64(w, 1));
-    }
-  }
-  return _mm512_test_epi32_mask(low, low) ? 1u : 0u;
-}
-
-/* The packer for this operand: vectorised on a CPU with AVX512-BF16. */
-static uint32_t pack_panel(int kernel, uint32_t *restrict dst, int S, const struct src *s, int r0,
-                           int nr, int k0, int kc) {
-  if (kernel >= G16_AVX512)
-    return s->kcontig ? pack_simd(dst, S, s, r0, nr, k0, kc)
-                      : pack_strided(dst, S, 0, s, r0, nr, k0, kc);
-  return pack_scalar(dst, S, s, r0, nr, k0, kc);
-}
-
-/* Rows [r0, r0 + nr) into ceil(nr / S) consecutive panels of S rows (pack_panel each, the
- * groups of K pairs of a panel `(kc + 1) / 2`): a transposed operand in one pass over its
- * storage rows. */
-static uint32_t pack_panels(int kernel, uint32_t *restrict dst, int S, const struct src *s, int r0,
-                            int nr, int k0, int kc) {
-  const size_t pstride = (size_t)((kc + 1) / 2) * S;
-  if (kernel >= G16_AVX512 && !s->kcontig) return pack_strided(dst, S, pstride, s, r0, nr, k0, kc);
-  uint32_t low = 0;
-  for (int r = 0; r < nr; r += S)
-    low |= pack_panel(kernel, dst + (size_t)(r / S) * pstride, S, s, r0 + r,
-                      nr - r < S ? nr - r : S, k0, kc);
-  return low;
-}
-
-/* A region of cache lines that kernel calls prefetch, a share each (lines [l0, l1), one per
- * group of K pairs): `lines` lines from each row, rows `ld` bytes apart from `base`, `total`
- * lines counted row by row. Zero: nothing. */
-struct pf {
-  const char *base;
-  size_t ld;
-  int lines, total;
-};
-
-/* What pack_panel reads for rows [r0, r0 + nr) and K range [k0, k0 + kc) of s: so that a kernel
- * call can fetch the next panel's operand from memory while it computes, and packing finds it in
- * the cache. */
-static struct pf src_lines(const struct src *s, int r0, int nr, int k0, int kc) {
-  struct pf q;
-  int rows, bytes;
-  if (s->kcontig) { /* a row per panel row, kc elements each */
-    const size_t esz = s->h ? 2 : 4, at = (size_t)r0 * s->ld + k0;
-    q.base = s->h ? (const char *)(s->h + at) : (const char *)(s->f + at);
-    q.ld = (size_t)s->ld * esz;
-    rows = nr;
-    bytes = (int)(kc * esz);
-  } else { /* a row per k, nr elements each */
-    q.base = (const char *)(s->f + (size_t)k0 * s->ld + r0);
-    q.ld = (size_t)s->ld * 4;
-    rows = kc;
-    bytes = nr * 4;
-  }
-  q.lines = (bytes + 63) / 64 + 1; /* + 1: rows need not start on a line */
-  q.total = rows * q.lines;
-  return q;
 }
 
 static inline float bf16_lo(uint32_t w) {
@@ -472,17 +186,20 @@ tile_rv(const int R, const int V, int groups, const uint32_t *restrict a,
   int pr = l0 / plines, pl = l0 % plines, pn = l1 - l0;
   __m512 c[G16_MR][G16_NV];
 #pragma GCC unroll 8
-  for (int i = 0; i < R; i++) {
+  for (int i = 0; i < R; i++)
 #pragma GCC unroll 3
     for (int v = 0; v < V; v++)
       c[i][v] = _mm512_setzero_ps();
-    /* C's lines now, so that they arrive while the products run (C is read-modify-written
-     * once per K slice; from memory that would stall the end of every call) */
-    _mm_prefetch((const char *)(C + (size_t)i * ldc), _MM_HINT_T0);
-    _mm_prefetch((const char *)(C + (size_t)i * ldc + n - 1), _MM_HINT_T0);
-    if (V == 3) _mm_prefetch((const char *)(C + (size_t)i * ldc + 16), _MM_HINT_T0);
-  }
+  const int late = groups > 24 ? groups - 24 : 0;
   for (int p = 0; p < groups; p++, a += G16_MR, b += G16_NR) {
+    if (p == late) /* C's lines, to arrive just before the products end (earlier, the
+                    * operands' streams would push them out of L1 again) */
+#pragma GCC unroll 8
+      for (int i = 0; i < R; i++) {
+        _mm_prefetch((const char *)(C + (size_t)i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(C + (size_t)i * ldc + n - 1), _MM_HINT_T0);
+        if (V == 3) _mm_prefetch((const char *)(C + (size_t)i * ldc + 16), _MM_HINT_T0);
+      }
     if (pn > 0) { /* a line of what is packed next */
       _mm_prefetch(pb + (size_t)pr * pld + 64 * pl, _MM_HINT_T1);
       pn--;
@@ -581,8 +298,8 @@ static int gemm16_amx(int M, int N, int K, float alpha, const struct src *sa, co
         const int gx = round_up(groups, AMX_KG);
         for (int jr = 0; jr < nc; jr += AMX_NR) {
           uint32_t *panel = Bp + (size_t)(jr / AMX_NR) * gx * AMX_NR;
-          low |= pack_panel(G16_AMX, panel, AMX_NR, sb, jc + jr,
-                            nc - jr < AMX_NR ? nc - jr : AMX_NR, pc, kc);
+          low |= pack16_panel(1, panel, AMX_NR, sb, jc + jr, nc - jr < AMX_NR ? nc - jr : AMX_NR,
+                              pc, kc);
           memset(panel + (size_t)groups * AMX_NR, 0, (size_t)(gx - groups) * AMX_NR * 4);
         }
         if (low) break; /* beta is 0 here (checked before): the caller redoes the product */
@@ -623,8 +340,8 @@ static int gemm16_amx_goto(int M, int N, int K, float alpha, const struct src *s
       const int gx = round_up(groups, AMX_KG); /* packed pairs per row */
       for (int jr = 0; jr < nc; jr += AMX_NR) {
         uint32_t *panel = Bp + (size_t)(jr / AMX_NR) * gx * AMX_NR;
-        low |= pack_panel(G16_AMX, panel, AMX_NR, sb, jc + jr, nc - jr < AMX_NR ? nc - jr : AMX_NR,
-                          pc, kc);
+        low |= pack16_panel(1, panel, AMX_NR, sb, jc + jr, nc - jr < AMX_NR ? nc - jr : AMX_NR, pc,
+                            kc);
         memset(panel + (size_t)groups * AMX_NR, 0, (size_t)(gx - groups) * AMX_NR * 4);
       }
       const float bk = pc ? 1.0f : beta;
@@ -647,6 +364,12 @@ static int gemm16_amx_goto(int M, int N, int K, float alpha, const struct src *s
   return low ? -1 : 0;
 }
 
+/* The m x n block src (leading dim lds) into dst (ldd). */
+static void copy_block(float *dst, int ldd, const float *src, int lds, int m, int n) {
+  for (int i = 0; i < m; i++)
+    memcpy(dst + (size_t)i * ldd, src + (size_t)i * lds, (size_t)n * sizeof(float));
+}
+
 /* Rows of A per block of the kernel loops: the fewest blocks of at most MC rows, as equal
  * as whole micro-panels make them (512 rows: two of 256, not 336 and 176). */
 static int row_block(int M) {
@@ -667,7 +390,7 @@ static uint32_t panel_calls(int kernel, kernel_fn *tile, uint32_t *b, int pack,
                             float alpha, float bk) {
   const int groups = (kc + 1) / 2;
   uint32_t low = 0;
-  if (pack) low = pack_panel(kernel, b, G16_NR, sb, j0, n, k0, kc);
+  if (pack) low = pack16_panel(kernel >= G16_AVX512, b, G16_NR, sb, j0, n, k0, kc);
   const int total = pack ? next->total : 0, calls = (mc + G16_MR - 1) / G16_MR;
   const int per = (total + calls - 1) / calls;
   for (int ir = 0, l0 = 0; ir < mc; ir += G16_MR, l0 += per)
@@ -690,7 +413,8 @@ static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const stru
                         const struct src *sb, float beta, float *C, int ldc, void *work) {
   kernel_fn *tile = kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
   const int kw = (K + 1) / 2, NB = b_cols(N, K); /* words per panel row; columns per block */
-  uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+  float *Cl = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* MC x NR of C, see below */
+  uint32_t *Bp = (uint32_t *)(Cl + (size_t)MC * G16_NR);
   uint32_t *Ap = Bp + (size_t)NB * kw;
   const int MA = a_rows(M, K, G16_MR);
   uint32_t low = 0;
@@ -698,8 +422,8 @@ static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const stru
     const int ma = M - ia < MA ? M - ia : MA, Mr = round_up(ma, G16_MR), mcb = row_block(ma);
     float *Ca = C + (size_t)ia * ldc;
     for (int pc = 0; pc < K; pc += KC)
-      low |= pack_panels(kernel, Ap + (size_t)Mr * (pc / 2), G16_MR, sa, ia, ma, pc,
-                         K - pc < KC ? K - pc : KC);
+      low |= pack16_panels(kernel >= G16_AVX512, Ap + (size_t)Mr * (pc / 2), G16_MR, sa, ia, ma, pc,
+                           K - pc < KC ? K - pc : KC);
     if (low) return -1; /* with beta != 0 nothing is written yet (checked before) */
     for (int jc = 0; jc < N; jc += NB) {
       const int nb = N - jc < NB ? N - jc : NB;
@@ -707,23 +431,31 @@ static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const stru
         const int mc = ma - ic < mcb ? ma - ic : mcb;
         for (int jr = 0; jr < nb; jr += G16_NR) {
           const int n = nb - jr < G16_NR ? nb - jr : G16_NR, j = jc + jr;
+          /* with several K slices, C's mc x n block goes through Cl, whose rows are
+           * contiguous: C's rows ldc apart (often a multiple of 4 KiB) share few cache
+           * sets, and the block fell out of L2 between slices (13% of a 1024 x 1024 x 2816
+           * product's time). The same sums on the same values, only elsewhere. */
+          float *Cb = Ca + (size_t)ic * ldc + j, *Ct = K > KC ? Cl : Cb;
+          const int ldt = K > KC ? G16_NR : ldc;
+          if (K > KC && beta != 0.0f) copy_block(Cl, G16_NR, Cb, ldc, mc, n);
           for (int pc = 0; pc < K; pc += KC) {
             const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
             struct pf next = {0};
             if (ic == 0 && pc + KC < K) /* what is packed next: this panel's next slice, */
-              next = src_lines(sb, j, n, pc + KC, K - pc - KC < KC ? K - pc - KC : KC);
+              next = pack16_lines(sb, j, n, pc + KC, K - pc - KC < KC ? K - pc - KC : KC);
             else if (ic == 0 && j + G16_NR < N) /* or the next panel's first */
-              next = src_lines(sb, j + G16_NR, N - j - G16_NR < G16_NR ? N - j - G16_NR : G16_NR, 0,
-                               K < KC ? K : KC);
+              next = pack16_lines(sb, j + G16_NR, N - j - G16_NR < G16_NR ? N - j - G16_NR : G16_NR,
+                                  0, K < KC ? K : KC);
             /* one block of rows: the panel is used once, packed where the last one was */
             uint32_t *b =
                 mcb >= ma ? Bp
                           : Bp + (size_t)(jr / G16_NR) * kw * G16_NR + (size_t)(pc / 2) * G16_NR;
             low |= panel_calls(kernel, tile, b, ic == 0, sb, j, n, pc, kc, &next,
                                Ap + (size_t)Mr * (pc / 2) + (size_t)(ic / G16_MR) * groups * G16_MR,
-                               mc, Ca + (size_t)ic * ldc + j, ldc, alpha, pc ? 1.0f : beta);
+                               mc, Ct, ldt, alpha, pc ? 1.0f : beta);
             if (low) return -1; /* beta is 0 here: what was written is the caller's to redo */
           }
+          if (K > KC) copy_block(Cb, ldc, Cl, G16_NR, mc, n);
         }
       }
     }
@@ -750,19 +482,18 @@ static int gemm16_tiles_goto(int kernel, int M, int N, int K, float alpha, const
       const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
       for (int ic = 0; ic < M; ic += mcb) {
         const int mc = M - ic < mcb ? M - ic : mcb;
-        low |= pack_panels(kernel, Ap, G16_MR, sa, ic, mc, pc, kc);
+        low |= pack16_panels(kernel >= G16_AVX512, Ap, G16_MR, sa, ic, mc, pc, kc);
         for (int jr = 0; jr < nc && !low; jr += G16_NR) {
           const int n = nc - jr < G16_NR ? nc - jr : G16_NR, j = jc + jr;
-          struct pf next = {0};
-          if (ic == 0 &&
-              jr + G16_NR < nc) /* the next panel of this slice, or the next slice's first */
-            next = src_lines(sb, j + G16_NR, nc - jr - G16_NR < G16_NR ? nc - jr - G16_NR : G16_NR,
-                             pc, kc);
+          struct pf next = {0}; /* the next panel of this slice, or the next slice's first */
+          if (ic == 0 && jr + G16_NR < nc)
+            next = pack16_lines(sb, j + G16_NR,
+                                nc - jr - G16_NR < G16_NR ? nc - jr - G16_NR : G16_NR, pc, kc);
           else if (ic == 0 && pc + KC < K)
-            next = src_lines(sb, jc, nc < G16_NR ? nc : G16_NR, pc + KC,
-                             K - pc - KC < KC ? K - pc - KC : KC);
-          uint32_t *b =
-              mcb >= M ? Bp : Bp + (size_t)(jr / G16_NR) * groups * G16_NR; /* as in gemm16_tiles */
+            next = pack16_lines(sb, jc, nc < G16_NR ? nc : G16_NR, pc + KC,
+                                K - pc - KC < KC ? K - pc - KC : KC);
+          /* one block of rows: the panel is used once, packed where the last one was */
+          uint32_t *b = mcb >= M ? Bp : Bp + (size_t)(jr / G16_NR) * groups * G16_NR;
           low |= panel_calls(kernel, tile, b, ic == 0, sb, j, n, pc, kc, &next, Ap, mc,
                              C + (size_t)ic * ldc + j, ldc, alpha, pc ? 1.0f : beta);
         }
