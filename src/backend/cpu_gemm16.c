@@ -107,7 +107,7 @@ size_t gemm16_work_bytes(int M, int N, int K) {
   if (a16 < (size_t)MC * (KC / 2)) a16 = (size_t)MC * (KC / 2); /* GotoBLAS order */
   size_t ax = (size_t)a_rows(M, kx, AMX_MR) * (kx / 2);
   if (ax < (size_t)6 * AMX_MR * (KC / 2)) ax = (size_t)6 * AMX_MR * (KC / 2); /* goto orders */
-  return ((size_t)MC * G16_NR + b + (a16 > ax ? a16 : ax)) * sizeof(uint32_t) + 64;
+  return (b + (a16 > ax ? a16 : ax)) * sizeof(uint32_t) + 64;
 }
 
 /* This thread's work space of at least `bytes`, kept for the next product (as a BLAS
@@ -186,20 +186,17 @@ tile_rv(const int R, const int V, int groups, const uint32_t *restrict a,
   int pr = l0 / plines, pl = l0 % plines, pn = l1 - l0;
   __m512 c[G16_MR][G16_NV];
 #pragma GCC unroll 8
-  for (int i = 0; i < R; i++)
+  for (int i = 0; i < R; i++) {
 #pragma GCC unroll 3
     for (int v = 0; v < V; v++)
       c[i][v] = _mm512_setzero_ps();
-  const int late = groups > 24 ? groups - 24 : 0;
+    /* C's lines now, so that they arrive while the products run (C is read-modify-written
+     * once per K slice; from memory that would stall the end of every call) */
+    _mm_prefetch((const char *)(C + (size_t)i * ldc), _MM_HINT_T0);
+    _mm_prefetch((const char *)(C + (size_t)i * ldc + n - 1), _MM_HINT_T0);
+    if (V == 3) _mm_prefetch((const char *)(C + (size_t)i * ldc + 16), _MM_HINT_T0);
+  }
   for (int p = 0; p < groups; p++, a += G16_MR, b += G16_NR) {
-    if (p == late) /* C's lines, to arrive just before the products end (earlier, the
-                    * operands' streams would push them out of L1 again) */
-#pragma GCC unroll 8
-      for (int i = 0; i < R; i++) {
-        _mm_prefetch((const char *)(C + (size_t)i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(C + (size_t)i * ldc + n - 1), _MM_HINT_T0);
-        if (V == 3) _mm_prefetch((const char *)(C + (size_t)i * ldc + 16), _MM_HINT_T0);
-      }
     if (pn > 0) { /* a line of what is packed next */
       _mm_prefetch(pb + (size_t)pr * pld + 64 * pl, _MM_HINT_T1);
       pn--;
@@ -364,12 +361,6 @@ static int gemm16_amx_goto(int M, int N, int K, float alpha, const struct src *s
   return low ? -1 : 0;
 }
 
-/* The m x n block src (leading dim lds) into dst (ldd). */
-static void copy_block(float *dst, int ldd, const float *src, int lds, int m, int n) {
-  for (int i = 0; i < m; i++)
-    memcpy(dst + (size_t)i * ldd, src + (size_t)i * lds, (size_t)n * sizeof(float));
-}
-
 /* Rows of A per block of the kernel loops: the fewest blocks of at most MC rows, as equal
  * as whole micro-panels make them (512 rows: two of 256, not 336 and 176). */
 static int row_block(int M) {
@@ -413,8 +404,7 @@ static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const stru
                         const struct src *sb, float beta, float *C, int ldc, void *work) {
   kernel_fn *tile = kernel >= G16_AVX512 ? kernel_simd : kernel_scalar;
   const int kw = (K + 1) / 2, NB = b_cols(N, K); /* words per panel row; columns per block */
-  float *Cl = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* MC x NR of C, see below */
-  uint32_t *Bp = (uint32_t *)(Cl + (size_t)MC * G16_NR);
+  uint32_t *Bp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   uint32_t *Ap = Bp + (size_t)NB * kw;
   const int MA = a_rows(M, K, G16_MR);
   uint32_t low = 0;
@@ -431,13 +421,6 @@ static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const stru
         const int mc = ma - ic < mcb ? ma - ic : mcb;
         for (int jr = 0; jr < nb; jr += G16_NR) {
           const int n = nb - jr < G16_NR ? nb - jr : G16_NR, j = jc + jr;
-          /* with several K slices, C's mc x n block goes through Cl, whose rows are
-           * contiguous: C's rows ldc apart (often a multiple of 4 KiB) share few cache
-           * sets, and the block fell out of L2 between slices (13% of a 1024 x 1024 x 2816
-           * product's time). The same sums on the same values, only elsewhere. */
-          float *Cb = Ca + (size_t)ic * ldc + j, *Ct = K > KC ? Cl : Cb;
-          const int ldt = K > KC ? G16_NR : ldc;
-          if (K > KC && beta != 0.0f) copy_block(Cl, G16_NR, Cb, ldc, mc, n);
           for (int pc = 0; pc < K; pc += KC) {
             const int kc = K - pc < KC ? K - pc : KC, groups = (kc + 1) / 2;
             struct pf next = {0};
@@ -452,10 +435,9 @@ static int gemm16_tiles(int kernel, int M, int N, int K, float alpha, const stru
                           : Bp + (size_t)(jr / G16_NR) * kw * G16_NR + (size_t)(pc / 2) * G16_NR;
             low |= panel_calls(kernel, tile, b, ic == 0, sb, j, n, pc, kc, &next,
                                Ap + (size_t)Mr * (pc / 2) + (size_t)(ic / G16_MR) * groups * G16_MR,
-                               mc, Ct, ldt, alpha, pc ? 1.0f : beta);
+                               mc, Ca + (size_t)ic * ldc + j, ldc, alpha, pc ? 1.0f : beta);
             if (low) return -1; /* beta is 0 here: what was written is the caller's to redo */
           }
-          if (K > KC) copy_block(Cb, ldc, Cl, G16_NR, mc, n);
         }
       }
     }
