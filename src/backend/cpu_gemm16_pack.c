@@ -223,22 +223,22 @@ KTARGET static uint32_t pack_strided(uint32_t *restrict dst, int S, size_t pstri
   return _mm512_test_epi32_mask(low, low) ? 1u : 0u;
 }
 
-uint32_t pack16_panel(int simd, uint32_t *restrict dst, int S, const struct src *s, int r0,
-                           int nr, int k0, int kc) {
+uint32_t pack16_panel(int simd, uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
+                      int k0, int kc) {
   if (simd)
     return s->kcontig ? pack_simd(dst, S, s, r0, nr, k0, kc)
                       : pack_strided(dst, S, 0, s, r0, nr, k0, kc);
   return pack_scalar(dst, S, s, r0, nr, k0, kc);
 }
 
-uint32_t pack16_panels(int simd, uint32_t *restrict dst, int S, const struct src *s, int r0,
-                            int nr, int k0, int kc) {
+uint32_t pack16_panels(int simd, uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
+                       int k0, int kc) {
   const size_t pstride = (size_t)((kc + 1) / 2) * S;
   if (simd && !s->kcontig) return pack_strided(dst, S, pstride, s, r0, nr, k0, kc);
   uint32_t low = 0;
   for (int r = 0; r < nr; r += S)
     low |= pack16_panel(simd, dst + (size_t)(r / S) * pstride, S, s, r0 + r,
-                      nr - r < S ? nr - r : S, k0, kc);
+                        nr - r < S ? nr - r : S, k0, kc);
   return low;
 }
 

@@ -35,16 +35,16 @@ struct pf {
 
 /* Pack rows [r0, r0 + nr) and K range [k0, k0 + kc) of s into a micro-panel of S rows (a
  * multiple of 8; dst: (kc + 1) / 2 groups of S words), rows nr..S zero; vectorised when
- * `simd` (only on a CPU with AVX512-BF16), else portable C. Returns the OR of the dropped low halves
- * (non-zero: an FP32 value that is not a BF16 number; never with s->rnd). */
-uint32_t pack16_panel(int simd, uint32_t *restrict dst, int S, const struct src *s, int r0,
-                      int nr, int k0, int kc);
+ * `simd` (only on a CPU with AVX512-BF16), else portable C. Returns the OR of the dropped low
+ * halves (non-zero: an FP32 value that is not a BF16 number; never with s->rnd). */
+uint32_t pack16_panel(int simd, uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
+                      int k0, int kc);
 
 /* Rows [r0, r0 + nr) into ceil(nr / S) consecutive panels of S rows (pack16_panel each, a
  * panel (kc + 1) / 2 groups of S words): a transposed operand in one pass over its storage
  * rows. */
-uint32_t pack16_panels(int simd, uint32_t *restrict dst, int S, const struct src *s, int r0,
-                       int nr, int k0, int kc);
+uint32_t pack16_panels(int simd, uint32_t *restrict dst, int S, const struct src *s, int r0, int nr,
+                       int k0, int kc);
 
 /* The lines pack16_panel reads for rows [r0, r0 + nr) and K range [k0, k0 + kc) of s: so that
  * kernel calls can fetch the next panel's operand from memory while they compute, and
