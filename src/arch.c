@@ -2,8 +2,6 @@
  * modelling code of each family computes it. */
 #include "arch.h"
 
-#include <stdio.h>
-
 const struct kd_arch_traits kd_arch_traits[KD_ARCH_N] = {
     /* Qwen2 / Qwen2.5: biases on q/k/v, the window switched by use_sliding_window */
     [KD_ARCH_QWEN2] = {.act = KD_ACT_SILU, .attention_bias = 1, .window = KD_WINDOW_SWITCHED},
@@ -43,12 +41,3 @@ const struct kd_arch_traits kd_arch_traits[KD_ARCH_N] = {
      * by use_sliding_window in the layers layer_types marks */
     [KD_ARCH_SMOLLM3] = {.act = KD_ACT_SILU, .window = KD_WINDOW_SWITCHED, .nope_keys = 1},
 };
-
-const char *arch_moe_names(char *buf, size_t len) {
-  size_t n = 0;
-  buf[0] = 0;
-  for (int a = 0; a < KD_ARCH_N && n < len; a++)
-    if (kd_arch_traits[a].moe)
-      n += (size_t)snprintf(buf + n, len - n, "%s'%s'", n ? ", " : "", kd_arch_names[a]);
-  return buf;
-}

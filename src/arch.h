@@ -63,7 +63,4 @@ struct kd_arch_traits {
 
 extern const struct kd_arch_traits kd_arch_traits[KD_ARCH_N];
 
-/* The archs of a mixture of experts as "'a', 'b'" into buf (for messages); returns buf. */
-const char *arch_moe_names(char *buf, size_t len);
-
 #endif

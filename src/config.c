@@ -303,11 +303,10 @@ int card_key_present(const struct kd_card_key *k, const struct kd_card *card) {
 /* The archs whose cards may give a key of rule `when` (KD_WHEN_MOE, KD_WHEN_NOPE_KEYS) as
  * "'a', 'b'" into buf ("none yet" when no family has them), for messages; returns buf. */
 static const char *card_key_archs(enum kd_card_when when, char *buf, size_t len) {
-  if (when == KD_WHEN_MOE) return arch_moe_names(buf, len);
   size_t n = 0;
   buf[0] = 0;
   for (int a = 0; a < KD_ARCH_N && n < len; a++)
-    if (kd_arch_traits[a].nope_keys)
+    if (when == KD_WHEN_MOE ? kd_arch_traits[a].moe != KD_MOE_NONE : kd_arch_traits[a].nope_keys)
       n += (size_t)snprintf(buf + n, len - n, "%s'%s'", n ? ", " : "", kd_arch_names[a]);
   if (!buf[0]) snprintf(buf, len, "none yet");
   return buf;
