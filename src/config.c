@@ -56,11 +56,15 @@ static const struct namelist_key cfg_keys[] = {
     CI(data, valid_batches, data_valid_batches, "8", NL_GE, 0, 0),
     CW(data, samples, data_samples, "'auto'", KD_SAMPLES_WORDS),
     CB(data, pack, data_pack, ".true."),
+    CI(data, teacher_seq_len, data_teacher_seq_len, "0", NL_GE, 0, 0),
     CW(loss, kind, loss_kind, "'fkl'", KD_LOSS_KIND_WORDS),
     CR(loss, temperature, loss_temperature, "1.0", NL_GT, 0, 0),
     CR(loss, alpha, loss_alpha, "1.0", NL_GE | NL_LE, 0, 1),
     CR(loss, beta, loss_beta, "0.5", NL_GT | NL_LT, 0, 1),
     CB(loss, t2_scale, loss_t2_scale, ".true."),
+    CR(loss, teacher_temperature, loss_teacher_temperature, "0.0", NL_GE, 0, 0),
+    CR(loss, matched_weight, loss_matched_weight, "-1.0", NL_GE, -1, 0),
+    CR(loss, unmatched_weight, loss_unmatched_weight, "-1.0", NL_GE, -1, 0),
     CR(loss, onpolicy, loss_onpolicy, "0.0", NL_GE | NL_LE, 0, 1),
     CI(loss, chunk_tokens, loss_chunk_tokens, "0", NL_GE, 0, 0),
     CR(loss, router_aux, loss_router_aux, "-1.0", NL_GE, -1, 0),
@@ -719,6 +723,37 @@ static int check_onpolicy(struct namelist_ctx *c, const struct kd_config *cfg) {
   return 0;
 }
 
+/* The cross-tokenizer loss (loss%kind = 'uld', doc/user-guide.md, "Teacher and student with
+ * different tokenizers"): a live teacher in mode 'distill'; the hybrid's two weights together. */
+static int check_uld(struct namelist_ctx *c, const struct kd_config *cfg) {
+  const size_t kind = key_index(c, "loss", "kind"), mw = key_index(c, "loss", "matched_weight");
+  const size_t uw = key_index(c, "loss", "unmatched_weight");
+  if (cfg->loss_kind != LOSS_ULD) return 0;
+  if (cfg->run_mode != KD_MODE_DISTILL)
+    return namelist_key_err(c, kind, (long)key_index(c, "run", "mode"),
+                            "'uld' with mode '%s': a cross-tokenizer loss needs a teacher; "
+                            "expected mode 'distill', or another loss%%kind",
+                            kd_run_mode_names[cfg->run_mode]);
+  if (cfg->teacher_source == KD_TEACHER_CACHE)
+    return namelist_key_err(c, key_index(c, "teacher", "source"), (long)kind,
+                            "'cache' with loss%%kind = 'uld': ULD compares the teacher's whole "
+                            "sorted distribution, and the cache keeps %d entries of it per row "
+                            "(the rest is unknown, so the sorted distance cannot be computed); "
+                            "expected 'live'",
+                            cfg->teacher_cache_k);
+  if (cfg->loss_onpolicy > 0)
+    return namelist_key_err(c, key_index(c, "loss", "onpolicy"), (long)kind,
+                            "%g with loss%%kind = 'uld': on-policy text is not re-encoded by "
+                            "the teacher's tokenizer inside the run yet; expected 0",
+                            cfg->loss_onpolicy);
+  if ((cfg->loss_matched_weight < 0) != (cfg->loss_unmatched_weight < 0))
+    return namelist_key_err(c, cfg->loss_matched_weight < 0 ? mw : uw,
+                            (long)(cfg->loss_matched_weight < 0 ? uw : mw),
+                            "missing: the hybrid loss needs both matched_weight and "
+                            "unmatched_weight (or neither: plain ULD)");
+  return 0;
+}
+
 static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
   size_t mode = key_index(c, "run", "mode"), tcard = key_index(c, "teacher", "card");
   size_t scard = key_index(c, "student", "card"), train = key_index(c, "data", "train");
@@ -734,7 +769,7 @@ static int check_config(struct namelist_ctx *c, struct kd_config *cfg) {
     return namelist_key_err(c, tcache, (long)(cache ? mode : key_index(c, "teacher", "source")),
                             "missing; expected the path of the teacher cache file");
   if (distill && cached && config_check_cache_loss(cfg, c->err, c->errlen)) return KD_EXIT_INPUT;
-  if (check_onpolicy(c, cfg)) return KD_EXIT_INPUT;
+  if (check_onpolicy(c, cfg) || check_uld(c, cfg)) return KD_EXIT_INPUT;
   if (distill && cached) distill = 0; /* no teacher model */
   if (distill && !cfg->teacher_card[0] && !cfg->teacher_init[0])
     return namelist_key_err(c, tcard, (long)mode,

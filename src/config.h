@@ -158,10 +158,15 @@ struct kd_config {
   int data_seq_len, data_valid_every, data_valid_batches; /* valid_batches 0: the whole file */
   enum kd_samples data_samples; /* 'auto' | 'stream' | 'documents' (data.c) */
   int data_pack;                /* documents: several per window (1) or one, padded (0) */
+  int data_teacher_seq_len;     /* loss%kind 'uld': tokens of the teacher's windows (0: the
+                                   longest the windows' documents need; data_xtok.h) */
   /* &loss */
-  enum loss_kind loss_kind; /* 'fkl' | 'rkl' | 'jsd' */
+  enum loss_kind loss_kind; /* 'fkl' | 'rkl' | 'jsd' | 'uld' */
   double loss_temperature, loss_alpha, loss_beta;
   int loss_t2_scale;
+  double loss_teacher_temperature; /* 'uld': the teacher's softmax temperature (0: temperature) */
+  double loss_matched_weight;      /* 'uld' hybrid: weights of the divergence on the ids both */
+  double loss_unmatched_weight;    /* tokenizers spell alike and of ULD on the rest (-1: none) */
   double loss_onpolicy;      /* GKD's lambda: fraction of each global batch the student continues
                                 itself (0: off; onpolicy.h) */
   int64_t loss_chunk_tokens; /* 0: from the memory budget */

@@ -152,6 +152,9 @@ void data_close(struct kd_data *d) {
   for (int i = 0; i < d->nsets; i++) {
     data_source_close(&d->set[i].src);
     data_pack_free(&d->set[i].pack);
+    if (d->set[i].xt) data_xtok_close(d->set[i].xt);
+    free(d->set[i].xt);
+    d->set[i].xt = NULL;
     free(d->set[i].perm);
     d->set[i].perm = NULL;
   }
@@ -302,10 +305,8 @@ void data_batch_sequential(struct kd_data *d, int64_t i0, int mb, int *inputs, i
                 labels + (size_t)j * T, pos ? pos + (size_t)j * T : NULL);
 }
 
-/* Sum over global samples g0 .. g0+n-1 (n > 0) of f(d, file, window, arg). The blend
- * cursor is left at g0, where the batches that follow start (data_blend walks it forward). */
-static int64_t data_sum_drawn(struct kd_data *d, int64_t g0, int64_t n,
-                              int64_t (*f)(struct kd_data *, int, size_t, void *), void *arg) {
+int64_t data_sum_windows(struct kd_data *d, int64_t g0, int64_t n,
+                         int64_t (*f)(struct kd_data *, int, size_t, void *), void *arg) {
   int64_t c = 0, at_g = 0, at_n[DATA_MAX_SETS];
   for (int64_t j = 0; j < n; j++) {
     int set;
@@ -320,7 +321,7 @@ static int64_t data_sum_drawn(struct kd_data *d, int64_t g0, int64_t n,
   return c;
 }
 
-/* data_sum_drawn terms: a window's counted labels; its documents (their tokens added to
+/* data_sum_windows terms: a window's counted labels; its documents (their tokens added to
  * *(int64_t *)tokens). */
 static int64_t counted_term(struct kd_data *d, int set, size_t w, void *unused) {
   (void)unused;
@@ -335,12 +336,12 @@ static int64_t docs_term(struct kd_data *d, int set, size_t w, void *tokens) {
 void data_count_docs(struct kd_data *d, int64_t g0, int64_t n, int64_t *docs, int64_t *tokens) {
   *docs = 0;
   *tokens = d->docs ? 0 : n * (d->seq_len + 1);
-  if (d->docs && n > 0) *docs = data_sum_drawn(d, g0, n, docs_term, tokens);
+  if (d->docs && n > 0) *docs = data_sum_windows(d, g0, n, docs_term, tokens);
 }
 
 int64_t data_count_labels(struct kd_data *d, int64_t g0, int64_t n) {
   if ((!d->has_mask && !d->docs) || n <= 0) return n > 0 ? n * d->seq_len : 0;
-  return data_sum_drawn(d, g0, n, counted_term, NULL);
+  return data_sum_windows(d, g0, n, counted_term, NULL);
 }
 
 int64_t data_count_labels_sequential(struct kd_data *d, int64_t i0, int64_t n) {

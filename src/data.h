@@ -9,6 +9,7 @@
 
 #include "data_pack.h"
 #include "data_source.h"
+#include "data_xtok.h"
 #include "words.h"
 
 #define DATA_MAX_SETS 16 /* files of one blend (config.h KD_DATA_MAX) */
@@ -22,6 +23,8 @@ struct data_set {
   uint64_t seed;         /* permutation seed of this file */
   int64_t perm_epoch;    /* epoch whose permutation is in perm (-1: none) */
   uint32_t *perm;        /* nsamples entries */
+  struct data_xtok *xt;  /* the teacher's tokens and both sides' answer offsets (loss%kind
+                            'uld'; data_xtok.h), else NULL */
 };
 
 struct kd_data {
@@ -31,6 +34,8 @@ struct kd_data {
   int seq_len;                  /* tokens per sample input (a sample reads seq_len + 1 tokens) */
   int has_mask;                 /* some file carries a loss mask */
   int docs;                     /* samples of whole documents (data_use_documents) */
+  int xtok;                     /* the teacher's side is read too (data_use_teacher) */
+  int Tt;                       /* tokens of the teacher's windows (xtok) */
   int once;                     /* sequential batches past the last window are empty windows
                                    (every label -1), not the first ones again */
   int64_t blend_g;              /* blend cursor: draws per file before global sample blend_g */
@@ -104,6 +109,11 @@ void data_batch_pos(struct kd_data *d, int64_t g0, int mb, int *inputs, int *lab
  * with d->once, empty windows past the last. */
 void data_batch_sequential(struct kd_data *d, int64_t i0, int mb, int *inputs, int *labels,
                            int *pos);
+
+/* Sum over global samples g0 .. g0+n-1 (n > 0) of f(d, file, window, arg). The blend
+ * cursor is left at g0, where the batches that follow start. */
+int64_t data_sum_windows(struct kd_data *d, int64_t g0, int64_t n,
+                         int64_t (*f)(struct kd_data *, int, size_t, void *), void *arg);
 
 /* Documents in (and tokens of documents in) global samples g0 .. g0+n-1: 0 and n *
  * (seq_len + 1) of stream windows. */

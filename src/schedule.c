@@ -25,8 +25,8 @@
 enum { TAG_FWD = 11, TAG_BWD = 12 };
 
 void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *grid,
-                struct kd_model *student, struct kd_model *teacher, int B, int T, int max_micro,
-                const struct loss_spec *spec, size_t chunk) {
+                struct kd_model *student, struct kd_model *teacher, int B, int T, int Tt,
+                int max_micro, const struct loss_spec *spec, size_t chunk) {
   memset(p, 0, sizeof *p);
   p->be = be;
   p->grid = grid;
@@ -34,6 +34,7 @@ void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *
   p->teacher = teacher;
   p->B = B;
   p->T = T;
+  p->Tt = Tt;
   p->spec = *spec;
   p->chunk = chunk;
   const int P = grid->pp, s = grid->pp_rank;
@@ -52,13 +53,18 @@ void pipe_build(struct kd_pipe *p, struct kd_backend *be, const struct kd_grid *
     p->labels[k] = kd_malloc(N * sizeof(int));
     p->pos[k] = kd_malloc(N * sizeof(int));
   }
-  KD_CHECK(!teacher || (teacher->vocab_common == student->vocab_common &&
-                        teacher->vocab_lo == student->vocab_lo),
+  KD_CHECK(!teacher || spec->kind == LOSS_ULD ||
+               (teacher->vocab_common == student->vocab_common &&
+                teacher->vocab_lo == student->vocab_lo && Tt == T),
            "pipe_build: teacher and student vocabularies are cut differently");
-  if (teacher) acts_build(&p->tacts, be, teacher, B, T);
-  const size_t ct = teacher ? (size_t)teacher->card.hidden_size : 0;
+  if (teacher) acts_build(&p->tacts, be, teacher, B, Tt);
+  const size_t ct = teacher ? (size_t)teacher->card.hidden_size : 0, Nt = (size_t)B * Tt;
+  if (teacher && spec->kind == LOSS_ULD) {
+    p->tinputs = kd_malloc(Nt * sizeof(int));
+    p->tpos = kd_malloc(Nt * sizeof(int));
+  }
   p->aux_len = student->frozen ? 0 : acts_aux_floats(&student->card);
-  p->fwd_len = N * (ct + (size_t)student->card.hidden_size) + p->aux_len;
+  p->fwd_len = Nt * ct + N * (size_t)student->card.hidden_size + p->aux_len;
   KD_CHECK(p->fwd_len <= INT_MAX, "pipeline message of %zu floats exceeds int", p->fwd_len);
   if (P > 1) {
     p->fwd_buf[0] = be->alloc(be, KD_MEM_COMM, p->fwd_len * sizeof(float));
@@ -78,6 +84,9 @@ void pipe_free(struct kd_pipe *p) {
     free(p->pos[k]);
   }
   if (p->teacher) acts_free(&p->tacts, p->be);
+  free(p->tinputs);
+  free(p->tpos);
+  xtok_docs_free(&p->xdocs);
   p->be->free(p->be, p->fwd_buf[0]);
   p->be->free(p->be, p->fwd_buf[1]);
   p->be->free(p->be, p->fwd_stage[0]);
@@ -138,17 +147,20 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   struct kd_acts *sa = &p->sacts[k];
   const size_t N = (size_t)p->B * p->T, cs = (size_t)s->card.hidden_size;
   const size_t ct = p->teacher ? (size_t)p->teacher->card.hidden_size : 0;
-  int *pos = p->docs ? p->pos[k] : NULL; /* packed documents: each row's position */
+  const size_t Nt = (size_t)p->B * p->Tt; /* the teacher's rows (its own tokens with uld) */
+  int *pos = p->docs ? p->pos[k] : NULL;  /* packed documents: each row's position */
+  const int xtok = t && p->tfetch;        /* a teacher with another tokenizer */
+  if (xtok) p->tfetch(arg, m, p->tinputs, p->tpos, &p->xdocs);
   fetch(arg, m, p->inputs[k], p->labels[k], pos);
   acts_set_pos(be, sa, pos); /* kept for the backward */
-  if (t) acts_set_pos(be, &p->tacts, pos);
+  if (t) acts_set_pos(be, &p->tacts, xtok ? p->tpos : pos);
   if (!s->has_embed) { /* unpack [teacher | student] hidden states | load-balancing sums */
-    if (t) be->copy(be, acts_stage_input(&p->tacts), p->fwd_buf[1], N * ct);
-    be->copy(be, acts_stage_input(sa), p->fwd_buf[1] + N * ct, N * cs);
-    if (p->aux_len) acts_aux_get(be, sa, p->fwd_buf[1] + N * (ct + cs));
+    if (t) be->copy(be, acts_stage_input(&p->tacts), p->fwd_buf[1], Nt * ct);
+    be->copy(be, acts_stage_input(sa), p->fwd_buf[1] + Nt * ct, N * cs);
+    if (p->aux_len) acts_aux_get(be, sa, p->fwd_buf[1] + Nt * ct + N * cs);
   }
   const double t0 = kd_now();
-  if (t) layers_forward(be, t, &p->tacts, p->inputs[k]);
+  if (t) layers_forward(be, t, &p->tacts, xtok ? p->tinputs : p->inputs[k]);
   const double t1 = kd_now();
   p->t_teacher += t1 - t0;
   layers_forward(be, s, sa, p->inputs[k]);
@@ -157,9 +169,9 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
     if (train && s->has_head) p->aux += acts_moe_aux(sa);
   }
   if (!s->has_head) { /* pack for the next stage */
-    if (t) be->copy(be, p->fwd_buf[0], acts_stage_output(&p->tacts, t), N * ct);
-    be->copy(be, p->fwd_buf[0] + N * ct, acts_stage_output(sa, s), N * cs);
-    if (p->aux_len) acts_aux_put(be, sa, p->fwd_buf[0] + N * (ct + cs));
+    if (t) be->copy(be, p->fwd_buf[0], acts_stage_output(&p->tacts, t), Nt * ct);
+    be->copy(be, p->fwd_buf[0] + Nt * ct, acts_stage_output(sa, s), N * cs);
+    if (p->aux_len) acts_aux_put(be, sa, p->fwd_buf[0] + Nt * ct + N * cs);
     p->t_student += kd_now() - t1;
     return;
   }
@@ -181,7 +193,18 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
   if (cached)
     loss_chunked_cache(be, &spec, &ms, &ls, p->tc_rows, p->labels[k], N, &voc, p->chunk, grad_scale,
                        s->tp_comm, &caps);
-  else
+  else if (xtok) { /* the student's cross entropy, then the cross-tokenizer term */
+    struct loss_spec ce = spec;
+    ce.distill = 0;
+    struct loss_student lce = ls;
+    if (spec.alpha >= 1.0f) lce.dh = NULL, lce.dw = NULL; /* no CE in the objective: its value */
+    loss_chunked_capped(be, &ce, &ms, &lce, NULL, p->labels[k], N, &voc, p->chunk, grad_scale,
+                        s->tp_comm, &caps);
+    struct loss_vocab tvoc;
+    loss_vocab_slice(&tvoc, t->card.vocab_size, t->vocab_common, t->tp, t->tp_rank);
+    loss_uld_run(be, p->uld, &ms.kd, &ls, &voc, p->inputs[k], &lt, &tvoc, p->tinputs, &p->xdocs,
+                 &caps, train ? p->uld_scale : 0.0f, s->tp_comm);
+  } else
     loss_chunked_capped(be, &spec, &ms, &ls, &lt, p->labels[k], N, &voc, p->chunk, grad_scale,
                         s->tp_comm, &caps);
   if (train && s->tp > 1) /* each rank's vocabulary slice gave a partial dhn */

@@ -31,6 +31,7 @@
 #include "plan.h"
 #include "schedule.h"
 #include "tcache.h"
+#include "tokenizer.h"
 #include "tokfiles.h"
 #include "util.h"
 #include "weights.h"
@@ -113,14 +114,18 @@ static void backend_start(struct run *r, const struct kd_config *cfg) {
 
 /* The student's tokenizer files (the resumed checkpoint's, else its init file's, else the
  * teacher's when its ids fit the student's vocabulary: a random student learns the teacher's
- * ids) are held in memory and written into
- * every checkpoint and final.h5; a teacher whose tokenizer differs from the student's is
- * refused (cross-tokenizer distillation is not supported). Collective. */
+ * ids) are held in memory and written into every checkpoint and final.h5. A teacher whose
+ * tokenizer differs from the student's needs the cross-tokenizer loss (loss%kind = 'uld');
+ * with it, the teacher's files stay beside the student's (the hybrid's vocabulary match).
+ * Collective. */
 static void tokenizer_mismatch(char *out, size_t n, const struct kd_config *cfg, const char *own,
                                const char *which) {
   snprintf(out, n,
-           "the teacher's tokenizer (%s) differs from the student's (%s) in %s: both models must "
-           "use the same tokenizer (cross-tokenizer distillation is not supported)",
+           "the teacher's tokenizer (%s) differs from the student's (%s) in %s: a teacher with "
+           "another tokenizer needs the cross-tokenizer loss; expected loss%%kind = 'uld' (the "
+           "hybrid: also loss%%matched_weight and loss%%unmatched_weight) with data prepared by "
+           "kdprep --teacher-tokenizer (doc/user-guide.md, \"Teacher and student with different "
+           "tokenizers\"), or a teacher with the student's tokenizer",
            cfg->teacher_init, own, which);
 }
 
@@ -133,9 +138,13 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
   if (r->distill && cfg->teacher_init[0])
     kd_agree_or_fail(tokfiles_load(cfg->teacher_init, MPI_COMM_WORLD, &tt, err, sizeof err), err);
   const char *which = ts && tt ? tokfiles_differ(ts, tt) : NULL; /* every rank holds both */
-  if (which) {
+  if (which && !r->xtok) {
     tokenizer_mismatch(err, sizeof err, cfg, own, which);
     kd_fail_all(KD_EXIT_INPUT, "%s", err);
+  }
+  if (r->xtok) { /* the student keeps its own tokenizer (or none), the teacher's stays aside */
+    r->teacher_tok = tt;
+    tt = NULL;
   }
   const int top = !ts && tt ? tokfiles_max_id(tt) : -1; /* a student taking the teacher's */
   if (top >= cfg->student.vocab_size) {
@@ -159,6 +168,7 @@ static void tokenizer_setup(struct run *r, const char *resumed) {
 static int common_vocab(struct run *r) {
   const struct kd_config *cfg = r->cfg;
   char err[1024];
+  if (r->xtok) return cfg->student.vocab_size; /* two vocabularies, each its own */
   int vt = r->distill ? cfg->teacher.vocab_size : cfg->student.vocab_size;
   if (r->cached && !cfg->teacher.vocab_size) { /* no teacher card: the cache's teacher */
     kd_agree_or_fail(tcache_open(&r->tc, cfg->teacher_cache, NULL, err, sizeof err), err);
@@ -214,7 +224,7 @@ static void teacher_setup(struct run *r, int vc) {
   if (r->cached) cache_setup(r, vc);
   if (!r->distill || r->cached) return;
   model_build_grid(&r->teacher, &r->be, &cfg->teacher, r->be.bf16 ? MODEL_FROZEN16 : MODEL_FROZEN,
-                   vc, &r->grid);
+                   r->xtok ? cfg->teacher.vocab_size : vc, &r->grid);
   plan_policy(&r->teacher.mem, cfg, 1);
   const double t0 = run_phase_begin("loading teacher", cfg->teacher_init);
   ckpt_test_delay("KDTRAIN_TEST_LOAD_DELAY_MS"); /* a long load, for test_signals */
@@ -233,6 +243,9 @@ static void data_setup(struct run *r, int vc) {
   char err[1024];
   int st = 0;
   if (!r->eval || !cfg->data_valid[0]) st = data_open_train(&r->train, cfg, vc, err, sizeof err);
+  if (!st && r->xtok)
+    st = data_use_teacher(&r->train, cfg->teacher.vocab_size, cfg->data_teacher_seq_len, err,
+                          sizeof err);
   kd_agree_or_fail(st, err);
   if (cfg->data_valid[0]) {
     kd_agree_or_fail(data_open_valid(&r->valid, cfg, vc, err, sizeof err), err);
@@ -241,6 +254,57 @@ static void data_setup(struct run *r, int vc) {
     r->valid_batches = cfg->data_valid_batches ? cfg->data_valid_batches : (int)((n + mb - 1) / mb);
   }
   run_log_data(r);
+}
+
+/* The cross-tokenizer loss: its settings, and for the hybrid the ids both tokenizers spell
+ * alike, from the two weights files' tokenizer.json (C tokenizer). Collective (agreement). */
+static void teacher_fetch(void *arg, int m, int *inputs, int *pos, struct xtok_docs *docs);
+static void uld_setup(struct run *r) {
+  const struct kd_config *cfg = r->cfg;
+  char err[1024] = "";
+  struct tokenizer *ts = NULL, *tt = NULL;
+  const int hybrid = cfg->loss_matched_weight >= 0;
+  if (hybrid) {
+    const struct tokset *sides[2] = {r->tok, r->teacher_tok};
+    const char *names[2] = {"the student's", "the teacher's"};
+    struct tokenizer **outs[2] = {&ts, &tt};
+    int st = 0;
+    for (int i = 0; i < 2 && !st; i++) {
+      size_t len = 0;
+      const char *json = sides[i] ? tokfiles_file(sides[i], "tokenizer.json", &len) : NULL;
+      if (!json) {
+        snprintf(err, sizeof err,
+                 "%s weights file has no tokenizer.json under /tokenizer: the hybrid loss "
+                 "(loss%%matched_weight, loss%%unmatched_weight) matches the two vocabularies "
+                 "by their token strings; expected weights files made by kdconvert from-hf "
+                 "with the tokenizer, or plain ULD",
+                 names[i]);
+        st = KD_EXIT_INPUT;
+        break;
+      }
+      char why[512];
+      *outs[i] = tokenizer_load(json, len, why, sizeof why);
+      if (!*outs[i]) {
+        snprintf(err, sizeof err, "%s tokenizer.json: %s", names[i], why);
+        st = KD_EXIT_INPUT;
+      }
+    }
+    kd_agree_or_fail(st, err);
+  }
+  const float ts_temp = (float)cfg->loss_temperature;
+  const float tt_temp =
+      (float)(cfg->loss_teacher_temperature > 0 ? cfg->loss_teacher_temperature : ts_temp);
+  loss_uld_init(&r->uld, cfg->student.vocab_size, cfg->teacher.vocab_size, ts_temp, tt_temp,
+                (float)cfg->loss_matched_weight, (float)cfg->loss_unmatched_weight,
+                (float)cfg->loss_beta, ts, tt, r->chunk);
+  tokenizer_free(ts);
+  tokenizer_free(tt);
+  r->pipe.tfetch = teacher_fetch;
+  r->pipe.uld = &r->uld;
+  if (hybrid)
+    kd_info("kdtrain: hybrid cross-tokenizer loss: %zu ids spelt alike by both tokenizers "
+            "(JSD, beta %g, weight %g), ULD on the rest (weight %g)\n",
+            r->uld.nmatch, cfg->loss_beta, cfg->loss_matched_weight, cfg->loss_unmatched_weight);
 }
 
 /* The loss and the pipeline of teacher + student over dp data-parallel groups. */
@@ -263,8 +327,10 @@ static void pipe_setup(struct run *r, int dp) {
   /* valid_batches 0 (the whole file): as many as the pipeline can hold, as plan.c plans */
   const int nvalid = cfg->data_valid_batches ? (cfg->data_valid_batches + dp - 1) / dp : r->grid.pp;
   pipe_build(&r->pipe, &r->be, &r->grid, &r->student, r->distill && !r->cached ? &r->teacher : NULL,
-             mb, T, nmicro > nvalid ? nmicro : nvalid, &r->spec, r->chunk);
+             mb, T, r->xtok ? r->train.Tt : T, nmicro > nvalid ? nmicro : nvalid, &r->spec,
+             r->chunk);
   r->pipe.docs = r->train.docs || (r->have_valid && r->valid.docs);
+  if (r->xtok) uld_setup(r);
   if (r->cached) {
     r->pipe.tc_fetch = cache_fetch;
     r->pipe.tc_arg = r;
@@ -296,6 +362,7 @@ static void run_setup(struct run *r, const struct kd_config *cfg, const char *re
   r->cached = config_teacher_cached(cfg);
   backend_start(r, cfg);
   r->distill = cfg->run_mode == KD_MODE_DISTILL;
+  r->xtok = r->distill && cfg->loss_kind == LOSS_ULD;
   r->eval = cfg->run_mode == KD_MODE_EVAL;
   const int vc = common_vocab(r);
   student_setup(r, vc, resumed);
@@ -309,6 +376,8 @@ static void run_setup(struct run *r, const struct kd_config *cfg, const char *re
 
 static void run_teardown(struct run *r) {
   onpolicy_free(&r->onp);
+  if (r->xtok) loss_uld_free(&r->uld, &r->be);
+  tokfiles_free(r->teacher_tok);
   pipe_free(&r->pipe);
   if (r->distill && !r->cached) model_free(&r->teacher, &r->be);
   if (r->cached) {
@@ -348,6 +417,12 @@ static void fetch_batch(void *arg, int m, int *inputs, int *labels, int *pos) {
                           pos);
   else
     data_batch_pos(f->data, f->g0 + (int64_t)m * f->mb, f->mb, inputs, labels, pos);
+}
+
+/* The teacher's side of micro-batch m (a teacher with another tokenizer). */
+static void teacher_fetch(void *arg, int m, int *inputs, int *pos, struct xtok_docs *docs) {
+  struct fetch_ctx *f = arg;
+  data_batch_teacher(f->data, f->g0 + (int64_t)m * f->mb, f->mb, inputs, pos, docs);
 }
 
 /* Loss sums of the whole world: each (micro-batch, token) is counted by the last
@@ -428,9 +503,15 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
   r->pipe.aux_weight = (float)(aux_w * scale / nmb);
   double stale[4];
   run_moe_stats_take(r, stale); /* a validation's since the last step */
-  if (!o.empty) pipe_train(&r->pipe, nmicro, scale / (float)counted, fetch_batch, &f, &sums);
+  /* a teacher with another tokenizer: the KD term is a mean over the documents with an answer
+   * (GOLD's mean over samples), the CE a mean over the counted labels */
+  const double docs = r->xtok ? (double)data_count_answer_docs(&r->train, consumed, gb) : counted;
+  const double alpha = cfg->loss_alpha;
+  if (r->xtok) r->pipe.uld_scale = docs > 0 ? (float)(scale * alpha / docs) : 0.0f;
+  const float gscale = r->xtok ? (float)(scale * (1.0 - alpha) / counted) : scale / (float)counted;
+  if (!o.empty) pipe_train(&r->pipe, nmicro, gscale, fetch_batch, &f, &sums);
   reduce_sums(r, &sums);
-  o.loss_kd = o.empty ? NAN : sums.kd / counted;
+  o.loss_kd = o.empty || docs == 0 ? NAN : sums.kd / docs;
   o.loss_ce = o.empty ? NAN : sums.ce / counted;
   o.loss = r->distill ? cfg->loss_alpha * o.loss_kd + (1 - cfg->loss_alpha) * o.loss_ce : o.loss_ce;
   o.loss_aux = NAN;
@@ -585,8 +666,14 @@ int train_run(const struct kd_config *cfg) {
   }
   kd_agree_or_fail(st, err);
   const int T = cfg->data_seq_len;
-  char vocab[160] = "";
-  if (r.distill && cfg->teacher.vocab_size != cfg->student.vocab_size)
+  char vocab[200] = "";
+  if (r.xtok)
+    snprintf(vocab, sizeof vocab,
+             " | another tokenizer: teacher %d ids in windows of %d tokens, student %d ids: "
+             "ULD%s over byte-aligned answers",
+             cfg->teacher.vocab_size, r.train.Tt, cfg->student.vocab_size,
+             r.uld.hybrid ? " hybrid" : "");
+  else if (r.distill && cfg->teacher.vocab_size != cfg->student.vocab_size)
     snprintf(vocab, sizeof vocab,
              " | vocabularies differ: teacher %d, student %d: distilling over the %d common ids",
              cfg->teacher.vocab_size, cfg->student.vocab_size, r.student.vocab_common);
@@ -661,7 +748,7 @@ static int dry_run_tokenizers(const struct kd_config *cfg) {
   int st = tokfiles_read(cfg->teacher_init, &tt, err, sizeof err);
   if (!st) st = tokfiles_read(cfg->student_init, &ts, err, sizeof err);
   const char *which = ts && tt ? tokfiles_differ(ts, tt) : NULL; /* as tokenizer_setup */
-  if (which) {
+  if (which && cfg->loss_kind != LOSS_ULD) {
     tokenizer_mismatch(err, sizeof err, cfg, cfg->student_init, which);
     st = KD_EXIT_INPUT;
   }

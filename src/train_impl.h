@@ -14,6 +14,7 @@
 #include "data.h"
 #include "grid.h"
 #include "loss.h"
+#include "loss_uld.h"
 #include "metrics.h"
 #include "model.h"
 #include "onpolicy.h"
@@ -53,6 +54,9 @@ struct run {
                                  moves forward as the cache rows are looked up */
   int64_t tc_g0;              /* first global sample of this rank's share of the step */
   struct onpolicy onp;        /* loss%onpolicy > 0: the student's continuations (onpolicy.h) */
+  int xtok;                   /* loss%kind 'uld': a teacher with another tokenizer */
+  struct loss_uld uld;        /* its loss */
+  struct tokset *teacher_tok; /* the teacher's tokenizer files (xtok; NULL: none) */
 };
 
 /* What one step measured. */

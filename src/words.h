@@ -71,11 +71,13 @@ enum kd_samples { KD_SAMPLES_LIST(KD_WORD_ENUM) KD_SAMPLES_N };
 #define KD_SAMPLES_WORDS KD_WORDS_OF(KD_SAMPLES_LIST)
 extern const char *const kd_samples_names[KD_SAMPLES_N];
 
-/* &loss kind: the distillation divergence (the backends' loss ops take it too) */
+/* &loss kind: the distillation divergence (the backends' loss ops take fkl, rkl and jsd; 'uld',
+ * the cross-tokenizer distance of sorted probabilities, is computed on the host: uld.h) */
 #define KD_LOSS_KIND_LIST(X)                                                                       \
   X(LOSS_FKL, "fkl")                                                                               \
   X(LOSS_RKL, "rkl")                                                                               \
-  X(LOSS_JSD, "jsd")
+  X(LOSS_JSD, "jsd")                                                                               \
+  X(LOSS_ULD, "uld")
 enum loss_kind { KD_LOSS_KIND_LIST(KD_WORD_ENUM) LOSS_NKINDS };
 #define KD_LOSS_KIND_WORDS KD_WORDS_OF(KD_LOSS_KIND_LIST)
 extern const char *const kd_loss_kind_names[LOSS_NKINDS];

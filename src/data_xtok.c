@@ -1,0 +1,266 @@
+/* data_xtok.c: the teacher's side of a cross-tokenizer documents dataset (data_xtok.h). */
+#include "data_xtok.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "util.h"
+
+/* --- opening ------------------------------------------------------------------------- */
+
+/* The Megatron prefix of `path` (without .bin / .idx) + suffix into out. */
+static void prefix_with(char *out, size_t n, const char *path, const char *suffix) {
+  size_t l = strlen(path);
+  if (l > 4 && (!strcmp(path + l - 4, ".bin") || !strcmp(path + l - 4, ".idx"))) l -= 4;
+  snprintf(out, n, "%.*s%s", (int)l, path, suffix);
+}
+
+/* Open the offsets dataset `path` (int32, one per token) and check its documents against
+ * those of `toks`. */
+static int open_offsets(struct data_source *o, const char *path, const struct data_source *toks,
+                        char *err, size_t errlen) {
+  int rc = data_source_open(o, path, KD_DATA_MEGATRON, 0, err, errlen);
+  if (rc) return rc;
+  if (o->dtype != DATA_DT_I32 || o->ndocs != toks->ndocs ||
+      memcmp(o->doc, toks->doc, (toks->ndocs + 1) * sizeof *o->doc) != 0) {
+    kd_seterr(err, errlen,
+              "%s: answer offsets of dtype code %d over %zu documents; expected dtype code 4 "
+              "(int32), one per token of the %zu documents of %s (kdprep --teacher-tokenizer "
+              "writes both)",
+              o->tok_path, o->dtype, o->ndocs, toks->ndocs, toks->tok_path);
+    return KD_EXIT_INPUT;
+  }
+  return KD_EXIT_OK;
+}
+
+static int xtok_open(struct data_xtok *x, const struct data_source *s, int teacher_vocab, char *err,
+                     size_t errlen) {
+  char p[600];
+  memset(x, 0, sizeof *x);
+  if (s->format != KD_DATA_MEGATRON || !s->ndocs) {
+    kd_seterr(err, errlen,
+              "%s: loss%%kind = 'uld' reads the teacher's tokens and both sides' answer "
+              "offsets beside a Megatron dataset with a document index; expected the files "
+              "of kdprep --teacher-tokenizer",
+              s->path);
+    return KD_EXIT_INPUT;
+  }
+  prefix_with(p, sizeof p, s->path, "_teacher");
+  int rc = data_source_open(&x->t, p, KD_DATA_MEGATRON, teacher_vocab, err, errlen);
+  if (!rc && x->t.ndocs != s->ndocs) {
+    kd_seterr(err, errlen,
+              "%s: %zu documents, the student's %s %zu; expected the same documents "
+              "tokenized by the teacher (kdprep --teacher-tokenizer)",
+              x->t.tok_path, x->t.ndocs, s->tok_path, s->ndocs);
+    rc = KD_EXIT_INPUT;
+  }
+  if (!rc) {
+    prefix_with(p, sizeof p, s->path, "_offsets");
+    rc = open_offsets(&x->soff, p, s, err, errlen);
+  }
+  if (!rc) {
+    prefix_with(p, sizeof p, s->path, "_teacher_offsets");
+    rc = open_offsets(&x->toff, p, &x->t, err, errlen);
+  }
+  if (rc) data_xtok_close(x);
+  return rc;
+}
+
+void data_xtok_close(struct data_xtok *x) {
+  data_source_close(&x->t);
+  data_source_close(&x->soff);
+  data_source_close(&x->toff);
+  memset(x, 0, sizeof *x);
+}
+
+/* Tokens of document i of src. */
+static size_t doc_tokens(const struct data_source *src, size_t i) {
+  return (size_t)(src->doc[i + 1] - src->doc[i]);
+}
+
+int data_use_teacher(struct kd_data *d, int teacher_vocab, int seq_len_t, char *err,
+                     size_t errlen) {
+  if (!d->docs) {
+    kd_seterr(err, errlen,
+              "%s: loss%%kind = 'uld' aligns whole documents of the two tokenizations; "
+              "expected data%%samples = 'documents' (or 'auto' with kdprep's files)",
+              d->set[0].src.path);
+    return KD_EXIT_INPUT;
+  }
+  const size_t cap = 2 * ((size_t)d->seq_len + 1);
+  size_t need = 1;
+  for (int i = 0; i < d->nsets; i++) {
+    struct data_set *s = &d->set[i];
+    s->xt = kd_calloc(1, sizeof *s->xt);
+    const int rc = xtok_open(s->xt, &s->src, teacher_vocab, err, errlen);
+    if (rc) {
+      free(s->xt);
+      s->xt = NULL;
+      return rc;
+    }
+    for (size_t w = 0; w < s->pack.nwin && !seq_len_t; w++) {
+      size_t n = 0;
+      for (size_t k = s->pack.off[w]; k < s->pack.off[w + 1]; k++)
+        n += doc_tokens(&s->xt->t, s->pack.ids[k]);
+      if (n > cap) n = cap;
+      if (n > need) need = n;
+    }
+  }
+  d->xtok = 1;
+  d->Tt = seq_len_t ? seq_len_t : (int)need;
+  return KD_EXIT_OK;
+}
+
+/* --- batches ------------------------------------------------------------------------- */
+
+static void grow(void **p, size_t *cap, size_t want, size_t each) {
+  if (want <= *cap) return;
+  size_t c = *cap ? *cap : 256;
+  while (c < want)
+    c *= 2;
+  void *q = kd_malloc(c * each);
+  if (*cap) memcpy(q, *p, *cap * each);
+  free(*p);
+  *p = q;
+  *cap = c;
+}
+
+/* Room for one more document and `ns`, `nt` more tokens. */
+static void docs_reserve(struct xtok_docs *x, size_t ns, size_t nt) {
+  size_t cd = x->cap_docs, cs = x->cap_s, ct = x->cap_t;
+  grow((void **)&x->s_first, &cd, x->ndocs + 2, sizeof *x->s_first);
+  cd = x->cap_docs, grow((void **)&x->t_first, &cd, x->ndocs + 2, sizeof *x->t_first);
+  cd = x->cap_docs, grow((void **)&x->cut, &cd, x->ndocs + 2, 1);
+  x->cap_docs = cd;
+  grow((void **)&x->s_row, &cs, x->ns + ns, sizeof *x->s_row);
+  cs = x->cap_s, grow((void **)&x->s_end, &cs, x->ns + ns, sizeof *x->s_end);
+  x->cap_s = cs;
+  grow((void **)&x->t_row, &ct, x->nt + nt, sizeof *x->t_row);
+  ct = x->cap_t, grow((void **)&x->t_end, &ct, x->nt + nt, sizeof *x->t_end);
+  x->cap_t = ct;
+}
+
+/* Append one side of a document: the answer tokens (offset >= 0) among its n tokens
+ * k0 .. k0 + n - 1 of the offsets file but the last of them (the end of sequence: GOLD's
+ * uld_skip_student_eos / uld_skip_teacher_eos defaults), at rows row0 + j for the first `rows`
+ * tokens j (the window's). *cut: one of those answer tokens has no row. buf: n ints. */
+static size_t side_append(const struct data_source *off, size_t k0, size_t n, size_t rows,
+                          int row0, int *row, int32_t *end, int *buf, int *cut) {
+  data_source_tokens(off, k0, n, buf);
+  size_t last = n; /* the last answer token */
+  for (size_t j = n; j-- > 0;)
+    if (buf[j] >= 0) {
+      last = j;
+      break;
+    }
+  size_t m = 0;
+  for (size_t j = 0; j < last; j++) {
+    if (buf[j] < 0) continue;
+    if (j >= rows) {
+      *cut = 1;
+      break;
+    }
+    row[m] = row0 + (int)j;
+    end[m++] = buf[j];
+  }
+  return m;
+}
+
+void data_batch_teacher(struct kd_data *d, int64_t g0, int mb, int *inputs, int *pos,
+                        struct xtok_docs *x) {
+  const size_t Tt = (size_t)d->Tt, T = (size_t)d->seq_len;
+  int64_t at_g = 0, at_n[DATA_MAX_SETS];
+  x->ndocs = x->ns = x->nt = 0;
+  docs_reserve(x, 0, 0);
+  x->s_first[0] = x->t_first[0] = 0;
+  int *buf = NULL;
+  size_t cap_buf = 0;
+  for (int j = 0; j < mb; j++) {
+    int set;
+    size_t w;
+    data_draw(d, g0 + j, &set, &w);
+    if (j == 0) /* keep the blend cursor at g0 for the student's batch */
+      at_g = d->blend_g, memcpy(at_n, d->blend_n, sizeof at_n);
+    const struct data_set *s = &d->set[set];
+    const struct data_xtok *xt = s->xt;
+    int *in = inputs + (size_t)j * Tt, *ps = pos + (size_t)j * Tt;
+    size_t ts = 0, tt = 0; /* student and teacher tokens of the window so far */
+    for (size_t k = s->pack.off[w]; k < s->pack.off[w + 1]; k++) {
+      const size_t doc = s->pack.ids[k];
+      const size_t sl = doc_tokens(&s->src, doc), tl = doc_tokens(&xt->t, doc);
+      const size_t skeep = sl < T + 1 ? sl : T + 1; /* the student's packing cut */
+      const size_t tkeep = tl < Tt - tt ? tl : Tt - tt;
+      if (tkeep) data_source_tokens(&xt->t, (size_t)xt->t.doc[doc], tkeep, in + tt);
+      for (size_t i = 0; i < tkeep; i++)
+        ps[tt + i] = (int)i;
+      const size_t most = sl > tl ? sl : tl;
+      if (most > cap_buf) {
+        free(buf);
+        cap_buf = most;
+        buf = kd_malloc(cap_buf * sizeof *buf);
+      }
+      docs_reserve(x, sl, tl);
+      /* the student's rows: the window's tokens before its last (which is a label only) */
+      const size_t srows = ts + skeep <= T ? skeep : T - ts;
+      int cut = 0;
+      x->ns += side_append(&xt->soff, (size_t)s->src.doc[doc], sl, srows, j * (int)T + (int)ts,
+                           x->s_row + x->ns, x->s_end + x->ns, buf, &cut);
+      x->nt += side_append(&xt->toff, (size_t)xt->t.doc[doc], tl, tkeep, j * (int)Tt + (int)tt,
+                           x->t_row + x->nt, x->t_end + x->nt, buf, &cut);
+      x->cut[x->ndocs++] = (unsigned char)cut;
+      x->s_first[x->ndocs] = x->ns;
+      x->t_first[x->ndocs] = x->nt;
+      ts += skeep;
+      tt += tkeep;
+    }
+    for (size_t i = tt; i < Tt; i++) { /* padding: never computed */
+      in[i] = 0;
+      ps[i] = -1;
+    }
+  }
+  free(buf);
+  if (mb > 0 && d->nsets > 1) {
+    d->blend_g = at_g;
+    memcpy(d->blend_n, at_n, sizeof at_n);
+  }
+}
+
+/* data_sum_windows term: a window's documents with a student answer token in its rows. */
+static int64_t answer_docs_term(struct kd_data *d, int set, size_t w, void *unused) {
+  (void)unused;
+  const struct data_set *s = &d->set[set];
+  const size_t T = (size_t)d->seq_len;
+  int64_t n = 0;
+  size_t ts = 0;
+  int32_t v;
+  for (size_t k = s->pack.off[w]; k < s->pack.off[w + 1]; k++) {
+    const size_t doc = s->pack.ids[k], sl = doc_tokens(&s->src, doc);
+    const size_t skeep = sl < T + 1 ? sl : T + 1;
+    for (size_t i = 0; i < skeep && ts + i < T; i++) {
+      data_source_tokens(&s->xt->soff, (size_t)s->src.doc[doc] + i, 1, (int *)&v);
+      if (v >= 0) {
+        n++;
+        break;
+      }
+    }
+    ts += skeep;
+  }
+  return n;
+}
+
+int64_t data_count_answer_docs(struct kd_data *d, int64_t g0, int64_t n) {
+  return n > 0 ? data_sum_windows(d, g0, n, answer_docs_term, NULL) : 0;
+}
+
+void xtok_docs_free(struct xtok_docs *x) {
+  free(x->s_first);
+  free(x->t_first);
+  free(x->cut);
+  free(x->s_row);
+  free(x->t_row);
+  free(x->s_end);
+  free(x->t_end);
+  memset(x, 0, sizeof *x);
+}

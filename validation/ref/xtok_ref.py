@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Cross-tokenizer distillation (loss%kind = 'uld') against TRL's GOLD (test_xtok.sh).
+
+  xtok_ref.py make WORK        two tokenizers trained by Hugging Face `tokenizers` (a
+                               Qwen2/Qwen3-style byte-level BPE of 6,000 tokens for the
+                               teacher, a Llama-3-style one of 1,200 for the student), each with
+                               its own chat template; a random Qwen3 teacher and a random Llama
+                               student written by transformers with them (hf_teacher,
+                               hf_student); conversations of many lengths (chat.jsonl: one
+                               exchange each, for GOLD, whose answer is one span; multi.jsonl:
+                               several turns)
+  xtok_ref.py check WORK PREFIX RUN [MATCHED UNMATCHED]
+                               the first step's loss_kd and grad_norm of RUN/metrics.csv against
+                               TRL's GOLD ULDLoss (trl.experimental.gold, its defaults: token
+                               merge 'observed', extended ULD, both skip-eos on, temperatures 1,
+                               beta 0.5; the hybrid with fixed weights when given) on the
+                               documents of kdprep's files PREFIX*, with the models' own logits
+                               (fp32), each document one sample (data%pack = .false.) and the
+                               global batch all of them
+"""
+import csv
+import json
+import os
+import random
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+TOL = 1e-4
+
+WORDS = ["light", "water", "the earth", "seven days", "a river", "stars", "bread", "salt",
+         "naïve café", "Straße", "日本語の文章", "中文句子", "한국어", "emoji 🎉🚀", "Ελληνικά",
+         "русский текст", "12345 apples", "  spaced   out ", "tabs\tand\nlines", "العربية"]
+
+
+def sentence(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n)).strip()
+
+
+def conversations(rng, n, turns):
+    out = []
+    for i in range(n):
+        msgs = []
+        for _ in range(turns if turns else 1):
+            msgs.append({"role": "user", "content": sentence(rng, rng.randint(1, 6))})
+            msgs.append({"role": "assistant", "content": sentence(rng, rng.randint(1, 9))})
+        out.append({"messages": msgs})
+    return out
+
+
+def tokenizer_dir(tok, eos, template, path):
+    from transformers import PreTrainedTokenizerFast
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=eos)
+    fast.chat_template = template
+    fast.save_pretrained(path)
+    return len(fast)
+
+
+def make(work):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers.utils import logging as hf_logging
+    import tokenizer_ref
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(1)
+    rng = random.Random(5)
+    lines = tokenizer_ref.kjv_lines(None)[:3000] + [sentence(rng, 8) for _ in range(3000)]
+    teacher_tok = tokenizer_ref.bytelevel_kind(lines, "qwen2_big")
+    student_tok = tokenizer_ref.bytelevel_kind(lines, "llama3")
+    chatml = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    llama = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+             "{{ m['content'] }}<|eot_id|>{% endfor %}"
+             "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+             "{% endif %}")
+    nt = tokenizer_dir(teacher_tok, "<|im_end|>", chatml, os.path.join(work, "hf_teacher"))
+    ns = tokenizer_dir(student_tok, "<|eot_id|>", llama, os.path.join(work, "hf_student"))
+    torch.manual_seed(3)
+    teacher = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=(nt + 63) // 64 * 64, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        max_position_embeddings=512, tie_word_embeddings=False, rope_theta=10000.0))
+    student = LlamaForCausalLM(LlamaConfig(
+        vocab_size=(ns + 31) // 32 * 32, hidden_size=48, intermediate_size=96,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=512, tie_word_embeddings=False, rope_theta=10000.0))
+    for m, role in ((teacher, "teacher"), (student, "student")):
+        with torch.no_grad():  # transformers ones the norms: make them matter
+            for name, p in m.named_parameters():
+                if "norm" in name:
+                    p.add_(0.1 * torch.randn_like(p))
+                else:
+                    p.mul_(4.0)  # peaked distributions: ULD's sorted mass is not all noise
+        m.save_pretrained(os.path.join(work, f"hf_{role}"))
+    for name, turns, n in (("chat.jsonl", 0, 12), ("multi.jsonl", 3, 8)):
+        with open(os.path.join(work, name), "w", encoding="utf-8") as f:
+            for c in conversations(rng, n, turns):
+                f.write(json.dumps(c, ensure_ascii=False) + "\n")
+    print(f"teacher: Qwen3, {nt} tokens, vocab_size {teacher.config.vocab_size}; student: Llama, "
+          f"{ns} tokens, vocab_size {student.config.vocab_size}")
+
+
+def read_indexed(prefix):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    ds = IndexedDataset(prefix, multimodal=False, mmap=True)
+    return [np.array(ds[i]) for i in range(len(ds))]
+
+
+def metrics_row(run, step=1):
+    with open(os.path.join(run, "metrics.csv"), newline="") as f:
+        for row in csv.DictReader(f):
+            if row["step"] == str(step) and row["loss"] != "":
+                return row
+    sys.exit(f"FAIL: {run}/metrics.csv has no row of step {step}")
+
+
+def check(work, prefix, run, matched=None, unmatched=None):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+    from trl.experimental.gold import GOLDConfig
+    from trl.experimental.gold.gold_trainer import ULDLoss
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    hybrid = matched is not None
+    kw = {"uld_use_hybrid_loss": True, "uld_hybrid_matched_weight": float(matched),
+          "uld_hybrid_unmatched_weight": float(unmatched)} if hybrid else {}
+    cfg = GOLDConfig(output_dir=os.path.join(work, "gold"), use_uld_loss=True, report_to=[],
+                     use_cpu=True, bf16=False, **kw)
+    hf = {r: os.path.join(work, f"hf_{r}") for r in ("teacher", "student")}
+    toks = {r: AutoTokenizer.from_pretrained(hf[r]) for r in hf}
+    models = {r: AutoModelForCausalLM.from_pretrained(hf[r], dtype=torch.float32,
+                                                      attn_implementation="eager").eval()
+              for r in hf}
+    uld = ULDLoss(cfg, student_tokenizer=toks["student"], teacher_tokenizer=toks["teacher"])
+    ids = {"student": read_indexed(prefix), "teacher": read_indexed(prefix + "_teacher")}
+    offs = {"student": read_indexed(prefix + "_offsets"),
+            "teacher": read_indexed(prefix + "_teacher_offsets")}
+    losses = []
+    for d in range(len(ids["student"])):
+        inp, lab, bo = {}, {}, {}
+        for r in ("student", "teacher"):
+            x = torch.tensor(ids[r][d].astype(np.int64))[None]
+            o = torch.tensor(offs[r][d].astype(np.int64))
+            inp[r] = x
+            lab[r] = torch.where(o[None] >= 0, x, torch.full_like(x, -100))
+            ends = o.clamp_min(0)
+            bo[r] = torch.stack([ends, ends], -1)[None]  # GOLD reads the ends only
+        with torch.no_grad():
+            zt = models["teacher"](inp["teacher"]).logits
+        zs = models["student"](inp["student"]).logits
+        losses.append(uld(zs, zt, lab["student"], lab["teacher"], inp["student"], inp["teacher"],
+                          student_byte_offsets=bo["student"], teacher_byte_offsets=bo["teacher"]))
+    loss = torch.stack([l.reshape(()) for l in losses]).mean()
+    models["student"].zero_grad()
+    loss.backward()
+    gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in models["student"].parameters()
+                        if p.grad is not None)).item()
+    row = metrics_row(run)
+    got_kd, got_gn = float(row["loss_kd"]), float(row["grad_norm"])
+    what = "hybrid" if hybrid else "ULD"
+    print(f"{run}: {what}: kdtrain loss_kd {got_kd:.9g} grad_norm {got_gn:.9g}; GOLD "
+          f"{loss.item():.9g} grad_norm {gn:.9g} over {len(losses)} documents")
+    bad = abs(got_kd - loss.item()) > TOL * max(1.0, abs(loss.item())) or \
+        abs(got_gn - gn) > TOL * max(1.0, gn)
+    if bad:
+        sys.exit(f"FAIL: {run}: kdtrain and GOLD differ by more than {TOL}")
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    if sys.argv[1] == "make":
+        make(sys.argv[2])
+    elif sys.argv[1] == "check":
+        check(*sys.argv[2:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
