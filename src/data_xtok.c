@@ -146,8 +146,8 @@ static void docs_reserve(struct xtok_docs *x, size_t ns, size_t nt) {
  * k0 .. k0 + n - 1 of the offsets file but the last of them (the end of sequence: GOLD's
  * uld_skip_student_eos / uld_skip_teacher_eos defaults), at rows row0 + j for the first `rows`
  * tokens j (the window's). *cut: one of those answer tokens has no row. buf: n ints. */
-static size_t side_append(const struct data_source *off, size_t k0, size_t n, size_t rows,
-                          int row0, int *row, int32_t *end, int *buf, int *cut) {
+static size_t side_append(const struct data_source *off, size_t k0, size_t n, size_t rows, int row0,
+                          int *row, int32_t *end, int *buf, int *cut) {
   data_source_tokens(off, k0, n, buf);
   size_t last = n; /* the last answer token */
   for (size_t j = n; j-- > 0;)

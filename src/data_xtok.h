@@ -45,8 +45,7 @@ struct xtok_docs {
  * (each window's teacher tokens, at most 2 (seq_len + 1)). KD_EXIT_INPUT with a message
  * naming the file when one is missing, foreign, of other document counts or lengths, or
  * holds an id outside [0, teacher_vocab). Sets d->xtok and d->Tt. Not collective. */
-int data_use_teacher(struct kd_data *d, int teacher_vocab, int seq_len_t, char *err,
-                     size_t errlen);
+int data_use_teacher(struct kd_data *d, int teacher_vocab, int seq_len_t, char *err, size_t errlen);
 
 /* The teacher's side of global samples g0 .. g0 + mb - 1 (as data_batch_pos gives the
  * student's): inputs and pos (mb * Tt each; padding: token 0, position -1), and the answer

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,12 +18,12 @@
 /* The host side of a loss: the micro-batch's groups (indices into the documents' answer tokens
  * of struct xtok_docs) and their weights, the math's scratch, a chunk's buffers. */
 struct uld_scratch {
-  struct uld math;       /* uld.h's setting */
-  struct uld_work work;  /* its scratch */
-  struct uld_groups g;   /* the micro-batch's groups */
-  double *wgt;           /* (g.n) 1 / the groups of its document */
+  struct uld math;      /* uld.h's setting */
+  struct uld_work work; /* its scratch */
+  struct uld_groups g;  /* the micro-batch's groups */
+  double *wgt;          /* (g.n) 1 / the groups of its document */
   size_t cap_wgt;
-  size_t *loc;           /* 0, 1, 2, ...: a chunk's rows */
+  size_t *loc;            /* 0, 1, 2, ...: a chunk's rows */
   int32_t *ids_s, *ids_t; /* a chunk's rows' tokens */
   size_t cap_loc;
   float *hz_s, *hz_t;    /* this rank's slices of a chunk's logits (host) */
@@ -65,8 +66,8 @@ void loss_uld_init(struct loss_uld *u, int Vs, int Vt, float temp_s, float temp_
   u->chunk_rows = chunk_rows > 1 ? chunk_rows : 2;
   struct uld_scratch *x = kd_calloc(1, sizeof *x);
   u->scratch = x;
-  KD_CHECK(!uld_init(&x->math, (size_t)Vs, (size_t)Vt, temp_s), "loss_uld: vocabularies %d, %d",
-           Vs, Vt);
+  KD_CHECK(!uld_init(&x->math, (size_t)Vs, (size_t)Vt, temp_s), "loss_uld: vocabularies %d, %d", Vs,
+           Vt);
   if (u->hybrid) {
     int32_t *t_ids = NULL, *s_ids = NULL;
     size_t n = 0;
@@ -187,9 +188,8 @@ static void gather_rows(struct uld_scratch *x, float *full, const float *hz, siz
 /* Logits of rows `rows` (n) of h (.. x C) over this rank's slice of an LM head (w or w16, voc->n
  * rows), rounded and capped as loss.c does, into the backend buffer z and the host buffer hz. */
 static void chunk_logits(struct kd_backend *be, struct uld_scratch *x, float *hb, float *z,
-                         float *zc, float *hz, const float *h, const float *w,
-                         const uint16_t *w16, int C, const int *rows, size_t n, int vn,
-                         float cap) {
+                         float *zc, float *hz, const float *h, const float *w, const uint16_t *w16,
+                         int C, const int *rows, size_t n, int vn, float cap) {
   be->upload(be, x->b_rows, rows, n * sizeof(int));
   be->gather_rows(be, hb, h, x->b_rows, n, C);
   const int ni = (int)n;
@@ -234,8 +234,8 @@ void loss_uld_run(struct kd_backend *be, struct loss_uld *u, double *kd_sum,
   for (size_t g0 = 0; g0 < g->n;) {
     /* the groups whose rows fit a chunk (at least one group) */
     size_t g1 = g0 + 1;
-    while (g1 < g->n && (g->s_off[g1 + 1] - g->s_off[g0]) + (g->t_off[g1 + 1] - g->t_off[g0]) <=
-                            u->chunk_rows)
+    while (g1 < g->n &&
+           (g->s_off[g1 + 1] - g->s_off[g0]) + (g->t_off[g1 + 1] - g->t_off[g0]) <= u->chunk_rows)
       g1++;
     const size_t s0 = g->s_off[g0], ns = g->s_off[g1] - s0;
     const size_t t0 = g->t_off[g0], nt = g->t_off[g1] - t0;
@@ -262,10 +262,10 @@ void loss_uld_run(struct kd_backend *be, struct loss_uld *u, double *kd_sum,
       rows_t[i] = docs->t_row[g->t_rows[t0 + i]];
       x->ids_t[i] = t_inputs[rows_t[i]];
     }
-    chunk_logits(be, x, x->b_hs, x->b_zs, x->b_zc, x->hz_s, s->h, s->w, NULL, s->C, rows_s, ns,
-                 vs, scap);
-    chunk_logits(be, x, x->b_ht, x->b_zt, NULL, x->hz_t, t->h, t->w, t->w16, t->C, rows_t, nt,
-                 vt, tcap);
+    chunk_logits(be, x, x->b_hs, x->b_zs, x->b_zc, x->hz_s, s->h, s->w, NULL, s->C, rows_s, ns, vs,
+                 scap);
+    chunk_logits(be, x, x->b_ht, x->b_zt, NULL, x->hz_t, t->h, t->w, t->w16, t->C, rows_t, nt, vt,
+                 tcap);
     gather_rows(x, x->zs, x->hz_s, ns, Vs, svoc, tp_comm);
     gather_rows(x, x->zt, x->hz_t, nt, Vt, tvoc, tp_comm);
     uld_softmax(x->zs, x->zs, ns, (size_t)Vs, u->temp_s);
@@ -275,11 +275,11 @@ void loss_uld_run(struct kd_backend *be, struct loss_uld *u, double *kd_sum,
     float *dz = s->dh ? x->dzs : NULL;
     if (dz) memset(dz, 0, ns * (size_t)Vs * sizeof(float));
     for (size_t k = g0; k < g1; k++)
-      *kd_sum += x->wgt[k] * uld_group(dz, &x->work, &x->math, x->zs, x->ids_s,
-                                       x->loc + (g->s_off[k] - s0), g->s_off[k + 1] - g->s_off[k],
-                                       x->zt, x->ids_t, x->loc + (g->t_off[k] - t0),
-                                       g->t_off[k + 1] - g->t_off[k],
-                                       (float)(grad_scale * x->wgt[k]));
+      *kd_sum +=
+          x->wgt[k] * uld_group(dz, &x->work, &x->math, x->zs, x->ids_s,
+                                x->loc + (g->s_off[k] - s0), g->s_off[k + 1] - g->s_off[k], x->zt,
+                                x->ids_t, x->loc + (g->t_off[k] - t0),
+                                g->t_off[k + 1] - g->t_off[k], (float)(grad_scale * x->wgt[k]));
     if (dz) {
       /* this rank's columns of the gradient, back through the cap, into dh and dw */
       for (size_t i = 0; i < ns; i++)
@@ -297,4 +297,18 @@ void loss_uld_run(struct kd_backend *be, struct loss_uld *u, double *kd_sum,
     }
     g0 = g1;
   }
+}
+
+size_t loss_uld_buffer_bytes(size_t rows, int Cs, int vs, int Ct, int vt, int capped) {
+  return rows * (sizeof(int) + 2 * (size_t)Cs * sizeof(float) +
+                 (size_t)vs * (capped ? 2 : 1) * sizeof(float) + (size_t)Ct * sizeof(float) +
+                 (size_t)vt * sizeof(float));
+}
+
+size_t loss_uld_host_bytes(size_t rows, int Vs, int Vt, int vs, int vt) {
+  const size_t V = (size_t)(Vs > Vt ? Vs : Vt);
+  return rows * (3 * V + (size_t)vs + (size_t)vt) * sizeof(float) + /* zs zt dzs, slices */
+         rows * (sizeof(size_t) + 2 * sizeof(int32_t)) +            /* rows' lists */
+         (size_t)Vs * (2 * sizeof(float) + 2 * sizeof(uint64_t)) +  /* uld_work */
+         (size_t)Vt * (sizeof(float) + 2 * sizeof(uint32_t));
 }

@@ -54,4 +54,16 @@ void loss_uld_run(struct kd_backend *be, struct loss_uld *u, double *kd_sum,
                   const struct xtok_docs *docs, const struct loss_caps *caps, float grad_scale,
                   MPI_Comm tp_comm);
 
+/* Bytes of KD_MEM_LOSS the loss keeps for chunks of at most `rows` rows (student and teacher
+ * together) of hidden sizes Cs, Ct over vocabulary slices of vs and vt ids (capped: the
+ * student's logits are soft-capped): the gathered hidden states, both heads' logits, the
+ * hidden states' gradient, the rows (the memory planner's figure; an upper bound: a chunk
+ * allocates what its rows need). */
+size_t loss_uld_buffer_bytes(size_t rows, int Cs, int vs, int Ct, int vt, int capped);
+
+/* Bytes of host memory the loss keeps for such chunks of whole vocabularies of Vs and Vt ids
+ * (slices vs, vt): whole rows of both sides (logits, then probabilities) and the gradient's,
+ * the slices as downloaded, the merged vectors and the sort's scratch. */
+size_t loss_uld_host_bytes(size_t rows, int Vs, int Vt, int vs, int vt);
+
 #endif

@@ -11,6 +11,7 @@
 #include "grid.h"
 #include "layers.h"
 #include "loss.h"
+#include "loss_uld.h"
 #include "moe_ep.h"
 #include "util.h"
 
@@ -78,6 +79,13 @@ static void plan_ep(const struct cut *m, int ep, int slots, int worst, size_t by
 
 /* Weight bytes of a frozen model: FP32, or in bf16 runs packed BF16 plus the FP32 1-D
  * tensors (MODEL_FROZEN16). */
+/* The teacher's tokens per sequence with another tokenizer (loss%kind = 'uld'):
+ * data%teacher_seq_len, else the most the automatic choice can take (data_xtok.h: 2 (seq_len + 1)).
+ */
+static int plan_teacher_len(const struct kd_config *cfg) {
+  return cfg->data_teacher_seq_len ? cfg->data_teacher_seq_len : 2 * (cfg->data_seq_len + 1);
+}
+
 static size_t frozen_bytes(const struct cut *m, int bf16) {
   return bf16 ? m->numel * 2 + m->nvec * sizeof(float) : m->numel * sizeof(float);
 }
@@ -90,7 +98,9 @@ static size_t frozen_bytes(const struct cut *m, int bf16) {
  * the logits of the B last rows (last stage). Prompt lengths come from the data: planned at
  * the bound, prompt = seq_len and S = seq_len + min(seq_len, max_new_tokens). */
 struct gen_plan {
-  size_t kv, work, logits; /* KV cache (+ positions), working set, logits */
+  size_t kv, work, logits;  /* KV cache (+ positions), working set, logits */
+  size_t chunk;             /* the loss chunk's rows (set by plan_rank_ep) */
+  size_t uld_dev, uld_host; /* loss%kind 'uld': its chunks' backend and host bytes */
 };
 
 static void plan_gen(const struct kd_config *cfg, const struct cut *s, struct gen_plan *g) {
@@ -156,7 +166,9 @@ static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int 
   const int live = config_teacher_live(cfg); /* a teacher model */
   const int Vs = cfg->student.vocab_size;
   const int Vt = distill && cfg->teacher.vocab_size ? cfg->teacher.vocab_size : Vs;
-  const int vc = Vt < Vs ? Vt : Vs; /* the ids both models have */
+  const int xtok = distill && cfg->loss_kind == LOSS_ULD; /* a teacher with another tokenizer */
+  const int vc = xtok ? Vs : Vt < Vs ? Vt : Vs;           /* the ids both models have */
+  const int Tt = xtok ? plan_teacher_len(cfg) : T;
   const int ep = cfg->par_ep > 1 ? cfg->par_ep : 1, edp = dp % ep == 0 ? dp / ep : dp;
   struct cut s, t;
   cut_model(&s, &cfg->student, !train, vc, tp, tp_rank, pp, stage, ep);
@@ -186,10 +198,10 @@ static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int 
   for (int k = 0; k < KD_MEM_NCAT; k++)
     if (k != KD_MEM_HOST) before += bytes[k];
   if (live) {
-    cut_model(&t, &cfg->teacher, 1, vc, tp, tp_rank, pp, stage, ep);
+    cut_model(&t, &cfg->teacher, 1, xtok ? Vt : vc, tp, tp_rank, pp, stage, ep);
     plan_policy(&t.d.pol, cfg, 1);
     t.d.B = B;
-    t.d.T = T;
+    t.d.T = Tt;
     bytes[KD_MEM_WEIGHTS] += frozen_bytes(&t, bf16);
     before += frozen_bytes(&t, bf16);
     acts_plan(&t.d, 1, bytes);
@@ -207,11 +219,12 @@ static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int 
   const size_t N = (size_t)B * T;
   if (pp > 1) /* forward messages carry [teacher | student] hidden states (and an MoE
                  student's load-balancing sums), both ways */
-    bytes[KD_MEM_COMM] +=
-        2 *
-        (N * ((size_t)cfg->student.hidden_size + (live ? (size_t)cfg->teacher.hidden_size : 0)) +
-         (train ? acts_aux_floats(&cfg->student) : 0)) *
-        4;
+    bytes[KD_MEM_COMM] += 2 *
+                          (N * (size_t)cfg->student.hidden_size +
+                           (live ? (size_t)B * Tt * (size_t)cfg->teacher.hidden_size : 0) +
+                           (train ? acts_aux_floats(&cfg->student) : 0)) *
+                          4;
+  size_t chunk_rows = 0, uld_dev = 0, uld_host = 0;
   if (s.d.has_head) {
     const int capped = cfg->student.final_logit_softcapping > 0;
     size_t chunk;
@@ -228,10 +241,22 @@ static void plan_rank_ep(const struct kd_config *cfg, int nranks, int rank, int 
     struct loss_vocab voc;
     loss_vocab_slice(&voc, Vs, vc, tp, tp_rank);
     bytes[KD_MEM_LOSS] =
-        loss_buffer_bytes(chunk, N, &voc, distill, (float)cfg->loss_temperature, capped);
+        loss_buffer_bytes(chunk, N, &voc, distill && !xtok, (float)cfg->loss_temperature, capped);
+    if (xtok) { /* the student's CE as above, then the cross-tokenizer chunks */
+      struct loss_vocab tv;
+      loss_vocab_slice(&tv, Vt, Vt, tp, tp_rank);
+      uld_dev = loss_uld_buffer_bytes(chunk, cfg->student.hidden_size, voc.n,
+                                      cfg->teacher.hidden_size, tv.n, capped);
+      uld_host = loss_uld_host_bytes(chunk, Vs, Vt, voc.n, tv.n);
+      bytes[KD_MEM_LOSS] += uld_dev;
+    }
+    chunk_rows = chunk;
   }
   struct gen_plan g; /* generation runs before the step's pipeline, beside its buffers */
   plan_gen(cfg, &s, &g);
+  g.chunk = chunk_rows;
+  g.uld_dev = uld_dev;
+  g.uld_host = uld_host;
   bytes[KD_MEM_ACTS] += g.kv + g.work;
   if (g.logits > bytes[KD_MEM_LOSS]) bytes[KD_MEM_LOSS] = g.logits;
   if (gen) *gen = g;
@@ -393,6 +418,21 @@ int plan_dry_run(const struct kd_config *cfg, int nranks, double device_bytes, i
             "rank receives the rows it sends); routing all of an ep group's tokens to one "
             "rank's experts would take rank %d to %s\n",
             cfg->par_ep, big, kd_fmt_bytes(m1, sizeof m1, (double)total_of(worst)));
+  }
+  if (cfg->run_mode == KD_MODE_DISTILL && cfg->loss_kind == LOSS_ULD) { /* the last stage's */
+    size_t b[KD_MEM_NCAT];
+    struct gen_plan g;
+    const int last = (pp - 1) * tp * dp;
+    plan_rank_ep(cfg, nranks, last, 0, b, &g);
+    kd_info("  cross-tokenizer loss (loss%%kind 'uld'), rank %d: the teacher's windows of %d "
+            "tokens (%s); chunks of at most %zu rows (student and teacher): %s of their hidden "
+            "states and both heads' logits in the loss chunk, %s of host memory (whole rows of "
+            "both vocabularies, the gradient's, the sort's scratch)\n",
+            last, plan_teacher_len(cfg),
+            cfg->data_teacher_seq_len ? "data%teacher_seq_len"
+                                      : "at most 2 (seq_len + 1): the data sets it, see the log",
+            g.chunk, kd_fmt_bytes(m1, sizeof m1, (double)g.uld_dev),
+            kd_fmt_bytes(m2, sizeof m2, (double)g.uld_host));
   }
   if (cfg->loss_onpolicy > 0 && cfg->run_mode != KD_MODE_EVAL) { /* plan_gen's terms */
     size_t b[KD_MEM_NCAT];

@@ -90,16 +90,16 @@ int uld_init(struct uld *u, size_t Vs, size_t Vt, float Ts) {
   return 0;
 }
 
-int uld_set_hybrid(struct uld *u, const int32_t *t_ids, const int32_t *s_ids, size_t n,
-                   double beta, int adaptive, double wm, double wu) {
+int uld_set_hybrid(struct uld *u, const int32_t *t_ids, const int32_t *s_ids, size_t n, double beta,
+                   int adaptive, double wm, double wu) {
   if (!(beta >= 0 && beta <= 1)) return -1;
   unsigned char *ts = calloc(u->Vt, 1), *ss = calloc(u->Vs, 1);
   int32_t *mt = malloc((n ? n : 1) * sizeof *mt), *ms = malloc((n ? n : 1) * sizeof *ms);
   int32_t *tu = NULL, *su = NULL;
   int ok = ts && ss && mt && ms;
   for (size_t j = 0; ok && j < n; j++) {
-    ok = t_ids[j] >= 0 && (size_t)t_ids[j] < u->Vt && s_ids[j] >= 0 &&
-         (size_t)s_ids[j] < u->Vs && !ts[t_ids[j]];
+    ok = t_ids[j] >= 0 && (size_t)t_ids[j] < u->Vt && s_ids[j] >= 0 && (size_t)s_ids[j] < u->Vs &&
+         !ts[t_ids[j]];
     if (ok) ts[t_ids[j]] = 1, ss[s_ids[j]] = 1, mt[j] = t_ids[j], ms[j] = s_ids[j];
   }
   size_t ntu = 0, nsu = 0;
@@ -298,7 +298,7 @@ static double jsd_matched(float *gm, float wgt, const struct uld *u, const float
     const double qs = fmaxf(x, ULD_EPS), qt = fmaxf(y, ULD_EPS);
     const double ls = log(qs), lt = log(qt);
     double val, grad; /* the term and its derivative w.r.t. qs's log-input, per unit of qs */
-    if (beta == 0) { /* KL(teacher || student) */
+    if (beta == 0) {  /* KL(teacher || student) */
       val = qt * (lt - ls), grad = -qt / qs;
     } else if (beta == 1) { /* KL(student || teacher) */
       val = qs * (ls - lt), grad = ls - lt + 1;

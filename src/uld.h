@@ -68,14 +68,14 @@ void uld_groups_free(struct uld_groups *g);
 
 /* The loss's setting; read-only after uld_init and uld_set_hybrid. */
 struct uld {
-  size_t Vs, Vt; /* logits' widths, student and teacher */
-  float Ts;      /* student temperature (the softmax the backward goes through) */
-  int hybrid;    /* 0: plain sorted L1; 1: the hybrid */
-  double beta;   /* the JSD's beta: 0 is KL(teacher || student), 1 KL(student || teacher) */
-  double wm, wu; /* the hybrid's matched and unmatched weights */
-  size_t nm;     /* matched pairs */
-  int32_t *m_t, *m_s; /* (nm) teacher and student column of each pair */
-  size_t nsu, ntu;    /* unmatched columns of each side */
+  size_t Vs, Vt;        /* logits' widths, student and teacher */
+  float Ts;             /* student temperature (the softmax the backward goes through) */
+  int hybrid;           /* 0: plain sorted L1; 1: the hybrid */
+  double beta;          /* the JSD's beta: 0 is KL(teacher || student), 1 KL(student || teacher) */
+  double wm, wu;        /* the hybrid's matched and unmatched weights */
+  size_t nm;            /* matched pairs */
+  int32_t *m_t, *m_s;   /* (nm) teacher and student column of each pair */
+  size_t nsu, ntu;      /* unmatched columns of each side */
   int32_t *s_un, *t_un; /* (nsu), (ntu) ascending */
 };
 
@@ -88,17 +88,17 @@ int uld_init(struct uld *u, size_t Vs, size_t Vt, float Ts);
  * (GOLD's uld_hybrid_matched/unmatched_weight), or, when adaptive, wm = n / Vt and
  * wu = 1 - wm (GOLD's default: both weights None). 0, or -1 (an id out of range, a teacher id
  * twice, beta outside [0, 1], out of memory; u unchanged then). */
-int uld_set_hybrid(struct uld *u, const int32_t *t_ids, const int32_t *s_ids, size_t n,
-                   double beta, int adaptive, double wm, double wu);
+int uld_set_hybrid(struct uld *u, const int32_t *t_ids, const int32_t *s_ids, size_t n, double beta,
+                   int adaptive, double wm, double wu);
 
 void uld_free(struct uld *u);
 
 /* Scratch of uld_group, sized for one struct uld: 0 or -1 (out of memory). */
 struct uld_work {
-  float *ms, *mt;      /* (Vs), (Vt) the merged vectors */
-  float *gm;           /* (Vs) d(loss)/d(student's merged vector) */
-  uint64_t *sa, *sb;   /* (Vs) each: student (key, index) pairs being sorted */
-  uint32_t *ta, *tb;   /* (Vt) each: teacher keys being sorted */
+  float *ms, *mt;    /* (Vs), (Vt) the merged vectors */
+  float *gm;         /* (Vs) d(loss)/d(student's merged vector) */
+  uint64_t *sa, *sb; /* (Vs) each: student (key, index) pairs being sorted */
+  uint32_t *ta, *tb; /* (Vt) each: teacher keys being sorted */
 };
 int uld_work_init(struct uld_work *w, const struct uld *u);
 void uld_work_free(struct uld_work *w);

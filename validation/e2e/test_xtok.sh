@@ -47,6 +47,21 @@ ref check "$PWD" chat r1 || fail "ULD against GOLD"
 kd 1 run%out_dir="'r1h'" loss%matched_weight=0.7 loss%unmatched_weight=0.3
 ref check "$PWD" chat r1h 0.7 0.3 || fail "the hybrid against GOLD"
 
+echo "== memory: the measured peaks against --dry-run's plan (data%teacher_seq_len fixed)"
+kd 1 run%out_dir="'rp'" data%teacher_seq_len=64
+awk '/^memory peaks per rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $3, $4, $5, $6, $7, $8 }' \
+  log.txt > measured.txt
+"$KDTRAIN" --dry-run --bytes --ranks 1 base.nml data%teacher_seq_len=64 > plan.txt 2>&1 \
+  || { cat plan.txt; fail "dry run"; }
+grep -q "cross-tokenizer loss (loss%kind 'uld'), rank 0: the teacher's windows of 64 tokens" \
+  plan.txt || { cat plan.txt; fail "the dry run has no cross-tokenizer line"; }
+awk '/^  rank/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $2, $3, $4, $5, $6, $7; exit }' \
+  plan.txt > planned.txt
+paste -d' ' measured.txt planned.txt | awk '{ for (k = 1; k <= 6; k++) {
+    if (k == 5 ? $k > $(k + 6) : $k != $(k + 6)) { print "column " k ": measured " $k ", planned " $(k + 6); bad = 1 } }
+    printf "ok plan: measured %s, planned %s\n", $0, "" } END { exit bad }' \
+  || fail "measured peaks against the plan (the loss column at most the plan's bound)"
+
 echo "== layouts: tp 2, pp 2, dp 2 against 1 rank (multi-turn conversations, packed)"
 for h in "" "loss%matched_weight=0.7 loss%unmatched_weight=0.3"; do
   # shellcheck disable=SC2086 # $h: zero or two words
