@@ -741,11 +741,6 @@ static int check_uld(struct namelist_ctx *c, const struct kd_config *cfg) {
                             "(the rest is unknown, so the sorted distance cannot be computed); "
                             "expected 'live'",
                             cfg->teacher_cache_k);
-  if (cfg->loss_onpolicy > 0)
-    return namelist_key_err(c, key_index(c, "loss", "onpolicy"), (long)kind,
-                            "%g with loss%%kind = 'uld': on-policy text is not re-encoded by "
-                            "the teacher's tokenizer inside the run yet; expected 0",
-                            cfg->loss_onpolicy);
   if ((cfg->loss_matched_weight < 0) != (cfg->loss_unmatched_weight < 0))
     return namelist_key_err(c, cfg->loss_matched_weight < 0 ? mw : uw,
                             (long)(cfg->loss_matched_weight < 0 ? uw : mw),

@@ -80,7 +80,7 @@ static size_t doc_tokens(const struct data_source *src, size_t i) {
   return (size_t)(src->doc[i + 1] - src->doc[i]);
 }
 
-int data_use_teacher(struct kd_data *d, int teacher_vocab, int seq_len_t, char *err,
+int data_use_teacher(struct kd_data *d, int teacher_vocab, int seq_len_t, int room, char *err,
                      size_t errlen) {
   if (!d->docs) {
     kd_seterr(err, errlen,
@@ -109,7 +109,7 @@ int data_use_teacher(struct kd_data *d, int teacher_vocab, int seq_len_t, char *
     }
   }
   d->xtok = 1;
-  d->Tt = seq_len_t ? seq_len_t : (int)need;
+  d->Tt = seq_len_t ? seq_len_t : room ? (int)cap : (int)need;
   return KD_EXIT_OK;
 }
 
@@ -133,6 +133,9 @@ static void docs_reserve(struct xtok_docs *x, size_t ns, size_t nt) {
   grow((void **)&x->s_first, &cd, x->ndocs + 2, sizeof *x->s_first);
   cd = x->cap_docs, grow((void **)&x->t_first, &cd, x->ndocs + 2, sizeof *x->t_first);
   cd = x->cap_docs, grow((void **)&x->cut, &cd, x->ndocs + 2, 1);
+  cd = x->cap_docs, grow((void **)&x->answer, &cd, x->ndocs + 2, 1);
+  cd = x->cap_docs, grow((void **)&x->t_start, &cd, x->ndocs + 2, sizeof *x->t_start);
+  cd = x->cap_docs, grow((void **)&x->t_lead, &cd, x->ndocs + 2, sizeof *x->t_lead);
   x->cap_docs = cd;
   grow((void **)&x->s_row, &cs, x->ns + ns, sizeof *x->s_row);
   cs = x->cap_s, grow((void **)&x->s_end, &cs, x->ns + ns, sizeof *x->s_end);
@@ -145,14 +148,21 @@ static void docs_reserve(struct xtok_docs *x, size_t ns, size_t nt) {
 /* Append one side of a document: the answer tokens (offset >= 0) among its n tokens
  * k0 .. k0 + n - 1 of the offsets file but the last of them (the end of sequence: GOLD's
  * uld_skip_student_eos / uld_skip_teacher_eos defaults), at rows row0 + j for the first `rows`
- * tokens j (the window's). *cut: one of those answer tokens has no row. buf: n ints. */
+ * tokens j (the window's). *cut: one of those answer tokens has no row; *first: the first
+ * answer token (n: none). buf: n ints. */
 static size_t side_append(const struct data_source *off, size_t k0, size_t n, size_t rows, int row0,
-                          int *row, int32_t *end, int *buf, int *cut) {
+                          int *row, int32_t *end, int *buf, int *cut, int *first) {
   data_source_tokens(off, k0, n, buf);
   size_t last = n; /* the last answer token */
   for (size_t j = n; j-- > 0;)
     if (buf[j] >= 0) {
       last = j;
+      break;
+    }
+  *first = (int)n; /* the first answer token */
+  for (size_t j = 0; j < n; j++)
+    if (buf[j] >= 0) {
+      *first = (int)j;
       break;
     }
   size_t m = 0;
@@ -168,59 +178,86 @@ static size_t side_append(const struct data_source *off, size_t k0, size_t n, si
   return m;
 }
 
-void data_batch_teacher(struct kd_data *d, int64_t g0, int mb, int *inputs, int *pos,
-                        struct xtok_docs *x) {
-  const size_t Tt = (size_t)d->Tt, T = (size_t)d->seq_len;
-  int64_t at_g = 0, at_n[DATA_MAX_SETS];
+void xtok_docs_reset(struct xtok_docs *x) {
   x->ndocs = x->ns = x->nt = 0;
   docs_reserve(x, 0, 0);
   x->s_first[0] = x->t_first[0] = 0;
-  int *buf = NULL;
-  size_t cap_buf = 0;
+}
+
+void xtok_docs_add(struct xtok_docs *x, const int *s_row, const int32_t *s_end, size_t ns,
+                   const int *t_row, const int32_t *t_end, size_t nt, int cut, int answer,
+                   int t_start, int t_lead) {
+  docs_reserve(x, ns, nt);
+  x->answer[x->ndocs] = (unsigned char)answer;
+  x->t_start[x->ndocs] = t_start;
+  x->t_lead[x->ndocs] = t_lead;
+  memcpy(x->s_row + x->ns, s_row, ns * sizeof *s_row);
+  memcpy(x->s_end + x->ns, s_end, ns * sizeof *s_end);
+  memcpy(x->t_row + x->nt, t_row, nt * sizeof *t_row);
+  memcpy(x->t_end + x->nt, t_end, nt * sizeof *t_end);
+  x->ns += ns;
+  x->nt += nt;
+  x->cut[x->ndocs++] = (unsigned char)cut;
+  x->s_first[x->ndocs] = x->ns;
+  x->t_first[x->ndocs] = x->nt;
+}
+
+void data_teacher_window(struct kd_data *d, int64_t g, int j, int *in, int *ps,
+                         struct xtok_docs *x) {
+  const size_t Tt = (size_t)d->Tt, T = (size_t)d->seq_len;
+  int set;
+  size_t w;
+  data_draw(d, g, &set, &w);
+  const struct data_set *s = &d->set[set];
+  const struct data_xtok *xt = s->xt;
+  size_t ts = 0, tt = 0; /* student and teacher tokens of the window so far */
+  for (size_t k = s->pack.off[w]; k < s->pack.off[w + 1]; k++) {
+    const size_t doc = s->pack.ids[k];
+    const size_t sl = doc_tokens(&s->src, doc), tl = doc_tokens(&xt->t, doc);
+    const size_t skeep = sl < T + 1 ? sl : T + 1; /* the student's packing cut */
+    const size_t tkeep = tl < Tt - tt ? tl : Tt - tt;
+    if (tkeep) data_source_tokens(&xt->t, (size_t)xt->t.doc[doc], tkeep, in + tt);
+    for (size_t i = 0; i < tkeep; i++)
+      ps[tt + i] = (int)i;
+    int *buf = kd_malloc((sl > tl ? sl : tl) * sizeof *buf + 1);
+    docs_reserve(x, sl, tl);
+    /* the student's rows: the window's tokens before its last (which is a label only) */
+    const size_t srows = ts + skeep <= T ? skeep : T - ts;
+    int cut = 0, sfirst, tfirst;
+    const size_t ns =
+        side_append(&xt->soff, (size_t)s->src.doc[doc], sl, srows, j * (int)T + (int)ts,
+                    x->s_row + x->ns, x->s_end + x->ns, buf, &cut, &sfirst);
+    const size_t nt =
+        side_append(&xt->toff, (size_t)xt->t.doc[doc], tl, tkeep, j * (int)Tt + (int)tt,
+                    x->t_row + x->nt, x->t_end + x->nt, buf, &cut, &tfirst);
+    free(buf);
+    x->answer[x->ndocs] = (size_t)sfirst < srows;
+    x->t_start[x->ndocs] = j * (int)Tt + (int)tt;
+    x->t_lead[x->ndocs] = (size_t)tfirst < tkeep ? tfirst : (int)tkeep;
+    x->ns += ns;
+    x->nt += nt;
+    x->cut[x->ndocs++] = (unsigned char)cut;
+    x->s_first[x->ndocs] = x->ns;
+    x->t_first[x->ndocs] = x->nt;
+    ts += skeep;
+    tt += tkeep;
+  }
+  for (size_t i = tt; i < Tt; i++) { /* padding: never computed */
+    in[i] = 0;
+    ps[i] = -1;
+  }
+}
+
+void data_batch_teacher(struct kd_data *d, int64_t g0, int mb, int *inputs, int *pos,
+                        struct xtok_docs *x) {
+  const size_t Tt = (size_t)d->Tt;
+  int64_t at_g = 0, at_n[DATA_MAX_SETS];
+  xtok_docs_reset(x);
   for (int j = 0; j < mb; j++) {
-    int set;
-    size_t w;
-    data_draw(d, g0 + j, &set, &w);
+    data_teacher_window(d, g0 + j, j, inputs + (size_t)j * Tt, pos + (size_t)j * Tt, x);
     if (j == 0) /* keep the blend cursor at g0 for the student's batch */
       at_g = d->blend_g, memcpy(at_n, d->blend_n, sizeof at_n);
-    const struct data_set *s = &d->set[set];
-    const struct data_xtok *xt = s->xt;
-    int *in = inputs + (size_t)j * Tt, *ps = pos + (size_t)j * Tt;
-    size_t ts = 0, tt = 0; /* student and teacher tokens of the window so far */
-    for (size_t k = s->pack.off[w]; k < s->pack.off[w + 1]; k++) {
-      const size_t doc = s->pack.ids[k];
-      const size_t sl = doc_tokens(&s->src, doc), tl = doc_tokens(&xt->t, doc);
-      const size_t skeep = sl < T + 1 ? sl : T + 1; /* the student's packing cut */
-      const size_t tkeep = tl < Tt - tt ? tl : Tt - tt;
-      if (tkeep) data_source_tokens(&xt->t, (size_t)xt->t.doc[doc], tkeep, in + tt);
-      for (size_t i = 0; i < tkeep; i++)
-        ps[tt + i] = (int)i;
-      const size_t most = sl > tl ? sl : tl;
-      if (most > cap_buf) {
-        free(buf);
-        cap_buf = most;
-        buf = kd_malloc(cap_buf * sizeof *buf);
-      }
-      docs_reserve(x, sl, tl);
-      /* the student's rows: the window's tokens before its last (which is a label only) */
-      const size_t srows = ts + skeep <= T ? skeep : T - ts;
-      int cut = 0;
-      x->ns += side_append(&xt->soff, (size_t)s->src.doc[doc], sl, srows, j * (int)T + (int)ts,
-                           x->s_row + x->ns, x->s_end + x->ns, buf, &cut);
-      x->nt += side_append(&xt->toff, (size_t)xt->t.doc[doc], tl, tkeep, j * (int)Tt + (int)tt,
-                           x->t_row + x->nt, x->t_end + x->nt, buf, &cut);
-      x->cut[x->ndocs++] = (unsigned char)cut;
-      x->s_first[x->ndocs] = x->ns;
-      x->t_first[x->ndocs] = x->nt;
-      ts += skeep;
-      tt += tkeep;
-    }
-    for (size_t i = tt; i < Tt; i++) { /* padding: never computed */
-      in[i] = 0;
-      ps[i] = -1;
-    }
   }
-  free(buf);
   if (mb > 0 && d->nsets > 1) {
     d->blend_g = at_g;
     memcpy(d->blend_n, at_n, sizeof at_n);
@@ -258,6 +295,9 @@ void xtok_docs_free(struct xtok_docs *x) {
   free(x->s_first);
   free(x->t_first);
   free(x->cut);
+  free(x->answer);
+  free(x->t_start);
+  free(x->t_lead);
   free(x->s_row);
   free(x->t_row);
   free(x->s_end);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sample.h"
+#include "tokenizer.h"
 #include "tokfiles.h"
 #include "util.h"
 
@@ -103,6 +104,10 @@ void onpolicy_free(struct onpolicy *op) {
       free(op->plen);
   free(op->out), free(op->nout), free(op->rtok), free(op->rmask), free(op->rlen);
   free(op->rplen), free(op->rstep), free(op->rsample);
+  tokenizer_free(op->ts), tokenizer_free(op->tt);
+  free(op->tin), free(op->tpos), free(op->gen), free(op->tP), free(op->sn), free(op->tn);
+  free(op->send), free(op->tend), free(op->tcut);
+  xtok_docs_free(&op->tdocs);
   memset(op, 0, sizeof *op);
 }
 
@@ -165,6 +170,140 @@ static void rewrite_row(struct onpolicy *op, int s, int P, const int *c, int n, 
   op->rsample[s] = g;
 }
 
+int onpolicy_xtok(struct onpolicy *op, const struct tokset *ts, const struct tokset *tt, int Tt,
+                  char *err, size_t errlen) {
+  if (!op->on) return KD_EXIT_OK;
+  const struct tokset *side[2] = {ts, tt};
+  struct tokenizer **out[2] = {&op->ts, &op->tt};
+  const char *who[2] = {"the student's", "the teacher's"};
+  for (int i = 0; i < 2; i++) {
+    size_t len = 0;
+    const char *json = side[i] ? tokfiles_file(side[i], "tokenizer.json", &len) : NULL;
+    char why[512];
+    if (!json) {
+      kd_seterr(err, errlen,
+                "loss%%onpolicy with loss%%kind = 'uld': %s weights file has no tokenizer.json "
+                "under /tokenizer, and the student's text is re-encoded by the teacher's "
+                "tokenizer inside the run; expected weights files made by kdconvert from-hf "
+                "with the tokenizer",
+                who[i]);
+      return KD_EXIT_INPUT;
+    }
+    *out[i] = tokenizer_load(json, len, why, sizeof why);
+    if (!*out[i]) {
+      kd_seterr(err, errlen, "loss%%onpolicy with loss%%kind = 'uld': %s tokenizer.json: %s",
+                who[i], why);
+      return KD_EXIT_INPUT;
+    }
+  }
+  int eos[KD_GEN_MAX_EOS];
+  const char *from = NULL;
+  op->teos = tokfiles_eos(tt, eos, KD_GEN_MAX_EOS, &from) > 0 ? eos[0] : -1;
+  op->Tt = Tt;
+  const size_t S = (size_t)op->share, T = (size_t)op->T;
+  op->tin = kd_malloc(S * (size_t)Tt * sizeof(int));
+  op->tpos = kd_malloc(S * (size_t)Tt * sizeof(int));
+  op->gen = kd_calloc(S, sizeof(int));
+  op->tP = kd_calloc(S, sizeof(int));
+  op->sn = kd_calloc(S, sizeof(int));
+  op->tn = kd_calloc(S, sizeof(int));
+  op->send = kd_malloc(S * (T + 1) * sizeof(int32_t));
+  op->tend = kd_malloc(S * (size_t)Tt * sizeof(int32_t));
+  op->tcut = kd_calloc(S, 1);
+  return KD_EXIT_OK;
+}
+
+/* Bytes of id's piece (tokenizer.json's spelling: one character per byte of a byte-level
+ * token, as GOLD's piece_byte_len counts). */
+static int32_t piece_bytes(const struct tokenizer *t, int id) {
+  size_t len = 0;
+  const char *p = tokenizer_token_str(t, id, &len);
+  int32_t n = 0;
+  for (size_t i = 0; p && i < len; i++)
+    n += ((unsigned char)p[i] & 0xC0) != 0x80; /* a character's first byte */
+  return n;
+}
+
+/* The teacher's side of continued sample s (prompt P, continuation c of n tokens): its window
+ * (the teacher's prompt of the document, the continuation's text encoded, its end of
+ * sequence) and both sides' answer tokens (the last of each left out: GOLD's skip-eos). */
+static void xtok_row(struct onpolicy *op, int s, const int *c, int n) {
+  const int T = op->T, Tt = op->Tt;
+  int *in = op->tin + (size_t)s * Tt, *ps = op->tpos + (size_t)s * Tt;
+  const struct xtok_docs *d = &op->tdocs;
+  int Pt = 0, had = 0; /* the teacher's prompt of the window's first document */
+  for (size_t k = 0; k < d->ndocs; k++)
+    if (d->t_start[k] / Tt == s) {
+      if (!had) Pt = d->t_lead[k];
+      had++;
+      op->ddocs -= d->answer[k];
+    }
+  op->ddocs += n > 0;
+  int32_t *se = op->send + (size_t)s * (T + 1), *te = op->tend + (size_t)s * Tt;
+  int32_t at = 0;
+  for (int i = 0; i < n; i++)
+    se[i] = at += piece_bytes(op->ts, c[i]);
+  size_t len = 0;
+  char *text = tokenizer_decode(op->ts, (const int32_t *)c, (size_t)n, 0, &len);
+  KD_CHECK(text, "onpolicy: out of memory");
+  struct tok_encoding e = {0};
+  char err[256];
+  KD_CHECK(!tokenizer_encode(op->tt, text, len, 0, &e, err, sizeof err), "onpolicy: %s", err);
+  const int m = (int)e.n + (op->teos >= 0); /* the teacher's answer: the text, its end */
+  int t = Pt;
+  at = 0;
+  for (int i = 0; i < m && t < Tt; i++, t++) {
+    in[t] = i < (int)e.n ? e.ids[i] : op->teos;
+    te[i] = i < (int)e.n ? (at += piece_bytes(op->tt, e.ids[i])) : (int32_t)len;
+  }
+  for (int i = 0; i < Tt; i++)
+    ps[i] = i < t ? i : -1;
+  for (int i = t; i < Tt; i++)
+    in[i] = 0;
+  op->tP[s] = Pt;
+  op->sn[s] = n > 0 ? n - 1 : 0;
+  op->tcut[s] = Pt + m > Tt;
+  op->tn[s] = op->tcut[s] ? Tt - Pt : m > 0 ? m - 1 : 0;
+  op->gen[s] = 1;
+  tok_encoding_free(&e);
+  free(text);
+}
+
+void onpolicy_fetch_teacher(struct onpolicy *op, int m, int *inputs, int *pos,
+                            struct xtok_docs *docs) {
+  const int T = op->T, Tt = op->Tt, mb = op->mb;
+  int *rs = kd_malloc((size_t)(T + 1 + Tt) * sizeof(int)), *rt = rs + T + 1;
+  xtok_docs_reset(docs);
+  const struct xtok_docs *d = &op->tdocs;
+  for (int j = 0; j < mb; j++) {
+    const int s = m * mb + j;
+    memcpy(inputs + (size_t)j * Tt, op->tin + (size_t)s * Tt, (size_t)Tt * sizeof(int));
+    memcpy(pos + (size_t)j * Tt, op->tpos + (size_t)s * Tt, (size_t)Tt * sizeof(int));
+    if (op->gen[s]) {
+      const int P = op->rplen[s];
+      for (int i = 0; i < op->sn[s]; i++)
+        rs[i] = j * T + P + i;
+      for (int i = 0; i < op->tn[s]; i++)
+        rt[i] = j * Tt + op->tP[s] + i;
+      xtok_docs_add(docs, rs, op->send + (size_t)s * (T + 1), (size_t)op->sn[s], rt,
+                    op->tend + (size_t)s * Tt, (size_t)op->tn[s], op->tcut[s], op->rlen[s] > 0,
+                    j * Tt, op->tP[s]);
+      continue;
+    }
+    for (size_t k = 0; k < d->ndocs; k++) { /* the data's documents, on row j */
+      if (d->t_start[k] / Tt != s) continue;
+      const size_t ns = d->s_first[k + 1] - d->s_first[k], nt = d->t_first[k + 1] - d->t_first[k];
+      for (size_t i = 0; i < ns; i++)
+        rs[i] = d->s_row[d->s_first[k] + i] - s * T + j * T;
+      for (size_t i = 0; i < nt; i++)
+        rt[i] = d->t_row[d->t_first[k] + i] - s * Tt + j * Tt;
+      xtok_docs_add(docs, rs, d->s_end + d->s_first[k], ns, rt, d->t_end + d->t_first[k], nt,
+                    d->cut[k], d->answer[k], d->t_start[k] - s * Tt + j * Tt, d->t_lead[k]);
+    }
+  }
+  free(rs);
+}
+
 /* Continue rows s0 .. s0 + n - 1 of the share (global samples g0 + s0 ..) with the student;
  * adds to the step's sums: *delta (counted labels), the tokens kept and ended. Returns the
  * tokens the student produced. */
@@ -198,6 +337,7 @@ static double continue_run(struct onpolicy *op, struct kd_backend *be, const str
     for (int t = 0; t < T; t++)
       was += op->labels[(size_t)s * T + t] != -1;
     rewrite_row(op, s, P, c, keep, step, g0 + s);
+    if (op->tt) xtok_row(op, s, c, keep);
     *delta += (double)keep - (double)was;
     op->kept += keep;
     op->ended += keep > 0 && keep == op->nout[b] && is_end(&o, c[keep - 1]);
@@ -248,6 +388,11 @@ static void save_rows(struct onpolicy *op, const int *gen, int64_t step) {
 double onpolicy_generate(struct onpolicy *op, struct kd_backend *be, const struct kd_model *student,
                          struct kd_data *train, int64_t step, int64_t consumed, int64_t g0) {
   const int mb = op->mb;
+  if (op->tt) { /* the teacher's side first: it leaves the blend cursor at g0 */
+    data_batch_teacher(train, g0, op->share, op->tin, op->tpos, &op->tdocs);
+    memset(op->gen, 0, (size_t)op->share * sizeof(int));
+    op->ddocs = 0;
+  }
   data_batch_pos(train, g0, op->share, op->inputs, op->labels, op->pos);
   onpolicy_pick(op, step, consumed, op->pick);
   struct kd_model view = *student; /* the working weights, forward only, with a KV cache */
@@ -268,8 +413,9 @@ double onpolicy_generate(struct onpolicy *op, struct kd_backend *be, const struc
       j += n ? n : 1;
     }
   double secs = kd_now() - t0;
-  double v[5] = {delta, made, op->kept, op->ended, op->nseq};
-  MPI_Allreduce(MPI_IN_PLACE, v, 5, MPI_DOUBLE, MPI_SUM, op->grid->dp_comm);
+  double v[6] = {delta, made, op->kept, op->ended, op->nseq, op->ddocs};
+  MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_DOUBLE, MPI_SUM, op->grid->dp_comm);
+  op->ddocs = v[5];
   MPI_Allreduce(MPI_IN_PLACE, &secs, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   op->made = v[1], op->kept = v[2], op->ended = v[3], op->nseq = v[4], op->secs = secs;
   if (op->save) save_rows(op, gen, step);

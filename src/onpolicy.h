@@ -21,7 +21,8 @@
 #include "model.h"
 #include "rollouts.h"
 
-struct tokset; /* tokfiles.h */
+struct tokset;    /* tokfiles.h */
+struct tokenizer; /* tokenizer.h */
 
 struct onpolicy {
   int on; /* loss%onpolicy > 0 */
@@ -43,6 +44,19 @@ struct onpolicy {
   /* the last step, over the world: tokens produced, seconds (slowest rank), samples
    * generated, continuation tokens kept, continuations ended by an end id */
   double made, secs, nseq, kept, ended;
+  /* a teacher with another tokenizer (loss%kind 'uld', onpolicy_xtok): a continuation's text
+   * (the student's decode) is encoded by the teacher's tokenizer after the teacher's prompt of
+   * the document, its end-of-sequence id appended; both sides' answer ends in bytes of that
+   * text (GOLD: each byte-level piece's bytes; the teacher's end of sequence zero-wide) */
+  struct tokenizer *ts, *tt; /* NULL: no teacher of another tokenizer */
+  int Tt, teos;              /* the teacher's window; its end-of-sequence id (-1: none) */
+  int *tin, *tpos;           /* (share, Tt): the teacher's side of the share */
+  struct xtok_docs tdocs;    /* the data's answer tokens of the share (before rewriting) */
+  int *gen;                  /* (share): 1 where this step's sample was continued */
+  int *tP, *sn, *tn;         /* (share): a continued sample's teacher prompt; answer tokens */
+  int32_t *send, *tend;      /* (share, T + 1), (share, Tt): their ends */
+  unsigned char *tcut;       /* (share): the teacher's answer did not fit its window */
+  double ddocs;              /* the step's change of documents with an answer (all ranks) */
 };
 
 /* Set up on-policy training when loss%onpolicy > 0 (else op->on = 0 and nothing else):
@@ -65,6 +79,18 @@ void onpolicy_pick(const struct onpolicy *op, int64_t step, int64_t first, int *
  * global batch's counted labels (the same on every rank). Collective over MPI_COMM_WORLD. */
 double onpolicy_generate(struct onpolicy *op, struct kd_backend *be, const struct kd_model *student,
                          struct kd_data *train, int64_t step, int64_t consumed, int64_t g0);
+
+/* On-policy text for a teacher with another tokenizer: the C tokenizers of the two sides'
+ * tokenizer.json (ts: the student's files, tt: the teacher's), the teacher's windows of Tt
+ * tokens (data_use_teacher). KD_EXIT_INPUT with a message when a side has no tokenizer.json or
+ * the C tokenizer refuses it. Not collective. */
+int onpolicy_xtok(struct onpolicy *op, const struct tokset *ts, const struct tokset *tt, int Tt,
+                  char *err, size_t errlen);
+
+/* pipe_tfetch_fn's work over the rewritten share: the teacher's tokens, positions and the
+ * answer tokens of micro-batch m (continued samples: their new text; others: the data's). */
+void onpolicy_fetch_teacher(struct onpolicy *op, int m, int *inputs, int *pos,
+                            struct xtok_docs *docs);
 
 /* pipe_fetch_fn over the rewritten share (arg: the struct onpolicy). */
 void onpolicy_fetch(void *arg, int m, int *inputs, int *labels, int *pos);

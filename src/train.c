@@ -244,8 +244,8 @@ static void data_setup(struct run *r, int vc) {
   int st = 0;
   if (!r->eval || !cfg->data_valid[0]) st = data_open_train(&r->train, cfg, vc, err, sizeof err);
   if (!st && r->xtok)
-    st = data_use_teacher(&r->train, cfg->teacher.vocab_size, cfg->data_teacher_seq_len, err,
-                          sizeof err);
+    st = data_use_teacher(&r->train, cfg->teacher.vocab_size, cfg->data_teacher_seq_len,
+                          cfg->loss_onpolicy > 0, err, sizeof err);
   kd_agree_or_fail(st, err);
   if (cfg->data_valid[0]) {
     kd_agree_or_fail(data_open_valid(&r->valid, cfg, vc, err, sizeof err), err);
@@ -370,6 +370,9 @@ static void run_setup(struct run *r, const struct kd_config *cfg, const char *re
   if (!r->eval) tokenizer_setup(r, resumed);
   data_setup(r, vc);
   if (!r->eval) onpolicy_setup(&r->onp, cfg, &r->grid, &r->train, vc, r->tok);
+  if (r->xtok)
+    kd_agree_or_fail(onpolicy_xtok(&r->onp, r->tok, r->teacher_tok, r->train.Tt, err, sizeof err),
+                     err);
   pipe_setup(r, dp);
   run_rate_setup(r);
 }
@@ -422,6 +425,10 @@ static void fetch_batch(void *arg, int m, int *inputs, int *labels, int *pos) {
 /* The teacher's side of micro-batch m (a teacher with another tokenizer). */
 static void teacher_fetch(void *arg, int m, int *inputs, int *pos, struct xtok_docs *docs) {
   struct fetch_ctx *f = arg;
+  if (f->onp) {
+    onpolicy_fetch_teacher(f->onp, m, inputs, pos, docs);
+    return;
+  }
   data_batch_teacher(f->data, f->g0 + (int64_t)m * f->mb, f->mb, inputs, pos, docs);
 }
 
@@ -505,7 +512,9 @@ static struct step_out train_step(struct run *r, int64_t step, struct kd_scaler 
   run_moe_stats_take(r, stale); /* a validation's since the last step */
   /* a teacher with another tokenizer: the KD term is a mean over the documents with an answer
    * (GOLD's mean over samples), the CE a mean over the counted labels */
-  const double docs = r->xtok ? (double)data_count_answer_docs(&r->train, consumed, gb) : counted;
+  const double docs = r->xtok ? (double)data_count_answer_docs(&r->train, consumed, gb) +
+                                    (r->onp.on ? r->onp.ddocs : 0.0)
+                              : counted;
   const double alpha = cfg->loss_alpha;
   if (r->xtok) r->pipe.uld_scale = docs > 0 ? (float)(scale * alpha / docs) : 0.0f;
   const float gscale = r->xtok ? (float)(scale * (1.0 - alpha) / counted) : scale / (float)counted;

@@ -8,6 +8,11 @@
 #    documents with the models' own logits, each document one sample, within 1e-4; the hybrid
 #    (loss%matched_weight 0.7, unmatched_weight 0.3: GOLD's JSD with beta 0.5 on the ids both
 #    tokenizers spell alike, ULD on the rest) likewise;
+#  - on-policy (loss%onpolicy 1): each continuation decoded by the student's tokenizer and
+#    re-encoded by the teacher's inside the run (the C tokenizer) after the teacher's prompt of
+#    the document equals GOLD's own path (skip_special_tokens=False decode, its
+#    encode_with_byte_offsets and piece_byte_len) on the rows of rollouts.h5, within 1e-4; half
+#    on-policy on packed multi-turn data: tp 2, pp 2, dp 2 equal 1 rank;
 #  - multi-turn conversations packed several to a window: tp 2, pp 2 and dp 2 equal 1 rank
 #    (loss and grad_norm within 1e-5) over 3 steps, plain ULD and the hybrid;
 #  - refusals (exit 2, the keys named): a teacher with another tokenizer and loss%kind 'fkl';
@@ -46,6 +51,18 @@ kd 1
 ref check "$PWD" chat r1 || fail "ULD against GOLD"
 kd 1 run%out_dir="'r1h'" loss%matched_weight=0.7 loss%unmatched_weight=0.3
 ref check "$PWD" chat r1h 0.7 0.3 || fail "the hybrid against GOLD"
+
+echo "== on-policy: the continuations re-encoded by the teacher's tokenizer (C) against GOLD"
+kd 1 run%out_dir="'op'" loss%onpolicy=1.0 generate%max_new_tokens=12 generate%save=.true.
+ref onpolicy "$PWD" chat op || fail "on-policy ULD against GOLD"
+set -- loss%onpolicy=0.5 generate%max_new_tokens=12 run%steps=2 parallel%global_batch=4 \
+  parallel%micro_batch=1 data%pack=.true. data%seq_len=64 data%train="'multi'"
+kd 1 run%out_dir="'o1'" "$@"
+for lay in "parallel%tp=2" "parallel%pp=2" "parallel%dp=2"; do
+  kd 2 run%out_dir="'o2'" "$lay" "$@"
+  kd_same_metrics o1 o2 "on-policy $lay" 2 || fail "on-policy $lay differs from 1 rank"
+  echo "ok on-policy $lay equals 1 rank"
+done
 
 echo "== memory: the measured peaks against --dry-run's plan (data%teacher_seq_len fixed)"
 kd 1 run%out_dir="'rp'" data%teacher_seq_len=64

@@ -169,6 +169,74 @@ def check(work, prefix, run, matched=None, unmatched=None):
         sys.exit(f"FAIL: {run}: kdtrain and GOLD differ by more than {TOL}")
 
 
+def onpolicy(work, prefix, run):
+    """Step 1 of an on-policy run (loss%onpolicy = 1, data%pack = .false., rollouts saved)
+    against GOLD: the student's rows from rollouts.h5, each continuation's text decoded as GOLD
+    does (skip_special_tokens=False) and re-encoded by the teacher's tokenizer with GOLD's own
+    encode_with_byte_offsets after the teacher's prompt of the same document (kdprep's teacher
+    tokens before its first answer token), the teacher's end of sequence appended at the text's
+    end; the student's ends by GOLD's piece_byte_len."""
+    import h5py
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.experimental.gold import GOLDConfig
+    from trl.experimental.gold.gold_trainer import ULDLoss
+    from trl.experimental.utils import encode_with_byte_offsets, piece_byte_len
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    cfg = GOLDConfig(output_dir=os.path.join(work, "gold"), use_uld_loss=True, report_to=[],
+                     use_cpu=True, bf16=False)
+    hf = {r: os.path.join(work, f"hf_{r}") for r in ("teacher", "student")}
+    toks = {r: AutoTokenizer.from_pretrained(hf[r]) for r in hf}
+    models = {r: AutoModelForCausalLM.from_pretrained(hf[r], dtype=torch.float32,
+                                                      attn_implementation="eager").eval()
+              for r in hf}
+    uld = ULDLoss(cfg, student_tokenizer=toks["student"], teacher_tokenizer=toks["teacher"])
+    sdocs, tdocs = read_indexed(prefix), read_indexed(prefix + "_teacher")
+    toffs = read_indexed(prefix + "_teacher_offsets")
+    with h5py.File(os.path.join(run, "rollouts.h5"), "r") as f:
+        rows = f["step"][()] == 1
+        tok, plen, glen = f["tokens"][()][rows], f["prompt_len"][()][rows], f["gen_len"][()][rows]
+    losses = []
+    for r in range(len(tok)):
+        P, n = int(plen[r]), int(glen[r])
+        prompt, cont = [int(x) for x in tok[r][:P]], [int(x) for x in tok[r][P:P + n]]
+        d = [i for i, x in enumerate(sdocs) if len(x) >= P and [int(y) for y in x[:P]] == prompt]
+        assert d, f"row {r}: no document starts with its prompt"
+        first = int(np.argmax(toffs[d[0]] >= 0))
+        tprompt = [int(x) for x in tdocs[d[0]][:first]]
+        text = toks["student"].decode(cont, skip_special_tokens=False,
+                                      clean_up_tokenization_spaces=False)
+        (tids, toff), = encode_with_byte_offsets(toks["teacher"].backend_tokenizer, [text])
+        clen = len(text.encode("utf-8"))
+        t_ids = tprompt + list(tids) + [toks["teacher"].eos_token_id]
+        t_off = [(0, 0)] * len(tprompt) + list(toff) + [(clen, clen)]
+        s_off, at = [(0, 0)] * P, 0
+        for c in cont:  # an id past the tokenizer (the model's padding ids): 0 bytes, no text
+            piece = toks["student"].convert_ids_to_tokens([c])[0]
+            nb = piece_byte_len(piece) if piece is not None else 0
+            s_off.append((at, at + nb))
+            at += nb
+        xs, xt = torch.tensor([prompt + cont]), torch.tensor([t_ids])
+        ls = torch.tensor([[-100] * P + cont])
+        lt = torch.tensor([[-100] * len(tprompt) + t_ids[len(tprompt):]])
+        with torch.no_grad():
+            zt = models["teacher"](xt).logits
+        zs = models["student"](xs).logits
+        losses.append(uld(zs, zt, ls, lt, xs, xt, student_byte_offsets=torch.tensor([s_off]),
+                          teacher_byte_offsets=torch.tensor([t_off])).reshape(()))
+    loss = torch.stack(losses).mean()
+    loss.backward()
+    gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in models["student"].parameters()
+                        if p.grad is not None)).item()
+    row = metrics_row(run)
+    got_kd, got_gn = float(row["loss_kd"]), float(row["grad_norm"])
+    print(f"{run}: on-policy ULD: kdtrain loss_kd {got_kd:.9g} grad_norm {got_gn:.9g}; GOLD "
+          f"{loss.item():.9g} grad_norm {gn:.9g} over {len(losses)} continuations")
+    if abs(got_kd - loss.item()) > TOL * max(1.0, abs(loss.item())) or \
+            abs(got_gn - gn) > TOL * max(1.0, gn):
+        sys.exit(f"FAIL: {run}: kdtrain and GOLD differ by more than {TOL}")
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -176,6 +244,8 @@ def main():
         make(sys.argv[2])
     elif sys.argv[1] == "check":
         check(*sys.argv[2:])
+    elif sys.argv[1] == "onpolicy":
+        onpolicy(*sys.argv[2:])
     else:
         sys.exit(__doc__)
 
