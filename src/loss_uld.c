@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +19,13 @@
 /* The host side of a loss: the micro-batch's groups (indices into the documents' answer tokens
  * of struct xtok_docs) and their weights, the math's scratch, a chunk's buffers. */
 struct uld_scratch {
-  struct uld math;      /* uld.h's setting */
-  struct uld_work work; /* its scratch */
-  struct uld_groups g;  /* the micro-batch's groups */
-  double *wgt;          /* (g.n) 1 / the groups of its document */
+  struct uld math;       /* uld.h's setting */
+  struct uld_work *work; /* its scratch, one per thread */
+  int nwork;
+  double *gloss; /* a chunk's groups' losses (summed in order after the threads) */
+  size_t cap_gloss;
+  struct uld_groups g; /* the micro-batch's groups */
+  double *wgt;         /* (g.n) 1 / the groups of its document */
   size_t cap_wgt;
   size_t *loc;            /* 0, 1, 2, ...: a chunk's rows */
   int32_t *ids_s, *ids_t; /* a chunk's rows' tokens */
@@ -82,14 +86,19 @@ void loss_uld_init(struct loss_uld *u, int Vs, int Vt, float temp_s, float temp_
     free(t_ids);
     free(s_ids);
   }
-  KD_CHECK(!uld_work_init(&x->work, &x->math), "loss_uld: out of memory");
+  x->nwork = omp_get_max_threads();
+  x->work = kd_calloc((size_t)x->nwork, sizeof *x->work);
+  for (int i = 0; i < x->nwork; i++)
+    KD_CHECK(!uld_work_init(&x->work[i], &x->math), "loss_uld: out of memory");
 }
 
 void loss_uld_free(struct loss_uld *u, struct kd_backend *be) {
   struct uld_scratch *x = u->scratch;
   if (x) {
     uld_groups_free(&x->g);
-    uld_work_free(&x->work);
+    for (int i = 0; i < x->nwork; i++)
+      uld_work_free(&x->work[i]);
+    free(x->work), free(x->gloss);
     uld_free(&x->math);
     free(x->wgt), free(x->loc), free(x->ids_s), free(x->ids_t);
     free(x->hz_s), free(x->hz_t), free(x->zs), free(x->zt), free(x->dzs);
@@ -268,18 +277,32 @@ void loss_uld_run(struct kd_backend *be, struct loss_uld *u, double *kd_sum,
                  tcap);
     gather_rows(x, x->zs, x->hz_s, ns, Vs, svoc, tp_comm);
     gather_rows(x, x->zt, x->hz_t, nt, Vt, tvoc, tp_comm);
-    uld_softmax(x->zs, x->zs, ns, (size_t)Vs, u->temp_s);
-    uld_softmax(x->zt, x->zt, nt, (size_t)Vt, u->temp_t);
+    const long nrow = (long)(ns + nt);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < nrow; i++) {
+      const int st = i < (long)ns;
+      const size_t V = st ? (size_t)Vs : (size_t)Vt;
+      float *z = st ? x->zs + (size_t)i * V : x->zt + (size_t)(i - (long)ns) * V;
+      uld_softmax(z, z, 1, V, st ? u->temp_s : u->temp_t);
+    }
     /* each group's loss, weighted by its document's 1 / groups, and its gradient over the
-     * student's whole rows */
+     * student's whole rows (the groups' rows are disjoint: threads share dz; the losses are
+     * summed in group order after them, so every thread count gives the same sum) */
     float *dz = s->dh ? x->dzs : NULL;
     if (dz) memset(dz, 0, ns * (size_t)Vs * sizeof(float));
-    for (size_t k = g0; k < g1; k++)
-      *kd_sum +=
-          x->wgt[k] * uld_group(dz, &x->work, &x->math, x->zs, x->ids_s,
-                                x->loc + (g->s_off[k] - s0), g->s_off[k + 1] - g->s_off[k], x->zt,
-                                x->ids_t, x->loc + (g->t_off[k] - t0),
-                                g->t_off[k + 1] - g->t_off[k], (float)(grad_scale * x->wgt[k]));
+    if (g1 - g0 > x->cap_gloss) x->gloss = grow(x->gloss, &x->cap_gloss, g1 - g0, sizeof(double));
+    const long ng = (long)(g1 - g0);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long i = 0; i < ng; i++) {
+      const size_t k = g0 + (size_t)i;
+      struct uld_work *w = &x->work[omp_get_thread_num()];
+      x->gloss[i] =
+          uld_group(dz, w, &x->math, x->zs, x->ids_s, x->loc + (g->s_off[k] - s0),
+                    g->s_off[k + 1] - g->s_off[k], x->zt, x->ids_t, x->loc + (g->t_off[k] - t0),
+                    g->t_off[k + 1] - g->t_off[k], (float)(grad_scale * x->wgt[k]));
+    }
+    for (long i = 0; i < ng; i++)
+      *kd_sum += x->wgt[g0 + (size_t)i] * x->gloss[i];
     if (dz) {
       /* this rank's columns of the gradient, back through the cap, into dh and dw */
       for (size_t i = 0; i < ns; i++)

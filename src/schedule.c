@@ -202,8 +202,10 @@ static void stage_forward(struct kd_pipe *p, int m, int train, float grad_scale,
                         s->tp_comm, &caps);
     struct loss_vocab tvoc;
     loss_vocab_slice(&tvoc, t->card.vocab_size, t->vocab_common, t->tp, t->tp_rank);
+    const double tu = kd_now();
     loss_uld_run(be, p->uld, &ms.kd, &ls, &voc, p->inputs[k], &lt, &tvoc, p->tinputs, &p->xdocs,
                  &caps, train ? p->uld_scale : 0.0f, s->tp_comm);
+    p->t_uld += kd_now() - tu;
   } else
     loss_chunked_capped(be, &spec, &ms, &ls, &lt, p->labels[k], N, &voc, p->chunk, grad_scale,
                         s->tp_comm, &caps);
@@ -236,7 +238,7 @@ void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn f
   struct comm_xfer x = {.n = 0};
   sums->kd = sums->ce = 0;
   p->aux = 0;
-  p->t_teacher = p->t_student = 0;
+  p->t_teacher = p->t_student = p->t_uld = 0;
 
   for (int i = 0; i < warm; i++) { /* warm-up: forward only */
     post_recv_fwd(p, &x);

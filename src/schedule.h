@@ -68,6 +68,7 @@ struct kd_pipe {
    * forward, and the student's forward, loss (the teacher's logits of each chunk included)
    * and backward; transfers between stages in neither */
   double t_teacher, t_student;
+  double t_uld; /* of t_student: the cross-tokenizer loss (loss_uld_run) */
 };
 
 /* Allocate activations and message buffers for up to `max_micro` micro-batches per

@@ -238,12 +238,18 @@ void run_log_step(struct run *r, int64_t step, int64_t first, double t_start,
   if (!isnan(o->moe_imb))
     snprintf(imb, sizeof imb, " | experts load %.2f, %.1f GFLOP/s", o->moe_imb, o->moe_gemm / 1e9);
   if (!o->empty) snprintf(lossw, sizeof lossw, "%.4f", o->loss);
-  char split[80] = ""; /* on-policy: the step's seconds in generation, teacher and student */
-  if (r->onp.on) {
-    double t[2] = {r->pipe.t_teacher, r->pipe.t_student}; /* the busiest rank's */
-    MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    snprintf(split, sizeof split, " | gen %.3fs teacher %.3fs student %.3fs", r->onp.secs, t[0],
-             t[1]);
+  char split[128] = ""; /* on-policy: the step's seconds in generation, teacher and student;
+                           cross-tokenizer: those of its loss (alignment, gathers, sorts) */
+  if (r->onp.on || r->xtok) {
+    double t[3] = {r->pipe.t_teacher, r->pipe.t_student, r->pipe.t_uld}; /* the busiest rank's */
+    MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    size_t k = 0;
+    if (r->onp.on)
+      k = (size_t)snprintf(split, sizeof split, " | gen %.3fs teacher %.3fs student %.3fs",
+                           r->onp.secs, t[0], t[1]);
+    if (r->xtok)
+      snprintf(split + k, sizeof split - k, " | uld %.3fs (%.0f%% of the step)", t[2],
+               o->dt > 0 ? 100 * t[2] / o->dt : 0.0);
   }
   kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
           "%s tok/s | mfu %.1f%% | peak %s | eta %s%s%s\n",
