@@ -106,6 +106,7 @@ void onpolicy_free(struct onpolicy *op) {
   free(op->rplen), free(op->rstep), free(op->rsample);
   tokenizer_free(op->ts), tokenizer_free(op->tt);
   free(op->tin), free(op->tpos), free(op->gen), free(op->tP), free(op->sn), free(op->tn);
+  free(op->tm), free(op->rttok), free(op->rtplen), free(op->rtlen);
   free(op->send), free(op->tend), free(op->tcut);
   xtok_docs_free(&op->tdocs);
   memset(op, 0, sizeof *op);
@@ -207,6 +208,10 @@ int onpolicy_xtok(struct onpolicy *op, const struct tokset *ts, const struct tok
   op->tP = kd_calloc(S, sizeof(int));
   op->sn = kd_calloc(S, sizeof(int));
   op->tn = kd_calloc(S, sizeof(int));
+  op->tm = kd_calloc(S, sizeof(int));
+  op->rttok = kd_malloc(S * (size_t)Tt * sizeof(int));
+  op->rtplen = kd_calloc(S, sizeof(int));
+  op->rtlen = kd_calloc(S, sizeof(int));
   op->send = kd_malloc(S * (T + 1) * sizeof(int32_t));
   op->tend = kd_malloc(S * (size_t)Tt * sizeof(int32_t));
   op->tcut = kd_calloc(S, 1);
@@ -261,6 +266,7 @@ static void xtok_row(struct onpolicy *op, int s, const int *c, int n) {
   for (int i = t; i < Tt; i++)
     in[i] = 0;
   op->tP[s] = Pt;
+  op->tm[s] = t - Pt;
   op->sn[s] = n > 0 ? n - 1 : 0;
   op->tcut[s] = Pt + m > Tt;
   op->tn[s] = op->tcut[s] ? Tt - Pt : m > 0 ? m - 1 : 0;
@@ -353,7 +359,8 @@ static void save_rows(struct onpolicy *op, const int *gen, int64_t step) {
   if (!op->ro_open) {
     char path[KD_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/rollouts.h5", op->cfg->run_out_dir);
-    const int st = rollouts_open(&op->ro, path, op->T, step - 1, err, sizeof err);
+    const int st =
+        rollouts_open(&op->ro, path, op->T, op->tt ? op->Tt : 0, step - 1, err, sizeof err);
     if (st) kd_exit_agreed(st, "%s", err);
     op->ro_open = 1;
   }
@@ -361,6 +368,12 @@ static void save_rows(struct onpolicy *op, const int *gen, int64_t step) {
   int n = 0; /* pack the generated rows to the front */
   for (int s = 0; s < op->share; s++) {
     if (!gen[s]) continue;
+    if (op->tt) { /* the teacher's rows (op->tin stays for the pipeline's fetches) */
+      memcpy(op->rttok + (size_t)n * op->Tt, op->tin + (size_t)s * op->Tt,
+             (size_t)op->Tt * sizeof(int));
+      op->rtplen[n] = op->tP[s];
+      op->rtlen[n] = op->tm[s];
+    }
     if (n != s) {
       memmove(op->rtok + (size_t)n * T1, op->rtok + (size_t)s * T1, (size_t)T1 * sizeof(int));
       memmove(op->rmask + (size_t)n * T1, op->rmask + (size_t)s * T1, (size_t)T1);
@@ -380,7 +393,10 @@ static void save_rows(struct onpolicy *op, const int *gen, int64_t step) {
                                     op->rstep,
                                     op->rsample,
                                     op->rplen,
-                                    op->rlen};
+                                    op->rlen,
+                                    op->tt ? op->rttok : NULL,
+                                    op->rtplen,
+                                    op->rtlen};
   const int st = rollouts_append(&op->ro, total, at, &rows, err, sizeof err);
   if (st) kd_exit_agreed(st, "step %lld: %s", (long long)step, err);
 }

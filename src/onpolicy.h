@@ -48,15 +48,17 @@ struct onpolicy {
    * (the student's decode) is encoded by the teacher's tokenizer after the teacher's prompt of
    * the document, its end-of-sequence id appended; both sides' answer ends in bytes of that
    * text (GOLD: each byte-level piece's bytes; the teacher's end of sequence zero-wide) */
-  struct tokenizer *ts, *tt; /* NULL: no teacher of another tokenizer */
-  int Tt, teos;              /* the teacher's window; its end-of-sequence id (-1: none) */
-  int *tin, *tpos;           /* (share, Tt): the teacher's side of the share */
-  struct xtok_docs tdocs;    /* the data's answer tokens of the share (before rewriting) */
-  int *gen;                  /* (share): 1 where this step's sample was continued */
-  int *tP, *sn, *tn;         /* (share): a continued sample's teacher prompt; answer tokens */
-  int32_t *send, *tend;      /* (share, T + 1), (share, Tt): their ends */
-  unsigned char *tcut;       /* (share): the teacher's answer did not fit its window */
-  double ddocs;              /* the step's change of documents with an answer (all ranks) */
+  struct tokenizer *ts, *tt;   /* NULL: no teacher of another tokenizer */
+  int Tt, teos;                /* the teacher's window; its end-of-sequence id (-1: none) */
+  int *tin, *tpos;             /* (share, Tt): the teacher's side of the share */
+  struct xtok_docs tdocs;      /* the data's answer tokens of the share (before rewriting) */
+  int *gen;                    /* (share): 1 where this step's sample was continued */
+  int *tP, *sn, *tn, *tm;      /* (share): a continued sample's teacher prompt; answer tokens;
+                                  the teacher's tokens after its prompt */
+  int *rttok, *rtplen, *rtlen; /* (share, Tt), (share) x 2: rows for rollouts.h5 */
+  int32_t *send, *tend;        /* (share, T + 1), (share, Tt): their ends */
+  unsigned char *tcut;         /* (share): the teacher's answer did not fit its window */
+  double ddocs;                /* the step's change of documents with an answer (all ranks) */
 };
 
 /* Set up on-policy training when loss%onpolicy > 0 (else op->on = 0 and nothing else):

@@ -8,8 +8,15 @@
  *                                       the prediction made at t, as kdprep's masks)
  *   /step, /sample  int64 (n)           the training step and the global sample index
  *   /prompt_len, /gen_len  int32 (n)    prompt tokens, continuation tokens kept
- * Attributes: format 'kdtrain-rollouts', format_version, seq_len. `data%format = 'rollouts'`
- * reads such a file back as a masked dataset, one row per window (data_rollouts.c). */
+ * and with a teacher of another tokenizer (loss%kind 'uld'), its tokenization of each row:
+ *   /teacher_tokens  int32 (n, Tt)      the teacher's window: its prompt of the document, the
+ *                                       continuation's text encoded by its tokenizer, its end
+ *                                       of sequence, then padding id 0
+ *   /teacher_prompt_len, /teacher_len  int32 (n)  the teacher's prompt tokens, the tokens after
+ *                                       it (text and end of sequence, as they fit)
+ * Attributes: format 'kdtrain-rollouts', format_version, seq_len (and teacher_seq_len = Tt).
+ * `data%format = 'rollouts'` reads such a file back as a masked dataset, one row per window
+ * (data_rollouts.c). */
 #ifndef KD_ROLLOUTS_H
 #define KD_ROLLOUTS_H
 
@@ -21,9 +28,10 @@
 #define ROLLOUTS_VERSION 1
 
 struct rollouts {
-  hid_t file, tokens, mask, step, sample, plen, glen, dxpl;
+  hid_t file, tokens, mask, step, sample, plen, glen, ttok, tplen, tlen, dxpl;
   int64_t rows; /* rows in the file */
   int T1;       /* seq_len + 1 */
+  int Tt;       /* the teacher's window (0: no teacher tokenization kept) */
   char path[1024];
 };
 
@@ -34,13 +42,16 @@ struct rollout_rows {
   const unsigned char *mask;    /* (n, T1) */
   const int64_t *step, *sample; /* (n) */
   const int *plen, *glen;       /* (n) */
+  const int *ttokens;           /* (n, Tt) when the file keeps the teacher's, else NULL */
+  const int *tplen, *tlen;      /* (n) */
 };
 
-/* Create `path` for windows of seq_len + 1 tokens, or, when resumed_step > 0 and the file
- * exists with the same seq_len, reopen it and drop the rows of steps after resumed_step (a
- * resumed run writes them again). Collective over MPI_COMM_WORLD; 0, or KD_EXIT_IO /
- * KD_EXIT_INPUT with the message in err, the same on every rank. */
-int rollouts_open(struct rollouts *ro, const char *path, int seq_len, int64_t resumed_step,
+/* Create `path` for windows of seq_len + 1 tokens (and teacher windows of Tt tokens; 0: none),
+ * or, when resumed_step > 0 and the file exists with the same seq_len and Tt, reopen it and
+ * drop the rows of steps after resumed_step (a resumed run writes them again). Collective over
+ * MPI_COMM_WORLD; 0, or KD_EXIT_IO / KD_EXIT_INPUT with the message in err, the same on every rank.
+ */
+int rollouts_open(struct rollouts *ro, const char *path, int seq_len, int Tt, int64_t resumed_step,
                   char *err, size_t errlen);
 
 /* Append one step's rows: `total` rows over all ranks, this rank's r->n of them at row `at`

@@ -196,6 +196,8 @@ def onpolicy(work, prefix, run):
     with h5py.File(os.path.join(run, "rollouts.h5"), "r") as f:
         rows = f["step"][()] == 1
         tok, plen, glen = f["tokens"][()][rows], f["prompt_len"][()][rows], f["gen_len"][()][rows]
+        ttok, tplen, tlen = (f[k][()][rows] for k in ("teacher_tokens", "teacher_prompt_len",
+                                                      "teacher_len"))
     losses = []
     for r in range(len(tok)):
         P, n = int(plen[r]), int(glen[r])
@@ -210,6 +212,11 @@ def onpolicy(work, prefix, run):
         clen = len(text.encode("utf-8"))
         t_ids = tprompt + list(tids) + [toks["teacher"].eos_token_id]
         t_off = [(0, 0)] * len(tprompt) + list(toff) + [(clen, clen)]
+        got = [int(x) for x in ttok[r][:int(tplen[r]) + int(tlen[r])]]
+        if got != t_ids or int(tplen[r]) != len(tprompt):
+            sys.exit(f"FAIL: {run}: rollouts.h5 row {r}: the teacher's tokens {got} (prompt "
+                     f"{int(tplen[r])}), expected {t_ids} (prompt {len(tprompt)}): the C "
+                     "tokenizer's re-encoding differs from Hugging Face's")
         s_off, at = [(0, 0)] * P, 0
         for c in cont:  # an id past the tokenizer (the model's padding ids): 0 bytes, no text
             piece = toks["student"].convert_ids_to_tokens([c])[0]
@@ -230,6 +237,8 @@ def onpolicy(work, prefix, run):
                         if p.grad is not None)).item()
     row = metrics_row(run)
     got_kd, got_gn = float(row["loss_kd"]), float(row["grad_norm"])
+    print(f"{run}: rollouts.h5 keeps the teacher's tokenization of the {len(tok)} rows, "
+          "Hugging Face's ids")
     print(f"{run}: on-policy ULD: kdtrain loss_kd {got_kd:.9g} grad_norm {got_gn:.9g}; GOLD "
           f"{loss.item():.9g} grad_norm {gn:.9g} over {len(losses)} continuations")
     if abs(got_kd - loss.item()) > TOL * max(1.0, abs(loss.item())) or \
