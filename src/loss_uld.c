@@ -237,6 +237,7 @@ void loss_uld_run(struct kd_backend *be, struct loss_uld *u, double *kd_sum,
   struct uld_scratch *x = u->scratch;
   const struct uld_groups *g = &x->g;
   build_groups(x, docs);
+  u->groups += g->n;
   *kd_sum = 0;
   const float scap = caps ? caps->student : 0.0f, tcap = caps ? caps->teacher : 0.0f;
   const int Vs = u->Vs, Vt = u->Vt, vs = svoc->n, vt = tvoc->n;

@@ -33,6 +33,7 @@ struct loss_uld {
   size_t nmatch;         /* the hybrid's matched ids: (teacher, student) pairs */
   int *match_t, *match_s;
   size_t chunk_rows; /* rows (student + teacher) of one chunk of groups, at most */
+  size_t groups;     /* aligned groups computed since the caller last zeroed it */
   void *scratch;     /* the host side (loss_uld.c) */
 };
 

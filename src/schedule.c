@@ -239,6 +239,7 @@ void pipe_train(struct kd_pipe *p, int nmicro, float grad_scale, pipe_fetch_fn f
   sums->kd = sums->ce = 0;
   p->aux = 0;
   p->t_teacher = p->t_student = p->t_uld = 0;
+  if (p->uld) p->uld->groups = 0;
 
   for (int i = 0; i < warm; i++) { /* warm-up: forward only */
     post_recv_fwd(p, &x);

@@ -243,13 +243,16 @@ void run_log_step(struct run *r, int64_t step, int64_t first, double t_start,
   if (r->onp.on || r->xtok) {
     double t[3] = {r->pipe.t_teacher, r->pipe.t_student, r->pipe.t_uld}; /* the busiest rank's */
     MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    /* the groups of every data-parallel replica (counted once: the last stage's first tp rank) */
+    double ng = r->xtok && r->student.has_head && r->grid.tp_rank == 0 ? (double)r->uld.groups : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &ng, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     size_t k = 0;
     if (r->onp.on)
       k = (size_t)snprintf(split, sizeof split, " | gen %.3fs teacher %.3fs student %.3fs",
                            r->onp.secs, t[0], t[1]);
     if (r->xtok)
-      snprintf(split + k, sizeof split - k, " | uld %.3fs (%.0f%% of the step)", t[2],
-               o->dt > 0 ? 100 * t[2] / o->dt : 0.0);
+      snprintf(split + k, sizeof split - k, " | uld %.3fs (%.0f%% of the step, %.0f groups)", t[2],
+               o->dt > 0 ? 100 * t[2] / o->dt : 0.0, ng);
   }
   kd_info("step %lld/%lld | loss %s%s | lr %.3e | gnorm %.3f%s | "
           "%s tok/s | mfu %.1f%% | peak %s | eta %s%s%s\n",

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Cross-tokenizer distillation (loss%kind = 'uld') against TRL's GOLD (test_xtok.sh).
 
-  xtok_ref.py make WORK        two tokenizers trained by Hugging Face `tokenizers` (a
+  xtok_ref.py make WORK [bench]
+                               two tokenizers trained by Hugging Face `tokenizers` (a
                                Qwen2/Qwen3-style byte-level BPE of 6,000 tokens for the
                                teacher, a Llama-3-style one of 1,200 for the student), each with
                                its own chat template; a random Qwen3 teacher and a random Llama
                                student written by transformers with them (hf_teacher,
                                hf_student); conversations of many lengths (chat.jsonl: one
                                exchange each, for GOLD, whose answer is one span; multi.jsonl:
-                               several turns)
+                               several turns); bench: the models with Qwen3's and Llama 3's
+                               vocabulary widths, bench.jsonl of 64 longer exchanges
+                               (validation/perf/xtok_step.sh)
   xtok_ref.py check WORK PREFIX RUN [MATCHED UNMATCHED]
                                the first step's loss_kd and grad_norm of RUN/metrics.csv against
                                TRL's GOLD ULDLoss (trl.experimental.gold, its defaults: token
@@ -39,13 +42,13 @@ def sentence(rng, n):
     return " ".join(rng.choice(WORDS) for _ in range(n)).strip()
 
 
-def conversations(rng, n, turns):
+def conversations(rng, n, turns, most):
     out = []
     for i in range(n):
         msgs = []
         for _ in range(turns if turns else 1):
             msgs.append({"role": "user", "content": sentence(rng, rng.randint(1, 6))})
-            msgs.append({"role": "assistant", "content": sentence(rng, rng.randint(1, 9))})
+            msgs.append({"role": "assistant", "content": sentence(rng, rng.randint(1, most))})
         out.append({"messages": msgs})
     return out
 
@@ -58,7 +61,7 @@ def tokenizer_dir(tok, eos, template, path):
     return len(fast)
 
 
-def make(work):
+def make(work, bench=False):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
     from transformers.utils import logging as hf_logging
@@ -78,12 +81,16 @@ def make(work):
     nt = tokenizer_dir(teacher_tok, "<|im_end|>", chatml, os.path.join(work, "hf_teacher"))
     ns = tokenizer_dir(student_tok, "<|eot_id|>", llama, os.path.join(work, "hf_student"))
     torch.manual_seed(3)
+    # bench: the real families' vocabulary widths (Qwen3's 151,936, Llama 3's 128,256; the ids
+    # past the tokenizers are padding), the sizes the sorts and gathers work on
     teacher = Qwen3ForCausalLM(Qwen3Config(
-        vocab_size=(nt + 63) // 64 * 64, hidden_size=64, intermediate_size=128,
+        vocab_size=151936 if bench else (nt + 63) // 64 * 64, hidden_size=64,
+        intermediate_size=128,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         max_position_embeddings=512, tie_word_embeddings=False, rope_theta=10000.0))
     student = LlamaForCausalLM(LlamaConfig(
-        vocab_size=(ns + 31) // 32 * 32, hidden_size=48, intermediate_size=96,
+        vocab_size=128256 if bench else (ns + 31) // 32 * 32, hidden_size=48,
+        intermediate_size=96,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         max_position_embeddings=512, tie_word_embeddings=False, rope_theta=10000.0))
     for m, role in ((teacher, "teacher"), (student, "student")):
@@ -94,9 +101,10 @@ def make(work):
                 else:
                     p.mul_(4.0)  # peaked distributions: ULD's sorted mass is not all noise
         m.save_pretrained(os.path.join(work, f"hf_{role}"))
-    for name, turns, n in (("chat.jsonl", 0, 12), ("multi.jsonl", 3, 8)):
+    sets = (("bench.jsonl", 0, 64),) if bench else (("chat.jsonl", 0, 12), ("multi.jsonl", 3, 8))
+    for name, turns, n in sets:
         with open(os.path.join(work, name), "w", encoding="utf-8") as f:
-            for c in conversations(rng, n, turns):
+            for c in conversations(rng, n, turns, 60 if bench else 9):
                 f.write(json.dumps(c, ensure_ascii=False) + "\n")
     print(f"teacher: Qwen3, {nt} tokens, vocab_size {teacher.config.vocab_size}; student: Llama, "
           f"{ns} tokens, vocab_size {student.config.vocab_size}")
@@ -250,7 +258,7 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     if sys.argv[1] == "make":
-        make(sys.argv[2])
+        make(sys.argv[2], len(sys.argv) > 3 and sys.argv[3] == "bench")
     elif sys.argv[1] == "check":
         check(*sys.argv[2:])
     elif sys.argv[1] == "onpolicy":
