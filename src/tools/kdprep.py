@@ -5,7 +5,10 @@ dataset (PREFIX_mask.bin + PREFIX_mask.idx, dtype uint8) for instruction and cha
 where only the response (assistant) tokens count. Byte layout: doc/format.md, "Token data".
 
 The tokenizer comes from a model directory (--tokenizer DIR, as Hugging Face saves it) or
-from a kdtrain weights file (--weights FILE.h5: the files stored under /tokenizer).
+from a kdtrain weights file (--weights FILE.h5: the files stored under /tokenizer). With a
+teacher's tokenizer (--teacher-tokenizer / --teacher-weights, for a teacher with another
+vocabulary) every document is tokenized by both, and the tokens' ends in the bytes of the
+answer text (the offsets files) let a cross-tokenizer loss align the two tokenizations.
 Exit status: 0 done, 2 bad input (file and line named), 3 I/O failure.
 """
 import argparse
@@ -68,31 +71,31 @@ class IndexedWriter:
             f.write(docs.tobytes(order="C"))
 
 
-def tokenizer_dir(args, keep):
-    """A directory holding the tokenizer files: --tokenizer, or the /tokenizer group of a
-    weights file written into a temporary directory (removed at exit)."""
-    if args.tokenizer:
-        if not os.path.isdir(args.tokenizer):
-            fail(EXIT_INPUT, f"{args.tokenizer}: not a directory; expected a model directory "
-                 "with tokenizer.json / tokenizer_config.json")
-        return args.tokenizer
+def tokenizer_dir(directory, weights, keep, opts=("--tokenizer", "--weights")):
+    """A directory holding the tokenizer files: the directory given, or the /tokenizer group
+    of a weights file written into a temporary directory (removed at exit)."""
+    if directory:
+        if not os.path.isdir(directory):
+            fail(EXIT_INPUT, f"{directory}: not a directory ({opts[0]}); expected a model "
+                 "directory with tokenizer.json / tokenizer_config.json")
+        return directory
     try:
         import h5py
     except ImportError:
-        fail(EXIT_INPUT, "--weights needs the h5py package (`make tools-env` installs the "
+        fail(EXIT_INPUT, f"{opts[1]} needs the h5py package (`make tools-env` installs the "
              "tools' packages: README.md)")
     tmp = tempfile.mkdtemp(prefix="kdprep_tok_")
     keep.append(tmp)
     try:
-        with h5py.File(args.weights, "r") as f:
+        with h5py.File(weights, "r") as f:
             if "tokenizer" not in f:
-                fail(EXIT_INPUT, f"{args.weights}: no /tokenizer group; expected the tokenizer "
+                fail(EXIT_INPUT, f"{weights}: no /tokenizer group; expected the tokenizer "
                      "files kdconvert from-hf stores")
             for name, ds in f["tokenizer"].items():
                 with open(os.path.join(tmp, name), "wb") as out:
                     out.write(bytes(ds[()].tobytes()))
     except OSError as e:
-        fail(EXIT_INPUT, f"{args.weights}: cannot read as HDF5 ({e}); expected a kdtrain "
+        fail(EXIT_INPUT, f"{weights}: cannot read as HDF5 ({e}); expected a kdtrain "
              "weights file")
     return tmp
 
@@ -108,63 +111,270 @@ def load_tokenizer(path):
     return AutoTokenizer.from_pretrained(path)
 
 
-# ---- worker side: one tokenizer per process -------------------------------------------
+# ---- byte offsets of tokens (doc/format.md, "Token data": the answer coordinate) ------
 
-_TOK = None
-_EOD = None
+def _byte_level_table():
+    """The byte-level BPE alphabet (GPT-2's): the character that stands for each byte ->
+    the byte. Printable Latin-1 bytes stand for themselves, the 68 others for 256, 257..."""
+    own = set(range(0x21, 0x7F)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in own:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table
 
 
-def _init(path, append_eod):
-    global _TOK, _EOD
+BYTE_LEVEL = _byte_level_table()
+
+
+def char_bytes(text):
+    """The byte offset of every character boundary of text (len(text) + 1 of them)."""
+    if text.isascii():
+        return range(len(text) + 1)
+    out, n = [0], 0
+    for ch in text:
+        c = ord(ch)
+        n += 1 if c < 0x80 else 2 if c < 0x800 else 3 if c < 0x10000 else 4
+        out.append(n)
+    return out
+
+
+def piece_widths(piece, byte_level):
+    """What the offset rules read of a token's piece: byte-level, (its length in
+    characters, its length in bytes decoded from the byte alphabet or -1 when a character
+    is not in it, whether its first byte is a space); else the bytes it stands for, one for
+    a byte-fallback token <0xNN>, its UTF-8 bytes otherwise ('\u2581' a space)."""
+    if byte_level:
+        code = [BYTE_LEVEL.get(ch) for ch in piece]
+        if None in code:
+            return len(piece), -1, False
+        return len(piece), len(code), code[:1] == [0x20]
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        return 1
+    return len(piece.replace("\u2581", " ").encode("utf-8", "surrogatepass"))
+
+
+def _runs(spans):
+    """(i, j): the runs of two or more consecutive tokens i..j-1 that share one span."""
+    k, n = 1, len(spans)
+    while k < n:
+        if spans[k] != spans[k - 1]:
+            k += 1
+            continue
+        i = k - 1
+        while k < n and spans[k] == spans[i]:
+            k += 1
+        yield i, k
+
+
+def ends_byte_level(ids, spans, raw, info):
+    """Byte ends of the tokens of a byte-level BPE tokenizer, by the rule of TRL's GOLD
+    (trl/experimental/utils.py, encode_with_byte_offsets): spans are the tokens' byte spans
+    from the tokenizer's character offsets, info[id] piece_widths' of each id. A run of
+    tokens sharing one span (a character cut into byte pieces) is cut into consecutive
+    spans when the pieces' lengths in characters fill it. Then, left to right with a cursor
+    at the previous token's end: an empty span ends at the cursor; a token whose piece
+    decodes to w bytes (the first one dropped when it is a space the text does not have
+    there) and whose span overlaps a neighbour or is w wide takes [max(start, cursor), + w)
+    when that stays inside its span. Where GOLD would refuse overlapping offsets, the end is
+    kept at the cursor (monotone)."""
+    spans = list(spans)
+    for i, j in _runs(spans):
+        a, b = spans[i]
+        widths = [info[t][0] for t in ids[i:j]]
+        if sum(widths) == b - a:
+            for k, w in enumerate(widths, i):
+                spans[k] = (a, a + w)
+                a += w
+    ends, cursor, n = [], 0, len(spans)
+    for k, (a, b) in enumerate(spans):
+        if a == b:
+            ends.append(cursor)
+            continue
+        _, w, space = info[ids[k]]
+        if w >= 0:
+            if space and raw[a:a + 1] != b" ":
+                w -= 1
+            start = a if a > cursor else cursor
+            if (a < cursor or w == b - a or (k + 1 < n and spans[k + 1][0] < b)) and \
+                    start + w <= b:
+                b = start + w
+        cursor = b if b > cursor else cursor
+        ends.append(cursor)
+    return ends
+
+
+def ends_by_chars(ids, spans, info):
+    """Byte ends of the tokens of any other tokenizer (SentencePiece-style BPE with byte
+    fallback: Llama 2, Mistral, Gemma): a token ends where its character span ends; in a
+    run of tokens sharing one span (a character's byte-fallback tokens <0xNN>, a prepended
+    '\u2581') the last ends at the span's end and each one before where the next begins,
+    the next being info[id] bytes wide (piece_widths), at most the bytes left in the span.
+    Ends are kept monotone."""
+    ends = [b for _, b in spans]
+    for i, j in _runs(spans):
+        start = spans[i][0]
+        for k in range(j - 2, i - 1, -1):
+            ends[k] = max(start, ends[k + 1] - info[ids[k + 1]])
+    for k in range(1, len(ends)):
+        if ends[k] < ends[k - 1]:
+            ends[k] = ends[k - 1]
+    return ends
+
+
+def answer_ends(ends, ranges):
+    """A(b) of every token end b: the answer bytes (ranges of the encoded text's bytes,
+    in order) before b."""
+    out, r, before = [], 0, 0  # ranges[:r] end at or before b, holding `before` bytes
+    for b in ends:
+        while r < len(ranges) and ranges[r][1] <= b:
+            before += ranges[r][1] - ranges[r][0]
+            r += 1
+        part = b - ranges[r][0] if r < len(ranges) and ranges[r][0] < b else 0
+        out.append(before + part)
+    return out
+
+
+# ---- worker side: the tokenizers, one set per process ---------------------------------
+
+class Side:
+    """One tokenizer (the student's or the teacher's) and how it encodes documents."""
+
+    def __init__(self, path, append_eod, name):
+        self.tok = load_tokenizer(path)
+        self.name = name
+        self.eod = self.tok.eos_token_id if append_eod else None
+        back = self.tok.backend_tokenizer
+        # as GOLD tells byte-level BPE tokenizers apart
+        self.byte_level = any("ByteLevel" in repr(x) for x in (back.pre_tokenizer,
+                                                                back.decoder))
+        self.info = None  # piece_widths of every id, made when first needed
+
+    def _info(self):
+        if self.info is None:
+            back = self.tok.backend_tokenizer
+            size = max(back.get_vocab(with_added_tokens=True).values()) + 1
+            self.info = [piece_widths(back.id_to_token(i) or "", self.byte_level)
+                         for i in range(size)]
+        return self.info
+
+    def encode(self, text):
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def encode_ends(self, text):
+        """Ids and byte ends (doc/format.md: byte offsets of tokens) of text."""
+        enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, chars = enc["input_ids"], enc["offset_mapping"]
+        if text.isascii():
+            spans = chars
+        else:
+            cb = char_bytes(text)
+            spans = [(cb[a], cb[b]) for a, b in chars]
+        if self.byte_level:
+            raw = text.encode("utf-8", "surrogatepass")
+            return ids, chars, ends_byte_level(ids, spans, raw, self._info())
+        return ids, chars, ends_by_chars(ids, spans, self._info())
+
+    def chat(self, messages, where, offsets):
+        """Token ids of a rendered conversation and the mask of its assistant spans: the
+        characters from where the generation prompt ends to the end of the assistant turn
+        (its end-of-turn marker included) count. With offsets also the answer ends (-1
+        where the mask is 0) and the answer's length in bytes."""
+        render = lambda m, gen: self.tok.apply_chat_template(m, tokenize=False,
+                                                             add_generation_prompt=gen)
+        text = render(messages, False)
+        spans, contents = [], []
+        for i, m in enumerate(messages):
+            if m.get("role") != "assistant":
+                continue
+            start, end = render(messages[:i], True), render(messages[:i + 1], False)
+            if not text.startswith(end) or not end.startswith(start):
+                raise ValueError(f"{where}: the chat template does not render conversations "
+                                 "as prefixes of each other; cannot find the assistant turns")
+            spans.append((len(start), len(end)))
+            if offsets:
+                contents.append(self._content_at(text, m.get("content"), spans[-1], where, i))
+        if offsets:
+            ids, chars, ends = self.encode_ends(text)
+        else:
+            enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
+            ids, chars = enc["input_ids"], enc["offset_mapping"]
+        mask = [1 if any(a <= s < b for a, b in spans) else 0 for s, _ in chars]
+        if not offsets:
+            return ids, mask, None, 0
+        cb = char_bytes(text)
+        ranges = [(cb[a], cb[b]) for a, b in contents]
+        answer = answer_ends(ends, ranges)
+        return ids, mask, [o if k else -1 for o, k in zip(answer, mask)], \
+            sum(b - a for a, b in ranges)
+
+    def _content_at(self, text, content, span, where, i):
+        """The characters of the assistant content of message i inside its rendered turn
+        (span): its first verbatim occurrence there, else exit 2."""
+        content = "" if content is None else content
+        if not isinstance(content, str):
+            raise ValueError(f"{where}: the content of message {i} (assistant) is not a string; "
+                             "the answer offsets of --teacher-tokenizer/--teacher-weights need "
+                             "text")
+        at = text.find(content, span[0], span[1])
+        if at < 0:
+            raise ValueError(f"{where}: the {self.name}'s chat template does not render the "
+                             f"content of message {i} (assistant) verbatim; the answer offsets "
+                             "of --teacher-tokenizer/--teacher-weights need each assistant "
+                             "content as the messages give it")
+        return at, at + len(content)
+
+    def document(self, kind, where, rec, offsets):
+        """(ids, mask or None, answer ends or None) of one document."""
+        offs, size = None, 0
+        if kind == "text":
+            mask = None
+            if offsets:
+                ids, _, offs = self.encode_ends(rec)
+                size = len(rec.encode("utf-8", "surrogatepass"))
+            else:
+                ids = self.encode(rec)
+        elif kind == "pr":
+            p = self.encode(rec[0])
+            if offsets:
+                r, _, ends = self.encode_ends(rec[1])
+                offs = [-1] * len(p) + ends
+                size = len(rec[1].encode("utf-8", "surrogatepass"))
+            else:
+                r = self.encode(rec[1])
+            ids, mask = p + r, [0] * len(p) + [1] * len(r)
+        else:
+            ids, mask, offs, size = self.chat(rec, where, offsets)
+        if self.eod is not None:
+            ids = ids + [self.eod]
+            if mask is not None:
+                mask = mask + [1]
+            if offs is not None:
+                offs = offs + [size]
+        return ids, mask, offs
+
+
+_SIDES = []  # this process's tokenizers: the student's, then the teacher's when given
+
+
+def _init(paths, append_eod):
     import warnings
     warnings.filterwarnings("ignore")
-    _TOK = load_tokenizer(path)
-    _EOD = _TOK.eos_token_id if append_eod else None
-
-
-def _encode(text):
-    return _TOK(text, add_special_tokens=False)["input_ids"]
-
-
-def _chat(messages, where):
-    """Token ids of a rendered conversation and the mask of its assistant spans: the
-    characters from where the generation prompt ends to the end of the assistant turn
-    (its end-of-turn marker included) count."""
-    render = lambda m, gen: _TOK.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
-    text = render(messages, False)
-    spans = []
-    for i, m in enumerate(messages):
-        if m.get("role") != "assistant":
-            continue
-        start, end = render(messages[:i], True), render(messages[:i + 1], False)
-        if not text.startswith(end) or not end.startswith(start):
-            raise ValueError(f"{where}: the chat template does not render conversations as "
-                             "prefixes of each other; cannot find the assistant turns")
-        spans.append((len(start), len(end)))
-    enc = _TOK(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids = enc["input_ids"]
-    mask = [1 if any(a <= s < b for a, b in spans) else 0 for s, _ in enc["offset_mapping"]]
-    return ids, mask
+    _SIDES[:] = [Side(p, append_eod, name) for p, name in zip(paths, ("student", "teacher"))]
 
 
 def _work(batch):
+    """Per document, one (ids, mask, answer ends) per side; offsets only with a teacher."""
+    offsets = len(_SIDES) > 1
     out = []
     for kind, where, rec in batch:
         try:
-            if kind == "text":
-                ids, mask = _encode(rec), None
-            elif kind == "pr":
-                p, r = _encode(rec[0]), _encode(rec[1])
-                ids, mask = p + r, [0] * len(p) + [1] * len(r)
-            else:
-                ids, mask = _chat(rec, where)
+            out.append([s.document(kind, where, rec, offsets) for s in _SIDES])
         except ValueError as e:
             return ("error", str(e))
-        if _EOD is not None:
-            ids = ids + [_EOD]
-            if mask is not None:
-                mask = mask + [1]
-        out.append((ids, mask))
     return ("ok", out)
 
 
@@ -265,13 +475,22 @@ def progress(docs, toks, t0, total, done=False):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="kdprep", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="kdprep", description=__doc__.split("\n\n")[0],
+                                 epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--input", nargs="+", required=True, help="text or JSONL files")
     ap.add_argument("--output-prefix", required=True,
                     help="writes PREFIX.bin/.idx (and PREFIX_mask.bin/.idx)")
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--tokenizer", help="Hugging Face model (or tokenizer) directory")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--tokenizer", help="Hugging Face model (or tokenizer) directory (this "
+                     "or --weights is required)")
     src.add_argument("--weights", help="kdtrain weights file with a /tokenizer group")
+    teacher = ap.add_mutually_exclusive_group()
+    teacher.add_argument("--teacher-tokenizer", metavar="DIR",
+                         help="also tokenize with a teacher's tokenizer (another vocabulary): "
+                         "writes PREFIX_teacher*, PREFIX_offsets and PREFIX_teacher_offsets")
+    teacher.add_argument("--teacher-weights", metavar="FILE.h5",
+                         help="the same with the /tokenizer group of a teacher's weights file")
     ap.add_argument("--input-format", choices=["auto", "text", "jsonl"], default="auto",
                     help="auto: .jsonl/.json files are JSONL, others plain text")
     ap.add_argument("--doc-per", choices=["paragraph", "line", "file"], default="paragraph",
@@ -290,6 +509,14 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=1, help="tokenizer processes")
     ap.add_argument("--no-progress", action="store_true", help="no progress line")
     args = ap.parse_args(argv)
+    if not (args.tokenizer or args.weights):
+        given = args.teacher_tokenizer or args.teacher_weights
+        if given:
+            opt = "--teacher-tokenizer" if args.teacher_tokenizer else "--teacher-weights"
+            fail(EXIT_INPUT, f"{given}: {opt} needs the student's tokenizer as well "
+                 "(--tokenizer DIR or --weights FILE.h5); the teacher's files go beside the "
+                 "student's")
+        ap.error("one of the arguments --tokenizer --weights is required")
     if args.workers < 1:
         fail(EXIT_INPUT, "--workers must be at least 1")
     keep = []
@@ -300,65 +527,107 @@ def main(argv=None):
             shutil.rmtree(d, ignore_errors=True)
 
 
-def run(args, keep):
-    path = tokenizer_dir(args, keep)
+EPILOG = """\
+with --teacher-tokenizer DIR or --teacher-weights FILE.h5 (cross-tokenizer distillation),
+every document is also tokenized by the teacher's tokenizer, and beside the student's files:
+  PREFIX_teacher.bin/.idx          the teacher's ids (same documents, same order)
+  PREFIX_teacher_mask.bin/.idx     the teacher's loss mask (when the student has one)
+  PREFIX_offsets.bin/.idx          int32 per student token: its end in the answer's bytes,
+                                   -1 where the mask is 0
+  PREFIX_teacher_offsets.bin/.idx  int32 per teacher token: the same
+The answer is the text the loss counts (the document; the response; the assistant
+contents, which the chat templates must render verbatim): doc/format.md, "Token data"."""
+
+
+def open_side(directory, weights, keep, args, opts, who):
+    """The tokenizer directory and the tokenizer of one side, checked for the options."""
+    path = tokenizer_dir(directory, weights, keep, opts)
+    name = directory or weights
     try:
         tok = load_tokenizer(path)
     except Exception as e:  # transformers raises many kinds
-        fail(EXIT_INPUT, f"{args.tokenizer or args.weights}: cannot load a tokenizer ({e})")
+        fail(EXIT_INPUT, f"{name}: cannot load a tokenizer ({e})")
     if args.append_eod and tok.eos_token_id is None:
-        fail(EXIT_INPUT, "--append-eod: the tokenizer has no eos token")
+        fail(EXIT_INPUT, f"--append-eod: the {who}tokenizer has no eos token" +
+             (f" ({name})" if who else ""))
     if args.chat and not getattr(tok, "chat_template", None):
-        fail(EXIT_INPUT, f"{args.tokenizer or args.weights}: the tokenizer has no chat template")
+        fail(EXIT_INPUT, f"{name}: the {who}tokenizer has no chat template")
+    return path, tok
+
+
+SIDE_FILES = (("", "_offsets"), ("_teacher", "_teacher_offsets"))  # ids, offsets per side
+
+
+def run(args, keep):
+    paths = []
+    path, tok = open_side(args.tokenizer, args.weights, keep, args,
+                          ("--tokenizer", "--weights"), "")
+    paths.append(path)
+    teacher = bool(args.teacher_tokenizer or args.teacher_weights)
+    if teacher:
+        tpath, ttok = open_side(args.teacher_tokenizer, args.teacher_weights, keep, args,
+                                ("--teacher-tokenizer", "--teacher-weights"), "teacher's ")
+        paths.append(tpath)
     masked = bool(args.chat or args.prompt_key)
     dtype = optimal_dtype(len(tok))
+    # (suffix, dtype) of the files, one writer each; a document adds one sequence to each
+    files = [("", dtype)] + ([("_mask", "uint8")] if masked else [])
+    if teacher:
+        tdtype = optimal_dtype(len(ttok))
+        files += [("_teacher", tdtype)] + ([("_teacher_mask", "uint8")] if masked else [])
+        files += [("_offsets", "int32"), ("_teacher_offsets", "int32")]
     out_dir = os.path.dirname(os.path.abspath(args.output_prefix))
     if not os.path.isdir(out_dir):
         fail(EXIT_IO, f"{out_dir}: output directory does not exist")
     try:
-        w = IndexedWriter(args.output_prefix, dtype)
-        wm = IndexedWriter(args.output_prefix + "_mask", "uint8") if masked else None
+        writers = {sfx: IndexedWriter(args.output_prefix + sfx, dt) for sfx, dt in files}
     except OSError as e:
         fail(EXIT_IO, f"{args.output_prefix}: cannot write ({e.strerror})")
-    docs = toks = 0
+    docs = toks = ttoks = 0
     t0 = last = time.time()
     total = 0
     for p in args.input:  # characters ~ bytes: the bar's denominator
         total += os.path.getsize(p) if os.path.isfile(p) else 0
     ctx = mp.get_context("spawn" if args.workers > 1 else "fork")
-    pool = ctx.Pool(args.workers, _init, (path, args.append_eod)) if args.workers > 1 else None
+    pool = ctx.Pool(args.workers, _init, (paths, args.append_eod)) if args.workers > 1 else None
     if pool is None:
-        _init(path, args.append_eod)
+        _init(paths, args.append_eod)
     jobs = batches(records(args), 64)
     results = pool.imap(_work, jobs) if pool else map(_work, jobs)
     try:
         for status, out in results:
             if status == "error":
                 fail(EXIT_INPUT, out)
-            for ids, mask in out:
-                if not ids:
-                    continue
-                w.add(ids)
-                if wm is not None:
-                    wm.add(mask)
+            for sides in out:
+                if not all(ids for ids, _, _ in sides):
+                    continue  # no tokens (on either side): no document
+                for (ids, mask, offs), (pre, off) in zip(sides, SIDE_FILES):
+                    writers[pre].add(ids)
+                    if masked:
+                        writers[pre + "_mask"].add(mask)
+                    if teacher:
+                        writers[off].add(offs)
                 docs += 1
-                toks += len(ids)
+                toks += len(sides[0][0])
+                ttoks += len(sides[-1][0])
             if not args.no_progress and time.time() - last > 0.5:
                 progress(docs, toks, t0, total)
                 last = time.time()
     finally:
         if pool:
             pool.terminate()
-    w.close()
-    if wm is not None:
-        wm.close()
+    for wr in writers.values():
+        wr.close()
     if not args.no_progress:
         progress(docs, toks, t0, total, done=True)
     dt = max(time.time() - t0, 1e-9)
     names = f"{args.output_prefix}.bin/.idx" + (
         f" and {args.output_prefix}_mask.bin/.idx" if masked else "")
+    if teacher:
+        names = ", ".join(f"{args.output_prefix}{sfx}.bin/.idx" for sfx, _ in files)
     print(f"kdprep: wrote {names}: {docs} documents, {toks} tokens ({dtype}) in {dt:.2f} s, "
-          f"{toks / dt:,.0f} tokens/s", file=sys.stderr)
+          f"{toks / dt:,.0f} tokens/s" + (f"; teacher {ttoks} tokens ({tdtype})" if teacher
+                                            else ""), file=sys.stderr)
     return 0
 
 
