@@ -636,3 +636,31 @@ int32_t tokenizer_token_id(const struct tokenizer *t, const char *tok, size_t le
     if (t->added[k].len == len && !memcmp(t->added[k].content, tok, len)) return t->added[k].id;
   return tok_bpe_id(t->bpe, tok, len);
 }
+
+const char *tokenizer_token_str(const struct tokenizer *t, int32_t id, size_t *len) {
+  int lo = 0, hi = t->nadded; /* t->added is sorted by id */
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (t->added[mid].id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo < t->nadded && t->added[lo].id == id) {
+    *len = t->added[lo].len;
+    return t->added[lo].content;
+  }
+  return tok_bpe_str(t->bpe, id, len);
+}
+
+size_t tokenizer_vocab_entries(const struct tokenizer *t) {
+  return tok_bpe_size(t->bpe) + (size_t)t->nadded;
+}
+
+const char *tokenizer_vocab_entry(const struct tokenizer *t, size_t k, size_t *len, int32_t *id) {
+  const size_t nv = tok_bpe_size(t->bpe);
+  if (k < nv) return tok_bpe_entry(t->bpe, k, len, id);
+  const struct tok_added *a = &t->added[k - nv];
+  *len = a->len, *id = a->id;
+  return a->content;
+}

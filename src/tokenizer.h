@@ -56,6 +56,18 @@ int64_t tokenizer_vocab_size(const struct tokenizer *t);
  * content, or a vocabulary entry), -1 when there is none. */
 int32_t tokenizer_token_id(const struct tokenizer *t, const char *tok, size_t len);
 
+/* The string of id `id` as tokenizer.json spells it (an added token's content, else its
+ * vocabulary entry): *len bytes, not NUL-terminated, owned by t; NULL when no token has it. */
+const char *tokenizer_token_str(const struct tokenizer *t, int32_t id, size_t *len);
+
+/* The (string, id) entries of the vocabulary with the added tokens, as Hugging Face's
+ * Tokenizer.get_vocab(with_added_tokens=True) holds them: entries [0, n) of
+ * tokenizer_vocab_entries are the model's vocabulary, then the added tokens (an added token
+ * that is also a vocabulary entry comes twice, with the same id). Entry k's string
+ * (*len bytes, not NUL-terminated, owned by t) is returned and its id put in *id. */
+size_t tokenizer_vocab_entries(const struct tokenizer *t);
+const char *tokenizer_vocab_entry(const struct tokenizer *t, size_t k, size_t *len, int32_t *id);
+
 void tokenizer_free(struct tokenizer *t);
 void tok_encoding_free(struct tok_encoding *e);
 

@@ -106,6 +106,12 @@ const char *tok_bpe_str(const struct tok_bpe *m, int32_t id, size_t *n) {
   return m->pool + e->off;
 }
 
+const char *tok_bpe_entry(const struct tok_bpe *m, size_t k, size_t *n, int32_t *id) {
+  const struct ventry *e = &m->ent[k];
+  *n = e->n, *id = e->id;
+  return m->pool + e->off;
+}
+
 size_t tok_bpe_size(const struct tok_bpe *m) {
   return m->nent;
 }

@@ -140,6 +140,8 @@ int32_t tok_bpe_max_id(const struct tok_bpe *m);
 int32_t tok_bpe_id(const struct tok_bpe *m, const char *s, size_t n);
 /* The string of id (NULL when the vocabulary has none) and its length. */
 const char *tok_bpe_str(const struct tok_bpe *m, int32_t id, size_t *n);
+/* Vocabulary entry k (k < tok_bpe_size): its string (*n bytes) and its id in *id. */
+const char *tok_bpe_entry(const struct tok_bpe *m, size_t k, size_t *n, int32_t *id);
 
 /* A token of a word: its id and its bytes [s, e) in the word. */
 struct tok_piece {

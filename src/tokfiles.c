@@ -435,6 +435,17 @@ int tokfiles_eos(const struct tokset *t, int *eos, int max, const char **from) {
   return n;
 }
 
+const char *tokfiles_file(const struct tokset *t, const char *name, size_t *len) {
+  for (int i = 0; t && i < NNAMES; i++) {
+    if (t->present[i] && !strcmp(tokfiles_names[i], name)) {
+      *len = t->len[i];
+      return (const char *)t->data[i];
+    }
+  }
+  *len = 0;
+  return NULL;
+}
+
 int tokfiles_max_id(const struct tokset *t) {
   cJSON *tj = json_of(t, "tokenizer.json");
   if (!tj) return -1;

@@ -70,6 +70,11 @@ const char *tokfiles_differ(const struct tokset *a, const struct tokset *b);
  * 0 when the files say nothing. Not collective. */
 int tokfiles_eos(const struct tokset *t, int *eos, int max, const char **from);
 
+/* The bytes of the file `name` (a name of tokfiles_names, "tokenizer.json") of a held
+ * tokenizer, *len of them, owned by t (not NUL-terminated); NULL when t is NULL or does not
+ * hold that file. For tokenizer_load (tokenizer.h) of a model's tokenizer. Not collective. */
+const char *tokfiles_file(const struct tokset *t, const char *name, size_t *len);
+
 /* The largest id tokenizer.json of a held tokenizer gives (its vocabulary and added tokens),
  * -1 when it has no readable tokenizer.json. Not collective. */
 int tokfiles_max_id(const struct tokset *t);
