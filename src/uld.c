@@ -10,6 +10,9 @@
 
 #include "tokenizer.h"
 
+enum { DIG = 11, NB = 1 << DIG }; /* the radix sort's digit: bits, buckets */
+_Static_assert(NB == ULD_RADIX, "uld.h's ULD_RADIX is the buckets of an 11-bit digit");
+
 /* --- alignment ---------------------------------------------------------------------------- */
 
 /* Room for `need` elements of `sz` bytes in *p (capacity *cap, doubling). 0 or -1. */
@@ -143,13 +146,15 @@ int uld_work_init(struct uld_work *w, const struct uld *u) {
   w->mt = malloc(u->Vt * sizeof *w->mt);
   w->sa = malloc(u->Vs * sizeof *w->sa), w->sb = malloc(u->Vs * sizeof *w->sb);
   w->ta = malloc(u->Vt * sizeof *w->ta), w->tb = malloc(u->Vt * sizeof *w->tb);
-  if (w->ms && w->gm && w->mt && w->sa && w->sb && w->ta && w->tb) return 0;
+  w->hist = malloc(3 * sizeof *w->hist);
+  if (w->ms && w->gm && w->mt && w->sa && w->sb && w->ta && w->tb && w->hist) return 0;
   uld_work_free(w);
   return -1;
 }
 
 void uld_work_free(struct uld_work *w) {
   free(w->ms), free(w->mt), free(w->gm), free(w->sa), free(w->sb), free(w->ta), free(w->tb);
+  free(w->hist);
   memset(w, 0, sizeof *w);
 }
 
@@ -160,7 +165,7 @@ void uld_softmax(float *probs, const float *logits, size_t rows, size_t V, float
     float *p = probs + r * V;
     float mx = -INFINITY;
     for (size_t v = 0; v < V; v++)
-      mx = fmaxf(mx, z[v]);
+      mx = z[v] > mx ? z[v] : mx;
     double sum = 0;
     for (size_t v = 0; v < V; v++) {
       p[v] = expf((z[v] - mx) * inv);
@@ -176,8 +181,6 @@ void uld_softmax(float *probs, const float *logits, size_t rows, size_t V, float
  * A non-negative float's bits order as the float does; key = 0x7FFFFFFF - (bits without the
  * sign) orders ascending as the value descends (-0 counts as 0). Three digits of 11, 11 and 9
  * bits; a digit all elements share is skipped. */
-
-enum { DIG = 11, NB = 1 << DIG };
 
 static inline uint32_t key_of(float x) {
   uint32_t b;
@@ -204,11 +207,11 @@ static int starts_of(uint32_t *h, size_t n) {
 }
 
 /* The n values v[gather[k]] (v[k] without gather) as (key << 32 | k) pairs, sorted ascending
- * (values descending, ties by k); a and b: (n) each. Returns a or b, whichever holds them. */
-static uint64_t *sort_pairs(uint64_t *a, uint64_t *b, const float *v, const int32_t *gather,
-                            size_t n) {
-  static _Thread_local uint32_t h[3][NB];
-  memset(h, 0, sizeof h);
+ * (values descending, ties by k); a and b: (n) each, h: the three digits' histograms. Returns
+ * a or b, whichever holds them. */
+static uint64_t *sort_pairs(uint64_t *a, uint64_t *b, uint32_t (*h)[NB], const float *v,
+                            const int32_t *gather, size_t n) {
+  memset(h, 0, 3 * sizeof *h);
   for (size_t k = 0; k < n; k++) {
     const uint32_t key = key_of(gather ? v[gather[k]] : v[k]);
     a[k] = (uint64_t)key << 32 | (uint32_t)k;
@@ -226,10 +229,9 @@ static uint64_t *sort_pairs(uint64_t *a, uint64_t *b, const float *v, const int3
 }
 
 /* The same for keys alone (the teacher, whose indices are not needed). */
-static uint32_t *sort_keys(uint32_t *a, uint32_t *b, const float *v, const int32_t *gather,
-                           size_t n) {
-  static _Thread_local uint32_t h[3][NB];
-  memset(h, 0, sizeof h);
+static uint32_t *sort_keys(uint32_t *a, uint32_t *b, uint32_t (*h)[NB], const float *v,
+                           const int32_t *gather, size_t n) {
+  memset(h, 0, 3 * sizeof *h);
   for (size_t k = 0; k < n; k++) {
     const uint32_t key = key_of(gather ? v[gather[k]] : v[k]);
     a[k] = key;
@@ -246,31 +248,43 @@ static uint32_t *sort_keys(uint32_t *a, uint32_t *b, const float *v, const int32
   return a;
 }
 
+/* |s - t| of rank k's student pair sk and teacher key tk; gm at sk's column += wgt * sign. */
+static inline float l1_at(float *gm, float wgt, uint64_t sk, uint32_t tk, const int32_t *gather) {
+  const float d = value_of((uint32_t)(sk >> 32)) - value_of(tk);
+  const uint32_t i = (uint32_t)sk;
+  gm[gather ? (size_t)gather[i] : i] += d > 0 ? wgt : d < 0 ? -wgt : 0.0f;
+  return fabsf(d);
+}
+
 /* sum_k |s_(k) - t_(k)| of the student's ns and the teacher's nt values, each sorted
  * descending (s: pairs, t: keys), the shorter padded with zeros; gm[col] += wgt * sign(s_(k) -
- * t_(k)) at the student's column of each rank (col = gather[k] or k). */
+ * t_(k)) at the student's column of each rank (col = gather[k] or k). Four partial sums: a
+ * single chain of double additions would bound the loop by their latency. */
 static double sorted_l1(float *gm, float wgt, const uint64_t *s, size_t ns, const uint32_t *t,
                         size_t nt, const int32_t *gather) {
-  double sum = 0;
-  const size_t n = ns < nt ? ns : nt;
-  for (size_t k = 0; k < n; k++) {
-    const float d = value_of((uint32_t)(s[k] >> 32)) - value_of(t[k]);
-    const uint32_t i = (uint32_t)s[k];
-    sum += fabsf(d);
-    gm[gather ? (size_t)gather[i] : i] += d > 0 ? wgt : d < 0 ? -wgt : 0.0f;
+  const uint32_t zero = key_of(0.0f); /* the padding */
+  const size_t n = ns > nt ? ns : nt;
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  size_t k = 0;
+  for (const size_t m = (ns < nt ? ns : nt) & ~(size_t)3; k < m; k += 4) {
+    a0 += l1_at(gm, wgt, s[k], t[k], gather);
+    a1 += l1_at(gm, wgt, s[k + 1], t[k + 1], gather);
+    a2 += l1_at(gm, wgt, s[k + 2], t[k + 2], gather);
+    a3 += l1_at(gm, wgt, s[k + 3], t[k + 3], gather);
   }
-  for (size_t k = n; k < ns; k++) { /* against the teacher's zero padding */
-    const float d = value_of((uint32_t)(s[k] >> 32));
-    const uint32_t i = (uint32_t)s[k];
-    sum += d;
-    gm[gather ? (size_t)gather[i] : i] += d > 0 ? wgt : 0.0f;
-  }
-  for (size_t k = n; k < nt; k++)
-    sum += value_of(t[k]);
-  return sum;
+  for (; k < ns; k++)
+    a0 += l1_at(gm, wgt, s[k], k < nt ? t[k] : zero, gather);
+  for (; k < n; k++)
+    a0 += value_of(t[k]);
+  return (a0 + a1) + (a2 + a3);
 }
 
 /* --- the loss of a group ------------------------------------------------------------------ */
+
+/* clamp_min(x, eps) */
+static inline float floor_eps(float x) {
+  return x > ULD_EPS ? x : ULD_EPS;
+}
 
 /* GOLD's "observed" merge of rows[0..n) of p (V wide): p[rows[0]] * c, c the float product
  * of max(p[rows[j]][ids[rows[j]]], eps) over j >= 1 in order (as torch multiplies them).
@@ -281,7 +295,7 @@ static const float *merge(float *out, float *c, const float *p, const int32_t *i
   *c = 1.0f;
   if (n == 1) return p0;
   for (size_t j = 1; j < n; j++)
-    *c *= fmaxf(p[rows[j] * V + (size_t)ids[rows[j]]], ULD_EPS);
+    *c *= floor_eps(p[rows[j] * V + (size_t)ids[rows[j]]]);
   for (size_t v = 0; v < V; v++)
     out[v] = p0[v] * *c;
   return out;
@@ -292,25 +306,41 @@ static const float *merge(float *out, float *c, const float *p, const int32_t *i
 static double jsd_matched(float *gm, float wgt, const struct uld *u, const float *a,
                           const float *b) {
   const double beta = u->beta;
+  const float fb = (float)beta;
   double sum = 0;
   for (size_t j = 0; j < u->nm; j++) {
     const float x = a[u->m_s[j]], y = b[u->m_t[j]];
-    const double qs = fmaxf(x, ULD_EPS), qt = fmaxf(y, ULD_EPS);
-    const double ls = log(qs), lt = log(qt);
-    double val, grad; /* the term and its derivative w.r.t. qs's log-input, per unit of qs */
-    if (beta == 0) {  /* KL(teacher || student) */
-      val = qt * (lt - ls), grad = -qt / qs;
+    const float qs = floor_eps(x), qt = floor_eps(y);
+    float val, grad; /* the term, and its derivative w.r.t. qs (clamp aside); float, as torch */
+    if (beta == 0) { /* KL(teacher || student) */
+      val = qt * logf(qt / qs), grad = -qt / qs;
     } else if (beta == 1) { /* KL(student || teacher) */
-      val = qs * (ls - lt), grad = ls - lt + 1;
-    } else { /* mixture m = (1 - beta) qs + beta qt */
-      const double lm = log((1 - beta) * qs + beta * qt);
-      val = beta * qt * (lt - lm) + (1 - beta) * qs * (ls - lm);
-      grad = (1 - beta) * (ls - lm);
+      const float l = logf(qs / qt);
+      val = qs * l, grad = l + 1;
+    } else { /* against the mixture m = (1 - beta) qs + beta qt */
+      const float m = (1 - fb) * qs + fb * qt, ls = logf(qs / m);
+      val = fb * qt * logf(qt / m) + (1 - fb) * qs * ls;
+      grad = (1 - fb) * ls;
     }
     sum += val;
-    if (x > ULD_EPS) gm[u->m_s[j]] += wgt * (float)grad; /* clamp_min passes x > eps */
+    if (x > ULD_EPS) gm[u->m_s[j]] += wgt * grad; /* clamp_min passes x > eps */
   }
   return sum;
+}
+
+/* d += f p (g - D): the softmax's backward of a row whose probabilities' gradient is g. */
+static void row_back(float *restrict d, const float *restrict p, const float *restrict g, float f,
+                     float D, size_t V) {
+#pragma omp simd
+  for (size_t v = 0; v < V; v++)
+    d[v] += f * p[v] * (g[v] - D);
+}
+
+/* d += f p */
+static void row_axpy(float *restrict d, const float *restrict p, float f, size_t V) {
+#pragma omp simd
+  for (size_t v = 0; v < V; v++)
+    d[v] += f * p[v];
 }
 
 double uld_group(float *dz, struct uld_work *w, const struct uld *u, const float *ps,
@@ -325,14 +355,14 @@ double uld_group(float *dz, struct uld_work *w, const struct uld *u, const float
   memset(gm, 0, Vs * sizeof *gm);
   double loss;
   if (!u->hybrid) {
-    const uint64_t *s = sort_pairs(w->sa, w->sb, a, NULL, Vs);
-    const uint32_t *t = sort_keys(w->ta, w->tb, b, NULL, Vt);
+    const uint64_t *s = sort_pairs(w->sa, w->sb, w->hist, a, NULL, Vs);
+    const uint32_t *t = sort_keys(w->ta, w->tb, w->hist, b, NULL, Vt);
     loss = sorted_l1(gm, 1.0f, s, Vs, t, Vt, NULL);
   } else {
     loss = u->nm ? u->wm * jsd_matched(gm, (float)u->wm, u, a, b) : 0;
     if (u->nsu && u->ntu) {
-      const uint64_t *s = sort_pairs(w->sa, w->sb, a, u->s_un, u->nsu);
-      const uint32_t *t = sort_keys(w->ta, w->tb, b, u->t_un, u->ntu);
+      const uint64_t *s = sort_pairs(w->sa, w->sb, w->hist, a, u->s_un, u->nsu);
+      const uint32_t *t = sort_keys(w->ta, w->tb, w->hist, b, u->t_un, u->ntu);
       loss += u->wu * sorted_l1(gm, (float)u->wu, s, u->nsu, t, u->ntu, u->s_un);
     }
   }
@@ -341,26 +371,27 @@ double uld_group(float *dz, struct uld_work *w, const struct uld *u, const float
   /* merged = p0 * c, c = prod_j q_j: d/dp0[v] = gm[v] c; d/dq_j = D prod_{k != j} q_k with
    * D = sum_v gm[v] p0[v]; then softmax(z / T): dz[v] = p[v] (g[v] - sum_u g[u] p[u]) / T */
   const float *p0 = ps + srows[0] * Vs;
-  double D = 0;
-  for (size_t v = 0; v < Vs; v++)
-    D += (double)gm[v] * p0[v];
+  double D0 = 0, D1 = 0, D2 = 0, D3 = 0; /* four chains, as in sorted_l1 */
+  size_t v = 0;
+  for (; v + 4 <= Vs; v += 4) {
+    D0 += (double)gm[v] * p0[v], D1 += (double)gm[v + 1] * p0[v + 1];
+    D2 += (double)gm[v + 2] * p0[v + 2], D3 += (double)gm[v + 3] * p0[v + 3];
+  }
+  for (; v < Vs; v++)
+    D0 += (double)gm[v] * p0[v];
+  const double D = (D0 + D1) + (D2 + D3);
   const double st = (double)scale / u->Ts;
-  float *d0 = dz + srows[0] * Vs;
-  const float f0 = (float)(st * cs), fD = (float)D;
-  for (size_t v = 0; v < Vs; v++)
-    d0[v] += f0 * p0[v] * (gm[v] - fD);
+  row_back(dz + srows[0] * Vs, p0, gm, (float)(st * cs), (float)D, Vs);
   for (size_t j = 1; j < ns; j++) {
     const float *pj = ps + srows[j] * Vs;
     const size_t tok = (size_t)ids_s[srows[j]];
     if (!(pj[tok] > ULD_EPS)) continue; /* clamped: no gradient */
     double others = 1;
     for (size_t k = 1; k < ns; k++)
-      if (k != j) others *= fmaxf(ps[srows[k] * Vs + (size_t)ids_s[srows[k]]], ULD_EPS);
+      if (k != j) others *= floor_eps(ps[srows[k] * Vs + (size_t)ids_s[srows[k]]]);
     const double aj = st * D * others; /* scale / T * d(loss)/d(p_j[tok]) */
     float *dj = dz + srows[j] * Vs;
-    const float f = (float)(-aj * pj[tok]);
-    for (size_t v = 0; v < Vs; v++)
-      dj[v] += f * pj[v];
+    row_axpy(dj, pj, (float)(-aj * pj[tok]), Vs);
     dj[tok] += (float)(aj * pj[tok]);
   }
   return loss;

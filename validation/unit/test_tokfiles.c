@@ -1,8 +1,9 @@
 /* test_tokfiles.c: the /tokenizer group (src/tokfiles.h). Files of a directory (one empty,
  * one binary, one not a tokenizer file) are stored byte for byte in a weights file written
  * collectively, extracted again, copied into a second file, compared; a file without the
- * group counts as none; a changed tokenizer.json makes two files differ, a changed
- * generation_config.json does not. Runs on 1 rank and on 2 (mpiexec -n 2). */
+ * group counts as none; a held set gives each file's bytes (tokfiles_file); a changed
+ * tokenizer.json makes two files differ, a changed generation_config.json does not. Runs on
+ * 1 rank and on 2 (mpiexec -n 2). */
 #include <check.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -76,6 +77,19 @@ START_TEST(store_extract_copy_compare) {
   make_h5("a.h5", src, 3);
   snprintf(path, sizeof path, "%s/a.h5", tmpdir);
   ck_assert_int_eq(tokfiles_count(path, err, sizeof err), 3);
+  { /* a held set gives the bytes of its files; none for a file it lacks or no set */
+    struct tokset *t = NULL;
+    size_t len = 1;
+    ck_assert_msg(tokfiles_read(path, &t, err, sizeof err) == 0, "%s", err);
+    const char *j = tokfiles_file(t, "tokenizer.json", &len);
+    ck_assert(j && len == strlen(json) && !memcmp(j, json, len));
+    j = tokfiles_file(t, "tokenizer.model", &len);
+    ck_assert(j && len == sizeof binary && !memcmp(j, binary, len));
+    ck_assert_ptr_null(tokfiles_file(t, "vocab.json", &len));
+    ck_assert_uint_eq(len, 0);
+    ck_assert_ptr_null(tokfiles_file(NULL, "tokenizer.json", &len));
+    tokfiles_free(t);
+  }
 
   /* copy into a second file, collectively */
   char b[512];
