@@ -152,9 +152,6 @@ void data_close(struct kd_data *d) {
   for (int i = 0; i < d->nsets; i++) {
     data_source_close(&d->set[i].src);
     data_pack_free(&d->set[i].pack);
-    if (d->set[i].xt) data_xtok_close(d->set[i].xt);
-    free(d->set[i].xt);
-    d->set[i].xt = NULL;
     free(d->set[i].perm);
     d->set[i].perm = NULL;
   }

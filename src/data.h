@@ -9,8 +9,9 @@
 
 #include "data_pack.h"
 #include "data_source.h"
-#include "data_xtok.h"
 #include "words.h"
+
+struct data_xtok; /* data_xtok.h: the teacher's side, which owns it */
 
 #define DATA_MAX_SETS 16 /* files of one blend (config.h KD_DATA_MAX) */
 

@@ -219,7 +219,13 @@ void data_teacher_window(struct kd_data *d, int64_t g, int j, int *in, int *ps,
     if (tkeep) data_source_tokens(&xt->t, (size_t)xt->t.doc[doc], tkeep, in + tt);
     for (size_t i = 0; i < tkeep; i++)
       ps[tt + i] = (int)i;
-    int *buf = kd_malloc((sl > tl ? sl : tl) * sizeof *buf + 1);
+    const size_t most = sl > tl ? sl : tl;
+    if (most > x->cap_buf) {
+      free(x->buf);
+      x->buf = kd_malloc(most * sizeof *x->buf);
+      x->cap_buf = most;
+    }
+    int *buf = x->buf;
     docs_reserve(x, sl, tl);
     /* the student's rows: the window's tokens before its last (which is a label only) */
     const size_t srows = ts + skeep <= T ? skeep : T - ts;
@@ -230,7 +236,6 @@ void data_teacher_window(struct kd_data *d, int64_t g, int j, int *in, int *ps,
     const size_t nt =
         side_append(&xt->toff, (size_t)xt->t.doc[doc], tl, tkeep, j * (int)Tt + (int)tt,
                     x->t_row + x->nt, x->t_end + x->nt, buf, &cut, &tfirst);
-    free(buf);
     x->answer[x->ndocs] = (size_t)sfirst < srows;
     x->t_start[x->ndocs] = j * (int)Tt + (int)tt;
     x->t_lead[x->ndocs] = (size_t)tfirst < tkeep ? tfirst : (int)tkeep;
@@ -291,6 +296,15 @@ int64_t data_count_answer_docs(struct kd_data *d, int64_t g0, int64_t n) {
   return n > 0 ? data_sum_windows(d, g0, n, answer_docs_term, NULL) : 0;
 }
 
+void data_drop_teacher(struct kd_data *d) {
+  for (int i = 0; i < d->nsets; i++) {
+    if (d->set[i].xt) data_xtok_close(d->set[i].xt);
+    free(d->set[i].xt);
+    d->set[i].xt = NULL;
+  }
+  d->xtok = 0;
+}
+
 void xtok_docs_free(struct xtok_docs *x) {
   free(x->s_first);
   free(x->t_first);
@@ -298,6 +312,7 @@ void xtok_docs_free(struct xtok_docs *x) {
   free(x->answer);
   free(x->t_start);
   free(x->t_lead);
+  free(x->buf);
   free(x->s_row);
   free(x->t_row);
   free(x->s_end);

@@ -40,8 +40,10 @@ struct xtok_docs {
                                 documents the loss's mean counts: data_count_answer_docs) */
   int *t_start, *t_lead;     /* ndocs: the row of its first teacher token; the teacher tokens
                                 before its first answer token (its prompt) */
-  int *s_row, *t_row;        /* ns, nt */
-  int32_t *s_end, *t_end;    /* ns, nt */
+  int *buf;                  /* scratch: a document's offsets */
+  size_t cap_buf;
+  int *s_row, *t_row;     /* ns, nt */
+  int32_t *s_end, *t_end; /* ns, nt */
 };
 
 /* Open the teacher's files of every file of d (a documents dataset of Megatron files) and
@@ -75,6 +77,9 @@ void xtok_docs_add(struct xtok_docs *docs, const int *s_row, const int32_t *s_en
 /* Documents of global samples g0 .. g0 + n - 1 with at least one student answer token: the
  * mean of the cross-tokenizer loss is over them. Every rank computes it alone. */
 int64_t data_count_answer_docs(struct kd_data *d, int64_t g0, int64_t n);
+
+/* Close what data_use_teacher opened (before data_close of d). */
+void data_drop_teacher(struct kd_data *d);
 
 void data_xtok_close(struct data_xtok *x);
 void xtok_docs_free(struct xtok_docs *docs);

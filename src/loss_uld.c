@@ -35,11 +35,12 @@ struct uld_scratch {
   size_t cap_z;          /* floats of each of zs / zt / dzs */
   size_t cap_hs, cap_ht; /* floats of hz_s / hz_t */
   int *counts, *displs;  /* tp each: the all-gather's */
-  float *b_hs, *b_ht;    /* backend: a chunk's gathered hidden states */
-  float *b_zs, *b_zt;    /* backend: its logits (the student's slice takes the gradient) */
-  float *b_zc;           /* backend: the student's capped logits (soft cap) */
-  float *b_dx;           /* backend: the gradient of the chunk's hidden states */
-  int *b_rows;           /* backend: the chunk's rows */
+  size_t cap_tp;
+  float *b_hs, *b_ht; /* backend: a chunk's gathered hidden states */
+  float *b_zs, *b_zt; /* backend: its logits (the student's slice takes the gradient) */
+  float *b_zc;        /* backend: the student's capped logits (soft cap) */
+  float *b_dx;        /* backend: the gradient of the chunk's hidden states */
+  int *b_rows;        /* backend: the chunk's rows */
   size_t b_rows_cap, b_s_cap, b_t_cap;
 };
 
@@ -171,9 +172,12 @@ static void gather_rows(struct uld_scratch *x, float *full, const float *hz, siz
     memcpy(full, hz, n * (size_t)V * sizeof(float));
     return;
   }
-  size_t c1 = 0, c2 = 0;
-  x->counts = grow(x->counts, &c1, (size_t)tp, sizeof(int));
-  x->displs = grow(x->displs, &c2, (size_t)tp, sizeof(int));
+  if ((size_t)tp > x->cap_tp) {
+    size_t c1 = x->cap_tp, c2 = x->cap_tp;
+    x->counts = grow(x->counts, &c1, (size_t)tp, sizeof(int));
+    x->displs = grow(x->displs, &c2, (size_t)tp, sizeof(int));
+    x->cap_tp = c1;
+  }
   KD_CHECK(n * (size_t)V <= INT_MAX, "loss_uld: a chunk of %zu rows x %d ids is too large", n, V);
   int at = 0;
   for (int r = 0; r < tp; r++) {

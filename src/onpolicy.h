@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "data.h"
+#include "data_xtok.h"
 #include "generate.h"
 #include "grid.h"
 #include "model.h"

@@ -21,6 +21,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
+#include "data_xtok.h"
 #include "grid.h"
 #include "layers.h"
 #include "loss.h"
@@ -393,6 +394,7 @@ static void run_teardown(struct run *r) {
   model_free(&r->student, &r->be);
   comm_release(&r->be);
   r->be.release(&r->be);
+  data_drop_teacher(&r->train);
   data_close(&r->train);
   if (r->have_valid) data_close(&r->valid);
   grid_free(&r->grid);
