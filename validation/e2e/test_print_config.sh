@@ -103,13 +103,14 @@ else
 fi
 
 command -v gfortran > /dev/null 2>&1 || kd_skip "gfortran not found (./bootstrap --deps installs it)"
-# One subroutine per group (keys repeat across groups): declared from the printed values.
+# One subroutine per group (keys repeat across groups): declared from the printed values; the
+# namelist statement continued (&) every 6 keys, under the 132 columns of free-form source.
 awk '
   /^&/ { g = substr($0, 2); n = 0; next }
   /^\// { printf "subroutine rd_%s(u, o)\n  integer :: u, o, ios\n", g
           for (i = 1; i <= n; i++) print "  " decl[i] " :: " key[i]
           printf "  namelist /%s/ ", g
-          for (i = 1; i <= n; i++) printf "%s%s", key[i], (i < n ? ", " : "\n")
+          for (i = 1; i <= n; i++) printf "%s%s", key[i], (i < n ? (i % 6 ? ", " : ", &\n    ") : "\n")
           printf "  rewind(u)\n  read(u, nml=%s, iostat=ios)\n", g
           printf "  if (ios /= 0) then\n    print *, \"gfortran cannot read &%s\", ios\n    stop 1\n  end if\n", g
           printf "  write(o, nml=%s)\nend subroutine\n\n", g
