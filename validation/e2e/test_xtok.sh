@@ -45,6 +45,18 @@ cat > base.nml <<EOF
 &precision compute = 'fp32' /
 EOF
 kd_log=log.txt
+# layouts NAME ROWS OVERRIDES...: 1 rank into l1, then tp 2, pp 2 and dp 2 into l2, each equal
+# to it (loss and grad_norm within 1e-5, ROWS steps)
+layouts() {
+  name=$1 rows=$2
+  shift 2
+  kd 1 run%out_dir="'l1'" "$@"
+  for lay in "parallel%tp=2" "parallel%pp=2" "parallel%dp=2"; do
+    kd 2 run%out_dir="'l2'" "$lay" "$@"
+    kd_same_metrics l1 l2 "$name$lay" "$rows" || fail "$name$lay differs from 1 rank"
+    echo "ok $name$lay equals 1 rank"
+  done
+}
 
 echo "== the first step against TRL's GOLD ULDLoss"
 kd 1
@@ -55,14 +67,9 @@ ref check "$PWD" chat r1h 0.7 0.3 || fail "the hybrid against GOLD"
 echo "== on-policy: the continuations re-encoded by the teacher's tokenizer (C) against GOLD"
 kd 1 run%out_dir="'op'" loss%onpolicy=1.0 generate%max_new_tokens=12 generate%save=.true.
 ref onpolicy "$PWD" chat op || fail "on-policy ULD against GOLD"
-set -- loss%onpolicy=0.5 generate%max_new_tokens=12 run%steps=2 parallel%global_batch=4 \
-  parallel%micro_batch=1 data%pack=.true. data%seq_len=64 data%train="'multi'"
-kd 1 run%out_dir="'o1'" "$@"
-for lay in "parallel%tp=2" "parallel%pp=2" "parallel%dp=2"; do
-  kd 2 run%out_dir="'o2'" "$lay" "$@"
-  kd_same_metrics o1 o2 "on-policy $lay" 2 || fail "on-policy $lay differs from 1 rank"
-  echo "ok on-policy $lay equals 1 rank"
-done
+layouts "on-policy " 2 loss%onpolicy=0.5 generate%max_new_tokens=12 run%steps=2 \
+  parallel%global_batch=4 parallel%micro_batch=1 data%pack=.true. data%seq_len=64 \
+  data%train="'multi'"
 
 echo "== memory: the measured peaks against --dry-run's plan (data%teacher_seq_len fixed)"
 kd 1 run%out_dir="'rp'" data%teacher_seq_len=64
@@ -83,14 +90,8 @@ paste -d' ' measured.txt planned.txt | awk '{ for (k = 1; k <= 6; k++) {
 echo "== layouts: tp 2, pp 2, dp 2 against 1 rank (multi-turn conversations, packed)"
 for h in "" "loss%matched_weight=0.7 loss%unmatched_weight=0.3"; do
   # shellcheck disable=SC2086 # $h: zero or two words
-  set -- data%train="'multi'" data%pack=.true. data%seq_len=128 run%steps=3 \
+  layouts "${h:+hybrid }" 3 data%train="'multi'" data%pack=.true. data%seq_len=128 run%steps=3 \
     parallel%global_batch=4 parallel%micro_batch=1 $h
-  kd 1 run%out_dir="'m1'" "$@"
-  for lay in "parallel%tp=2" "parallel%pp=2" "parallel%dp=2"; do
-    kd 2 run%out_dir="'m2'" "$lay" "$@"
-    kd_same_metrics m1 m2 "${h:+hybrid }$lay" 3 || fail "$lay differs from 1 rank"
-    echo "ok ${h:+hybrid }$lay equals 1 rank"
-  done
 done
 
 echo "== refusals"

@@ -21,7 +21,6 @@
                                (fp32), each document one sample (data%pack = .false.) and the
                                global batch all of them
 """
-import csv
 import json
 import os
 import random
@@ -31,6 +30,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from onpolicy_ref import metrics_row  # noqa: E402  (the first step's row of a run's metrics)
 TOL = 1e-4
 
 WORDS = ["light", "water", "the earth", "seven days", "a river", "stars", "bread", "salt",
@@ -116,15 +116,9 @@ def read_indexed(prefix):
     return [np.array(ds[i]) for i in range(len(ds))]
 
 
-def metrics_row(run, step=1):
-    with open(os.path.join(run, "metrics.csv"), newline="") as f:
-        for row in csv.DictReader(f):
-            if row["step"] == str(step) and row["loss"] != "":
-                return row
-    sys.exit(f"FAIL: {run}/metrics.csv has no row of step {step}")
-
-
-def check(work, prefix, run, matched=None, unmatched=None):
+def gold_setup(work, **kw):
+    """The two sides' Hugging Face tokenizers and fp32 models of WORK and TRL's GOLD ULDLoss
+    with GOLDConfig's defaults (kw: the hybrid's settings)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -132,9 +126,6 @@ def check(work, prefix, run, matched=None, unmatched=None):
     from trl.experimental.gold.gold_trainer import ULDLoss
     hf_logging.disable_progress_bar()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    hybrid = matched is not None
-    kw = {"uld_use_hybrid_loss": True, "uld_hybrid_matched_weight": float(matched),
-          "uld_hybrid_unmatched_weight": float(unmatched)} if hybrid else {}
     cfg = GOLDConfig(output_dir=os.path.join(work, "gold"), use_uld_loss=True, report_to=[],
                      use_cpu=True, bf16=False, **kw)
     hf = {r: os.path.join(work, f"hf_{r}") for r in ("teacher", "student")}
@@ -142,7 +133,16 @@ def check(work, prefix, run, matched=None, unmatched=None):
     models = {r: AutoModelForCausalLM.from_pretrained(hf[r], dtype=torch.float32,
                                                       attn_implementation="eager").eval()
               for r in hf}
-    uld = ULDLoss(cfg, student_tokenizer=toks["student"], teacher_tokenizer=toks["teacher"])
+    return toks, models, ULDLoss(cfg, student_tokenizer=toks["student"],
+                                 teacher_tokenizer=toks["teacher"])
+
+
+def check(work, prefix, run, matched=None, unmatched=None):
+    import torch
+    hybrid = matched is not None
+    kw = {"uld_use_hybrid_loss": True, "uld_hybrid_matched_weight": float(matched),
+          "uld_hybrid_unmatched_weight": float(unmatched)} if hybrid else {}
+    toks, models, uld = gold_setup(work, **kw)
     ids = {"student": read_indexed(prefix), "teacher": read_indexed(prefix + "_teacher")}
     offs = {"student": read_indexed(prefix + "_offsets"),
             "teacher": read_indexed(prefix + "_teacher_offsets")}
@@ -186,19 +186,8 @@ def onpolicy(work, prefix, run):
     end; the student's ends by GOLD's piece_byte_len."""
     import h5py
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl.experimental.gold import GOLDConfig
-    from trl.experimental.gold.gold_trainer import ULDLoss
     from trl.experimental.utils import encode_with_byte_offsets, piece_byte_len
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    cfg = GOLDConfig(output_dir=os.path.join(work, "gold"), use_uld_loss=True, report_to=[],
-                     use_cpu=True, bf16=False)
-    hf = {r: os.path.join(work, f"hf_{r}") for r in ("teacher", "student")}
-    toks = {r: AutoTokenizer.from_pretrained(hf[r]) for r in hf}
-    models = {r: AutoModelForCausalLM.from_pretrained(hf[r], dtype=torch.float32,
-                                                      attn_implementation="eager").eval()
-              for r in hf}
-    uld = ULDLoss(cfg, student_tokenizer=toks["student"], teacher_tokenizer=toks["teacher"])
+    toks, models, uld = gold_setup(work)
     sdocs, tdocs = read_indexed(prefix), read_indexed(prefix + "_teacher")
     toffs = read_indexed(prefix + "_teacher_offsets")
     with h5py.File(os.path.join(run, "rollouts.h5"), "r") as f:
