@@ -24,15 +24,25 @@ continuation (blank lines between), or with --jsonl one object per prompt with "
 "text" and the generated token ids "ids". Generation stops at the tokenizer's end-of-
 sequence id or after --max-new-tokens.
 
-How it runs: this front end tokenises the prompts into a temporary ids file, then becomes
-(exec) the C engine kdgen-ids beside it, which generates (src/generate.c) and, on rank 0,
-becomes this front end again (--finish) to write the text. Under `mpiexec -n N kdgen ...`
+How it runs: plain-text prompts (--prompt, a text --prompts file, JSONL "prompt" objects;
+each one non-blank line) with the weights file's own tokenizer go straight to the C engine
+kdgen-ids beside it (this front end becomes it: exec), which encodes them with the C
+tokenizer (src/tokenizer.h), generates (src/generate.c) and on rank 0 writes the text
+itself: no Python tokenization, transformers not needed. Otherwise (chats, whose templates
+need jinja; kdprep datasets; --tokenizer; a prompt with a line break; a tokenizer the C
+tokenizer refuses or that transformers 5 reads otherwise than its tokenizer.json, which the
+engine finds before MPI starts and hands back to this front end; transformers older than 5
+installed; KDGEN_PYTHON_TOKENIZER=1 in the environment) this front end tokenises the prompts
+with transformers into a temporary ids file, then becomes the engine, which generates and,
+on rank 0, becomes this front end again (--finish) to write the text. Both write the same
+bytes. Under `mpiexec -n N kdgen ...`
 every rank does the same, so the engine runs on the N ranks of the launch: tp x pp x dp = N
 (default: all tensor parallel; --pp N pipeline stages, --dp N replicas, each generating
 its share of the prompts). --device as kdtrain's run%device (auto, the default: the CUDA
 device of every rank where kdtrain was built with CUDA and the node has one, else the CPU);
 --precision bf16 holds the weights in BF16 and computes in BF16. The engine prints the
-tokens/s, the backend and the precision on stderr.
+tokens/s, the backend and the precision on stderr (and, on the C tokenizer's path, the
+time it took to encode and decode).
 
 Exit status: 0 done, 2 bad input (the file or option named: an unreadable or malformed
 prompt file, a weights file without /tokenizer and no --tokenizer, a --tokenizer that
@@ -103,6 +113,7 @@ def read_prompts(args):
         fail(EXIT_INPUT, f"{args.prompts}: cannot read the prompt file ({e})")
     first = next((ln for ln in lines if ln.strip()), "")
     if not first.lstrip().startswith("{"):
+        args.text_file = True  # kdgen-ids --text reads it as it stands
         return out + [(ln, None, None) for ln in lines if ln.strip()]
     for n, ln in enumerate(lines, 1):
         if not ln.strip():
@@ -242,6 +253,8 @@ def parse(argv):
                     help="auto (default): CUDA where every rank has a device, else the CPU")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--finish", help=argparse.SUPPRESS)  # the engine's ids: write the text
+    # the engine hands back a tokenizer it cannot read as transformers does: tokenise here
+    ap.add_argument("--python-tokenizer", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if not args.prompt and not args.prompts:
         ap.error("give --prompt TEXT or --prompts FILE")
@@ -252,9 +265,83 @@ def parse(argv):
     return args
 
 
+def engine_path():
+    here = os.path.dirname(os.path.realpath(__file__))
+    return os.environ.get("KDGEN_ENGINE") or os.path.join(here, "kdgen-ids")
+
+
+def engine_opts(args):
+    """The engine's options of generation and layout."""
+    cmd = ["--max-new-tokens", str(args.max_new_tokens), "--temperature", repr(args.temperature),
+           "--top-k", str(args.top_k), "--top-p", repr(args.top_p), "--seed", str(args.seed),
+           "--device", args.device, "--precision", args.precision]
+    for k in ("tp", "pp", "dp"):
+        if getattr(args, k):
+            cmd += ["--" + k, str(getattr(args, k))]
+    return cmd
+
+
+def become(engine, cmd, tmp):
+    """exec the engine (removing the temporary prompt file tmp if that fails)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(engine, cmd)
+    except OSError as e:
+        if tmp:
+            os.unlink(tmp)
+        fail(EXIT_IO, f"cannot run the engine {engine} ({e})")
+
+
+def c_tokenizer_serves(args, prompts):
+    """Whether kdgen-ids --text can take the prompts as they are: text of one non-blank line
+    each (as a text prompt file holds them), the weights file's own tokenizer, and no
+    transformers older than 5 installed (the engine reads the tokenizer files as
+    transformers 5 does)."""
+    if args.tokenizer or args.python_tokenizer or os.environ.get("KDGEN_PYTHON_TOKENIZER"):
+        return False
+    for text, _, _ in prompts:
+        if text is None or not text.strip() or "\n" in text or "\r" in text:
+            return False
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate of a JSON escape
+            return False
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return int(version("transformers").split(".")[0]) >= 5
+    except PackageNotFoundError:
+        return True
+    except ValueError:
+        return False
+
+
+def start_text(args, argv, prompts):
+    """Become the engine on the text of the prompts (kdgen-ids --text): the --prompts file as
+    it stands, or a temporary file of the prompts, one per line (--prompt, JSONL, a pipe)."""
+    engine, tmp = engine_path(), None
+    if not args.prompt and getattr(args, "text_file", False) and os.path.isfile(args.prompts):
+        src = ["--text", args.prompts]  # a regular file: read again, as it stands
+    else:
+        fd, tmp = tempfile.mkstemp(prefix="kdgen_", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(text + "\n" for text, _, _ in prompts)
+        src = ["--text", tmp, "--remove-ids", "--name", args.prompts or "--prompt"]
+    cmd = [engine, args.weights] + src + engine_opts(args)
+    if args.jsonl:
+        cmd += ["--jsonl", args.jsonl]
+    cmd += ["--or-else", sys.executable, os.path.realpath(__file__)] + argv + ["--python-tokenizer"]
+    become(engine, cmd, tmp)
+
+
 def start(args, argv):
-    """Tokenise, then become the engine (whose rank 0 comes back as finish())."""
+    """Tokenise, then become the engine (whose rank 0 comes back as finish()); or become the
+    engine on the prompts' text, which it tokenises and writes itself."""
     prompts = read_prompts(args)
+    if args.jsonl and not os.access(os.path.dirname(os.path.abspath(args.jsonl)), os.W_OK):
+        fail(EXIT_IO, f"cannot write {args.jsonl}: its directory is not writable")
+    if prompts and c_tokenizer_serves(args, prompts):
+        start_text(args, argv, prompts)
     tok, npos = load_tokenizer(args.weights, args.tokenizer)
     where = args.prompts or "--prompt"
     ids = []
@@ -269,30 +356,16 @@ def start(args, argv):
         ids.append(x)
     if not ids:
         fail(EXIT_INPUT, f"{where} holds no prompt")
-    if args.jsonl and not os.access(os.path.dirname(os.path.abspath(args.jsonl)), os.W_OK):
-        fail(EXIT_IO, f"cannot write {args.jsonl}: its directory is not writable")
     fd, path = tempfile.mkstemp(prefix="kdgen_", suffix=".ids")
     with os.fdopen(fd, "w") as f:
         f.writelines(" ".join(map(str, x)) + "\n" for x in ids)
-    here = os.path.dirname(os.path.realpath(__file__))
-    engine = os.environ.get("KDGEN_ENGINE") or os.path.join(here, "kdgen-ids")
-    cmd = [engine, args.weights, "--ids", path, "--remove-ids", "--out", path + ".out",
-           "--max-new-tokens", str(args.max_new_tokens), "--temperature", repr(args.temperature),
-           "--top-k", str(args.top_k), "--top-p", repr(args.top_p), "--seed", str(args.seed),
-           "--device", args.device, "--precision", args.precision]
+    engine = engine_path()
+    cmd = [engine, args.weights, "--ids", path, "--remove-ids", "--out", path + ".out"]
+    cmd += engine_opts(args)
     if tok.eos_token_id is not None:
         cmd += ["--eos", str(tok.eos_token_id)]
-    for k in ("tp", "pp", "dp"):
-        if getattr(args, k):
-            cmd += ["--" + k, str(getattr(args, k))]
     cmd += ["--then", sys.executable, os.path.realpath(__file__)] + argv + ["--finish", path + ".out"]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execv(engine, cmd)
-    except OSError as e:
-        os.unlink(path)
-        fail(EXIT_IO, f"cannot run the engine {engine} ({e})")
+    become(engine, cmd, path)
 
 
 def finish(args):

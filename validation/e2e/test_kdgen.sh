@@ -11,7 +11,15 @@
 # --tokenizer naming the Hugging Face directory or a weights file that carries it; bad
 # prompt files, a weights file without a tokenizer and no --tokenizer (the option named),
 # a --tokenizer that is missing, carries none or holds ids beyond the vocabulary, and a
-# continuation beyond max_position_embeddings exit 2 naming the file.
+# continuation beyond max_position_embeddings exit 2 naming the file. Text prompts with the
+# file's own tokenizer take the C tokenizer's path (kdgen-ids --text: the cases above check
+# it against transformers, as a JSONL of "prompt" objects); on multilingual prompts (CJK, emoji, accents, NFD, RTL, JSON
+# escapes, a BOM, \r\n and \r line ends) its text and JSONL are byte for byte those of the
+# Python path (KDGEN_PYTHON_TOKENIZER=1), on 1 rank, PP 2 and DP 2; tokenizers the C
+# tokenizer refuses (a Lowercase normalizer) or that transformers reads otherwise
+# (tokenizer_class Qwen2Tokenizer, a pad_token tokenizer.json lacks) fall back silently to
+# the Python path with kdgen and exit 2 naming the component with kdgen-ids --text, as do
+# a weights file without /tokenizer, a missing, blank or non-UTF-8 prompt file.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
 kd_python_or_skip torch transformers tokenizers h5py
@@ -64,6 +72,49 @@ kdgen m.h5 --prompt "$(head -n 1 prompts.txt)" --max-new-tokens $NEW > t.txt 2> 
 cmp -s t.txt want_stdout.txt || { cat t.txt want_stdout.txt; fail "text output"; }
 [ -z "$(ls tmp | grep kdgen_)" ] || { ls tmp; fail "temporary files left behind"; }
 
+echo "== the C tokenizer's path against the Python path (KDGEN_PYTHON_TOKENIZER=1), byte for byte"
+"$KD_PYTHON" - ml.txt <<'EOF2' || fail "multilingual prompts"
+import sys
+lines = ["\ufeffIn the beginning 神创造天地", "Ἐν ἀρχῇ ἦν ὁ λόγος", "café naïve — e\u0301te\u0301 (NFD)",
+         "日本語のテキスト、漢字とかな。", "emoji: 👋🏽 🇫🇷 👨‍👩‍👧 🙂!", "\u3000\u2003 ",
+         "  tab\tquote\" back\\slash \x01\x7f end  ", "Привет, мир! שלום עולם مرحبا",
+         "line sep\u2028para\u2029 नमस्ते दुनिया", "{not JSON: the first line decides"]
+data = "\r\n".join(lines[:4]) + "\r" + "\n".join(lines[4:]) + "\n\n"
+open(sys.argv[1], "wb").write(data.encode("utf-8"))
+EOF2
+cat prompts.txt ml.txt > all.txt
+one="héllo 👋 «naïve» \"quoted\""
+KDGEN_PYTHON_TOKENIZER=1 kdgen m.h5 --prompt "$one" --prompts all.txt --max-new-tokens $NEW \
+  > py.txt 2> py.err || { cat py.err; fail "kdgen, Python path"; }
+KDGEN_PYTHON_TOKENIZER=1 kdgen m.h5 --prompts all.txt --max-new-tokens $NEW --jsonl py.jsonl \
+  2> py.err || { cat py.err; fail "kdgen --jsonl, Python path"; }
+! grep -q "C tokenizer" py.err || { cat py.err; fail "KDGEN_PYTHON_TOKENIZER=1 took the C path"; }
+# c_path NAME: kdgen's run NAME took the C tokenizer's path
+c_path() { grep -q "the C tokenizer encoded" "$1.err" || { cat "$1.err"; fail "$1: not the C path"; }; }
+kdgen m.h5 --prompt "$one" --prompts all.txt --max-new-tokens $NEW > c1.txt 2> c1.err ||
+  { cat c1.err; fail "kdgen, C path"; }
+c_path c1
+cmp c1.txt py.txt || fail "text of the C path differs from the Python path's"
+kdgen m.h5 --prompts all.txt --max-new-tokens $NEW --jsonl c1.jsonl 2> c1j.err ||
+  { cat c1j.err; fail "kdgen --jsonl, C path"; }
+c_path c1j
+cmp c1.jsonl py.jsonl || fail "JSONL of the C path differs from the Python path's"
+$MPIEXEC -n 2 "$KD_PYTHON" "$KD_BUILDDIR/src/tools/kdgen" m.h5 --prompt "$one" --prompts all.txt \
+  --max-new-tokens $NEW --pp 2 > c2.txt 2> c2.err || { cat c2.err; fail "kdgen pp 2, C path"; }
+c_path c2
+cmp c2.txt py.txt || fail "text of the C path on pp 2 differs"
+$MPIEXEC -n 2 "$KD_PYTHON" "$KD_BUILDDIR/src/tools/kdgen" m.h5 --prompts all.txt \
+  --max-new-tokens $NEW --dp 2 --jsonl c3.jsonl 2> c3.err || { cat c3.err; fail "kdgen dp 2, C path"; }
+c_path c3
+cmp c3.jsonl py.jsonl || fail "JSONL of the C path on dp 2 differs"
+grep '"prompt"' chat.jsonl > ponly.jsonl # JSONL of "prompt" objects alone: the C path too
+head -n 1 want_chat.jsonl > want_ponly.jsonl
+kdgen m.h5 --prompts ponly.jsonl --max-new-tokens $NEW --jsonl c4.jsonl 2> c4.err ||
+  { cat c4.err; fail "kdgen, JSONL prompts, C path"; }
+c_path c4
+same_jsonl c4.jsonl want_ponly.jsonl
+[ -z "$(ls tmp | grep kdgen_)" ] || { ls tmp; fail "temporary files left behind"; }
+
 echo "== a weights file without /tokenizer: --tokenizer DIR (Hugging Face) or FILE.h5"
 mkdir -p notok && cp hf/config.json hf/*.safetensors notok/
 "$conv" from-hf notok notok.h5 > conv.txt 2>&1 || { cat conv.txt; fail "kdconvert from-hf notok"; }
@@ -101,4 +152,49 @@ expect2 "--tokenizer bigtok: .* tokens, more than the vocab_size" notok.h5 --pro
 expect2 "prompt" m.h5
 expect2 "prompts.txt: prompt 1 of .* exceed max_position_embeddings = 128" m.h5 --prompts prompts.txt \
   --max-new-tokens 125
+
+echo "== the C path's refusals: kdgen falls back to the Python path, kdgen-ids --text exits 2"
+ids2() { # ids2 PATTERN ARGS...: kdgen-ids exits 2 and says PATTERN
+  pat=$1
+  shift
+  rc=0
+  "$KD_BUILDDIR/src/tools/kdgen-ids" "$@" > out.txt 2>&1 || rc=$?
+  [ "$rc" -eq 2 ] && grep -q -- "$pat" out.txt || { cat out.txt; fail "kdgen-ids $*: rc $rc, want 2 and '$pat'"; }
+}
+# variant DIR FILE PYTHON: hf with FILE's JSON d changed by PYTHON, converted to DIR.h5
+variant() {
+  "$KD_PYTHON" - "$@" <<'EOF2' || fail "tokenizer variant $1"
+import json, shutil, sys
+dst, name, edit = sys.argv[1:4]
+shutil.copytree("hf", dst)
+d = json.load(open(f"{dst}/{name}", encoding="utf-8"))
+exec(edit)
+json.dump(d, open(f"{dst}/{name}", "w", encoding="utf-8"), ensure_ascii=False)
+EOF2
+  "$conv" from-hf "$1" "$1.h5" > conv.txt 2>&1 || { cat conv.txt; fail "kdconvert from-hf $1"; }
+}
+variant lower tokenizer.json 'd["normalizer"] = {"type": "Lowercase"}'
+variant qwen tokenizer_config.json 'd["tokenizer_class"] = "Qwen2Tokenizer"'
+variant pad tokenizer_config.json 'd["pad_token"] = "<pad>"'
+ids2 "lower.h5: /tokenizer/tokenizer.json: normalizer 'Lowercase' is not implemented" lower.h5 --text all.txt
+ids2 "qwen.h5: /tokenizer/tokenizer_config.json: tokenizer_class Qwen2Tokenizer" qwen.h5 --text all.txt
+ids2 "pad.h5: /tokenizer/tokenizer_config.json: pad_token '<pad>' is not an added token" pad.h5 \
+  --text all.txt
+kdgen lower.h5 --prompts all.txt --max-new-tokens $NEW --jsonl l1.jsonl 2> l1.err ||
+  { cat l1.err; fail "kdgen lower.h5: no fallback"; }
+KDGEN_PYTHON_TOKENIZER=1 kdgen lower.h5 --prompts all.txt --max-new-tokens $NEW --jsonl l2.jsonl \
+  2> l2.err || { cat l2.err; fail "kdgen lower.h5, Python path"; }
+! grep -q "C tokenizer" l1.err && cmp l1.jsonl l2.jsonl || { cat l1.err; fail "lower.h5: not the Python path's"; }
+kdgen qwen.h5 --prompt "$one" --max-new-tokens $NEW > q1.txt 2> q1.err && ! grep -q "C tokenizer" q1.err ||
+  { cat q1.err; fail "kdgen qwen.h5: no fallback"; }
+ids2 "notok.h5: no /tokenizer group" notok.h5 --text all.txt
+ids2 "nothere.txt: cannot read the prompt file" m.h5 --text nothere.txt
+printf 'fine\nnot \377 UTF-8\n' > badutf.txt
+ids2 "badutf.txt: cannot read the prompt file (line 2: byte 0xff" m.h5 --text badutf.txt
+expect2 "badutf.txt: cannot read the prompt file" m.h5 --prompts badutf.txt
+printf ' \n\t\n' > blank.txt
+ids2 "blank.txt holds no prompt" m.h5 --text blank.txt
+expect2 "--prompt: prompt 1 has no tokens" m.h5 --prompt ""
+ids2 "usage" m.h5 --text all.txt --ids all.txt
+[ -z "$(ls tmp | grep kdgen_)" ] || { ls tmp; fail "temporary files left behind"; }
 echo "all kdgen checks passed"
