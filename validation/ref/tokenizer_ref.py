@@ -192,9 +192,10 @@ def train(lines, normalizer, pre, vocab_size, specials, alphabet=None, limit=Non
     return bpe_json(t)["model"]
 
 
-def bytelevel_kind(lines, name):
+def bytelevel_kind(lines, name, vocab_size=None):
     """Qwen2/Qwen3 (and one with a larger vocabulary trained on more text), Llama 3, GPT-2
-    and a GPT-2 with a prefix space."""
+    and a GPT-2 with a prefix space; vocab_size: the tokens BPE learns (default 1,200,
+    qwen2_big 6,000)."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     big = name == "qwen2_big"
     if big:
@@ -208,8 +209,8 @@ def bytelevel_kind(lines, name):
     else:
         pre = pre_tokenizers.ByteLevel(add_prefix_space=(name == "gpt2_prefix"), use_regex=True)
     norm = normalizers.NFC() if name == "qwen2" else None
-    model = train(lines + (kjv_lines(None) if big else []), norm, pre, 6000 if big else 1200, [],
-                  alphabet=alphabet)
+    model = train(lines + (kjv_lines(None) if big else []), norm, pre,
+                  vocab_size or (6000 if big else 1200), [], alphabet=alphabet)
     bpe = models.BPE(vocab=model["vocab"], merges=[tuple(m) for m in model["merges"]],
                      ignore_merges=(name == "llama3"), fuse_unk=False, byte_fallback=False)
     tok = Tokenizer(bpe)
