@@ -47,6 +47,16 @@ for m in sys.argv[1:]: importlib.import_module(m)" "$@" > /dev/null 2>&1 \
     || kd_skip "$KD_PYTHON cannot import $* (validation/python-env.sh installs them)"
 }
 
+# kd_convert_roles: kdconvert from-hf of the Hugging Face directories hf_teacher and hf_student
+# (a reference script's models) into teacher.h5 / student.h5 and their cards teacher.nml /
+# student.nml; a failure prints kdconvert's output and fails the test.
+kd_convert_roles() {
+  for role in teacher student; do
+    "${KD_BUILDDIR:-$KD_SRCDIR}/src/tools/kdconvert" from-hf "hf_$role" "$role.h5" \
+      > "convert_$role.txt" 2>&1 || { cat "convert_$role.txt"; fail "kdconvert from-hf $role"; }
+  done
+}
+
 # kd_layout_nml TRAIN [TEACHER_KEYS]: base.nml of the layout comparisons (5 fp32 steps of
 # the test student distilled from teacher/final.h5 on TRAIN, seq_len 16, global batch 8),
 # TEACHER_KEYS appended to &teacher (", cache = 'tc.h5'"); kd's console goes to log.txt.

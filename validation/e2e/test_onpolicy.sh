@@ -27,10 +27,7 @@ ref() { "$KD_PYTHON" "$KD_SRCDIR/validation/ref/onpolicy_ref.py" "$@"; }
 T=32
 
 ref make "$PWD" $T || fail "reference models"
-for role in teacher student; do
-  "$conv" from-hf "hf_$role" "$role.h5" > "convert_$role.txt" 2>&1 \
-    || { cat "convert_$role.txt"; fail "kdconvert from-hf $role"; }
-done
+kd_convert_roles
 cat > base.nml <<EOF
 &run mode = 'distill', steps = 1, seed = 7, out_dir = 'r1' /
 &teacher card = 'teacher.nml', init = 'teacher.h5' /

@@ -21,15 +21,11 @@ set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
 kd_python_or_skip torch transformers tokenizers trl megatron.core
 export OMP_NUM_THREADS=1 KD_SRCDIR
-conv="${KD_BUILDDIR:-$KD_SRCDIR}/src/tools/kdconvert"
 ref() { "$KD_PYTHON" "$KD_SRCDIR/validation/ref/xtok_ref.py" "$@"; }
 prep() { "$KD_PYTHON" "$KD_SRCDIR/src/tools/kdprep.py" --no-progress "$@"; }
 
 ref make "$PWD" || fail "reference models and tokenizers"
-for role in teacher student; do
-  "$conv" from-hf "hf_$role" "$role.h5" > "convert_$role.txt" 2>&1 \
-    || { cat "convert_$role.txt"; fail "kdconvert from-hf $role"; }
-done
+kd_convert_roles
 for d in chat multi; do
   prep --input "$d.jsonl" --chat --tokenizer hf_student --teacher-tokenizer hf_teacher \
     --output-prefix "$d" > "prep_$d.txt" 2>&1 || { cat "prep_$d.txt"; fail "kdprep $d"; }
