@@ -115,34 +115,31 @@ int data_use_teacher(struct kd_data *d, int teacher_vocab, int seq_len_t, int ro
 
 /* --- batches ------------------------------------------------------------------------- */
 
-static void grow(void **p, size_t *cap, size_t want, size_t each) {
-  if (want <= *cap) return;
-  size_t c = *cap ? *cap : 256;
-  while (c < want)
-    c *= 2;
-  void *q = kd_malloc(c * each);
-  if (*cap) memcpy(q, *p, *cap * each);
-  free(*p);
-  *p = q;
-  *cap = c;
-}
-
-/* Room for one more document and `ns`, `nt` more tokens. */
+/* Room for one more document and `ns`, `nt` more tokens (the per-document arrays share
+ * cap_docs, the student's and the teacher's token arrays cap_s and cap_t). */
 static void docs_reserve(struct xtok_docs *x, size_t ns, size_t nt) {
-  size_t cd = x->cap_docs, cs = x->cap_s, ct = x->cap_t;
-  grow((void **)&x->s_first, &cd, x->ndocs + 2, sizeof *x->s_first);
-  cd = x->cap_docs, grow((void **)&x->t_first, &cd, x->ndocs + 2, sizeof *x->t_first);
-  cd = x->cap_docs, grow((void **)&x->cut, &cd, x->ndocs + 2, 1);
-  cd = x->cap_docs, grow((void **)&x->answer, &cd, x->ndocs + 2, 1);
-  cd = x->cap_docs, grow((void **)&x->t_start, &cd, x->ndocs + 2, sizeof *x->t_start);
-  cd = x->cap_docs, grow((void **)&x->t_lead, &cd, x->ndocs + 2, sizeof *x->t_lead);
-  x->cap_docs = cd;
-  grow((void **)&x->s_row, &cs, x->ns + ns, sizeof *x->s_row);
-  cs = x->cap_s, grow((void **)&x->s_end, &cs, x->ns + ns, sizeof *x->s_end);
-  x->cap_s = cs;
-  grow((void **)&x->t_row, &ct, x->nt + nt, sizeof *x->t_row);
-  ct = x->cap_t, grow((void **)&x->t_end, &ct, x->nt + nt, sizeof *x->t_end);
-  x->cap_t = ct;
+  if (x->ndocs + 2 > x->cap_docs) {
+    size_t c = x->cap_docs;
+    x->s_first = kd_grow(x->s_first, &c, x->ndocs + 2, sizeof *x->s_first);
+    x->t_first = kd_realloc(x->t_first, c * sizeof *x->t_first);
+    x->cut = kd_realloc(x->cut, c);
+    x->answer = kd_realloc(x->answer, c);
+    x->t_start = kd_realloc(x->t_start, c * sizeof *x->t_start);
+    x->t_lead = kd_realloc(x->t_lead, c * sizeof *x->t_lead);
+    x->cap_docs = c;
+  }
+  if (x->ns + ns > x->cap_s) {
+    size_t c = x->cap_s;
+    x->s_row = kd_grow(x->s_row, &c, x->ns + ns, sizeof *x->s_row);
+    x->s_end = kd_realloc(x->s_end, c * sizeof *x->s_end);
+    x->cap_s = c;
+  }
+  if (x->nt + nt > x->cap_t) {
+    size_t c = x->cap_t;
+    x->t_row = kd_grow(x->t_row, &c, x->nt + nt, sizeof *x->t_row);
+    x->t_end = kd_realloc(x->t_end, c * sizeof *x->t_end);
+    x->cap_t = c;
+  }
 }
 
 /* Append one side of a document: the answer tokens (offset >= 0) among its n tokens
@@ -220,12 +217,7 @@ void data_teacher_window(struct kd_data *d, int64_t g, int j, int *in, int *ps,
     for (size_t i = 0; i < tkeep; i++)
       ps[tt + i] = (int)i;
     const size_t most = sl > tl ? sl : tl;
-    if (most > x->cap_buf) {
-      free(x->buf);
-      x->buf = kd_malloc(most * sizeof *x->buf);
-      x->cap_buf = most;
-    }
-    int *buf = x->buf;
+    int *buf = x->buf = kd_grow(x->buf, &x->cap_buf, most, sizeof *x->buf);
     docs_reserve(x, sl, tl);
     /* the student's rows: the window's tokens before its last (which is a label only) */
     const size_t srows = ts + skeep <= T ? skeep : T - ts;

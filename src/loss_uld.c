@@ -44,18 +44,6 @@ struct uld_scratch {
   size_t b_rows_cap, b_s_cap, b_t_cap;
 };
 
-static void *grow(void *p, size_t *cap, size_t want, size_t each) {
-  if (want <= *cap) return p;
-  size_t c = *cap ? *cap : 64;
-  while (c < want)
-    c *= 2;
-  void *q = kd_malloc(c * each);
-  if (*cap) memcpy(q, p, *cap * each);
-  free(p);
-  *cap = c;
-  return q;
-}
-
 void loss_uld_init(struct loss_uld *u, int Vs, int Vt, float temp_s, float temp_t, float w_match,
                    float w_rest, float beta, const struct tokenizer *ts, const struct tokenizer *tt,
                    size_t chunk_rows) {
@@ -127,7 +115,7 @@ static void build_groups(struct uld_scratch *x, const struct xtok_docs *d) {
     const size_t before = x->g.n;
     KD_CHECK(uld_align(&x->g, d->s_end + s0, ns, s0, d->t_end + t0, nt, t0, d->cut[i]) >= 0,
              "loss_uld: out of memory");
-    if (x->g.n > x->cap_wgt) x->wgt = grow(x->wgt, &x->cap_wgt, x->g.n, sizeof *x->wgt);
+    x->wgt = kd_grow(x->wgt, &x->cap_wgt, x->g.n, sizeof *x->wgt);
     for (size_t k = before; k < x->g.n; k++) /* the document's mean over its groups */
       x->wgt[k] = 1.0 / (double)(x->g.n - before);
   }
@@ -173,10 +161,8 @@ static void gather_rows(struct uld_scratch *x, float *full, const float *hz, siz
     return;
   }
   if ((size_t)tp > x->cap_tp) {
-    size_t c1 = x->cap_tp, c2 = x->cap_tp;
-    x->counts = grow(x->counts, &c1, (size_t)tp, sizeof(int));
-    x->displs = grow(x->displs, &c2, (size_t)tp, sizeof(int));
-    x->cap_tp = c1;
+    x->counts = kd_grow(x->counts, &x->cap_tp, (size_t)tp, sizeof(int));
+    x->displs = kd_realloc(x->displs, x->cap_tp * sizeof(int));
   }
   KD_CHECK(n * (size_t)V <= INT_MAX, "loss_uld: a chunk of %zu rows x %d ids is too large", n, V);
   int at = 0;
@@ -224,10 +210,10 @@ static void chunk_logits(struct kd_backend *be, struct uld_scratch *x, float *hb
 static void chunk_lists(struct uld_scratch *x, size_t n, size_t m) {
   const size_t most = n > m ? n : m;
   if (most <= x->cap_loc) return;
-  size_t c = x->cap_loc, c2 = x->cap_loc, c3 = x->cap_loc;
-  x->loc = grow(x->loc, &c, most, sizeof *x->loc);
-  x->ids_s = grow(x->ids_s, &c2, most, sizeof *x->ids_s);
-  x->ids_t = grow(x->ids_t, &c3, most, sizeof *x->ids_t);
+  size_t c = x->cap_loc;
+  x->loc = kd_grow(x->loc, &c, most, sizeof *x->loc);
+  x->ids_s = kd_realloc(x->ids_s, c * sizeof *x->ids_s);
+  x->ids_t = kd_realloc(x->ids_t, c * sizeof *x->ids_t);
   for (size_t i = x->cap_loc; i < c; i++)
     x->loc[i] = i;
   x->cap_loc = c;
@@ -255,9 +241,8 @@ void loss_uld_run(struct kd_backend *be, struct loss_uld *u, double *kd_sum,
     const size_t t0 = g->t_off[g0], nt = g->t_off[g1] - t0;
     chunk_buffers(be, x, ns, s->C, vs, nt, t->C, vt, scap > 0);
     chunk_lists(x, ns, nt);
-    size_t c = x->cap_hs;
-    x->hz_s = grow(x->hz_s, &c, ns * (size_t)vs, sizeof(float)), x->cap_hs = c;
-    c = x->cap_ht, x->hz_t = grow(x->hz_t, &c, nt * (size_t)vt, sizeof(float)), x->cap_ht = c;
+    x->hz_s = kd_grow(x->hz_s, &x->cap_hs, ns * (size_t)vs, sizeof(float));
+    x->hz_t = kd_grow(x->hz_t, &x->cap_ht, nt * (size_t)vt, sizeof(float));
     const size_t want = (ns > nt ? ns : nt) * (size_t)(Vs > Vt ? Vs : Vt);
     if (want > x->cap_z) {
       free(x->zs), free(x->zt), free(x->dzs);
@@ -295,7 +280,7 @@ void loss_uld_run(struct kd_backend *be, struct loss_uld *u, double *kd_sum,
      * summed in group order after them, so every thread count gives the same sum) */
     float *dz = s->dh ? x->dzs : NULL;
     if (dz) memset(dz, 0, ns * (size_t)Vs * sizeof(float));
-    if (g1 - g0 > x->cap_gloss) x->gloss = grow(x->gloss, &x->cap_gloss, g1 - g0, sizeof(double));
+    x->gloss = kd_grow(x->gloss, &x->cap_gloss, g1 - g0, sizeof(double));
     const long ng = (long)(g1 - g0);
 #pragma omp parallel for schedule(dynamic, 1)
     for (long i = 0; i < ng; i++) {

@@ -104,7 +104,6 @@ void onpolicy_free(struct onpolicy *op) {
       free(op->plen);
   free(op->out), free(op->nout), free(op->rtok), free(op->rmask), free(op->rlen);
   free(op->rplen), free(op->rstep), free(op->rsample);
-  tokenizer_free(op->ts), tokenizer_free(op->tt);
   free(op->tin), free(op->tpos), free(op->gen), free(op->tP), free(op->sn), free(op->tn);
   free(op->tm), free(op->rttok), free(op->rtplen), free(op->rtlen);
   free(op->send), free(op->tend), free(op->tcut);
@@ -171,35 +170,12 @@ static void rewrite_row(struct onpolicy *op, int s, int P, const int *c, int n, 
   op->rsample[s] = g;
 }
 
-int onpolicy_xtok(struct onpolicy *op, const struct tokset *ts, const struct tokset *tt, int Tt,
-                  char *err, size_t errlen) {
-  if (!op->on) return KD_EXIT_OK;
-  const struct tokset *side[2] = {ts, tt};
-  struct tokenizer **out[2] = {&op->ts, &op->tt};
-  const char *who[2] = {"the student's", "the teacher's"};
-  for (int i = 0; i < 2; i++) {
-    size_t len = 0;
-    const char *json = side[i] ? tokfiles_file(side[i], "tokenizer.json", &len) : NULL;
-    char why[512];
-    if (!json) {
-      kd_seterr(err, errlen,
-                "loss%%onpolicy with loss%%kind = 'uld': %s weights file has no tokenizer.json "
-                "under /tokenizer, and the student's text is re-encoded by the teacher's "
-                "tokenizer inside the run; expected weights files made by kdconvert from-hf "
-                "with the tokenizer",
-                who[i]);
-      return KD_EXIT_INPUT;
-    }
-    *out[i] = tokenizer_load(json, len, why, sizeof why);
-    if (!*out[i]) {
-      kd_seterr(err, errlen, "loss%%onpolicy with loss%%kind = 'uld': %s tokenizer.json: %s",
-                who[i], why);
-      return KD_EXIT_INPUT;
-    }
-  }
-  int eos[KD_GEN_MAX_EOS];
-  const char *from = NULL;
-  op->teos = tokfiles_eos(tt, eos, KD_GEN_MAX_EOS, &from) > 0 ? eos[0] : -1;
+void onpolicy_xtok(struct onpolicy *op, struct tokenizer *ts, struct tokenizer *tt, int teos,
+                   int Tt) {
+  if (!op->on) return;
+  op->ts = ts;
+  op->tt = tt;
+  op->teos = teos;
   op->Tt = Tt;
   const size_t S = (size_t)op->share, T = (size_t)op->T;
   op->tin = kd_malloc(S * (size_t)Tt * sizeof(int));
@@ -215,7 +191,6 @@ int onpolicy_xtok(struct onpolicy *op, const struct tokset *ts, const struct tok
   op->send = kd_malloc(S * (T + 1) * sizeof(int32_t));
   op->tend = kd_malloc(S * (size_t)Tt * sizeof(int32_t));
   op->tcut = kd_calloc(S, 1);
-  return KD_EXIT_OK;
 }
 
 /* Bytes of id's piece (tokenizer.json's spelling: one character per byte of a byte-level

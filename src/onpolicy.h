@@ -49,7 +49,7 @@ struct onpolicy {
    * (the student's decode) is encoded by the teacher's tokenizer after the teacher's prompt of
    * the document, its end-of-sequence id appended; both sides' answer ends in bytes of that
    * text (GOLD: each byte-level piece's bytes; the teacher's end of sequence zero-wide) */
-  struct tokenizer *ts, *tt;   /* NULL: no teacher of another tokenizer */
+  struct tokenizer *ts, *tt;   /* NULL: no teacher of another tokenizer (the caller's) */
   int Tt, teos;                /* the teacher's window; its end-of-sequence id (-1: none) */
   int *tin, *tpos;             /* (share, Tt): the teacher's side of the share */
   struct xtok_docs tdocs;      /* the data's answer tokens of the share (before rewriting) */
@@ -83,12 +83,12 @@ void onpolicy_pick(const struct onpolicy *op, int64_t step, int64_t first, int *
 double onpolicy_generate(struct onpolicy *op, struct kd_backend *be, const struct kd_model *student,
                          struct kd_data *train, int64_t step, int64_t consumed, int64_t g0);
 
-/* On-policy text for a teacher with another tokenizer: the C tokenizers of the two sides'
- * tokenizer.json (ts: the student's files, tt: the teacher's), the teacher's windows of Tt
- * tokens (data_use_teacher). KD_EXIT_INPUT with a message when a side has no tokenizer.json or
- * the C tokenizer refuses it. Not collective. */
-int onpolicy_xtok(struct onpolicy *op, const struct tokset *ts, const struct tokset *tt, int Tt,
-                  char *err, size_t errlen);
+/* On-policy text for a teacher with another tokenizer: the two sides' C tokenizers (ts, the
+ * student's; tt, the teacher's; the caller's, kept until onpolicy_free), the teacher's
+ * end-of-sequence id (-1: none) and its windows of Tt tokens (data_use_teacher). Not
+ * collective. */
+void onpolicy_xtok(struct onpolicy *op, struct tokenizer *ts, struct tokenizer *tt, int teos,
+                   int Tt);
 
 /* pipe_tfetch_fn's work over the rewritten share: the teacher's tokens, positions and the
  * answer tokens of micro-batch m (continued samples: their new text; others: the data's). */

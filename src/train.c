@@ -257,49 +257,54 @@ static void data_setup(struct run *r, int vc) {
   run_log_data(r);
 }
 
+/* The C tokenizers of the two weights files' tokenizer.json into r->ctok (student, teacher),
+ * where a cross-tokenizer run needs them: the hybrid matches the vocabularies by their token
+ * strings, on-policy training re-encodes the student's text with the teacher's tokenizer.
+ * Collective (agreement). */
+static void xtok_tokenizers(struct run *r) {
+  const int hybrid = r->cfg->loss_matched_weight >= 0, onp = r->onp.on;
+  if (!r->xtok || (!hybrid && !onp)) return;
+  const struct tokset *sides[2] = {r->tok, r->teacher_tok};
+  const char *names[2] = {"the student's", "the teacher's"};
+  const char *why = hybrid && onp ? "the hybrid loss matches the two vocabularies by their "
+                                    "token strings and on-policy training re-encodes the "
+                                    "student's text with the teacher's tokenizer"
+                    : hybrid      ? "the hybrid loss (loss%matched_weight, loss%unmatched_weight) "
+                                    "matches the two vocabularies by their token strings"
+                             : "loss%onpolicy re-encodes the student's text with the teacher's "
+                               "tokenizer inside the run";
+  char err[1024] = "";
+  int st = 0;
+  for (int i = 0; i < 2 && !st; i++) {
+    size_t len = 0;
+    const char *json = sides[i] ? tokfiles_file(sides[i], "tokenizer.json", &len) : NULL;
+    char whynot[512];
+    if (!json) {
+      snprintf(err, sizeof err,
+               "%s weights file has no tokenizer.json under /tokenizer, and %s; expected "
+               "weights files made by kdconvert from-hf with the tokenizer",
+               names[i], why);
+      st = KD_EXIT_INPUT;
+    } else if (!(r->ctok[i] = tokenizer_load(json, len, whynot, sizeof whynot))) {
+      snprintf(err, sizeof err, "%s tokenizer.json: %s", names[i], whynot);
+      st = KD_EXIT_INPUT;
+    }
+  }
+  kd_agree_or_fail(st, err);
+}
+
 /* The cross-tokenizer loss: its settings, and for the hybrid the ids both tokenizers spell
- * alike, from the two weights files' tokenizer.json (C tokenizer). Collective (agreement). */
+ * alike (xtok_tokenizers). Not collective. */
 static void teacher_fetch(void *arg, int m, int *inputs, int *pos, struct xtok_docs *docs);
 static void uld_setup(struct run *r) {
   const struct kd_config *cfg = r->cfg;
-  char err[1024] = "";
-  struct tokenizer *ts = NULL, *tt = NULL;
   const int hybrid = cfg->loss_matched_weight >= 0;
-  if (hybrid) {
-    const struct tokset *sides[2] = {r->tok, r->teacher_tok};
-    const char *names[2] = {"the student's", "the teacher's"};
-    struct tokenizer **outs[2] = {&ts, &tt};
-    int st = 0;
-    for (int i = 0; i < 2 && !st; i++) {
-      size_t len = 0;
-      const char *json = sides[i] ? tokfiles_file(sides[i], "tokenizer.json", &len) : NULL;
-      if (!json) {
-        snprintf(err, sizeof err,
-                 "%s weights file has no tokenizer.json under /tokenizer: the hybrid loss "
-                 "(loss%%matched_weight, loss%%unmatched_weight) matches the two vocabularies "
-                 "by their token strings; expected weights files made by kdconvert from-hf "
-                 "with the tokenizer, or plain ULD",
-                 names[i]);
-        st = KD_EXIT_INPUT;
-        break;
-      }
-      char why[512];
-      *outs[i] = tokenizer_load(json, len, why, sizeof why);
-      if (!*outs[i]) {
-        snprintf(err, sizeof err, "%s tokenizer.json: %s", names[i], why);
-        st = KD_EXIT_INPUT;
-      }
-    }
-    kd_agree_or_fail(st, err);
-  }
   const float ts_temp = (float)cfg->loss_temperature;
   const float tt_temp =
       (float)(cfg->loss_teacher_temperature > 0 ? cfg->loss_teacher_temperature : ts_temp);
   loss_uld_init(&r->uld, cfg->student.vocab_size, cfg->teacher.vocab_size, ts_temp, tt_temp,
                 (float)cfg->loss_matched_weight, (float)cfg->loss_unmatched_weight,
-                (float)cfg->loss_beta, ts, tt, r->chunk);
-  tokenizer_free(ts);
-  tokenizer_free(tt);
+                (float)cfg->loss_beta, r->ctok[0], r->ctok[1], r->chunk);
   r->pipe.tfetch = teacher_fetch;
   r->pipe.uld = &r->uld;
   if (hybrid)
@@ -371,9 +376,13 @@ static void run_setup(struct run *r, const struct kd_config *cfg, const char *re
   if (!r->eval) tokenizer_setup(r, resumed);
   data_setup(r, vc);
   if (!r->eval) onpolicy_setup(&r->onp, cfg, &r->grid, &r->train, vc, r->tok);
-  if (r->xtok)
-    kd_agree_or_fail(onpolicy_xtok(&r->onp, r->tok, r->teacher_tok, r->train.Tt, err, sizeof err),
-                     err);
+  xtok_tokenizers(r);
+  if (r->xtok && r->onp.on) {
+    int eos[KD_GEN_MAX_EOS];
+    const char *from = NULL;
+    const int teos = tokfiles_eos(r->teacher_tok, eos, KD_GEN_MAX_EOS, &from) > 0 ? eos[0] : -1;
+    onpolicy_xtok(&r->onp, r->ctok[0], r->ctok[1], teos, r->train.Tt);
+  }
   pipe_setup(r, dp);
   run_rate_setup(r);
 }
@@ -381,6 +390,8 @@ static void run_setup(struct run *r, const struct kd_config *cfg, const char *re
 static void run_teardown(struct run *r) {
   onpolicy_free(&r->onp);
   if (r->xtok) loss_uld_free(&r->uld, &r->be);
+  tokenizer_free(r->ctok[0]);
+  tokenizer_free(r->ctok[1]);
   tokfiles_free(r->teacher_tok);
   pipe_free(&r->pipe);
   if (r->distill && !r->cached) model_free(&r->teacher, &r->be);

@@ -24,6 +24,8 @@
 #include "tokfiles.h"
 #include "zero.h"
 
+struct tokenizer;
+
 struct run {
   const struct kd_config *cfg;
   struct kd_backend be;
@@ -57,6 +59,8 @@ struct run {
   int xtok;                   /* loss%kind 'uld': a teacher with another tokenizer */
   struct loss_uld uld;        /* its loss */
   struct tokset *teacher_tok; /* the teacher's tokenizer files (xtok; NULL: none) */
+  struct tokenizer *ctok[2];  /* their C tokenizers, student's and teacher's, where the hybrid
+                                 or on-policy needs them (else NULL) */
 };
 
 /* What one step measured. */

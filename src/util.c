@@ -316,6 +316,21 @@ void *kd_calloc(size_t n, size_t size) {
   return p;
 }
 
+void *kd_realloc(void *p, size_t bytes) {
+  void *q = realloc(p, bytes ? bytes : 1);
+  if (!q) kd_fail(KD_EXIT_IO, "out of host memory reallocating %zu bytes", bytes);
+  return q;
+}
+
+void *kd_grow(void *p, size_t *cap, size_t want, size_t each) {
+  if (want <= *cap) return p;
+  size_t c = *cap ? *cap : 64;
+  while (c < want)
+    c *= 2;
+  *cap = c;
+  return kd_realloc(p, c * each);
+}
+
 long kd_minor_faults(void) {
   struct rusage ru;
   return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : 0;

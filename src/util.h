@@ -100,6 +100,14 @@ void kd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *kd_malloc(size_t bytes);
 void *kd_calloc(size_t n, size_t size);
 
+/* realloc that fails loudly (bytes 0: 1). */
+void *kd_realloc(void *p, size_t bytes);
+
+/* A growing array p of *cap elements of `each` bytes with room for `want`: unchanged when
+ * want <= *cap, else reallocated (failing loudly) to the first doubling of *cap (64 from 0)
+ * that holds want, its content kept; *cap updated. Returns the array. */
+void *kd_grow(void *p, size_t *cap, size_t want, size_t each);
+
 /* Format a message into err (errlen bytes; nothing when errlen is 0). */
 void kd_seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
