@@ -16,7 +16,8 @@
 #  - multi-turn conversations packed several to a window: tp 2, pp 2 and dp 2 equal 1 rank
 #    (loss and grad_norm within 1e-5) over 3 steps, plain ULD and the hybrid;
 #  - refusals (exit 2, the keys named): a teacher with another tokenizer and loss%kind 'fkl';
-#    'uld' with a teacher cache; the hybrid with one weight; data without the teacher's files.
+#    'uld' with a teacher cache; the hybrid with one weight; the hybrid and on-policy with a
+#    student file without /tokenizer; data without the teacher's files.
 set -eu
 . "${KD_SRCDIR:?}/validation/lib.sh"
 kd_python_or_skip torch transformers tokenizers trl megatron.core
@@ -105,6 +106,13 @@ refuse() { # WHAT PATTERN OVERRIDES...: exit 2 and PATTERN in the message
 refuse "another tokenizer with fkl" "loss%kind = 'uld'" loss%kind="'fkl'"
 refuse "uld with a teacher cache" "teacher%source" teacher%source="'cache'" teacher%cache="'tc.h5'"
 refuse "the hybrid with one weight" "unmatched_weight" loss%matched_weight=0.5
+"$KD_PYTHON" -c "import shutil, h5py
+shutil.copy('student.h5', 'notok.h5')
+with h5py.File('notok.h5', 'a') as f: del f['tokenizer']" || fail "a student file without /tokenizer"
+refuse "the hybrid without the student's tokenizer.json" "student's weights file has no tokenizer.json" \
+  student%init="'notok.h5'" loss%matched_weight=0.5 loss%unmatched_weight=0.5
+refuse "on-policy without the student's tokenizer.json" "re-encodes the student's text" \
+  student%init="'notok.h5'" loss%onpolicy=1.0
 mkdir -p alone && cp chat.bin chat.idx chat_mask.bin chat_mask.idx alone/
 refuse "data without the teacher's files" "_teacher" data%train="'alone/chat'"
 echo "all cross-tokenizer checks passed"
