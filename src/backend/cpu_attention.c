@@ -11,6 +11,13 @@
  * document's keys only (block-diagonal causal attention). Trailing padding rows (pos -1)
  * are not computed: a tile stops at its last document row (padding: output and lse 0).
  *
+ * In bf16 runs on a CPU with the BF16 kernel (cpu_gemm16.c), the forward's two products
+ * run on it: q and k, then the probabilities and v rounded to BF16 as they are packed,
+ * FP32 sums (q, k and v are BF16 numbers already: the layer rounds what it stores), as
+ * PyTorch's scaled_dot_product_attention runs under autocast; row max, exponentials, sums
+ * and lse stay FP32. The backward keeps FP32 products: backward ops never round (the
+ * CUDA twin's tolerance, doc/cuda.md).
+ *
  * Parallel schedule: forward runs (b, q head, tile) jobs (they write disjoint
  * output rows); backward runs (b, kv head) jobs, the q heads of a group in
  * sequence inside, so the dK/dV accumulation has no race. The BLAS is single-
@@ -26,6 +33,7 @@
 #include "../util.h"
 #include "backend.h"
 #include "cpu_base.h"
+#include "cpu_gemm16.h"
 #include "cpu_math.h"
 #include "cpu_ops.h"
 
@@ -120,9 +128,20 @@ static void att_cap_row(float *restrict row, int n, float cap) {
 
 /* One forward tile: rows t0 .. t0+m-1 of q head h in sequence b; S is ATT_TILE x kmax
  * scratch; rnd: round the output to BF16. */
+/* att_gemm on the BF16 kernel when how16 (operands rounded to BF16 as packed, FP32 sums),
+ * falling back to sgemm where the kernel cannot run (no work space). */
+static void att_gemm16(const struct gemm16_how *how16, int transa, int transb, int M, int N, int K,
+                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                       float *C, int ldc) {
+  if (how16 && gemm16(how16, transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc,
+                      NULL, 1) == 0)
+    return;
+  att_gemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float *qkv,
                                             const struct att_shape *s, int b, int h, int t0,
-                                            float *S, int rnd) {
+                                            float *S, int rnd, const struct gemm16_how *how16) {
   const int mt = s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE, m = att_rows(s, b, t0, mt);
   float *o = out + ((size_t)b * s->T + t0) * s->ldo + (size_t)h * s->hd;
   float *l = lse + ((size_t)b * s->nh + h) * s->T + t0;
@@ -135,7 +154,7 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
   const float *q = qkv + ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
   const float *k = qkv + ((size_t)b * s->T + k0) * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
   const float *v = k + (size_t)s->nkv * s->hd;
-  att_gemm(0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, S, nk);
+  att_gemm16(how16, 0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, S, nk);
   for (int i = 0; i < m; i++) {
     float *restrict row = S + (size_t)i * nk;
     int lo, hi;
@@ -160,7 +179,7 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
       row[j] = 0.0f;
     l[i] = mx + logf(sum);
   }
-  att_gemm(0, 0, m, s->hd, nk, 1.0f, S, nk, v, s->ld, 0.0f, o, s->ldo);
+  att_gemm16(how16, 0, 0, m, s->hd, nk, 1.0f, S, nk, v, s->ld, 0.0f, o, s->ldo);
   if (rnd)
     for (int i = 0; i < m; i++)
       for (int d = 0; d < s->hd; d++)
@@ -176,6 +195,9 @@ static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse,
   if (nt < 1) return;
   float *scr = cpu_scratch_alloc(be, (size_t)nt * ATT_TILE * s.kmax * sizeof(float));
   const int rnd = be->bf16;
+  const struct cpu_state *st = cpu_of(be);
+  const struct gemm16_how how = {st->gemm16, 0};
+  const struct gemm16_how *how16 = st->gemm16 >= G16_AVX512 && st->gemm_bf16 ? &how : NULL;
 #pragma omp parallel num_threads(nt)
   {
     float *S = scr + (size_t)omp_get_thread_num() * ATT_TILE * s.kmax;
@@ -184,7 +206,8 @@ static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse,
     for (long job = 0; job < njob; job++) {
       int tile = s.ntile - 1 - (int)(job % s.ntile);
       long bh = job / s.ntile;
-      att_forward_tile(out, lse, qkv, &s, (int)(bh / nh), (int)(bh % nh), tile * ATT_TILE, S, rnd);
+      att_forward_tile(out, lse, qkv, &s, (int)(bh / nh), (int)(bh % nh), tile * ATT_TILE, S, rnd,
+                       how16);
     }
   }
   cpu_scratch_free(be, scr);
