@@ -94,12 +94,6 @@ static void blas_single_thread(void) {
 #endif
 }
 
-static void sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-                  const float *B, int ldb, float beta, float *C, int ldc) {
-  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
-              M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
 /* Products below this many multiply-adds run on the calling thread. */
 #define GEMM_SPLIT_MIN (1L << 18)
 
@@ -115,18 +109,6 @@ static int cpu_gemm_bf16(struct kd_backend *be, int on) {
   const int was = st->gemm_bf16;
   st->gemm_bf16 = on ? 1 : 0;
   return was;
-}
-
-/* One thread's block of a product: with how16 the BF16 kernel on the operands rounded
- * to BF16 (as the CUDA path's bf16 GEMM converts them; sgemm only if its work space
- * cannot be had), else (NULL) sgemm. */
-static void gemm_block(const struct gemm16_how *how16, int transa, int transb, int M, int N, int K,
-                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                       float *C, int ldc) {
-  if (how16 && gemm16(how16, transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc,
-                      NULL, 1) == 0)
-    return;
-  sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* Row-major C = alpha op(A) op(B) + beta C over the OpenMP threads: each thread takes a
@@ -188,12 +170,12 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
       else if (B16b)
         gemm16(&how, transa, 1, m, nn, K, alpha, Ab, lda, NULL, B16b, ldb, beta, Cb, ldc, NULL, 1);
       else
-        gemm_block(use16 ? &how : NULL, transa, transb, m, nn, K, alpha, Ab, lda, Bb, ldb, beta, Cb,
-                   ldc);
+        cpu_gemm_block(use16 ? &how : NULL, transa, transb, m, nn, K, alpha, Ab, lda, Bb, ldb, beta,
+                       Cb, ldc);
     }
   }
   if (failed && !B16) /* no BF16 work space: sgemm on the FP32 operands */
-    sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cpu_sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   return !failed;
 }
 
@@ -267,7 +249,7 @@ static void cpu_gemm_w16(struct kd_backend *be, int transa, int M, int N, int K,
       if (m <= CPU_GEMM_ROWS && !transa) /* decode-shaped: as cpu_gemm's */
         cpu_gemm_rows(be, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
       else
-        sgemm(transa, 1, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
+        cpu_sgemm(transa, 1, m, n, K, alpha, At, lda, Bf, kk, beta, C + (size_t)i0 * ldc + j0, ldc);
     }
   }
   cpu_scratch_free(be, buf);

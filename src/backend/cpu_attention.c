@@ -37,17 +37,7 @@
 #include "cpu_math.h"
 #include "cpu_ops.h"
 
-#include <cblas.h>
-#undef I /* OpenBLAS pulls in <complex.h>; `I` is a width here */
-
 #define ATT_TILE 64 /* query rows per tile */
-
-/* Row-major C = alpha * op(A) * op(B) + beta * C (the arguments of backend gemm). */
-static void att_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
-              M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
 
 /* Shapes shared by forward and backward. */
 struct att_shape {
@@ -128,17 +118,6 @@ static void att_cap_row(float *restrict row, int n, float cap) {
 
 /* One forward tile: rows t0 .. t0+m-1 of q head h in sequence b; S is ATT_TILE x kmax
  * scratch; rnd: round the output to BF16. */
-/* att_gemm on the BF16 kernel when how16 (operands rounded to BF16 as packed, FP32 sums),
- * falling back to sgemm where the kernel cannot run (no work space). */
-static void att_gemm16(const struct gemm16_how *how16, int transa, int transb, int M, int N, int K,
-                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                       float *C, int ldc) {
-  if (how16 && gemm16(how16, transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc,
-                      NULL, 1) == 0)
-    return;
-  att_gemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
 KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float *qkv,
                                             const struct att_shape *s, int b, int h, int t0,
                                             float *S, int rnd, const struct gemm16_how *how16) {
@@ -154,7 +133,7 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
   const float *q = qkv + ((size_t)b * s->T + t0) * s->ld + (size_t)h * s->hd;
   const float *k = qkv + ((size_t)b * s->T + k0) * s->ld + (size_t)(s->nh + h / s->group) * s->hd;
   const float *v = k + (size_t)s->nkv * s->hd;
-  att_gemm16(how16, 0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, S, nk);
+  cpu_gemm_block(how16, 0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, S, nk);
   for (int i = 0; i < m; i++) {
     float *restrict row = S + (size_t)i * nk;
     int lo, hi;
@@ -179,7 +158,7 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
       row[j] = 0.0f;
     l[i] = mx + logf(sum);
   }
-  att_gemm16(how16, 0, 0, m, s->hd, nk, 1.0f, S, nk, v, s->ld, 0.0f, o, s->ldo);
+  cpu_gemm_block(how16, 0, 0, m, s->hd, nk, 1.0f, S, nk, v, s->ld, 0.0f, o, s->ldo);
   if (rnd)
     for (int i = 0; i < m; i++)
       for (int d = 0; d < s->hd; d++)
@@ -231,8 +210,8 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
   const float *o = out + ooff, *dO = dout + ooff;
   const float *l = lse + ((size_t)b * s->nh + h) * s->T + t0;
   float Dv[ATT_TILE];
-  att_gemm(0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, P, nk);
-  att_gemm(0, 1, m, nk, s->hd, 1.0f, dO, s->ldo, v, s->ld, 0.0f, dP, nk);
+  cpu_sgemm(0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, P, nk);
+  cpu_sgemm(0, 1, m, nk, s->hd, 1.0f, dO, s->ldo, v, s->ld, 0.0f, dP, nk);
   for (int i = 0; i < m; i++) {
     const float *restrict oi = o + (size_t)i * s->ldo, *restrict gi = dO + (size_t)i * s->ldo;
     float D = 0.0f;
@@ -265,9 +244,9 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
     for (int j = hi; j < nk; j++)
       p[j] = dp[j] = 0.0f;
   }
-  att_gemm(0, 0, m, s->hd, nk, 1.0f, dP, nk, k, s->ld, 1.0f, dqkv + qoff, s->ld);
-  att_gemm(1, 0, nk, s->hd, m, 1.0f, dP, nk, q, s->ld, 1.0f, dqkv + koff, s->ld);
-  att_gemm(1, 0, nk, s->hd, m, 1.0f, P, nk, dO, s->ldo, 1.0f, dqkv + voff, s->ld);
+  cpu_sgemm(0, 0, m, s->hd, nk, 1.0f, dP, nk, k, s->ld, 1.0f, dqkv + qoff, s->ld);
+  cpu_sgemm(1, 0, nk, s->hd, m, 1.0f, dP, nk, q, s->ld, 1.0f, dqkv + koff, s->ld);
+  cpu_sgemm(1, 0, nk, s->hd, m, 1.0f, P, nk, dO, s->ldo, 1.0f, dqkv + voff, s->ld);
 }
 
 static void cpu_attention_backward(struct kd_backend *be, float *dqkv, const float *dout,

@@ -4,6 +4,9 @@
 #include <omp.h>
 
 #include "../util.h"
+#include "cpu_gemm16.h"
+
+#include <cblas.h>
 
 void *cpu_scratch_alloc(struct kd_backend *be, size_t bytes) {
   return arena_alloc(cpu_of(be)->arena, KD_MEM_SCRATCH, bytes);
@@ -25,4 +28,19 @@ void cpu_thread_columns(int C, int *c0, int *c1) {
   per = (per + 15) / 16 * 16; /* whole cache lines per thread */
   *c0 = it * per < C ? it * per : C;
   *c1 = *c0 + per < C ? *c0 + per : C;
+}
+
+void cpu_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc) {
+  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
+              M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void cpu_gemm_block(const struct gemm16_how *how16, int transa, int transb, int M, int N, int K,
+                    float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                    float *C, int ldc) {
+  if (how16 && gemm16(how16, transa, transb, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc,
+                      NULL, 1) == 0)
+    return;
+  cpu_sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -57,4 +57,18 @@ static inline void cpu_store_round(int on, float *x, size_t n) {
 /* This thread's contiguous share [*c0, *c1) of C columns (inside a parallel region). */
 void cpu_thread_columns(int C, int *c0, int *c1);
 
+struct gemm16_how;
+
+/* Row-major C = alpha op(A) op(B) + beta C on the calling thread by OpenBLAS sgemm (the
+ * arguments of the backend's gemm op). */
+void cpu_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The same product with how16 on the BF16 kernel (cpu_gemm16.c), the operands rounded to
+ * BF16 as they are packed (as the CUDA path's bf16 GEMM converts them), FP32 sums; by
+ * cpu_sgemm where how16 is NULL or the kernel cannot run (no work space). */
+void cpu_gemm_block(const struct gemm16_how *how16, int transa, int transb, int M, int N, int K,
+                    float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                    float *C, int ldc);
+
 #endif
