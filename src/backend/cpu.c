@@ -97,13 +97,6 @@ static void blas_single_thread(void) {
 /* Products below this many multiply-adds run on the calling thread. */
 #define GEMM_SPLIT_MIN (1L << 18)
 
-/* 1 when this backend's products are BF16 products on the BF16 kernel: BF16 products
- * asked for (the gemm_bf16 op; a bf16 run's default) on a CPU that has the kernel. */
-static int use_gemm16(struct kd_backend *be) {
-  const struct cpu_state *st = cpu_of(be);
-  return st->gemm16 >= G16_AVX512 && st->gemm_bf16;
-}
-
 static int cpu_gemm_bf16(struct kd_backend *be, int on) {
   struct cpu_state *st = cpu_of(be);
   const int was = st->gemm_bf16;
@@ -128,7 +121,7 @@ static int gemm_split(struct kd_backend *be, int transa, int transb, int M, int 
   int per = (len + nt - 1) / nt;
   per = (per + 63) / 64 * 64;
   nt = (len + per - 1) / per;
-  const int use16 = use_gemm16(be);
+  const int use16 = cpu_use_gemm16(be);
   if (B16 && !use16) return 0;
   const struct gemm16_how how = {cpu_of(be)->gemm16, 0};           /* the cheaper packing order */
   const int few = M <= CPU_GEMM_ROWS && !transa && (transb || !B); /* decode-shaped */
@@ -214,7 +207,7 @@ static void cpu_gemm_w16(struct kd_backend *be, int transa, int M, int N, int K,
                          const float *A, int lda, const uint16_t *B16, int ldb, float beta,
                          float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
-  if (use_gemm16(be) &&
+  if (cpu_use_gemm16(be) &&
       gemm_split(be, transa, 1, M, N, K, alpha, A, lda, NULL, B16, ldb, beta, C, ldc))
     return;
   const int kk = K > 0 ? K : 1, by_rows = M >= N;

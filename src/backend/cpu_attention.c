@@ -174,9 +174,8 @@ static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse,
   if (nt < 1) return;
   float *scr = cpu_scratch_alloc(be, (size_t)nt * ATT_TILE * s.kmax * sizeof(float));
   const int rnd = be->bf16;
-  const struct cpu_state *st = cpu_of(be);
-  const struct gemm16_how how = {st->gemm16, 0};
-  const struct gemm16_how *how16 = st->gemm16 >= G16_AVX512 && st->gemm_bf16 ? &how : NULL;
+  const struct gemm16_how how = {cpu_of(be)->gemm16, 0};
+  const struct gemm16_how *how16 = cpu_use_gemm16(be) ? &how : NULL;
 #pragma omp parallel num_threads(nt)
   {
     float *S = scr + (size_t)omp_get_thread_num() * ATT_TILE * s.kmax;

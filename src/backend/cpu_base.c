@@ -30,6 +30,11 @@ void cpu_thread_columns(int C, int *c0, int *c1) {
   *c1 = *c0 + per < C ? *c0 + per : C;
 }
 
+int cpu_use_gemm16(struct kd_backend *be) {
+  const struct cpu_state *st = cpu_of(be);
+  return st->gemm16 >= G16_AVX512 && st->gemm_bf16;
+}
+
 void cpu_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                const float *B, int ldb, float beta, float *C, int ldc) {
   cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,

@@ -59,6 +59,10 @@ void cpu_thread_columns(int C, int *c0, int *c1);
 
 struct gemm16_how;
 
+/* 1 when this backend's products are BF16 products on the BF16 kernel: BF16 products
+ * asked for (the gemm_bf16 op; a bf16 run's default) on a CPU that has the kernel. */
+int cpu_use_gemm16(struct kd_backend *be);
+
 /* Row-major C = alpha op(A) op(B) + beta C on the calling thread by OpenBLAS sgemm (the
  * arguments of the backend's gemm op). */
 void cpu_sgemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
