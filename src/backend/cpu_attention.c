@@ -2,7 +2,8 @@
  * FlashAttention style: query tiles of ATT_TILE rows, scores only against the
  * keys a tile can see, every product a GEMM, log-sum-exp kept instead of the
  * probabilities. No T x T matrix is ever allocated: the per-call scratch is
- * ATT_TILE x T floats (two in backward) per thread, counted as KD_MEM_SCRATCH.
+ * ATT_TILE x T floats (two in backward, and ATT_TILE x hd) per thread, counted as
+ * KD_MEM_SCRATCH.
  * A sliding window of w keys skips the keys no row of a tile sees: a tile's scores
  * span at most w + ATT_TILE - 1 keys, so work and scratch grow with w x T, not T^2.
  * A soft cap c turns the scaled scores into c tanh(s / c) before the softmax.
@@ -11,12 +12,13 @@
  * document's keys only (block-diagonal causal attention). Trailing padding rows (pos -1)
  * are not computed: a tile stops at its last document row (padding: output and lse 0).
  *
- * In bf16 runs on a CPU with the BF16 kernel (cpu_gemm16.c), the forward's two products
- * run on it: q and k, then the probabilities and v rounded to BF16 as they are packed,
- * FP32 sums (q, k and v are BF16 numbers already: the layer rounds what it stores), as
- * PyTorch's scaled_dot_product_attention runs under autocast; row max, exponentials, sums
- * and lse stay FP32. The backward keeps FP32 products: backward ops never round (the
- * CUDA twin's tolerance, doc/cuda.md).
+ * In bf16 runs every product's operands are BF16 numbers, as PyTorch's
+ * scaled_dot_product_attention runs under autocast: q, k and v are already (the layer
+ * rounds what it stores); the probabilities, the incoming gradient dO and the scores'
+ * gradient dS are rounded to BF16 before they are multiplied; sums, row max, exponentials,
+ * lse and D = o . dO stay FP32. The products then run on the BF16 kernel (cpu_gemm16.c)
+ * where the CPU has one, and on sgemm (the same numbers up to summation order) where it
+ * has not. The CUDA twin rounds the same quantities (cuda_attention.cu).
  *
  * Parallel schedule: forward runs (b, q head, tile) jobs (they write disjoint
  * output rows); backward runs (b, kv head) jobs, the q heads of a group in
@@ -152,17 +154,14 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
 #pragma omp simd
     for (int j = lo; j < hi; j++)
       row[j] *= inv;
-    for (int j = 0; j < lo; j++)
-      row[j] = 0.0f;
-    for (int j = hi; j < nk; j++)
-      row[j] = 0.0f;
+    if (rnd) cpu_round_row(row + lo, (size_t)(hi - lo));
+    memset(row, 0, (size_t)lo * sizeof(float));
+    memset(row + hi, 0, (size_t)(nk - hi) * sizeof(float));
     l[i] = mx + logf(sum);
   }
   cpu_gemm_block(how16, 0, 0, m, s->hd, nk, 1.0f, S, nk, v, s->ld, 0.0f, o, s->ldo);
-  if (rnd)
-    for (int i = 0; i < m; i++)
-      for (int d = 0; d < s->hd; d++)
-        o[(size_t)i * s->ldo + d] = kd_round_bf16(o[(size_t)i * s->ldo + d]);
+  for (int i = 0; i < m && rnd; i++)
+    cpu_round_row(o + (size_t)i * s->ldo, (size_t)s->hd);
 }
 
 static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
@@ -191,13 +190,15 @@ static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse,
   cpu_scratch_free(be, scr);
 }
 
-/* One backward tile of q head h in sequence b; P and dP are ATT_TILE x kmax scratch.
- * With p = exp(s - lse) and D = o . dO, dL/ds = p (dP - D); with the soft cap
- * s = c tanh(u / c) of the scaled product u = scale q.k, ds/du = 1 - tanh^2(u / c), so
- * dL/d(q.k) = p (dP - D) (1 - tanh^2) scale. */
+/* One backward tile of q head h in sequence b; P and dP are ATT_TILE x kmax scratch, G
+ * ATT_TILE x hd (the tile's dO rounded to BF16 when rnd). With p = exp(s - lse) and
+ * D = o . dO, dL/ds = p (dP - D); with the soft cap s = c tanh(u / c) of the scaled product
+ * u = scale q.k, ds/du = 1 - tanh^2(u / c), so dL/d(q.k) = p (dP - D) (1 - tanh^2) scale.
+ * rnd: dO, p and dS rounded to BF16 before their products (the module comment). */
 static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, const float *out,
                               const float *lse, const struct att_shape *s, int b, int h, int t0,
-                              float *P, float *dP) {
+                              float *P, float *dP, float *G, int rnd,
+                              const struct gemm16_how *how16) {
   const int m = att_rows(s, b, t0, s->T - t0 < ATT_TILE ? s->T - t0 : ATT_TILE);
   if (m == 0) return; /* padding: no gradient */
   int k0 = att_first_key(s, b, t0), nk = t0 + m - k0;
@@ -208,11 +209,20 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
   const float *q = qkv + qoff, *k = qkv + koff, *v = qkv + voff;
   const float *o = out + ooff, *dO = dout + ooff;
   const float *l = lse + ((size_t)b * s->nh + h) * s->T + t0;
+  int ldg = s->ldo;
+  if (rnd) { /* the tile's dO as BF16 numbers */
+    for (int i = 0; i < m; i++) {
+      memcpy(G + (size_t)i * s->hd, dO + (size_t)i * s->ldo, (size_t)s->hd * sizeof(float));
+      cpu_round_row(G + (size_t)i * s->hd, (size_t)s->hd);
+    }
+    dO = G;
+    ldg = s->hd;
+  }
   float Dv[ATT_TILE];
-  cpu_sgemm(0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, P, nk);
-  cpu_sgemm(0, 1, m, nk, s->hd, 1.0f, dO, s->ldo, v, s->ld, 0.0f, dP, nk);
+  cpu_gemm_block(how16, 0, 1, m, nk, s->hd, s->scale, q, s->ld, k, s->ld, 0.0f, P, nk);
+  cpu_gemm_block(how16, 0, 1, m, nk, s->hd, 1.0f, dO, ldg, v, s->ld, 0.0f, dP, nk);
   for (int i = 0; i < m; i++) {
-    const float *restrict oi = o + (size_t)i * s->ldo, *restrict gi = dO + (size_t)i * s->ldo;
+    const float *restrict oi = o + (size_t)i * s->ldo, *restrict gi = dO + (size_t)i * ldg;
     float D = 0.0f;
 #pragma omp simd reduction(+ : D)
     for (int d = 0; d < s->hd; d++)
@@ -238,14 +248,18 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
         dp[j] = p[j] * (dp[j] - D) * sc;
       }
     }
-    for (int j = 0; j < lo; j++)
-      p[j] = dp[j] = 0.0f;
-    for (int j = hi; j < nk; j++)
-      p[j] = dp[j] = 0.0f;
+    if (rnd) {
+      cpu_round_row(p + lo, (size_t)(hi - lo));
+      cpu_round_row(dp + lo, (size_t)(hi - lo));
+    }
+    memset(p, 0, (size_t)lo * sizeof(float));
+    memset(dp, 0, (size_t)lo * sizeof(float));
+    memset(p + hi, 0, (size_t)(nk - hi) * sizeof(float));
+    memset(dp + hi, 0, (size_t)(nk - hi) * sizeof(float));
   }
-  cpu_sgemm(0, 0, m, s->hd, nk, 1.0f, dP, nk, k, s->ld, 1.0f, dqkv + qoff, s->ld);
-  cpu_sgemm(1, 0, nk, s->hd, m, 1.0f, dP, nk, q, s->ld, 1.0f, dqkv + koff, s->ld);
-  cpu_sgemm(1, 0, nk, s->hd, m, 1.0f, P, nk, dO, s->ldo, 1.0f, dqkv + voff, s->ld);
+  cpu_gemm_block(how16, 0, 0, m, s->hd, nk, 1.0f, dP, nk, k, s->ld, 1.0f, dqkv + qoff, s->ld);
+  cpu_gemm_block(how16, 1, 0, nk, s->hd, m, 1.0f, dP, nk, q, s->ld, 1.0f, dqkv + koff, s->ld);
+  cpu_gemm_block(how16, 1, 0, nk, s->hd, m, 1.0f, P, nk, dO, ldg, 1.0f, dqkv + voff, s->ld);
 }
 
 static void cpu_attention_backward(struct kd_backend *be, float *dqkv, const float *dout,
@@ -255,17 +269,22 @@ static void cpu_attention_backward(struct kd_backend *be, float *dqkv, const flo
   int njob = B * nkv, nt = omp_get_max_threads();
   if (njob < nt) nt = njob;
   if (nt < 1 || T < 1) return;
-  size_t per = (size_t)2 * ATT_TILE * s.kmax;
+  size_t per = (size_t)2 * ATT_TILE * s.kmax + (size_t)ATT_TILE * hd;
   float *scr = cpu_scratch_alloc(be, (size_t)nt * per * sizeof(float));
+  const int rnd = be->bf16;
+  const struct gemm16_how how = {cpu_of(be)->gemm16, 0};
+  const struct gemm16_how *how16 = cpu_use_gemm16(be) ? &how : NULL;
 #pragma omp parallel num_threads(nt)
   {
     float *P = scr + (size_t)omp_get_thread_num() * per, *dP = P + (size_t)ATT_TILE * s.kmax;
+    float *G = dP + (size_t)ATT_TILE * s.kmax;
 #pragma omp for schedule(dynamic)
     for (int job = 0; job < njob; job++) {
       int b = job / nkv, kh = job % nkv;
       for (int h = kh * s.group; h < (kh + 1) * s.group; h++)
         for (int tile = 0; tile < s.ntile; tile++)
-          att_backward_tile(dqkv, dout, qkv, out, lse, &s, b, h, tile * ATT_TILE, P, dP);
+          att_backward_tile(dqkv, dout, qkv, out, lse, &s, b, h, tile * ATT_TILE, P, dP, G, rnd,
+                            how16);
     }
   }
   cpu_scratch_free(be, scr);

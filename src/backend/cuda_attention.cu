@@ -11,7 +11,9 @@
  * dQ (a warp per query row, streaming K/V tiles; it also stores D_i = o_i . dO_i
  * in a workspace) and dK/dV (a warp per key row, streaming Q/dO tiles of every q
  * head of its group). Every gradient element therefore has exactly one writer and
- * is accumulated (+=) as the op table requires. Head size up to 256.
+ * is accumulated (+=) as the op table requires. Head size up to 256. In bf16 runs
+ * (rnd) dO, the probabilities and the scores' gradient dS are rounded to BF16 before
+ * they are multiplied, as the CPU twin's BF16 products take them (cpu_attention.c).
  *
  * A sliding window of w keys (query i sees keys i-w+1 .. i, transformers' mask) starts
  * the key tiles of a block at its first row's first key and ends the query tiles of a
@@ -165,9 +167,18 @@ static void cuda_attention_forward(struct kd_backend *be, float *out, float *lse
   CUDA_OP_DONE();
 }
 
-/* dQ: a warp per query row i of head h; also writes D_i = o_i . dO_i. pos: as k_att_fwd. */
+/* Round the rows x hd block att_load wrote at dst (row stride sld) to BF16: each thread
+ * the elements it loaded (the same partition), so no barrier is needed in between. */
+__device__ void att_round(float *dst, int sld, int rows, int hd) {
+  for (int idx = threadIdx.x; idx < rows * hd; idx += blockDim.x)
+    dst[(idx / hd) * sld + idx % hd] = dev_round_bf16(dst[(idx / hd) * sld + idx % hd]);
+}
+
+/* dQ: a warp per query row i of head h; also writes D_i = o_i . dO_i (dO rounded when rnd).
+ * pos: as k_att_fwd. */
 __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const float *qkv,
-                             const float *out, const float *lse, const int *pos, att_dims a) {
+                             const float *out, const float *lse, const int *pos, att_dims a,
+                             int rnd) {
   extern __shared__ float sm[];
   const int hd = a.hd, kld = hd + 1, ldo = a.nh * hd;
   float *Ks = sm, *Vs = Ks + ATT_TILE * kld, *Qs = Vs + ATT_TILE * kld, *Gs = Qs + ATT_ROWS * hd;
@@ -180,6 +191,7 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
   const size_t orow0 = (size_t)b * a.T * ldo + (size_t)h * hd;
   att_load(Qs, hd, base + (size_t)h * hd, a.ld, t0, ATT_ROWS, a.T, hd);
   att_load(Gs, hd, dout + orow0, ldo, t0, ATT_ROWS, a.T, hd);
+  if (rnd) att_round(Gs, hd, ATT_ROWS, hd);
   __syncthreads();
   float D = 0.0f, L = 0.0f;
   const size_t li = ((size_t)b * a.nh + h) * a.T + i;
@@ -208,6 +220,7 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
       }
       float p = expf(att_score(s * a.scale, a.cap, &du) - L);
       ds = p * (dp - D) * du * a.scale;
+      if (rnd) ds = dev_round_bf16(ds);
     }
     for (int jj = max(0, first - j0); jj < ATT_TILE && j0 + jj <= i; jj++) {
       const float g = __shfl_sync(0xffffffffu, ds, jj);
@@ -230,7 +243,7 @@ __global__ void k_att_bwd_dq(float *dqkv, float *Dbuf, const float *dout, const 
 /* dK, dV: a warp per key row j of kv head kh, over every q head of the group. pos: as
  * k_att_fwd. */
 __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout, const float *qkv,
-                              const float *lse, const int *pos, att_dims a) {
+                              const float *lse, const int *pos, att_dims a, int rnd) {
   extern __shared__ float sm[];
   const int hd = a.hd, qld = hd + 1, ldo = a.nh * hd;
   float *Qs = sm, *Gs = Qs + ATT_TILE * qld, *Ks = Gs + ATT_TILE * qld, *Vs = Ks + ATT_ROWS * hd;
@@ -254,6 +267,7 @@ __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
       __syncthreads();
       att_load(Qs, qld, base + (size_t)h * hd, a.ld, i0, ATT_TILE, a.T, hd);
       att_load(Gs, qld, dout + (size_t)b * a.T * ldo + (size_t)h * hd, ldo, i0, ATT_TILE, a.T, hd);
+      if (rnd) att_round(Gs, qld, ATT_TILE, hd);
       if (threadIdx.x < ATT_TILE) {
         int i = i0 + threadIdx.x;
         Ls[threadIdx.x] = i < a.T ? lse[lrow + i] : 0.0f;
@@ -272,6 +286,10 @@ __global__ void k_att_bwd_dkv(float *dqkv, const float *Dbuf, const float *dout,
         }
         p = expf(att_score(s * a.scale, a.cap, &du) - Ls[lane]);
         ds = p * (dp - Ds[lane]) * du * a.scale;
+        if (rnd) {
+          p = dev_round_bf16(p);
+          ds = dev_round_bf16(ds);
+        }
       }
       for (int ii = 0; ii < ATT_TILE; ii++) {
         const float pi = __shfl_sync(0xffffffffu, p, ii), gi = __shfl_sync(0xffffffffu, ds, ii);
@@ -310,10 +328,12 @@ static void cuda_attention_backward(struct kd_backend *be, float *dqkv, const fl
   att_smem(k_att_bwd_dkv, smem_kv);
   unsigned nb = (unsigned)((T + ATT_ROWS - 1) / ATT_ROWS);
   k_att_bwd_dq<<<dim3(nb, (unsigned)nh, (unsigned)B), 32 * ATT_ROWS, smem_q,
-                 cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, out, lse, at->pos, a);
+                 cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, out, lse, at->pos, a,
+                                         cuda_of(be)->bf16);
   CUDA_CHECK(cudaGetLastError());
   k_att_bwd_dkv<<<dim3(nb, (unsigned)nkv, (unsigned)B), 32 * ATT_ROWS, smem_kv,
-                  cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, lse, at->pos, a);
+                  cuda_of(be)->compute>>>(dqkv, Dbuf, dout, qkv, lse, at->pos, a,
+                                          cuda_of(be)->bf16);
   CUDA_OP_DONE();
 }
 
