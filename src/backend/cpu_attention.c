@@ -2,8 +2,8 @@
  * FlashAttention style: query tiles of ATT_TILE rows, scores only against the
  * keys a tile can see, every product a GEMM, log-sum-exp kept instead of the
  * probabilities. No T x T matrix is ever allocated: the per-call scratch is
- * ATT_TILE x T floats (two in backward, and ATT_TILE x hd) per thread, counted as
- * KD_MEM_SCRATCH.
+ * ATT_TILE x T floats (two in backward, and ATT_TILE x hd in bf16 runs) per thread,
+ * counted as KD_MEM_SCRATCH.
  * A sliding window of w keys skips the keys no row of a tile sees: a tile's scores
  * span at most w + ATT_TILE - 1 keys, so work and scratch grow with w x T, not T^2.
  * A soft cap c turns the scaled scores into c tanh(s / c) before the softmax.
@@ -269,9 +269,9 @@ static void cpu_attention_backward(struct kd_backend *be, float *dqkv, const flo
   int njob = B * nkv, nt = omp_get_max_threads();
   if (njob < nt) nt = njob;
   if (nt < 1 || T < 1) return;
-  size_t per = (size_t)2 * ATT_TILE * s.kmax + (size_t)ATT_TILE * hd;
-  float *scr = cpu_scratch_alloc(be, (size_t)nt * per * sizeof(float));
   const int rnd = be->bf16;
+  size_t per = (size_t)2 * ATT_TILE * s.kmax + (rnd ? (size_t)ATT_TILE * hd : 0);
+  float *scr = cpu_scratch_alloc(be, (size_t)nt * per * sizeof(float));
   const struct gemm16_how how = {cpu_of(be)->gemm16, 0};
   const struct gemm16_how *how16 = cpu_use_gemm16(be) ? &how : NULL;
 #pragma omp parallel num_threads(nt)

@@ -449,9 +449,9 @@ START_TEST(test_attention) {
     check_fwd("attention lse", lse, lref, nl);
     be.attention_backward(&be, g, R, qkv, out, lse, c.B, c.T, c.nh, c.nkv, c.hd, &at);
     /* scratch: never a T x T matrix, at most two 64 x T tiles per thread, 64 x (w + 64)
-     * with a window w; all freed */
+     * with a window w (and a 64 x hd tile of dO in bf16 runs); all freed */
     size_t keys = c.window > 0 && c.window + 64 < c.T ? (size_t)c.window + 64 : (size_t)c.T;
-    size_t tile_bytes = (size_t)2 * 64 * keys * sizeof(float);
+    size_t tile_bytes = ((size_t)2 * 64 * keys + (be.bf16 ? (size_t)64 * c.hd : 0)) * sizeof(float);
     ck_assert_uint_le(be.arena.peak[KD_MEM_SCRATCH], (size_t)omp_get_max_threads() * tile_bytes);
     ck_assert_uint_eq(be.arena.live[KD_MEM_SCRATCH], 0);
     check_grad("attention", ref_attention, &c, qd, nin, Rd, no, g, 0, nin);
