@@ -780,8 +780,7 @@ static int selftest_cuda(const struct kd_config *cfg) {
    * window shorter than some documents and a soft cap */
   test_attention(&x, 3, 150, 4, 2, 32, 0, 0.0f, 0.0f, 1);
   test_attention(&x, 2, 150, 4, 1, 48, 45, 0.0f, 1.0f, 1);
-  /* the CPU's tiles hold every q head of a group: 8 heads (16-row tiles) with documents,
-   * 18 heads on one kv head (8-row tiles, 144 rows a product) */
+  /* large GQA groups: 8 q heads on one kv head (with documents), 18 on one kv head */
   test_attention(&x, 2, 90, 8, 1, 32, 0, 0.0f, 0.0f, 1);
   test_attention(&x, 1, 45, 18, 1, 32, 0, 0.0f, 0.0f, 0);
   test_decode(&x, 5, 77, 4, 2, 32, 0, 0.0f);

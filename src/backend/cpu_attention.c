@@ -154,14 +154,14 @@ KD_SIMD_CLONES static void att_forward_tile(float *out, float *lse, const float 
 #pragma omp simd
     for (int j = lo; j < hi; j++)
       row[j] *= inv;
-    if (rnd) cpu_round_row(row + lo, (size_t)(hi - lo));
+    cpu_store_round(rnd, row + lo, (size_t)(hi - lo));
     memset(row, 0, (size_t)lo * sizeof(float));
     memset(row + hi, 0, (size_t)(nk - hi) * sizeof(float));
     l[i] = mx + logf(sum);
   }
   cpu_gemm_block(how16, 0, 0, m, s->hd, nk, 1.0f, S, nk, v, s->ld, 0.0f, o, s->ldo);
-  for (int i = 0; i < m && rnd; i++)
-    cpu_round_row(o + (size_t)i * s->ldo, (size_t)s->hd);
+  for (int i = 0; i < m; i++)
+    cpu_store_round(rnd, o + (size_t)i * s->ldo, (size_t)s->hd);
 }
 
 static void cpu_attention_forward(struct kd_backend *be, float *out, float *lse, const float *qkv,
@@ -248,10 +248,8 @@ static void att_backward_tile(float *dqkv, const float *dout, const float *qkv, 
         dp[j] = p[j] * (dp[j] - D) * sc;
       }
     }
-    if (rnd) {
-      cpu_round_row(p + lo, (size_t)(hi - lo));
-      cpu_round_row(dp + lo, (size_t)(hi - lo));
-    }
+    cpu_store_round(rnd, p + lo, (size_t)(hi - lo));
+    cpu_store_round(rnd, dp + lo, (size_t)(hi - lo));
     memset(p, 0, (size_t)lo * sizeof(float));
     memset(dp, 0, (size_t)lo * sizeof(float));
     memset(p + hi, 0, (size_t)(nk - hi) * sizeof(float));
